@@ -1,0 +1,3 @@
+module github.com/portero-rl/portero
+
+go 1.26
