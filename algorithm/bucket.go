@@ -1,0 +1,177 @@
+package algorithm
+
+import (
+	"github.com/portero-rl/portero"
+)
+
+// bucket holds what the token bucket, the leaky meter, GCRA and the queue
+// share: capacity B, interval T = 1/r in ns, and tau = B·T, the capacity in
+// nanoseconds of refill.
+type bucket struct {
+	limit    portero.Limit
+	capacity int64
+	interval int64
+	tau      int64
+}
+
+func newBucket(l portero.Limit) bucket {
+	t := int64(l.Interval())
+	return bucket{limit: l, capacity: l.Capacity(), interval: t, tau: l.Capacity() * t}
+}
+
+// MaxCost implements Decider: the capacity B.
+func (b *bucket) MaxCost() int64 { return b.capacity }
+
+// Limit implements Decider.
+func (b *bucket) Limit() portero.Limit { return b.limit }
+
+// TokenBucket refills lazily: tokens = min(B, tokens + elapsed·r); a new key
+// starts full; fractional tokens count; a request of cost c is admitted when
+// tokens ≥ c (no partial payment) and then pays c; RetryAfter is
+// (c − tokens)/r. Tokens are kept as credit = tokens·T in ns, so the
+// arithmetic is exact. State: A = credit, B = instant of the last update.
+type TokenBucket struct{ bucket }
+
+func newTokenBucket(l portero.Limit) *TokenBucket { return &TokenBucket{newBucket(l)} }
+
+// Decide implements Decider.
+func (a *TokenBucket) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
+	credit, last := a.tau, now
+	if found {
+		credit, last = s.A, s.B
+		// Refill; a clock that went back refills nothing and moves nothing.
+		if e := elapsedSince(now, last); e >= a.tau-credit {
+			credit = a.tau
+		} else {
+			credit += e
+		}
+		if now > last {
+			last = now
+		}
+	}
+	need := cost * a.interval
+	d := portero.Decision{Limit: a.capacity}
+	if credit >= need {
+		credit -= need
+		d.Allowed = true
+	} else {
+		d.RetryAfter = dur(need - credit)
+	}
+	d.Remaining = credit / a.interval
+	d.ResetAfter = dur(a.tau - credit)
+	return State{A: credit, B: last}, d
+}
+
+// Expiry implements Decider: the instant the bucket is full again.
+func (a *TokenBucket) Expiry(s State) int64 { return s.B + (a.tau - s.A) }
+
+// LeakyMeter is the leaky bucket read as a meter: a level that drains at r;
+// a request of cost c is admitted when level + c ≤ B and then adds c. It is
+// the token bucket's mirror image (tokens = B − level) and admits exactly the
+// same requests. The level is kept in ns of drain (level·T). State: A =
+// level, B = instant of the last update.
+type LeakyMeter struct{ bucket }
+
+func newLeakyMeter(l portero.Limit) *LeakyMeter { return &LeakyMeter{newBucket(l)} }
+
+// Decide implements Decider.
+func (a *LeakyMeter) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
+	level, last := int64(0), now
+	if found {
+		level, last = s.A, s.B
+		if e := elapsedSince(now, last); e >= level {
+			level = 0
+		} else {
+			level -= e
+		}
+		if now > last {
+			last = now
+		}
+	}
+	need := cost * a.interval
+	d := portero.Decision{Limit: a.capacity}
+	if level <= a.tau-need {
+		level += need
+		d.Allowed = true
+	} else {
+		d.RetryAfter = dur(level - (a.tau - need))
+	}
+	d.Remaining = (a.tau - level) / a.interval
+	d.ResetAfter = dur(level)
+	return State{A: level, B: last}, d
+}
+
+// Expiry implements Decider: the instant the meter has drained.
+func (a *LeakyMeter) Expiry(s State) int64 { return s.B + s.A }
+
+// GCRA, the generic cell rate algorithm, keeps one timestamp: the
+// theoretical arrival time (TAT) at which the bucket would be full again. A
+// request of cost c is admitted when max(TAT, now) + c·T − now ≤ B·T, and
+// then TAT = max(TAT, now) + c·T. It makes the token bucket's decisions with
+// half the state, which is why it suits Redis. State: A = TAT.
+type GCRA struct{ bucket }
+
+func newGCRA(l portero.Limit) *GCRA { return &GCRA{newBucket(l)} }
+
+// Decide implements Decider.
+func (a *GCRA) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
+	tat := now
+	if found && s.A > now {
+		tat = s.A
+	}
+	need := cost * a.interval
+	d := portero.Decision{Limit: a.capacity}
+	// level = tat − now; compare without forming tat + need, which could
+	// overflow near the end of time.
+	if tat-now <= a.tau-need {
+		tat += need
+		d.Allowed = true
+	} else {
+		d.RetryAfter = dur(tat - now - (a.tau - need))
+	}
+	d.Remaining = (a.tau - (tat - now)) / a.interval
+	d.ResetAfter = dur(tat - now)
+	return State{A: tat}, d
+}
+
+// Expiry implements Decider: the TAT.
+func (a *GCRA) Expiry(s State) int64 { return s.A }
+
+// LeakyQueue is the leaky bucket read as a queue (a shaper): a FIFO of B
+// places drained one request per interval T = 1/r. The first departure is one
+// interval after an arrival at an empty queue, so a request with k−1 ahead
+// of it departs k·T after arriving. A request of cost c takes c places and c
+// intervals; when the queue cannot hold it, it is dropped. An admitted
+// request has Allowed true and Delay until its departure. State: A =
+// departure time of the last queued request.
+type LeakyQueue struct{ bucket }
+
+func newLeakyQueue(l portero.Limit) *LeakyQueue { return &LeakyQueue{newBucket(l)} }
+
+// Decide implements Decider.
+func (a *LeakyQueue) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
+	last := now
+	if found && s.A > now {
+		last = s.A
+	}
+	// Places taken: requests whose departure is still ahead of now; one that
+	// departs exactly now has left.
+	taken := (last - now + a.interval - 1) / a.interval
+	d := portero.Decision{Limit: a.capacity}
+	if taken+cost <= a.capacity {
+		last += cost * a.interval
+		taken += cost
+		d.Allowed = true
+		d.Delay = dur(last - now)
+	} else {
+		// Wait until only capacity−cost places are taken:
+		// last − (now+δ) ≤ (capacity−cost)·T.
+		d.RetryAfter = dur(last - now - (a.capacity-cost)*a.interval)
+	}
+	d.Remaining = a.capacity - taken
+	d.ResetAfter = dur(last - now)
+	return State{A: last}, d
+}
+
+// Expiry implements Decider: the last departure.
+func (a *LeakyQueue) Expiry(s State) int64 { return s.A }

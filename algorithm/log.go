@@ -1,0 +1,114 @@
+package algorithm
+
+import (
+	"github.com/portero-rl/portero"
+)
+
+// SlidingLog keeps the instant of every admitted cost unit and admits a
+// request of cost c at t when the entries inside (t−W, t] plus c are at most
+// L: an entry exactly W old has expired, and only admitted requests are
+// logged. So at most L are admitted in any such interval. Its state, a Log,
+// grows to L entries per key.
+type SlidingLog struct {
+	limit  portero.Limit
+	count  int64
+	window int64
+}
+
+// NewSlidingLog returns the sliding log for l.
+func NewSlidingLog(l portero.Limit) (*SlidingLog, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return &SlidingLog{limit: l, count: l.Count, window: int64(l.Window)}, nil
+}
+
+// Log is one key's sliding-log state: a ring of admitted instants, oldest
+// first. The zero value is an empty log. A Log is not safe for concurrent
+// use; the store that owns it locks it.
+type Log struct {
+	ring  []int64
+	head  int // index of the oldest entry
+	n     int // entries in use
+	newer int64 // newest entry
+}
+
+// Len returns the number of entries kept.
+func (l *Log) Len() int { return l.n }
+
+func (l *Log) at(i int) int64 { return l.ring[(l.head+i)%len(l.ring)] }
+
+// Newest returns the newest entry, the latest instant the log has seen.
+func (l *Log) Newest() int64 { return l.newer }
+
+// Decide prunes the entries that have expired at now and returns the
+// decision for a request of cost (which must have passed CheckCost). It
+// records nothing: call Record to commit an admitted request.
+func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
+	if l.n > 0 && now < l.newer {
+		now = l.newer // time went back: the log's latest instant stands
+	}
+	for l.n > 0 && l.at(0) <= now-a.window {
+		l.head = (l.head + 1) % len(l.ring)
+		l.n--
+	}
+	d := portero.Decision{Limit: a.count}
+	n := int64(l.n)
+	if n+cost <= a.count {
+		d.Allowed = true
+		n += cost
+	} else {
+		// Wait until the entry that makes room expires: with n entries, the
+		// (n+cost−L)-th oldest.
+		d.RetryAfter = dur(l.at(int(n+cost-a.count-1)) + a.window - now)
+	}
+	d.Remaining = a.count - n
+	if n > 0 {
+		newest := now
+		if !d.Allowed {
+			newest = l.at(l.n - 1)
+		}
+		d.ResetAfter = dur(newest + a.window - now)
+	}
+	return d
+}
+
+// Record logs cost entries at now, after Decide admitted them.
+func (a *SlidingLog) Record(l *Log, now, cost int64) {
+	if l.n > 0 && now < l.newer {
+		now = l.newer
+	}
+	for range cost {
+		if l.n == len(l.ring) {
+			l.grow(a.count)
+		}
+		l.ring[(l.head+l.n)%len(l.ring)] = now
+		l.n++
+	}
+	l.newer = now
+}
+
+func (l *Log) grow(max int64) {
+	size := 2 * len(l.ring)
+	if size < 4 {
+		size = 4
+	}
+	if int64(size) > max {
+		size = int(max)
+	}
+	ring := make([]int64, size)
+	for i := range l.n {
+		ring[i] = l.at(i)
+	}
+	l.ring, l.head = ring, 0
+}
+
+// Expiry returns the instant from which l holds nothing: W after its newest
+// entry.
+func (a *SlidingLog) Expiry(l *Log) int64 { return l.newer + a.window }
+
+// MaxCost returns L.
+func (a *SlidingLog) MaxCost() int64 { return a.count }
+
+// Limit returns the limit.
+func (a *SlidingLog) Limit() portero.Limit { return a.limit }

@@ -1,0 +1,236 @@
+package portero
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limit says how much a key may use. Window algorithms read it as "Count
+// requests per Window". The buckets, GCRA and the queue read it as a rate and
+// a burst: the rate is Rate per second (or Count per Window when Rate is
+// zero) and the burst, the bucket's capacity, is Burst (or Count when Burst
+// is zero). The zero value is invalid.
+type Limit struct {
+	// Count is L, the number of cost units admitted per Window. Required.
+	Count int64
+	// Window is W, the span Count refers to. Required.
+	Window time.Duration
+	// Burst is B, the capacity of a bucket or queue; 0 means Count.
+	Burst int64
+	// Rate is r in units per second for the buckets, GCRA and the queue;
+	// 0 means Count/Window.
+	Rate float64
+}
+
+// PerSecond, PerMinute and PerHour build the common limits.
+func PerSecond(n int64) Limit { return Limit{Count: n, Window: time.Second} }
+
+// PerMinute returns n per minute.
+func PerMinute(n int64) Limit { return Limit{Count: n, Window: time.Minute} }
+
+// PerHour returns n per hour.
+func PerHour(n int64) Limit { return Limit{Count: n, Window: time.Hour} }
+
+// WithBurst returns l with its burst (bucket capacity) set to b.
+func (l Limit) WithBurst(b int64) Limit { l.Burst = b; return l }
+
+// Capacity returns the burst B: Burst, or Count when Burst is zero.
+func (l Limit) Capacity() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Count
+}
+
+// Interval returns the time one unit of the rate takes to come back (1/r),
+// rounded to the nearest nanosecond. The buckets, GCRA and the queue count in
+// these whole nanoseconds so that they agree exactly with each other; for
+// rates up to a million per second the rounding changes the rate by less than
+// one part in a thousand, and not at all when 1/r is a whole number of ns.
+func (l Limit) Interval() time.Duration {
+	if l.Rate > 0 {
+		return time.Duration(math.Round(float64(time.Second) / l.Rate))
+	}
+	if l.Count <= 0 {
+		return 0
+	}
+	return (l.Window + time.Duration(l.Count)/2) / time.Duration(l.Count)
+}
+
+// Validate reports why l cannot be enforced, wrapping ErrInvalidLimit.
+func (l Limit) Validate() error {
+	switch {
+	case l.Count <= 0:
+		return fmt.Errorf("%w: count %d: must be positive", ErrInvalidLimit, l.Count)
+	case l.Window <= 0:
+		return fmt.Errorf("%w: window %v: must be positive", ErrInvalidLimit, l.Window)
+	case l.Burst < 0:
+		return fmt.Errorf("%w: burst %d: must not be negative", ErrInvalidLimit, l.Burst)
+	case math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0):
+		return fmt.Errorf("%w: rate %v: must be a finite number", ErrInvalidLimit, l.Rate)
+	case l.Rate < 0:
+		return fmt.Errorf("%w: rate %v: must not be negative", ErrInvalidLimit, l.Rate)
+	}
+	t := l.Interval()
+	if t <= 0 {
+		return fmt.Errorf("%w: rate of %s: faster than one per nanosecond", ErrInvalidLimit, l)
+	}
+	if l.Rate > 0 && float64(t) > float64(math.MaxInt64)/2 {
+		return fmt.Errorf("%w: rate %v: too slow to represent", ErrInvalidLimit, l.Rate)
+	}
+	if l.Capacity() > math.MaxInt64/int64(t) {
+		return fmt.Errorf("%w: burst %d at one per %v: longer than 292 years to refill", ErrInvalidLimit, l.Capacity(), t)
+	}
+	return nil
+}
+
+// String formats l in the syntax ParseLimit reads, such as "100/min" or
+// "10/s burst 20".
+func (l Limit) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatInt(l.Count, 10))
+	b.WriteByte('/')
+	b.WriteString(formatWindow(l.Window))
+	if l.Burst > 0 {
+		b.WriteString(" burst ")
+		b.WriteString(strconv.FormatInt(l.Burst, 10))
+	}
+	if l.Rate > 0 {
+		b.WriteString(" rate ")
+		b.WriteString(strconv.FormatFloat(l.Rate, 'g', -1, 64))
+	}
+	return b.String()
+}
+
+func formatWindow(w time.Duration) string {
+	for _, u := range windowUnits {
+		if w == u.d {
+			return u.names[0]
+		}
+	}
+	return w.String()
+}
+
+var windowUnits = []struct {
+	names []string
+	d     time.Duration
+}{
+	{[]string{"s", "sec", "second"}, time.Second},
+	{[]string{"min", "m", "minute"}, time.Minute},
+	{[]string{"h", "hr", "hour"}, time.Hour},
+	{[]string{"d", "day"}, 24 * time.Hour},
+	{[]string{"ms", "millisecond"}, time.Millisecond},
+}
+
+// ParseLimit reads a limit such as "100/min", "5000/h", "10/s burst 20",
+// "300/5m" or "1/2s rate 0.5". The form is
+//
+//	COUNT "/" WINDOW [ "burst" B ] [ "rate" R ]
+//
+// where WINDOW is a unit (s, sec, second, min, m, minute, h, hr, hour, d,
+// day, ms; a trailing "s" of a plural is accepted) or a Go duration ("10s",
+// "1m30s"), B is a whole number and R a rate per second. Words are case
+// insensitive. The result is validated; errors wrap ErrInvalidLimit and quote
+// the input.
+func ParseLimit(s string) (Limit, error) {
+	l, err := parseLimit(s)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, err)
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("%q: %w", s, err)
+	}
+	return l, nil
+}
+
+// MustParseLimit is ParseLimit for literals in programs and tests; it panics
+// on a malformed limit.
+func MustParseLimit(s string) Limit {
+	l, err := ParseLimit(s)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+type limitError string
+
+func (e limitError) Error() string { return string(e) }
+
+func parseLimit(s string) (Limit, error) {
+	fields := strings.Fields(strings.ToLower(s))
+	if len(fields) == 0 {
+		return Limit{}, limitError("empty limit, want COUNT/WINDOW such as 100/min")
+	}
+	// Allow "10 / s" as well as "10/s".
+	head := fields[0]
+	rest := fields[1:]
+	for len(rest) > 0 && (strings.HasSuffix(head, "/") || strings.HasPrefix(rest[0], "/")) {
+		head += rest[0]
+		rest = rest[1:]
+	}
+	count, window, ok := strings.Cut(head, "/")
+	if !ok {
+		return Limit{}, limitError("missing \"/\": want COUNT/WINDOW such as 100/min")
+	}
+	var l Limit
+	n, err := strconv.ParseInt(count, 10, 64)
+	if err != nil {
+		return Limit{}, limitError(fmt.Sprintf("count %q: not a whole number", count))
+	}
+	l.Count = n
+	if l.Window, err = parseWindow(window); err != nil {
+		return Limit{}, err
+	}
+	for len(rest) > 0 {
+		if len(rest) < 2 {
+			return Limit{}, limitError(fmt.Sprintf("%q needs a value", rest[0]))
+		}
+		word, val := rest[0], rest[1]
+		rest = rest[2:]
+		switch word {
+		case "burst":
+			if l.Burst != 0 {
+				return Limit{}, limitError("burst given twice")
+			}
+			b, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || b <= 0 {
+				return Limit{}, limitError(fmt.Sprintf("burst %q: not a positive whole number", val))
+			}
+			l.Burst = b
+		case "rate":
+			if l.Rate != 0 {
+				return Limit{}, limitError("rate given twice")
+			}
+			r, err := strconv.ParseFloat(strings.TrimSuffix(val, "/s"), 64)
+			if err != nil || !(r > 0) || math.IsInf(r, 0) {
+				return Limit{}, limitError(fmt.Sprintf("rate %q: not a positive number per second", val))
+			}
+			l.Rate = r
+		default:
+			return Limit{}, limitError(fmt.Sprintf("unexpected %q, want \"burst N\" or \"rate R\"", word))
+		}
+	}
+	return l, nil
+}
+
+func parseWindow(w string) (time.Duration, error) {
+	if w == "" {
+		return 0, limitError("missing window after \"/\"")
+	}
+	for _, u := range windowUnits {
+		for _, name := range u.names {
+			if w == name || w == name+"s" {
+				return u.d, nil
+			}
+		}
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil {
+		return 0, limitError(fmt.Sprintf("window %q: want a unit (s, min, h, d) or a duration such as 10s", w))
+	}
+	return d, nil
+}
