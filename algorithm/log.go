@@ -28,8 +28,8 @@ func NewSlidingLog(l portero.Limit) (*SlidingLog, error) {
 // use; the store that owns it locks it.
 type Log struct {
 	ring  []int64
-	head  int // index of the oldest entry
-	n     int // entries in use
+	head  int   // index of the oldest entry
+	n     int   // entries in use
 	newer int64 // newest entry
 }
 

@@ -1,0 +1,47 @@
+package portero
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Rule is an algorithm with a limit under a name: what a store needs in
+// order to decide for keys. Two rules with equal fields share state in a
+// store; changing any field starts fresh counters (which is why a reload
+// that leaves a rule unchanged keeps its counters).
+type Rule struct {
+	// Name identifies the rule in decisions, headers and metrics.
+	Name      string
+	Algorithm Algorithm
+	Limit     Limit
+}
+
+// Validate reports why r cannot be enforced.
+func (r Rule) Validate() error {
+	if _, err := ParseAlgorithm(string(r.Algorithm)); err != nil {
+		return fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Hit is one rule applied to one key with a cost.
+type Hit struct {
+	Rule Rule
+	Key  string
+	Cost int64
+}
+
+// Store keeps the state of many rules and keys. Implementations
+// (store/memstore, store/redisstore) are safe for concurrent use.
+type Store interface {
+	// AllowAll decides every hit at instant now, all-or-nothing: when any
+	// hit is refused, none of them is counted. It returns one decision per
+	// hit, in order. Errors mean bad input or a failing backend.
+	AllowAll(ctx context.Context, now time.Time, hits []Hit) ([]Decision, error)
+	// Close releases the store and stops every goroutine it started.
+	Close(ctx context.Context) error
+}
