@@ -74,12 +74,12 @@ func (l Limit) Validate() error {
 	case l.Rate < 0:
 		return fmt.Errorf("%w: rate %v: must not be negative", ErrInvalidLimit, l.Rate)
 	}
-	t := l.Interval()
-	if t <= 0 {
-		return fmt.Errorf("%w: rate of %s: faster than one per nanosecond", ErrInvalidLimit, l)
-	}
-	if l.Rate > 0 && float64(t) > float64(math.MaxInt64)/2 {
+	if l.Rate > 0 && float64(time.Second)/l.Rate > float64(math.MaxInt64)/2 {
 		return fmt.Errorf("%w: rate %v: too slow to represent", ErrInvalidLimit, l.Rate)
+	}
+	t := l.Interval()
+	if t <= 0 || l.Rate > float64(time.Second) || (l.Rate == 0 && int64(l.Window) < l.Count) {
+		return fmt.Errorf("%w: rate of %s: faster than one per nanosecond", ErrInvalidLimit, l)
 	}
 	if l.Capacity() > math.MaxInt64/int64(t) {
 		return fmt.Errorf("%w: burst %d at one per %v: longer than 292 years to refill", ErrInvalidLimit, l.Capacity(), t)

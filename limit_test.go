@@ -1,0 +1,158 @@
+package portero_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero"
+)
+
+func TestParseLimit(t *testing.T) {
+	tests := []struct {
+		in   string
+		want portero.Limit
+	}{
+		{"100/min", portero.Limit{Count: 100, Window: time.Minute}},
+		{"100/minute", portero.Limit{Count: 100, Window: time.Minute}},
+		{"100/m", portero.Limit{Count: 100, Window: time.Minute}},
+		{"10/s burst 20", portero.Limit{Count: 10, Window: time.Second, Burst: 20}},
+		{"10 / sec  BURST 20", portero.Limit{Count: 10, Window: time.Second, Burst: 20}},
+		{"5000/h", portero.Limit{Count: 5000, Window: time.Hour}},
+		{"5000/hours", portero.Limit{Count: 5000, Window: time.Hour}},
+		{"500000/day", portero.Limit{Count: 500000, Window: 24 * time.Hour}},
+		{"300/5m", portero.Limit{Count: 300, Window: 5 * time.Minute}},
+		{"1/2s rate 0.5", portero.Limit{Count: 1, Window: 2 * time.Second, Rate: 0.5}},
+		{"10/1m30s", portero.Limit{Count: 10, Window: 90 * time.Second}},
+	}
+	for _, tt := range tests {
+		got, err := portero.ParseLimit(tt.in)
+		if err != nil {
+			t.Errorf("ParseLimit(%q) error %v", tt.in, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("ParseLimit(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		// String round-trips.
+		again, err := portero.ParseLimit(got.String())
+		if err != nil || again != got {
+			t.Errorf("ParseLimit(%q.String() = %q) = %+v, %v; want %+v", tt.in, got.String(), again, err, got)
+		}
+	}
+}
+
+func TestParseLimitErrors(t *testing.T) {
+	tests := []struct{ in, mention string }{
+		{"", "empty"},
+		{"100", "missing \"/\""},
+		{"0/min", "count 0"},
+		{"-5/min", "count -5"},
+		{"abc/min", "count \"abc\""},
+		{"10/", "missing window"},
+		{"10/fortnight", "window \"fortnight\""},
+		{"10/-1s", "window -1s"},
+		{"10/0s", "window 0s"},
+		{"10/s burst", "needs a value"},
+		{"10/s burst 0", "burst \"0\""},
+		{"10/s burst x", "burst \"x\""},
+		{"10/s burst 5 burst 6", "twice"},
+		{"10/s rate NaN", "rate \"nan\""},
+		{"10/s rate +Inf", "rate \"+inf\""},
+		{"10/s rate -1", "rate \"-1\""},
+		{"10/s frobnicate 3", "unexpected \"frobnicate\""},
+		{"10/1ns burst 2", "faster than one per nanosecond"},
+		{"10/s burst 9223372036854775807", "292 years"},
+	}
+	for _, tt := range tests {
+		_, err := portero.ParseLimit(tt.in)
+		if err == nil {
+			t.Errorf("ParseLimit(%q) = nil error, want one mentioning %q", tt.in, tt.mention)
+			continue
+		}
+		if !errors.Is(err, portero.ErrInvalidLimit) {
+			t.Errorf("ParseLimit(%q) error %v does not wrap ErrInvalidLimit", tt.in, err)
+		}
+		if !strings.Contains(err.Error(), tt.mention) {
+			t.Errorf("ParseLimit(%q) error %q, want it to mention %q", tt.in, err, tt.mention)
+		}
+	}
+}
+
+func TestLimitValidate(t *testing.T) {
+	bad := []portero.Limit{
+		{},
+		{Count: 1},
+		{Window: time.Second},
+		{Count: 1, Window: time.Second, Burst: -1},
+		{Count: 1, Window: time.Second, Rate: math.NaN()},
+		{Count: 1, Window: time.Second, Rate: math.Inf(1)},
+		{Count: 1, Window: time.Second, Rate: -2},
+		{Count: 1, Window: time.Second, Rate: 1e-300},
+		{Count: 1, Window: time.Second, Rate: 2e9},
+	}
+	for _, l := range bad {
+		if err := l.Validate(); !errors.Is(err, portero.ErrInvalidLimit) {
+			t.Errorf("%+v.Validate() = %v, want ErrInvalidLimit", l, err)
+		}
+	}
+	good := portero.PerSecond(10).WithBurst(20)
+	if err := good.Validate(); err != nil {
+		t.Errorf("%v.Validate() = %v", good, err)
+	}
+	if got, want := good.Capacity(), int64(20); got != want {
+		t.Errorf("Capacity() = %d, want %d", got, want)
+	}
+	if got, want := good.Interval(), 100*time.Millisecond; got != want {
+		t.Errorf("Interval() = %v, want %v", got, want)
+	}
+	if got, want := (portero.Limit{Count: 1, Window: time.Second, Rate: 0.5}).Interval(), 2*time.Second; got != want {
+		t.Errorf("Interval() at 0.5/s = %v, want %v", got, want)
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, a := range portero.Algorithms {
+		got, err := portero.ParseAlgorithm(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %q, %v", a, got, err)
+		}
+	}
+	if _, err := portero.ParseAlgorithm("leaky"); !errors.Is(err, portero.ErrUnknownAlgorithm) || !strings.Contains(err.Error(), "token-bucket") {
+		t.Errorf("ParseAlgorithm(leaky) error %v, want ErrUnknownAlgorithm listing the names", err)
+	}
+}
+
+func FuzzParseLimit(f *testing.F) {
+	for _, s := range []string{"100/min", "10/s burst 20", "5000/h", "1/2s rate 0.5", "10/1m30s", "x/y", "10/s burst", " / ", "9/9ns rate 1e9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := portero.ParseLimit(s)
+		if err != nil {
+			if !errors.Is(err, portero.ErrInvalidLimit) {
+				t.Fatalf("ParseLimit(%q) error %v does not wrap ErrInvalidLimit", s, err)
+			}
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("ParseLimit(%q) = %+v which does not validate: %v", s, l, err)
+		}
+		again, err := portero.ParseLimit(l.String())
+		if err != nil || again != l {
+			t.Fatalf("round trip of %q via %q = %+v, %v; want %+v", s, l.String(), again, err, l)
+		}
+	})
+}
+
+func ExampleParseLimit() {
+	l, err := portero.ParseLimit("10/s burst 20")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l, l.Capacity(), l.Interval())
+	// Output: 10/s burst 20 20 100ms
+}
