@@ -30,7 +30,7 @@ type Log struct {
 	ring  []int64
 	head  int   // index of the oldest entry
 	n     int   // entries in use
-	newer int64 // newest entry
+	latest int64 // the latest instant decided at
 }
 
 // Len returns the number of entries kept.
@@ -38,16 +38,22 @@ func (l *Log) Len() int { return l.n }
 
 func (l *Log) at(i int) int64 { return l.ring[(l.head+i)%len(l.ring)] }
 
-// Newest returns the newest entry, the latest instant the log has seen.
-func (l *Log) Newest() int64 { return l.newer }
+// Clone returns a copy of l that shares nothing with it.
+func (l *Log) Clone() *Log {
+	c := *l
+	c.ring = make([]int64, len(l.ring))
+	copy(c.ring, l.ring)
+	return &c
+}
 
 // Decide prunes the entries that have expired at now and returns the
 // decision for a request of cost (which must have passed CheckCost). It
 // records nothing: call Record to commit an admitted request.
 func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
-	if l.n > 0 && now < l.newer {
-		now = l.newer // time went back: the log's latest instant stands
+	if l.n > 0 && now < l.latest {
+		now = l.latest // time went back: the latest instant stands
 	}
+	l.latest = now
 	for l.n > 0 && l.at(0) <= now-a.window {
 		l.head = (l.head + 1) % len(l.ring)
 		l.n--
@@ -75,8 +81,8 @@ func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
 
 // Record logs cost entries at now, after Decide admitted them.
 func (a *SlidingLog) Record(l *Log, now, cost int64) {
-	if l.n > 0 && now < l.newer {
-		now = l.newer
+	if l.n > 0 && now < l.latest {
+		now = l.latest
 	}
 	for range cost {
 		if l.n == len(l.ring) {
@@ -85,7 +91,7 @@ func (a *SlidingLog) Record(l *Log, now, cost int64) {
 		l.ring[(l.head+l.n)%len(l.ring)] = now
 		l.n++
 	}
-	l.newer = now
+	l.latest = now
 }
 
 func (l *Log) grow(max int64) {
@@ -105,7 +111,12 @@ func (l *Log) grow(max int64) {
 
 // Expiry returns the instant from which l holds nothing: W after its newest
 // entry.
-func (a *SlidingLog) Expiry(l *Log) int64 { return l.newer + a.window }
+func (a *SlidingLog) Expiry(l *Log) int64 {
+	if l.n == 0 {
+		return l.latest
+	}
+	return l.at(l.n-1) + a.window
+}
 
 // MaxCost returns L.
 func (a *SlidingLog) MaxCost() int64 { return a.count }

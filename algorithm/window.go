@@ -199,15 +199,16 @@ func (a *SlidingCounter) admitsAfter(c counterState, now, delta, cost int64) boo
 func (a *SlidingCounter) retryAfter(c counterState, now, cost int64) int64 {
 	w := float64(a.window)
 	need := float64(a.count - cost + 1) // admit when estimate < need
+	toStart := float64(c.start - now) // ≤ 0, exact: small numbers only
 	var guess float64
 	if float64(c.cur) < need && c.prev > 0 {
 		// Within this window: prev·(1 − e/W) + cur < need.
 		e := w * (1 - (need-float64(c.cur))/float64(c.prev))
-		guess = float64(c.start) + e - float64(now)
+		guess = toStart + e
 	} else {
 		// In the next window, prev' = cur: cur·(1 − e/W) < need.
 		e := w * (1 - need/float64(c.cur))
-		guess = float64(c.start) + w + e - float64(now)
+		guess = toStart + w + e
 	}
 	delta := int64(math.Ceil(guess))
 	if delta < 1 {
