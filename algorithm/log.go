@@ -27,9 +27,9 @@ func NewSlidingLog(l portero.Limit) (*SlidingLog, error) {
 // first. The zero value is an empty log. A Log is not safe for concurrent
 // use; the store that owns it locks it.
 type Log struct {
-	ring  []int64
-	head  int   // index of the oldest entry
-	n     int   // entries in use
+	ring   []int64
+	head   int   // index of the oldest entry
+	n      int   // entries in use
 	latest int64 // the latest instant decided at
 }
 

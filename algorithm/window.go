@@ -199,7 +199,7 @@ func (a *SlidingCounter) admitsAfter(c counterState, now, delta, cost int64) boo
 func (a *SlidingCounter) retryAfter(c counterState, now, cost int64) int64 {
 	w := float64(a.window)
 	need := float64(a.count - cost + 1) // admit when estimate < need
-	toStart := float64(c.start - now) // ≤ 0, exact: small numbers only
+	toStart := float64(c.start - now)   // ≤ 0, exact: small numbers only
 	var guess float64
 	if float64(c.cur) < need && c.prev > 0 {
 		// Within this window: prev·(1 − e/W) + cur < need.
