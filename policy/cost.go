@@ -1,0 +1,101 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/textproto"
+	"strconv"
+	"strings"
+)
+
+// Cost says how many units one request consumes under a rule. The zero
+// value is a cost of 1 per request.
+type Cost struct {
+	fixed  int64  // > 0 for a constant cost
+	header string // canonical header name, for a cost read from a header
+	length bool   // the declared Content-Length
+}
+
+// ErrBadCost is wrapped by the errors Evaluate returns when a request's cost
+// cannot be read (a malformed cost header); ErrLengthRequired when a rule
+// counts body bytes and the request declares no Content-Length.
+var (
+	ErrBadCost        = errors.New("bad cost")
+	ErrLengthRequired = errors.New("content length required")
+)
+
+// ParseCost reads a cost: a whole number ("1", "5"), "header:NAME" for a
+// whole number the request carries in header NAME (1 when the header is
+// absent), or "content-length" for the body size the request declares, in
+// bytes (at least 1; a request with a body of unknown length is refused with
+// 411 Length Required, since the middleware decides before reading the body).
+func ParseCost(s string) (Cost, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return Cost{}, nil
+	case strings.EqualFold(s, "content-length"):
+		return Cost{length: true}, nil
+	}
+	if name, ok := strings.CutPrefix(s, "header:"); ok {
+		name = strings.TrimSpace(name)
+		if !validToken(name) {
+			return Cost{}, fmt.Errorf("cost %q: want header:NAME with a header name", s)
+		}
+		return Cost{header: textproto.CanonicalMIMEHeaderKey(name)}, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return Cost{}, fmt.Errorf("cost %q: want a positive whole number, header:NAME or content-length", s)
+	}
+	return Cost{fixed: n}, nil
+}
+
+// Fixed returns a constant cost of n units (n ≥ 1).
+func Fixed(n int64) Cost { return Cost{fixed: n} }
+
+// String returns the cost in the syntax ParseCost reads.
+func (c Cost) String() string {
+	switch {
+	case c.length:
+		return "content-length"
+	case c.header != "":
+		return "header:" + c.header
+	case c.fixed > 0:
+		return strconv.FormatInt(c.fixed, 10)
+	}
+	return "1"
+}
+
+// Unit returns the quota unit of the cost for the RateLimit-Policy field:
+// "content-bytes" for content-length, "" (requests, the default) otherwise.
+func (c Cost) Unit() string {
+	if c.length {
+		return "content-bytes"
+	}
+	return ""
+}
+
+// of returns the cost of req.
+func (c Cost) of(req *Request) (int64, error) {
+	switch {
+	case c.length:
+		if req.ContentLength < 0 {
+			return 0, fmt.Errorf("%w: the rule counts body bytes and the request declares no Content-Length", ErrLengthRequired)
+		}
+		return max(req.ContentLength, 1), nil
+	case c.header != "":
+		v, ok := req.header(c.header)
+		if !ok {
+			return 1, nil
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%w: header %s: %q: want a positive whole number", ErrBadCost, c.header, v)
+		}
+		return n, nil
+	case c.fixed > 0:
+		return c.fixed, nil
+	}
+	return 1, nil
+}

@@ -1,0 +1,237 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/textproto"
+	"strings"
+)
+
+// A Key says under which name a rule counts a request: the seed's "clave".
+// It is one part or several joined with "+", such as "ip", "header:X-API-Key",
+// "tenant+user" or "ip+route". The parts are:
+//
+//	ip             the client address (Request.ClientIP), IPv6 grouped by the
+//	               policy's IPv6 prefix (default /64), IPv4 by its IPv4 prefix
+//	               (default /32)
+//	header:NAME    the first value of request header NAME, such as X-API-Key
+//	user, tenant   the identity set by earlier middleware or taken from a
+//	               configured header (Request.Identity["user"], ["tenant"])
+//	identity:NAME  any other identity value, Request.Identity[NAME]
+//	route          the route the door matched (Request.Route), or the rule's
+//	               own method and path pattern when the door names none
+//	method         the request method
+//	host           the request host, lower case, without port
+//	global         a constant: one counter for every request the rule matches
+//
+// When a part has no value for a request (no such header, no user), the rule
+// does not apply to that request: it is neither counted nor refused. Stack a
+// rule keyed by ip to cover requests without an API key.
+//
+// Values longer than 64 bytes are replaced by their SHA-256, so that a
+// client cannot make the store keep arbitrarily long keys.
+type Key struct {
+	raw   string
+	parts []keyPart
+}
+
+type keyKind int
+
+const (
+	keyIP keyKind = iota
+	keyHeader
+	keyIdentity
+	keyRoute
+	keyMethod
+	keyHost
+	keyGlobal
+)
+
+type keyPart struct {
+	kind keyKind
+	name string // header name (canonical) or identity name
+}
+
+// maxKeyValue is the longest value kept as is in a key.
+const maxKeyValue = 64
+
+// ParseKey reads a key expression such as "ip", "header:X-API-Key" or
+// "tenant+user". Errors name the offending part.
+func ParseKey(s string) (Key, error) {
+	if strings.TrimSpace(s) == "" {
+		return Key{}, fmt.Errorf("empty key: want ip, header:NAME, user, tenant, identity:NAME, route, method, host, global, or parts joined with +")
+	}
+	k := Key{}
+	seen := map[string]bool{}
+	var canon []string
+	for _, raw := range strings.Split(s, "+") {
+		part := strings.TrimSpace(raw)
+		word, arg, hasArg := strings.Cut(part, ":")
+		word = strings.ToLower(strings.TrimSpace(word))
+		arg = strings.TrimSpace(arg)
+		var p keyPart
+		switch word {
+		case "ip":
+			p.kind = keyIP
+		case "header":
+			if !validToken(arg) {
+				return Key{}, fmt.Errorf("key %q: part %q: want header:NAME with a header name such as X-API-Key", s, part)
+			}
+			p = keyPart{kind: keyHeader, name: textproto.CanonicalMIMEHeaderKey(arg)}
+		case "user", "tenant":
+			p = keyPart{kind: keyIdentity, name: word}
+		case "identity":
+			if !validToken(arg) {
+				return Key{}, fmt.Errorf("key %q: part %q: want identity:NAME", s, part)
+			}
+			p = keyPart{kind: keyIdentity, name: arg}
+		case "route":
+			p.kind = keyRoute
+		case "method":
+			p.kind = keyMethod
+		case "host":
+			p.kind = keyHost
+		case "global":
+			p.kind = keyGlobal
+		default:
+			return Key{}, fmt.Errorf("key %q: unknown part %q: want ip, header:NAME, user, tenant, identity:NAME, route, method, host or global", s, part)
+		}
+		if hasArg && p.kind != keyHeader && !(p.kind == keyIdentity && word == "identity") {
+			return Key{}, fmt.Errorf("key %q: part %q takes no argument", s, word)
+		}
+		c := p.String()
+		if seen[c] {
+			return Key{}, fmt.Errorf("key %q: part %q given twice", s, c)
+		}
+		seen[c] = true
+		canon = append(canon, c)
+		k.parts = append(k.parts, p)
+	}
+	k.raw = strings.Join(canon, "+")
+	return k, nil
+}
+
+// MustParseKey is ParseKey for literals; it panics on a malformed key.
+func MustParseKey(s string) Key {
+	k, err := ParseKey(s)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// String returns the key expression in canonical form.
+func (k Key) String() string { return k.raw }
+
+// IsZero reports whether k is the zero Key (no parts).
+func (k Key) IsZero() bool { return len(k.parts) == 0 }
+
+func (p keyPart) String() string {
+	switch p.kind {
+	case keyIP:
+		return "ip"
+	case keyHeader:
+		return "header:" + p.name
+	case keyIdentity:
+		if p.name == "user" || p.name == "tenant" {
+			return p.name
+		}
+		return "identity:" + p.name
+	case keyRoute:
+		return "route"
+	case keyMethod:
+		return "method"
+	case keyHost:
+		return "host"
+	default:
+		return "global"
+	}
+}
+
+// extract builds the store key of req under k for rule r; ok is false when a
+// part has no value.
+func (k Key) extract(p *Policy, r *Rule, req *Request, b *strings.Builder) (ok bool) {
+	for i, part := range k.parts {
+		var v string
+		switch part.kind {
+		case keyIP:
+			if !req.ClientIP.IsValid() {
+				return false
+			}
+			v = p.groupIP(req.ClientIP).String()
+		case keyHeader:
+			v, ok = req.header(part.name)
+			if !ok || v == "" {
+				return false
+			}
+		case keyIdentity:
+			v = req.Identity[part.name]
+			if v == "" {
+				return false
+			}
+		case keyRoute:
+			v = req.Route
+			if v == "" {
+				v = r.Match.String()
+			}
+		case keyMethod:
+			v = req.Method
+		case keyHost:
+			v = normalizeHost(req.Host)
+		case keyGlobal:
+			v = "*"
+		}
+		if i > 0 {
+			b.WriteByte('+')
+		}
+		b.WriteString(part.String())
+		b.WriteByte('=')
+		writeKeyValue(b, v)
+	}
+	return true
+}
+
+// writeKeyValue escapes the separators so that two different requests never
+// share a key by accident, and hashes long values.
+func writeKeyValue(b *strings.Builder, v string) {
+	if len(v) > maxKeyValue {
+		sum := sha256.Sum256([]byte(v))
+		b.WriteString("sha256:")
+		b.WriteString(hex.EncodeToString(sum[:16]))
+		return
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c == '%' || c == '+' || c == '=' || c < 0x20 || c == 0x7f {
+			fmt.Fprintf(b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+}
+
+func normalizeHost(h string) string {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		h = h[:i]
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// validToken reports whether s is an RFC 9110 token (header names, identity
+// names).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}

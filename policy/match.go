@@ -1,0 +1,185 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Match selects the requests a rule (or a gateway route) applies to. Every
+// non-empty field must match; the zero value matches every request.
+type Match struct {
+	// Methods lists HTTP methods in upper case (GET, POST…); empty means any.
+	Methods []string
+	// Path is a path pattern (see ParsePathPattern); empty means any path.
+	Path string
+	// Host is a host name without port, or "*.example.com" for any
+	// subdomain of example.com; empty means any host. Case-insensitive.
+	Host string
+	// Headers maps a header name to the value it must have; the value "*"
+	// means only that the header is present.
+	Headers map[string]string
+
+	path PathPattern
+}
+
+// compile validates m and prepares its path pattern.
+func (m *Match) compile() error {
+	for i, meth := range m.Methods {
+		if meth == "" || strings.ToUpper(meth) != meth || strings.ContainsAny(meth, " \t/") {
+			return fmt.Errorf("methods[%d]: %q: want an upper-case HTTP method such as GET", i, meth)
+		}
+	}
+	p, err := ParsePathPattern(m.Path)
+	if err != nil {
+		return fmt.Errorf("path: %w", err)
+	}
+	m.path = p
+	if m.Host != "" {
+		h := strings.TrimPrefix(m.Host, "*.")
+		if h == "" || strings.ContainsAny(h, "/:* \t") {
+			return fmt.Errorf("host: %q: want a host name without port, or *.example.com", m.Host)
+		}
+	}
+	for name := range m.Headers {
+		if name == "" || strings.ContainsAny(name, " \t:") {
+			return fmt.Errorf("headers: %q: not a header name", name)
+		}
+	}
+	return nil
+}
+
+// Matches reports whether req is selected by m.
+func (m *Match) Matches(req *Request) bool {
+	if len(m.Methods) > 0 && !slices.Contains(m.Methods, req.Method) {
+		return false
+	}
+	if m.Host != "" && !matchHost(m.Host, req.Host) {
+		return false
+	}
+	if !m.path.Matches(req.Path) {
+		return false
+	}
+	for name, want := range m.Headers {
+		got, ok := req.header(name)
+		if !ok || (want != "*" && got != want) {
+			return false
+		}
+	}
+	return true
+}
+
+// String describes m in one line, such as "POST /login", for logs and for
+// the route key.
+func (m *Match) String() string {
+	meth := "*"
+	if len(m.Methods) > 0 {
+		meth = strings.Join(m.Methods, ",")
+	}
+	p := m.Path
+	if p == "" {
+		p = "/**"
+	}
+	if m.Host != "" {
+		return meth + " " + m.Host + p
+	}
+	return meth + " " + p
+}
+
+func matchHost(pattern, host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	pattern = strings.ToLower(pattern)
+	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(host, "."+suffix) && len(host) > len(suffix)+1
+	}
+	return host == pattern
+}
+
+// PathPattern matches URL paths segment by segment. A pattern starts with
+// "/"; a segment is literal text, "*" or "{name}" for exactly one non-empty
+// segment, and the last segment may be "**" or "{name...}" for zero or more
+// segments. "/login" matches only /login; "/users/{id}" matches /users/42;
+// "/api/**" matches /api and everything below it. The request path is
+// cleaned first (path.Clean), so "//login/" and "/x/../login" are /login:
+// a client cannot slip past a rule by spelling the path differently.
+type PathPattern struct {
+	raw  string
+	segs []string // "" for a one-segment wildcard
+	rest bool     // ends in a many-segment wildcard
+	any  bool     // the empty pattern: every path
+}
+
+// ParsePathPattern reads a path pattern; the empty string matches every
+// path.
+func ParsePathPattern(s string) (PathPattern, error) {
+	if s == "" {
+		return PathPattern{any: true}, nil
+	}
+	if !strings.HasPrefix(s, "/") {
+		return PathPattern{}, fmt.Errorf("%q: a path pattern starts with /", s)
+	}
+	p := PathPattern{raw: s}
+	parts := strings.Split(strings.TrimPrefix(s, "/"), "/")
+	if len(parts) == 1 && parts[0] == "" {
+		return p, nil // "/"
+	}
+	for i, seg := range parts {
+		last := i == len(parts)-1
+		switch {
+		case seg == "**" || (strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "...}")):
+			if !last {
+				return PathPattern{}, fmt.Errorf("%q: %q must be the last segment", s, seg)
+			}
+			p.rest = true
+		case seg == "*" || (strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") && len(seg) > 2):
+			p.segs = append(p.segs, "")
+		case seg == "":
+			if last {
+				return PathPattern{}, fmt.Errorf("%q: a trailing / is ignored when matching; write %q or %q", s, strings.TrimSuffix(s, "/"), s+"**")
+			}
+			return PathPattern{}, fmt.Errorf("%q: empty segment", s)
+		case strings.ContainsAny(seg, "*{}"):
+			return PathPattern{}, fmt.Errorf("%q: segment %q: a wildcard must be a whole segment (*, **, {name}, {name...})", s, seg)
+		case seg == "." || seg == "..":
+			return PathPattern{}, fmt.Errorf("%q: segment %q: patterns are matched against cleaned paths", s, seg)
+		default:
+			p.segs = append(p.segs, seg)
+		}
+	}
+	return p, nil
+}
+
+// String returns the pattern as written.
+func (p PathPattern) String() string { return p.raw }
+
+// Matches reports whether the cleaned form of urlPath matches p.
+func (p PathPattern) Matches(urlPath string) bool {
+	if p.any {
+		return true
+	}
+	if urlPath == "" || urlPath[0] != '/' {
+		urlPath = "/" + urlPath
+	}
+	urlPath = path.Clean(urlPath)
+	rest := urlPath[1:]
+	for _, seg := range p.segs {
+		if rest == "" {
+			return false
+		}
+		var cur string
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			cur, rest = rest[:i], rest[i+1:]
+		} else {
+			cur, rest = rest, ""
+		}
+		if seg != "" && seg != cur {
+			return false
+		}
+	}
+	return rest == "" || p.rest
+}

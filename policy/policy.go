@@ -1,0 +1,421 @@
+// Package policy decides which rules apply to a request, under which key and
+// at what cost, and asks a store for all of them at once. It is the layer
+// between the doors (httplimit, the gateway) and the stores: it knows rules,
+// keys, costs and modes, and nothing about HTTP responses, Redis or the wall
+// clock (the caller passes now).
+//
+// Limits stack: a request must pass every rule that applies to it (per user,
+// per tenant, global, per endpoint). The decision is all-or-nothing: when one
+// enforced rule refuses, the request is counted under none of them, and the
+// verdict names the rule that refused with that rule's own numbers. Rules in
+// shadow mode are counted, reported and measured, but never refuse.
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+// Request is what a door tells the policy about one request. It is built by
+// the caller (httplimit builds it from an *http.Request) and only read.
+type Request struct {
+	// Method is the request method, such as GET.
+	Method string
+	// Host is the Host header, possibly with a port.
+	Host string
+	// Path is the decoded URL path.
+	Path string
+	// Header holds the request headers under canonical names, as in
+	// http.Header (which converts to it directly).
+	Header map[string][]string
+	// ClientIP is the client address the door settled on (after any trusted
+	// proxies); the zero Addr when unknown, in which case rules keyed by ip
+	// do not apply.
+	ClientIP netip.Addr
+	// ContentLength is the body size the request declares, in bytes; -1
+	// when unknown (chunked), 0 when there is no body.
+	ContentLength int64
+	// Identity holds values set by earlier middleware, such as "user" and
+	// "tenant"; nil when there are none.
+	Identity map[string]string
+	// Route names the route the door matched, for keys with a route part;
+	// empty when the door has none.
+	Route string
+}
+
+func (r *Request) header(name string) (string, bool) {
+	v := r.Header[name]
+	if len(v) == 0 {
+		return "", false
+	}
+	return strings.TrimSpace(v[0]), true
+}
+
+// Mode says whether a rule may refuse requests.
+type Mode string
+
+const (
+	// Enforce refuses the requests the rule does not admit. It is the
+	// default (the empty Mode).
+	Enforce Mode = "enforce"
+	// Shadow counts and reports but never refuses: for dark launches.
+	Shadow Mode = "shadow"
+)
+
+// Rule is one limit in a policy: which requests (Match), counted under what
+// name (Key), how (Algorithm and Limit), at what Cost, in which Mode.
+type Rule struct {
+	// Name identifies the rule in headers, problem bodies, logs and metrics.
+	// Letters, digits and "-_.:/" only, at most 64 bytes; unique in a
+	// policy.
+	Name string
+	// Match selects the requests the rule applies to; the zero value selects
+	// all of them.
+	Match Match
+	// Key says under which name requests are counted.
+	Key Key
+	// Algorithm is how the rule counts; empty means sliding-counter.
+	Algorithm portero.Algorithm
+	// Limit is how much a key may use.
+	Limit portero.Limit
+	// Cost is how many units one request uses; the zero value is 1.
+	Cost Cost
+	// Mode is Enforce (the default when empty) or Shadow.
+	Mode Mode
+
+	store   portero.Rule
+	maxCost int64
+}
+
+// Shadow reports whether the rule is in shadow mode.
+func (r *Rule) Shadow() bool { return r.Mode == Shadow }
+
+// StoreRule returns the portero.Rule a store counts this rule under. Two
+// policies whose rules have equal store rules share counters, which is why a
+// reload keeps the counters of the rules it leaves unchanged.
+func (r *Rule) StoreRule() portero.Rule { return r.store }
+
+// Quota returns the quota the rule announces in RateLimit-Policy: q units
+// per window w. For the window algorithms it is Count per Window; for the
+// buckets, GCRA and the queue it is the burst (capacity) and the time the
+// rate takes to refill all of it.
+func (r *Rule) Quota() (q int64, w time.Duration) {
+	switch r.Algorithm {
+	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
+		return r.Limit.Count, r.Limit.Window
+	}
+	c := r.Limit.Capacity()
+	iv := r.Limit.Interval()
+	if iv > 0 && c <= math.MaxInt64/int64(iv) {
+		return c, time.Duration(c) * iv
+	}
+	return c, r.Limit.Window
+}
+
+// Options tune a policy. The zero value is the default.
+type Options struct {
+	// IPv6Prefix is the prefix length IPv6 clients are grouped by in keys
+	// with an ip part: 0 means 64, since one subscriber usually holds a
+	// whole /64 and could otherwise rotate addresses freely. At most 128.
+	IPv6Prefix int
+	// IPv4Prefix is the same for IPv4: 0 means 32 (one address).
+	IPv4Prefix int
+}
+
+// Policy is a validated, immutable list of rules. It is safe for concurrent
+// use; to change rules, build a new Policy and swap it in.
+type Policy struct {
+	rules []*Rule
+	v6    int
+	v4    int
+}
+
+// New validates the rules and returns a policy. It reports every problem it
+// finds, each prefixed with the rule's index and name.
+func New(rules []Rule, opts Options) (*Policy, error) {
+	p := &Policy{v6: 64, v4: 32}
+	var errs []error
+	if opts.IPv6Prefix != 0 {
+		if opts.IPv6Prefix < 1 || opts.IPv6Prefix > 128 {
+			errs = append(errs, fmt.Errorf("ipv6 prefix /%d: want 1 to 128", opts.IPv6Prefix))
+		}
+		p.v6 = opts.IPv6Prefix
+	}
+	if opts.IPv4Prefix != 0 {
+		if opts.IPv4Prefix < 1 || opts.IPv4Prefix > 32 {
+			errs = append(errs, fmt.Errorf("ipv4 prefix /%d: want 1 to 32", opts.IPv4Prefix))
+		}
+		p.v4 = opts.IPv4Prefix
+	}
+	names := map[string]int{}
+	for i := range rules {
+		r := rules[i] // a copy: the policy owns its rules
+		if err := r.prepare(); err != nil {
+			errs = append(errs, fmt.Errorf("rules[%d] (%s): %w", i, r.Name, err))
+			continue
+		}
+		if j, dup := names[r.Name]; dup {
+			errs = append(errs, fmt.Errorf("rules[%d] (%s): name already used by rules[%d]", i, r.Name, j))
+			continue
+		}
+		names[r.Name] = i
+		p.rules = append(p.rules, &r)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ValidName reports why name cannot name a rule, or nil.
+func ValidName(name string) error {
+	if name == "" {
+		return errors.New("name: required")
+	}
+	if len(name) > 64 {
+		return fmt.Errorf("name %q: at most 64 bytes", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:/", c) >= 0 {
+			continue
+		}
+		return fmt.Errorf("name %q: only letters, digits and -_.:/ are allowed", name)
+	}
+	return nil
+}
+
+func (r *Rule) prepare() error {
+	if err := ValidName(r.Name); err != nil {
+		return err
+	}
+	if r.Algorithm == "" {
+		r.Algorithm = portero.SlidingCounter
+	}
+	switch r.Mode {
+	case "":
+		r.Mode = Enforce
+	case Enforce, Shadow:
+	default:
+		return fmt.Errorf("mode %q: want enforce or shadow", string(r.Mode))
+	}
+	if r.Key.IsZero() {
+		return errors.New("key: required")
+	}
+	if err := r.Match.compile(); err != nil {
+		return fmt.Errorf("match: %w", err)
+	}
+	r.store = portero.Rule{Name: r.Name, Algorithm: r.Algorithm, Limit: r.Limit}
+	if err := r.store.Validate(); err != nil {
+		return err
+	}
+	if r.Algorithm == portero.SlidingLog {
+		d, err := algorithm.NewSlidingLog(r.Limit)
+		if err != nil {
+			return err
+		}
+		r.maxCost = d.MaxCost()
+	} else {
+		d, err := algorithm.New(r.Algorithm, r.Limit)
+		if err != nil {
+			return err
+		}
+		r.maxCost = d.MaxCost()
+	}
+	return nil
+}
+
+// Rules returns the policy's rules in order. The caller must not change
+// them.
+func (p *Policy) Rules() []*Rule { return p.rules }
+
+// Rule returns the rule with the given name, or nil.
+func (p *Policy) Rule(name string) *Rule {
+	for _, r := range p.rules {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// groupIP masks a client address to the policy's prefix for its family.
+func (p *Policy) groupIP(a netip.Addr) netip.Prefix {
+	a = a.Unmap().WithZone("")
+	bits := p.v6
+	if a.Is4() {
+		bits = p.v4
+	}
+	pfx, _ := a.Prefix(bits)
+	return pfx
+}
+
+// Outcome is what happened to a request under one rule.
+type Outcome string
+
+// The outcomes, used in metrics and logs.
+const (
+	// Allowed: counted and admitted.
+	Allowed Outcome = "allowed"
+	// NearLimit: counted and admitted, with at most a fifth of the limit
+	// left.
+	NearLimit Outcome = "near-limit"
+	// Refused: an enforced rule refused the request.
+	Refused Outcome = "refused"
+	// ShadowRefused: a shadow rule would have refused; the request was not
+	// refused for it.
+	ShadowRefused Outcome = "shadow-refused"
+	// NotCounted: the rule would have admitted the request, but another rule
+	// refused it, so (all-or-nothing) nothing was counted.
+	NotCounted Outcome = "not-counted"
+)
+
+// Result is the verdict of one rule on one request.
+type Result struct {
+	// Rule is the rule that applied.
+	Rule *Rule
+	// Key is the store key the request was counted under.
+	Key string
+	// Cost is the number of units the request costs under the rule.
+	Cost int64
+	// Decision is the rule's own decision, with its own limit, remaining and
+	// retry-after.
+	Decision portero.Decision
+	// Outcome is what happened.
+	Outcome Outcome
+}
+
+// Verdict is the policy's answer for one request.
+type Verdict struct {
+	// Allowed reports whether the request may pass.
+	Allowed bool
+	// Results has one entry per rule that applied, in rule order.
+	Results []Result
+	// Violated lists the indexes in Results of the enforced rules that
+	// refused the request; empty when Allowed.
+	Violated []int
+}
+
+// RuleError is returned by Evaluate when a request cannot be evaluated
+// under a rule: its cost is malformed (ErrBadCost), missing
+// (ErrLengthRequired) or larger than the rule could ever admit
+// (portero.ErrCostExceedsLimit).
+type RuleError struct {
+	Rule string
+	Err  error
+}
+
+func (e *RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule, e.Err) }
+
+// Unwrap returns the cause.
+func (e *RuleError) Unwrap() error { return e.Err }
+
+// Evaluate finds the rules that apply to req, computes their keys and costs
+// and asks store to decide them all at instant now, all-or-nothing. A
+// refusal is a Verdict with Allowed false, not an error. Errors are a
+// *RuleError for a request whose cost cannot be used, or the store's error
+// (wrapping portero.ErrStoreUnavailable when the backend failed).
+func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Time, req *Request) (*Verdict, error) {
+	v := &Verdict{Allowed: true}
+	var b strings.Builder
+	for _, r := range p.rules {
+		if !r.Match.Matches(req) {
+			continue
+		}
+		b.Reset()
+		if !r.Key.extract(p, r, req, &b) {
+			continue
+		}
+		cost, err := r.Cost.of(req)
+		if err != nil {
+			return nil, &RuleError{Rule: r.Name, Err: err}
+		}
+		if cost > r.maxCost {
+			return nil, &RuleError{Rule: r.Name, Err: fmt.Errorf("%w: cost %d (%s) is more than the %d the rule admits at once", portero.ErrCostExceedsLimit, cost, r.Cost, r.maxCost)}
+		}
+		v.Results = append(v.Results, Result{Rule: r, Key: b.String(), Cost: cost})
+	}
+	if len(v.Results) == 0 {
+		return v, nil
+	}
+	// Ask for every hit at once. When only shadow rules refuse, drop them and
+	// ask again, so the enforced rules are counted; at most one extra round
+	// per shadow rule.
+	active := make([]int, len(v.Results))
+	for i := range active {
+		active[i] = i
+	}
+	hits := make([]portero.Hit, 0, len(active))
+	for {
+		hits = hits[:0]
+		for _, i := range active {
+			res := &v.Results[i]
+			hits = append(hits, portero.Hit{Rule: res.Rule.store, Key: res.Key, Cost: res.Cost})
+		}
+		decs, err := store.AllowAll(ctx, now, hits)
+		if err != nil {
+			return nil, err
+		}
+		if len(decs) != len(hits) {
+			return nil, fmt.Errorf("%w: store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
+		}
+		enforcedRefused, shadowRefused := false, false
+		for j, i := range active {
+			v.Results[i].Decision = decs[j]
+			if !decs[j].Allowed {
+				if v.Results[i].Rule.Shadow() {
+					shadowRefused = true
+				} else {
+					enforcedRefused = true
+				}
+			}
+		}
+		if enforcedRefused {
+			v.Allowed = false
+			for _, i := range active {
+				res := &v.Results[i]
+				switch {
+				case res.Decision.Allowed:
+					res.Outcome = NotCounted
+				case res.Rule.Shadow():
+					res.Outcome = ShadowRefused
+				default:
+					res.Outcome = Refused
+					v.Violated = append(v.Violated, i)
+				}
+			}
+			return v, nil
+		}
+		if !shadowRefused {
+			for _, i := range active {
+				res := &v.Results[i]
+				res.Outcome = Allowed
+				if res.Decision.Remaining*5 <= res.Decision.Limit {
+					res.Outcome = NearLimit
+				}
+			}
+			return v, nil
+		}
+		next := active[:0:0]
+		for _, i := range active {
+			res := &v.Results[i]
+			if !res.Decision.Allowed {
+				res.Outcome = ShadowRefused
+				continue
+			}
+			next = append(next, i)
+		}
+		active = next
+		if len(active) == 0 {
+			return v, nil
+		}
+	}
+}
