@@ -1,0 +1,193 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+// Reference is the simplest correct portero.Store: one mutex over plain maps,
+// every decision taken straight from package algorithm. It is the oracle
+// that the conformance suite compares other stores with, so it favours
+// obviousness over speed and never forgets a key. Create it with
+// NewReference; the zero value is not usable. It is safe for concurrent use
+// and starts no goroutines.
+//
+// Its AllowAll defines what "all-or-nothing" means for every store: the hits
+// are decided in order, each one seeing the state that the earlier hits of
+// the same call would leave (so two hits on the same rule and key add up);
+// when every hit is allowed all of them are counted, otherwise none is.
+// The decisions are returned as computed in that order even when the call is
+// refused: an Allowed decision beside a refused one means "this hit alone
+// would have passed", and its Remaining is what it would have left.
+//
+// For the sliding log, a hit that follows p admitted units of the same rule
+// and key in the same call is decided as if those p units had been logged
+// at now: it is refused when p plus its cost exceeds the limit, with
+// RetryAfter one window; its ResetAfter is one window, since the pending
+// units would be the newest entries.
+type Reference struct {
+	mu     sync.Mutex
+	closed bool
+	states map[refKey]algorithm.State
+	logs   map[refKey]*algorithm.Log
+}
+
+type refKey struct {
+	rule portero.Rule
+	key  string
+}
+
+// NewReference returns an empty Reference store.
+func NewReference() *Reference {
+	return &Reference{states: map[refKey]algorithm.State{}, logs: map[refKey]*algorithm.Log{}}
+}
+
+var _ portero.Store = (*Reference)(nil)
+
+// Close implements portero.Store. Later calls, Close included, return an
+// error wrapping portero.ErrClosed.
+func (r *Reference) Close(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("storetest: reference store: %w", portero.ErrClosed)
+	}
+	r.closed = true
+	return nil
+}
+
+// deciders is what one hit needs: a Decider for the fixed-size algorithms,
+// or the sliding log.
+type deciders struct {
+	fixed algorithm.Decider
+	log   *algorithm.SlidingLog
+}
+
+// newDeciders validates r and returns its algorithm: exactly one of fixed and
+// log is non-nil. Errors wrap portero.ErrInvalidLimit or
+// portero.ErrUnknownAlgorithm.
+func newDeciders(r portero.Rule) (deciders, error) {
+	if err := r.Validate(); err != nil {
+		return deciders{}, err
+	}
+	if r.Algorithm == portero.SlidingLog {
+		l, err := algorithm.NewSlidingLog(r.Limit)
+		if err != nil {
+			return deciders{}, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		return deciders{log: l}, nil
+	}
+	d, err := algorithm.New(r.Algorithm, r.Limit)
+	if err != nil {
+		return deciders{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	return deciders{fixed: d}, nil
+}
+
+func (d deciders) maxCost() int64 {
+	if d.log != nil {
+		return d.log.MaxCost()
+	}
+	return d.fixed.MaxCost()
+}
+
+// AllowAll implements portero.Store.
+func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("storetest: reference store: %w", portero.ErrClosed)
+	}
+	algs := make([]deciders, len(hits))
+	for i, h := range hits {
+		d, err := newDeciders(h.Rule)
+		if err != nil {
+			return nil, err
+		}
+		if err := algorithm.CheckCost(h.Cost, d.maxCost()); err != nil {
+			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, err)
+		}
+		algs[i] = d
+	}
+	ns := now.UnixNano()
+	type scratch struct {
+		s     algorithm.State
+		found bool
+	}
+	states := map[refKey]scratch{}
+	pending := map[refKey]int64{}
+	out := make([]portero.Decision, len(hits))
+	all := true
+	for i, h := range hits {
+		k := refKey{h.Rule, h.Key}
+		if a := algs[i].log; a != nil {
+			l := r.logs[k]
+			if l == nil {
+				l = new(algorithm.Log)
+			}
+			d := decideLog(a, l, ns, pending[k], h.Cost)
+			if d.Allowed {
+				pending[k] += h.Cost
+				r.logs[k] = l
+			}
+			out[i], all = d, all && d.Allowed
+			continue
+		}
+		sc, ok := states[k]
+		if !ok {
+			sc.s, sc.found = r.states[k]
+		}
+		s, d := algs[i].fixed.Decide(sc.s, sc.found, ns, h.Cost)
+		if d.Allowed {
+			states[k] = scratch{s, true}
+		}
+		out[i], all = d, all && d.Allowed
+	}
+	if all {
+		for k, sc := range states {
+			r.states[k] = sc.s
+		}
+		for k, p := range pending {
+			a, _ := algorithm.NewSlidingLog(k.rule.Limit)
+			a.Record(r.logs[k], ns, p)
+		}
+	}
+	return out, nil
+}
+
+// decideLog decides a sliding-log hit of the given cost at now (Unix ns)
+// that follows pending admitted but not yet recorded units of the same rule
+// and key in the same AllowAll call, as if those units had been logged at
+// now. With pending 0 it is exactly a.Decide. Like a.Decide it prunes l and
+// records nothing. Every store must follow this rule (memstore has its own
+// copy, since it may not import this package).
+func decideLog(a *algorithm.SlidingLog, l *algorithm.Log, now, pending, cost int64) portero.Decision {
+	if pending == 0 {
+		return a.Decide(l, now, cost)
+	}
+	limit, window := a.MaxCost(), int64(a.Limit().Window)
+	if pending+cost > limit {
+		// Only the pending units themselves could make room, and they all
+		// expire one window from now. Decide with the pending cost (at most
+		// the limit) just to prune.
+		a.Decide(l, now, pending)
+		return portero.Decision{
+			Limit:      limit,
+			Remaining:  max(0, limit-int64(l.Len())-pending),
+			RetryAfter: time.Duration(window),
+			ResetAfter: time.Duration(window),
+		}
+	}
+	d := a.Decide(l, now, pending+cost)
+	if !d.Allowed {
+		d.Remaining = max(0, limit-int64(l.Len())-pending)
+	}
+	// The pending units are the newest entries, logged at now.
+	d.ResetAfter = time.Duration(window)
+	return d
+}
