@@ -1,0 +1,377 @@
+// Package redistest starts real redis-server processes for tests: a single
+// server on a free loopback port, or a Redis Cluster of several masters.
+// Every process lives in the test's t.TempDir(), runs with persistence off
+// (--save "" --appendonly no) and is stopped in t.Cleanup.
+//
+// When redis-server is not on the PATH the tests that need it are skipped
+// with a hint on how to install it, except when PORTERO_REQUIRE_REDIS=1 or
+// CI=true, where they fail: a CI run must never pass by skipping.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InstallHint says how to get redis-server on a Debian machine.
+const InstallHint = "redis-server not found on PATH: install it with `apt-get install -y redis-server redis-tools` (Debian), or set PORTERO_REQUIRE_REDIS=1 to make this a failure"
+
+// Required reports whether a missing redis-server must fail the test rather
+// than skip it: PORTERO_REQUIRE_REDIS=1 or CI=true.
+func Required() bool {
+	return os.Getenv("PORTERO_REQUIRE_REDIS") == "1" || os.Getenv("CI") == "true"
+}
+
+// Binary returns the path of redis-server, or skips (or fails, see Required)
+// the test when there is none.
+func Binary(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		if Required() {
+			t.Fatalf("redistest: %s", InstallHint)
+		}
+		t.Skipf("redistest: %s", InstallHint)
+	}
+	return p
+}
+
+// Server is one redis-server process. Its methods are safe for concurrent
+// use; the test's cleanup stops the process.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	args []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Start starts a standalone redis-server on a free loopback port and
+// returns it ready to accept commands. Extra arguments are appended to the
+// command line (for example "--cluster-enabled", "yes").
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := Binary(t)
+	dir := t.TempDir()
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort(len(extra) > 0 && hasClusterFlag(extra))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		s := &Server{t: t, bin: bin, dir: dir, port: port, args: extra}
+		if err := s.start(); err != nil {
+			lastErr = err
+			continue
+		}
+		t.Cleanup(s.stop)
+		return s
+	}
+	t.Fatalf("redistest: start redis-server: %v", lastErr)
+	return nil
+}
+
+func hasClusterFlag(args []string) bool {
+	for _, a := range args {
+		if a == "--cluster-enabled" {
+			return true
+		}
+	}
+	return false
+}
+
+// freePort finds a loopback port that is free now (and, for a cluster node,
+// whose bus port +10000 is free too). Another process may take it before
+// redis-server binds it; Start retries.
+func freePort(bus bool) (int, error) {
+	for i := 0; i < 20; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !bus {
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		lb, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
+		if err != nil {
+			continue
+		}
+		lb.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port pair for a cluster node")
+}
+
+func (s *Server) start() error {
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--loglevel", "warning",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}
+	args = append(args, s.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, strings.TrimSpace(string(log)))
+		default:
+		}
+		if r, err := Do(s.Addr(), "PING"); err == nil && r == "PONG" {
+			s.mu.Lock()
+			s.cmd = cmd
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	<-done
+	return fmt.Errorf("redis-server on port %d did not answer PING within 5s", s.port)
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT".
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// URL returns the server's address as a redis:// URL for database 0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Port returns the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+func (s *Server) process() *os.Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	return s.cmd.Process
+}
+
+// Kill ends the process with SIGKILL, as a crash would, and waits until the
+// port no longer answers. All data is lost (persistence is off).
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGCONT) // a frozen process must run to die promptly
+	cmd.Process.Kill()
+	for i := 0; i < 200; i++ {
+		if _, err := Do(s.Addr(), "PING"); err != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Freeze stops the process with SIGSTOP: connections stay open but nothing
+// is answered, like a hung server.
+func (s *Server) Freeze() {
+	if p := s.process(); p != nil {
+		p.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Thaw resumes a frozen process with SIGCONT.
+func (s *Server) Thaw() {
+	if p := s.process(); p != nil {
+		p.Signal(syscall.SIGCONT)
+	}
+}
+
+// Restart starts the server again on the same port after Kill. It fails the
+// test if the port was taken meanwhile.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.process() != nil {
+		s.t.Fatalf("redistest: Restart of a running server on port %d", s.port)
+	}
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart redis-server: %v", err)
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	cmd.Process.Kill()
+}
+
+// Do sends one command to addr over a fresh connection and returns the reply
+// as text: a simple or bulk string, an integer in decimal, or the elements
+// of an array joined by newlines. An error reply is returned as an error.
+// It is meant for setting up servers in tests, not for speed.
+func Do(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		parts := make([]string, 0, max(n, 0))
+		for i := 0; i < n; i++ {
+			p, err := readReply(r)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return "", fmt.Errorf("unexpected reply %q", line)
+}
+
+// Cluster is a Redis Cluster of masters without replicas, each a Server.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster starts n masters (at least 3) in cluster mode on loopback
+// ports, splits the 16384 slots evenly between them, introduces them to each
+// other and waits until every node reports cluster_state:ok.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 3 {
+		t.Fatalf("redistest: a cluster needs at least 3 masters, got %d", n)
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		c.Nodes = append(c.Nodes, Start(t, "--cluster-enabled", "yes",
+			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
+			"--cluster-node-timeout", "2000"))
+	}
+	const slots = 16384
+	for i, s := range c.Nodes {
+		lo, hi := i*slots/n, (i+1)*slots/n-1
+		if _, err := Do(s.Addr(), "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
+			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr(), err)
+		}
+	}
+	for _, s := range c.Nodes[1:] {
+		if _, err := Do(c.Nodes[0].Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.Port())); err != nil {
+			t.Fatalf("redistest: CLUSTER MEET %s: %v", s.Addr(), err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, s := range c.Nodes {
+			info, err := Do(s.Addr(), "CLUSTER", "INFO")
+			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
+				!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return c
+		}
+		if time.Now().After(deadline) {
+			info, _ := Do(c.Nodes[0].Addr(), "CLUSTER", "INFO")
+			t.Fatalf("redistest: cluster not ready after 20s:\n%s", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Addrs returns the addresses of the cluster's nodes.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		out[i] = s.Addr()
+	}
+	return out
+}
