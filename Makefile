@@ -1,0 +1,44 @@
+# Portero's developer and CI entry points. CI runs .ci/run, which runs
+# `make test` with CI=true.
+
+GO       ?= go
+FUZZTIME ?= 15s
+
+# Tests that need redis-server fail (rather than skip) when it is missing.
+export PORTERO_REQUIRE_REDIS := 1
+
+.PHONY: test vet redis-server bench fuzz
+
+## test: vet everything and run every test with the race detector.
+test: redis-server vet
+	$(GO) test -race -timeout 18m ./...
+
+vet:
+	$(GO) vet ./...
+
+## redis-server: install Debian's redis-server if it is missing and we are root.
+redis-server:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing redis-server from Debian"; \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
+		else \
+			echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (tests that need it will fail)" >&2; \
+		fi; \
+	fi
+
+## bench: Portero beside its peers (see scripts/bench.sh).
+bench:
+	bash scripts/bench.sh
+
+## fuzz: run every fuzz target of the main module for FUZZTIME each (default 15s);
+## packages of nested modules (bench/) are skipped.
+fuzz:
+	@set -e; \
+	for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		$(GO) list $$dir >/dev/null 2>&1 || continue; \
+		for name in $$($(GO) test -list '^Fuzz' $$dir | grep '^Fuzz'); do \
+			echo "== $$dir $$name"; \
+			$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$dir; \
+		done; \
+	done

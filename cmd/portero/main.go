@@ -1,0 +1,90 @@
+// Command portero is Portero's one binary: the gateway (serve), the
+// experiments (sim) and the tools around them.
+//
+// main is tiny on purpose: everything happens in run, which the tests call
+// with their own arguments and writers.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// run executes the command line args (without the program name), writing
+// results to stdout and diagnostics to stderr. It prints the error, if any,
+// to stderr before returning it; exitCode turns it into the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(os.Stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "portero: %v\n", err)
+	}
+	return err
+}
+
+// newRootCmd builds the command tree.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "portero",
+		Short: "Portero, a rate limiter: the doorman in front of a service",
+		Long: `Portero asks, for every request, "has this client used its share?",
+lets it in or turns it away, and tells the client when to come back.`,
+		SilenceErrors: true, // run prints the error once, with the program's name
+		SilenceUsage:  true,
+		// Unknown subcommands and stray arguments are usage errors.
+		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+
+	// --- Top-level commands: append one line per command, in its own file. ---
+	root.AddCommand(newSimCmd())
+	// --- end of top-level commands ---
+	return root
+}
+
+// usageError marks a mistake in the command line or its input files: the
+// user must change what they typed, so the exit status is 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usageErr wraps err as a usage error (exit status 2); nil stays nil.
+func usageErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
+// exitCode is the process exit status for run's error: 0 for none, 2 for a
+// usage error (bad flag, bad argument, malformed input file), 1 otherwise.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/sim"
+)
+
+// newSimCmd is the "sim" group: experiments on a virtual clock.
+func newSimCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Experiments on a virtual clock: replay traces, compare algorithms",
+		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+	}
+	cmd.PersistentFlags().String("store", "memory", `where the simulated state lives: "memory" (see openStore)`)
+
+	// --- sim subcommands: append one line per subcommand, defined in its own file. ---
+	cmd.AddCommand(newSimReplayCmd())
+	cmd.AddCommand(newSimBurstCmd())
+	// --- end of sim subcommands ---
+	return cmd
+}
+
+// openStore opens the portero.Store named by a --store flag value. It is the
+// one place that knows the store kinds: add a case here for a new backend
+// (such as "redis://host:port/db").
+func openStore(spec string) (portero.Store, error) {
+	switch {
+	case spec == "" || spec == "memory":
+		return sim.NewStore(), nil
+	}
+	return nil, usageErr(fmt.Errorf("--store %q: unknown store, want \"memory\"", spec))
+}
+
+// storeOpener returns a function that opens a fresh store as cmd's --store
+// flag says.
+func storeOpener(cmd *cobra.Command) func() (portero.Store, error) {
+	spec, _ := cmd.Flags().GetString("store")
+	return func() (portero.Store, error) { return openStore(spec) }
+}
+
+func newSimReplayCmd() *cobra.Command {
+	var (
+		algName, format, tracePath string
+		count, burst               int64
+		window                     time.Duration
+		rate                       float64
+	)
+	cmd := &cobra.Command{
+		Use:   "replay --algorithm NAME --limit L --window W --trace FILE",
+		Short: "Replay a trace of requests through one algorithm and print every decision",
+		Long: `Replay reads a trace (CSV lines time,key[,cost]; time in decimal seconds
+since the start, never decreasing; cost 1 by default; an optional header line)
+and prints one row per request: time,key,cost,allowed,remaining,retry_after,
+plus departure for leaky-queue. Trace time 0 is the Unix epoch, so fixed
+windows start at trace times 0, W, 2W, ...
+
+The buckets, GCRA and the queue read --limit L --window W as rate L/W per
+second and capacity L, unless --rate (per second) or --burst says otherwise.
+A malformed trace is an error naming its line (exit status 2), and then no
+decision is printed.`,
+		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Checked here rather than with MarkFlagRequired so that a missing
+			// flag is a usage error (exit status 2) like any other.
+			for _, name := range []string{"algorithm", "limit", "window", "trace"} {
+				if !cmd.Flags().Changed(name) {
+					return usageErr(fmt.Errorf("--%s is required", name))
+				}
+			}
+			alg, err := portero.ParseAlgorithm(algName)
+			if err != nil {
+				return usageErr(fmt.Errorf("--algorithm: %w", err))
+			}
+			if !validFormat(format, sim.Formats) {
+				return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(sim.Formats, ", ")))
+			}
+			rule := portero.Rule{Name: "replay", Algorithm: alg, Limit: portero.Limit{Count: count, Window: window, Burst: burst, Rate: rate}}
+			if err := rule.Limit.Validate(); err != nil {
+				return usageErr(err)
+			}
+			trace, err := readTrace(tracePath)
+			if err != nil {
+				return err
+			}
+			store, err := openStore(mustString(cmd, "store"))
+			if err != nil {
+				return err
+			}
+			defer store.Close(cmd.Context())
+			results, err := sim.Replay(cmd.Context(), store, rule, trace)
+			if err != nil {
+				if errors.Is(err, sim.ErrMalformedTrace) {
+					return usageErr(fmt.Errorf("trace %s: %w", tracePath, err))
+				}
+				return err
+			}
+			return sim.WriteResults(cmd.OutOrStdout(), format, results, alg == portero.LeakyQueue)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&algName, "algorithm", "", "algorithm: "+joinAlgorithms(portero.Algorithms))
+	f.Int64Var(&count, "limit", 0, "limit L: requests (cost units) per window")
+	f.DurationVar(&window, "window", 0, "window W, a Go duration such as 1s or 500ms")
+	f.Int64Var(&burst, "burst", 0, "capacity B of the buckets, GCRA and the queue (default L)")
+	f.Float64Var(&rate, "rate", 0, "rate R per second of the buckets, GCRA and the queue (default L/W)")
+	f.StringVar(&tracePath, "trace", "", `trace file (CSV time,key[,cost]); "-" reads standard input`)
+	f.StringVar(&format, "format", "csv", "output format: "+strings.Join(sim.Formats, ", "))
+	return cmd
+}
+
+// readTrace parses the whole trace at path ("-" for standard input).
+func readTrace(path string) ([]sim.Request, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("trace: %w", err))
+		}
+		defer f.Close()
+		r = f
+	}
+	trace, err := sim.ParseTrace(r)
+	if err != nil {
+		if errors.Is(err, sim.ErrMalformedTrace) {
+			return nil, usageErr(fmt.Errorf("trace %s: %w", path, err))
+		}
+		return nil, fmt.Errorf("trace %s: %w", path, err)
+	}
+	return trace, nil
+}
+
+func newSimBurstCmd() *cobra.Command {
+	var format, out string
+	cmd := &cobra.Command{
+		Use:   "burst [--format csv|table] [--out FILE.svg|FILE.png]",
+		Short: "The seed's burst experiment: five algorithms, the same 80 requests",
+		Long: `Burst sends the same 80 requests from one client (see docs/algorithms.md and
+testdata/burst.csv) to fixed-window, sliding-log, sliding-counter, token-bucket
+and leaky-queue, each with limit 10 per 1 s window (capacity 10 and 10/s for the
+buckets), and prints the largest number each let through in any interval
+[s, s+1s): admissions, or departures for the queue.
+
+With --out FILE.svg (or .png) it also draws two charts: the figures as bars in
+FILE.svg, and each algorithm's cumulative throughput over time in
+FILE-over-time.svg.`,
+		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "csv" && format != "table" {
+				return usageErr(fmt.Errorf("--format %q: want csv or table", format))
+			}
+			if out != "" {
+				if err := sim.CheckChartPath(out); err != nil {
+					return usageErr(fmt.Errorf("--out: %w", err))
+				}
+			}
+			res, err := sim.RunBurst(cmd.Context(), storeOpener(cmd), sim.BurstAlgorithms, sim.BurstLimit, sim.BurstTrace())
+			if err != nil {
+				return err
+			}
+			if err := writeBurst(cmd.OutOrStdout(), format, res); err != nil {
+				return err
+			}
+			if out != "" {
+				files, err := sim.BurstCharts(out, res)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", strings.Join(files, ", "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "csv", "output format: csv or table")
+	cmd.Flags().StringVar(&out, "out", "", "also draw the charts to this .svg or .png file")
+	return cmd
+}
+
+func writeBurst(w io.Writer, format string, res []sim.BurstResult) error {
+	header := []string{"algorithm", "max_admitted_in_any_window"}
+	rows := make([][]string, len(res))
+	for i, r := range res {
+		rows[i] = []string{string(r.Algorithm), strconv.Itoa(r.Max)}
+	}
+	return sim.WriteRows(w, format, header, rows)
+}
+
+func validFormat(f string, formats []string) bool {
+	for _, x := range formats {
+		if f == x {
+			return true
+		}
+	}
+	return false
+}
+
+func joinAlgorithms(algs []portero.Algorithm) string {
+	s := make([]string, len(algs))
+	for i, a := range algs {
+		s[i] = string(a)
+	}
+	return strings.Join(s, ", ")
+}
+
+func mustString(cmd *cobra.Command, name string) string {
+	s, err := cmd.Flags().GetString(name)
+	if err != nil {
+		panic(err) // a programming error: the flag is defined above
+	}
+	return s
+}

@@ -1,0 +1,216 @@
+package sim
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+// Result is one replayed request and the decision it got.
+type Result struct {
+	Request
+	portero.Decision
+}
+
+// Departure reports when a request admitted by a queue (leaky-queue) leaves
+// it, as trace time: its arrival plus Decision.Delay. ok is false for a
+// refused (dropped) request.
+func (r Result) Departure() (at time.Duration, ok bool) {
+	if !r.Allowed {
+		return 0, false
+	}
+	return r.At + r.Delay, true
+}
+
+// MaxCost returns the largest cost a single request may have under rule:
+// the count L for the window algorithms, the capacity B for the buckets,
+// GCRA and the queue.
+func MaxCost(rule portero.Rule) (int64, error) {
+	if err := rule.Validate(); err != nil {
+		return 0, err
+	}
+	if rule.Algorithm == portero.SlidingLog {
+		lg, err := algorithm.NewSlidingLog(rule.Limit)
+		if err != nil {
+			return 0, err
+		}
+		return lg.MaxCost(), nil
+	}
+	d, err := algorithm.New(rule.Algorithm, rule.Limit)
+	if err != nil {
+		return 0, err
+	}
+	return d.MaxCost(), nil
+}
+
+// CheckTrace reports the first request whose cost the rule could never
+// admit, as a *TraceError naming its line (wrapping ErrMalformedTrace and
+// portero.ErrCostExceedsLimit).
+func CheckTrace(rule portero.Rule, trace []Request) error {
+	max, err := MaxCost(rule)
+	if err != nil {
+		return err
+	}
+	for _, r := range trace {
+		if r.Cost > max {
+			return &TraceError{Line: r.Line, Err: fmt.Errorf("%w: %w: cost %d is more than the %d that %s %s can admit at once",
+				ErrMalformedTrace, portero.ErrCostExceedsLimit, r.Cost, max, rule.Algorithm, rule.Limit)}
+		}
+	}
+	return nil
+}
+
+// Replay runs every request of trace through store under rule, in order,
+// each at Epoch plus its time, and returns one result per request. It checks
+// the whole trace with CheckTrace first, so a bad trace decides nothing.
+func Replay(ctx context.Context, store portero.Store, rule portero.Rule, trace []Request) ([]Result, error) {
+	if err := CheckTrace(rule, trace); err != nil {
+		return nil, err
+	}
+	out := make([]Result, 0, len(trace))
+	hit := make([]portero.Hit, 1)
+	for _, r := range trace {
+		hit[0] = portero.Hit{Rule: rule, Key: r.Key, Cost: r.Cost}
+		ds, err := store.AllowAll(ctx, Epoch.Add(r.At), hit)
+		if err != nil {
+			return nil, fmt.Errorf("request at %s for key %q: %w", FormatSeconds(r.At), r.Key, err)
+		}
+		out = append(out, Result{Request: r, Decision: ds[0]})
+	}
+	return out, nil
+}
+
+// Formats lists the output formats of WriteResults.
+var Formats = []string{"csv", "json", "table"}
+
+// WriteResults writes results in format ("csv", "json" or "table"): one row
+// per request with the columns time, key, cost, allowed, remaining,
+// retry_after and, when departures is true, departure (empty in CSV, null
+// in JSON, "-" in the table for a dropped request). Times and durations are
+// decimal seconds, written exactly (FormatSeconds); JSON writes them as
+// numbers.
+func WriteResults(w io.Writer, format string, results []Result, departures bool) error {
+	header := []string{"time", "key", "cost", "allowed", "remaining", "retry_after"}
+	if departures {
+		header = append(header, "departure")
+	}
+	row := func(r Result) []string {
+		cells := []string{
+			FormatSeconds(r.At), r.Key, strconv.FormatInt(r.Cost, 10),
+			strconv.FormatBool(r.Allowed), strconv.FormatInt(r.Remaining, 10),
+			FormatSeconds(r.RetryAfter),
+		}
+		if departures {
+			d := ""
+			if at, ok := r.Departure(); ok {
+				d = FormatSeconds(at)
+			}
+			cells = append(cells, d)
+		}
+		return cells
+	}
+	switch format {
+	case "csv", "table":
+		rows := make([][]string, len(results))
+		for i, r := range results {
+			rows[i] = row(r)
+			if format == "table" && departures && rows[i][len(header)-1] == "" {
+				rows[i][len(header)-1] = "-"
+			}
+		}
+		return WriteRows(w, format, header, rows)
+	case "json":
+		rows := make([]any, len(results))
+		for i, r := range results {
+			row := jsonRow{
+				Time: json.Number(FormatSeconds(r.At)), Key: r.Key, Cost: r.Cost,
+				Allowed: r.Allowed, Remaining: r.Remaining,
+				RetryAfter: json.Number(FormatSeconds(r.RetryAfter)),
+			}
+			rows[i] = row
+			if departures {
+				q := jsonQueueRow{jsonRow: row}
+				if at, ok := r.Departure(); ok {
+					n := json.Number(FormatSeconds(at))
+					q.Departure = &n
+				}
+				rows[i] = q
+			}
+		}
+		return writeJSON(w, rows)
+	}
+	return fmt.Errorf("unknown format %q: want one of %v", format, Formats)
+}
+
+type jsonRow struct {
+	Time       json.Number `json:"time"`
+	Key        string      `json:"key"`
+	Cost       int64       `json:"cost"`
+	Allowed    bool        `json:"allowed"`
+	Remaining  int64       `json:"remaining"`
+	RetryAfter json.Number `json:"retry_after"`
+}
+
+// jsonQueueRow adds the departure, null for a dropped request.
+type jsonQueueRow struct {
+	jsonRow
+	Departure *json.Number `json:"departure"`
+}
+
+// writeJSON writes rows as a JSON array, one object per line.
+func writeJSON(w io.Writer, rows []any) error {
+	var b []byte
+	b = append(b, '[')
+	for i, r := range rows {
+		j, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, "\n "...)
+		b = append(b, j...)
+	}
+	b = append(b, "\n]\n"...)
+	_, err := w.Write(b)
+	return err
+}
+
+// WriteRows writes a header and rows as CSV ("csv") or as a table of
+// aligned columns ("table").
+func WriteRows(w io.Writer, format string, header []string, rows [][]string) error {
+	switch format {
+	case "csv":
+		cw := csv.NewWriter(w)
+		if err := cw.Write(header); err != nil {
+			return err
+		}
+		if err := cw.WriteAll(rows); err != nil { // WriteAll flushes
+			return err
+		}
+		return cw.Error()
+	case "table":
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		writeTabRow(tw, header)
+		for _, r := range rows {
+			writeTabRow(tw, r)
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("unknown format %q: want csv or table", format)
+}
+
+func writeTabRow(w io.Writer, cells []string) {
+	io.WriteString(w, strings.Join(cells, "\t"))
+	io.WriteString(w, "\n")
+}
