@@ -1,0 +1,164 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+// Limiter decides for the keys of one rule in a Store. Get one from
+// Store.Limiter; it is safe for concurrent use and starts no goroutines.
+type Limiter struct {
+	t *table
+}
+
+var _ portero.Limiter = (*Limiter)(nil)
+
+// Rule returns the rule the limiter enforces.
+func (l *Limiter) Rule() portero.Rule { return l.t.rule }
+
+// Allow is AllowN at time.Now() with cost 1.
+func (l *Limiter) Allow(ctx context.Context, key string) (portero.Decision, error) {
+	return l.AllowN(ctx, key, time.Now(), 1)
+}
+
+// AllowN implements portero.Limiter: it decides a request of the given cost
+// (in the rule's units) from key at now and counts it if allowed. For a
+// leaky-queue rule an allowed request is queued: Decision.Delay is how long
+// it waits before it departs, and the caller is expected to wait that long
+// (Wait does). Errors wrap portero.ErrInvalidCost,
+// portero.ErrCostExceedsLimit or portero.ErrClosed. ctx is not consulted: a
+// decision waits for nothing but one shard lock. On a key the store already
+// holds it allocates nothing.
+func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int64) (portero.Decision, error) {
+	t := l.t
+	if cost <= 0 || cost > t.max {
+		return portero.Decision{}, fmt.Errorf("rule %q: %w", t.rule.Name, algorithm.CheckCost(cost, t.max))
+	}
+	if t.store.closed.Load() {
+		return portero.Decision{}, errClosed
+	}
+	h := t.hash(key)
+	return t.decide(t.shard(h), h, now.UnixNano(), cost), nil
+}
+
+// decide decides one request under the shard lock. cost has been checked.
+func (t *table) decide(sh *shard, h uint64, now, cost int64) portero.Decision {
+	sh.mu.Lock()
+	if t.log != nil {
+		d := t.decideLog(sh, h, now, cost)
+		sh.mu.Unlock()
+		return d
+	}
+	if slots := sh.slots; len(slots) > 0 {
+		i := home(h, len(slots))
+		for {
+			e := &slots[i]
+			if e.h == h {
+				s, d := t.dec.Decide(e.s, true, now, cost)
+				e.s = s
+				sh.mu.Unlock()
+				return d
+			}
+			if e.h == 0 {
+				break
+			}
+			if i++; i == len(slots) {
+				i = 0
+			}
+		}
+	}
+	s, d := t.dec.Decide(algorithm.State{}, false, now, cost)
+	if d.Allowed {
+		sh.insert(h, s, now, t.dec)
+	}
+	sh.mu.Unlock()
+	return d
+}
+
+func (t *table) decideLog(sh *shard, h uint64, now, cost int64) portero.Decision {
+	l := sh.logs[h]
+	if l != nil {
+		d := t.log.Decide(l, now, cost)
+		if d.Allowed {
+			t.log.Record(l, now, cost)
+		}
+		return d
+	}
+	l = new(algorithm.Log)
+	d := t.log.Decide(l, now, cost)
+	if d.Allowed {
+		t.log.Record(l, now, cost)
+		if len(sh.logs) >= sh.max {
+			sh.evictLog(now, t.log)
+		}
+		sh.logs[h] = l
+	}
+	return d
+}
+
+// Wait is WaitN with cost 1.
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN takes a place of the given cost in key's queue and sleeps until the
+// request departs; it is only for leaky-queue rules (for others it returns
+// an error wrapping errors.ErrUnsupported). It reads the clock with
+// time.Now. When the queue is full it returns at once with an error
+// wrapping ErrQueueFull (the request was dropped). When ctx ends first, or
+// its deadline comes before the departure, it returns ctx's error and gives
+// the place back if no later request has queued behind it (the queue then
+// drains as if it had never come); otherwise the place stays taken. When the
+// store is closed meanwhile it returns an error wrapping portero.ErrClosed.
+func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
+	t := l.t
+	if t.rule.Algorithm != portero.LeakyQueue {
+		return fmt.Errorf("memstore: rule %q: Wait needs a %s rule, not %s: %w", t.rule.Name, portero.LeakyQueue, t.rule.Algorithm, errors.ErrUnsupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	if cost <= 0 || cost > t.max {
+		return fmt.Errorf("rule %q: %w", t.rule.Name, algorithm.CheckCost(cost, t.max))
+	}
+	if t.store.closed.Load() {
+		return errClosed
+	}
+	h := t.hash(key)
+	sh := t.shard(h)
+	ns := now.UnixNano()
+	d := t.decide(sh, h, ns, cost)
+	if !d.Allowed {
+		return fmt.Errorf("memstore: rule %q: %w: retry after %v", t.rule.Name, ErrQueueFull, d.RetryAfter)
+	}
+	departure := ns + int64(d.Delay) // the queue's new last departure
+	if dl, ok := ctx.Deadline(); ok && dl.Before(now.Add(d.Delay)) {
+		t.giveBack(sh, h, departure, cost)
+		return fmt.Errorf("memstore: rule %q: departure in %v is after the deadline: %w", t.rule.Name, d.Delay, context.DeadlineExceeded)
+	}
+	timer := time.NewTimer(d.Delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		t.giveBack(sh, h, departure, cost)
+		return ctx.Err()
+	case <-t.store.stop:
+		return errClosed
+	}
+}
+
+// giveBack returns a queue reservation of cost whose departure was at
+// departure, if it is still the last one.
+func (t *table) giveBack(sh *shard, h uint64, departure, cost int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i := sh.find(h); i >= 0 && sh.slots[i].s.A == departure {
+		sh.slots[i].s.A -= cost * int64(t.rule.Limit.Interval())
+	}
+}

@@ -1,0 +1,496 @@
+// Package memstore keeps Portero's rate-limit state in memory, for one
+// process: a sharded store with bounded memory, safe for concurrent use.
+//
+// A Store holds any number of rules. Each rule (the whole portero.Rule
+// value: name, algorithm and limit) has its own table, split into shards
+// with one mutex each. A key is found by a 64-bit hash (hash/maphash, with a
+// random seed per rule); the high bits pick the shard and the low bits the
+// slot in the shard's open-addressing table (linear probing, backward-shift
+// deletion, no tombstones). A slot is 24 bytes, the hash and the
+// algorithm's two-word state, and the tables grow between 10/16 and 13/16
+// full, so a key of a fixed-size algorithm costs 30 to 38 bytes. The sliding
+// log keeps a map of logs per shard instead, 8 bytes per admitted request
+// plus about 100 bytes per key.
+//
+// # Hash collisions
+//
+// The key itself is not stored: two keys whose 64-bit hashes are equal
+// share one state, so each is limited as if the other's requests were its
+// own (stricter for both, never looser). Among n keys of one rule the chance
+// that any two collide is about n²/2⁶⁵: 3·10⁻⁸ for a million keys. The seed
+// is random per store and rule, so no one can aim for a collision.
+//
+// # Bounded memory and eviction
+//
+// Config.MaxKeys caps the keys of each rule (each shard holds its share).
+// A flood of distinct keys, such as 200,000 spoofed addresses, therefore
+// costs a bounded amount of memory. When a shard is full and a new key
+// arrives, the store looks at the entries near where the new key goes and
+// at a few from a random place (16 in all): it drops those whose state has
+// expired (returned to "full", so dropping them changes nothing), or if
+// there are none, the one with the most room left (the key that has used
+// least of its limit, so that forgetting it gives away least), the earliest
+// to expire among equals. An evicted key starts afresh at its next request,
+// so a key may be admitted more than its limit only if it was evicted, which
+// under this policy means that at least 16 keys looked at were as far from
+// full as it was; keys whose state is kept are decided exactly. A client
+// that has used up its limit therefore survives a flood of one-request
+// addresses.
+//
+// A background sweeper (Config.SweepInterval) also drops expired state, so
+// that memory follows the keys that are active; until it runs, expired state
+// is also replaced in place when its key comes back.
+//
+// # Time
+//
+// Every decision has a form that takes the instant (AllowN, AllowAll) and
+// one that reads the clock (Allow, Wait). When time goes backwards the
+// algorithms create no capacity (see package algorithm). The sweeper reads
+// Config.Now, the wall clock by default: a program that drives the store
+// with a virtual clock should set Now to that clock or turn sweeping off.
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+// Defaults for the zero Config.
+const (
+	// DefaultMaxKeys is the default cap on the keys of each rule: 2²⁰, about
+	// 38 MB at most per rule for the fixed-size algorithms.
+	DefaultMaxKeys = 1 << 20
+	// DefaultSweepInterval is the default time between sweeps.
+	DefaultSweepInterval = time.Minute
+)
+
+// Config configures a Store. The zero value gives the defaults.
+type Config struct {
+	// Shards is the number of locks each rule's keys are spread over,
+	// rounded up to a power of two. 0 means the smallest power of two at
+	// least 4×GOMAXPROCS; it is lowered when MaxKeys is smaller.
+	Shards int
+	// MaxKeys caps the keys kept for each rule (each shard keeps at most
+	// MaxKeys/Shards); beyond it the store evicts (see the package doc).
+	// 0 means DefaultMaxKeys.
+	MaxKeys int
+	// SweepInterval is the time between sweeps of expired state by a
+	// background goroutine, which Close stops. 0 means
+	// DefaultSweepInterval; a negative value turns the sweeper off.
+	SweepInterval time.Duration
+	// Now is the clock the sweeper reads. nil means time.Now. Decisions
+	// never read it.
+	Now func() time.Time
+}
+
+// Store is an in-memory portero.Store. Create it with New; it is safe for
+// concurrent use. It owns a sweeper goroutine (unless Config.SweepInterval
+// is negative), which Close stops; after Close every method returns an
+// error wrapping portero.ErrClosed.
+type Store struct {
+	shardBits uint
+	perShard  int
+	now       func() time.Time
+	interval  time.Duration
+
+	tables sync.Map   // portero.Rule → *table
+	mu     sync.Mutex // serializes creating tables
+	nextID uint64     // guarded by mu
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{} // closed by Close
+	done      chan struct{} // closed when the sweeper has returned
+}
+
+var _ portero.Store = (*Store)(nil)
+
+// New validates cfg and returns a Store, with its sweeper started.
+func New(cfg Config) (*Store, error) {
+	if cfg.Shards < 0 {
+		return nil, fmt.Errorf("memstore: shards %d: must not be negative", cfg.Shards)
+	}
+	if cfg.MaxKeys < 0 {
+		return nil, fmt.Errorf("memstore: max keys %d: must not be negative", cfg.MaxKeys)
+	}
+	shards := cfg.Shards
+	if shards == 0 {
+		shards = 4 * runtime.GOMAXPROCS(0)
+	}
+	if shards > 1<<16 {
+		return nil, fmt.Errorf("memstore: shards %d: at most %d", cfg.Shards, 1<<16)
+	}
+	maxKeys := cmp.Or(cfg.MaxKeys, DefaultMaxKeys)
+	shardBits := uint(bits.Len(uint(shards - 1))) // round up to a power of two
+	for shardBits > 0 && maxKeys>>shardBits == 0 {
+		shardBits-- // never more shards than keys, so the cap holds exactly
+	}
+	s := &Store{
+		shardBits: shardBits,
+		perShard:  maxKeys >> shardBits,
+		now:       cfg.Now,
+		interval:  cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if cfg.Now == nil {
+		s.now = time.Now
+	}
+	if s.interval > 0 {
+		go s.sweeper()
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// table is one rule's state: its algorithm and its shards.
+type table struct {
+	id     uint64 // order in which AllowAll locks shards
+	rule   portero.Rule
+	dec    algorithm.Decider     // fixed-size algorithms
+	log    *algorithm.SlidingLog // sliding log
+	max    int64                 // largest cost
+	seed   maphash.Seed
+	shift  uint // 64 − shard bits
+	shards []shard
+	store  *Store
+}
+
+// table returns rule's table, creating it on first use.
+func (s *Store) table(rule portero.Rule) (*table, error) {
+	if t, ok := s.tables.Load(rule); ok {
+		return t.(*table), nil
+	}
+	if err := rule.Validate(); err != nil {
+		return nil, err
+	}
+	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, store: s}
+	if rule.Algorithm == portero.SlidingLog {
+		l, err := algorithm.NewSlidingLog(rule.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", rule.Name, err)
+		}
+		t.log, t.max = l, l.MaxCost()
+	} else {
+		d, err := algorithm.New(rule.Algorithm, rule.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", rule.Name, err)
+		}
+		t.dec, t.max = d, d.MaxCost()
+	}
+	t.shards = make([]shard, 1<<s.shardBits)
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.max = s.perShard
+		sh.rnd = maphash.Comparable(t.seed, i) | 1
+		if t.log != nil {
+			sh.logs = map[uint64]*algorithm.Log{}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.tables.Load(rule); ok {
+		return old.(*table), nil
+	}
+	t.id = s.nextID
+	s.nextID++
+	s.tables.Store(rule, t)
+	return t, nil
+}
+
+// hash returns key's hash under t, never 0.
+func (t *table) hash(key string) uint64 {
+	h := maphash.String(t.seed, key)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+func (t *table) shard(h uint64) *shard { return &t.shards[h>>t.shift&uint64(len(t.shards)-1)] }
+
+// Limiter returns the limiter for rule, which shares the store's state for
+// that rule (two Limiters for equal rules decide for the same keys). The
+// rule is validated: errors wrap portero.ErrInvalidLimit or
+// portero.ErrUnknownAlgorithm. The Limiter is safe for concurrent use and
+// stops working (ErrClosed) when the store is closed.
+func (s *Store) Limiter(rule portero.Rule) (*Limiter, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	t, err := s.table(rule)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{t: t}, nil
+}
+
+var errClosed = fmt.Errorf("memstore: %w", portero.ErrClosed)
+
+// Len returns the number of keys the store holds state for, summed over its
+// rules. It locks every shard in turn, so it is meant for tests and metrics,
+// not for every request.
+func (s *Store) Len() int {
+	n := 0
+	s.tables.Range(func(_, v any) bool {
+		t := v.(*table)
+		for i := range t.shards {
+			sh := &t.shards[i]
+			sh.mu.Lock()
+			n += sh.n + len(sh.logs)
+			sh.mu.Unlock()
+		}
+		return true
+	})
+	return n
+}
+
+// Close stops the sweeper and releases the state. It waits for the sweeper
+// to return or for ctx to end, whichever comes first. Calls after the first
+// return an error wrapping portero.ErrClosed.
+func (s *Store) Close(ctx context.Context) error {
+	first := false
+	s.closeOnce.Do(func() {
+		first = true
+		s.closed.Store(true)
+		close(s.stop)
+	})
+	if !first {
+		return errClosed
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return fmt.Errorf("memstore: close: %w", ctx.Err())
+	}
+	s.tables.Clear()
+	return nil
+}
+
+// sweeper drops expired state every interval until Close.
+func (s *Store) sweeper() {
+	defer close(s.done)
+	tick := time.NewTicker(s.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.Sweep(s.now())
+		}
+	}
+}
+
+// sweepChunk is how many slots the sweeper examines per lock hold, which
+// bounds how long it keeps a shard from deciding.
+const sweepChunk = 1024
+
+// Sweep drops every state that has expired at now (returned to "full", so
+// that dropping it changes no decision) and returns how many keys it
+// dropped. The background sweeper calls it with Config.Now; a program that
+// turned the sweeper off may call it itself. It locks one shard at a time,
+// for at most a thousand or so slots.
+func (s *Store) Sweep(now time.Time) int {
+	ns := now.UnixNano()
+	dropped := 0
+	s.tables.Range(func(_, v any) bool {
+		t := v.(*table)
+		for i := range t.shards {
+			sh := &t.shards[i]
+			if t.log != nil {
+				sh.mu.Lock()
+				for h, l := range sh.logs {
+					if t.log.Expiry(l) <= ns {
+						delete(sh.logs, h)
+						dropped++
+					}
+				}
+				sh.mu.Unlock()
+				continue
+			}
+			for from := 0; ; from += sweepChunk {
+				sh.mu.Lock()
+				if from >= len(sh.slots) {
+					sh.mu.Unlock()
+					break
+				}
+				dropped += sh.sweepFixed(from, from+sweepChunk, ns, t.dec)
+				sh.mu.Unlock()
+			}
+		}
+		return !s.closed.Load()
+	})
+	return dropped
+}
+
+// AllowAll implements portero.Store: it decides every hit at now and counts
+// them only if all are allowed. It locks every shard the hits touch, in a
+// fixed order, so that concurrent calls are atomic with respect to each
+// other and to the Limiters. The decisions are those of
+// storetest.Reference: hits are decided in order, each seeing what the
+// earlier ones of the call would leave; when the call is refused the
+// decisions of the hits that would have passed alone still say Allowed.
+// ctx is not consulted: a decision waits for nothing but the shard locks.
+func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if len(hits) == 0 {
+		return []portero.Decision{}, nil
+	}
+	var buf [4]pending
+	work := buf[:0]
+	if len(hits) > len(buf) {
+		work = make([]pending, 0, len(hits))
+	}
+	for _, h := range hits {
+		t, err := s.table(h.Rule)
+		if err != nil {
+			return nil, err
+		}
+		if h.Cost <= 0 || h.Cost > t.max {
+			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, algorithm.CheckCost(h.Cost, t.max))
+		}
+		hash := t.hash(h.Key)
+		work = append(work, pending{t: t, h: hash, sh: t.shard(hash)})
+	}
+	// Lock each shard once, in (table, shard) order.
+	var lbuf [4]*pending
+	locks := lbuf[:0]
+	for i := range work {
+		locks = append(locks, &work[i])
+	}
+	slices.SortFunc(locks, func(a, b *pending) int {
+		return cmp.Or(cmp.Compare(a.t.id, b.t.id), cmp.Compare(a.h>>a.t.shift, b.h>>b.t.shift))
+	})
+	locks = slices.CompactFunc(locks, func(a, b *pending) bool { return a.sh == b.sh })
+	for _, p := range locks {
+		p.sh.mu.Lock()
+	}
+	defer func() {
+		for _, p := range locks {
+			p.sh.mu.Unlock()
+		}
+	}()
+
+	ns := now.UnixNano()
+	out := make([]portero.Decision, len(hits))
+	all := true
+	for i := range work {
+		p := &work[i]
+		// The first hit on a (rule, key) carries the state; later ones on
+		// the same pair use and update it.
+		first := p
+		for j := range i {
+			if work[j].t == p.t && work[j].h == p.h {
+				first = &work[j]
+				break
+			}
+		}
+		if first == p {
+			p.load()
+		}
+		cost := hits[i].Cost
+		var d portero.Decision
+		if p.t.log != nil {
+			d = decideLog(p.t.log, first.log, ns, first.cost, cost)
+		} else {
+			var st algorithm.State
+			st, d = p.t.dec.Decide(first.s, first.found, ns, cost)
+			if d.Allowed {
+				first.s, first.found = st, true
+			}
+		}
+		if d.Allowed {
+			first.cost += cost
+		}
+		out[i], all = d, all && d.Allowed
+	}
+	if all {
+		for i := range work {
+			if p := &work[i]; p.cost > 0 {
+				p.commit(ns)
+			}
+		}
+	}
+	return out, nil
+}
+
+// pending is one hit of an AllowAll call while its shard is locked.
+type pending struct {
+	t     *table
+	h     uint64
+	sh    *shard
+	s     algorithm.State // fixed-size: the state so far in this call
+	found bool
+	log   *algorithm.Log // sliding log: the log (possibly new)
+	cost  int64          // admitted so far in this call on this (rule, key)
+}
+
+func (p *pending) load() {
+	if p.t.log != nil {
+		if p.log = p.sh.logs[p.h]; p.log == nil {
+			p.log = new(algorithm.Log)
+		}
+		return
+	}
+	if i := p.sh.find(p.h); i >= 0 {
+		p.s, p.found = p.sh.slots[i].s, true
+	}
+}
+
+func (p *pending) commit(now int64) {
+	if p.t.log != nil {
+		p.t.log.Record(p.log, now, p.cost)
+		if _, ok := p.sh.logs[p.h]; !ok {
+			if len(p.sh.logs) >= p.sh.max {
+				p.sh.evictLog(now, p.t.log)
+			}
+			p.sh.logs[p.h] = p.log
+		}
+		return
+	}
+	if i := p.sh.find(p.h); i >= 0 {
+		p.sh.slots[i].s = p.s
+		return
+	}
+	p.sh.insert(p.h, p.s, now, p.t.dec)
+}
+
+// decideLog decides a sliding-log hit that follows pending admitted units of
+// the same rule and key in the same call, as if they had been logged at now.
+// It is storetest.Reference's rule (which has its own copy).
+func decideLog(a *algorithm.SlidingLog, l *algorithm.Log, now, pending, cost int64) portero.Decision {
+	if pending == 0 {
+		return a.Decide(l, now, cost)
+	}
+	limit, window := a.MaxCost(), time.Duration(a.Limit().Window)
+	if pending+cost > limit {
+		a.Decide(l, now, pending) // prune only
+		return portero.Decision{Limit: limit, Remaining: max(0, limit-int64(l.Len())-pending), RetryAfter: window, ResetAfter: window}
+	}
+	d := a.Decide(l, now, pending+cost)
+	if !d.Allowed {
+		d.Remaining = max(0, limit-int64(l.Len())-pending)
+	}
+	d.ResetAfter = window
+	return d
+}
+
+// ErrQueueFull reports that a leaky-queue limiter dropped a request because
+// its queue had no room. Wait returns errors that wrap it.
+var ErrQueueFull = errors.New("queue full")

@@ -1,0 +1,439 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v) = %v", cfg, err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	for _, cfg := range []memstore.Config{
+		{},
+		{Shards: 1, SweepInterval: -1},
+		{Shards: 64, MaxKeys: 1 << 12},
+	} {
+		t.Run(fmt.Sprintf("shards=%d,maxkeys=%d", cfg.Shards, cfg.MaxKeys), func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) portero.Store { return newStore(t, cfg) })
+		})
+	}
+}
+
+func limiter(t *testing.T, s *memstore.Store, r portero.Rule) *memstore.Limiter {
+	t.Helper()
+	l, err := s.Limiter(r)
+	if err != nil {
+		t.Fatalf("Limiter(%+v) = %v", r, err)
+	}
+	return l
+}
+
+// The Limiter form decides exactly what the Reference decides for single
+// hits, for every algorithm, with time that sometimes goes back.
+func TestLimiterMatchesReference(t *testing.T) {
+	ctx := context.Background()
+	for _, a := range portero.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{Shards: 2})
+			ref := storetest.NewReference()
+			var rules []portero.Rule
+			for _, r := range storetest.RandomRules() {
+				if r.Algorithm == a {
+					rules = append(rules, r)
+				}
+			}
+			lims := map[portero.Rule]*memstore.Limiter{}
+			for _, r := range rules {
+				lims[r] = limiter(t, s, r)
+			}
+			for i, c := range storetest.RandomTrace(7, rules, 3000, true) {
+				h := c.Hits[0]
+				now := storetest.Base.Add(c.At)
+				got, err := lims[h.Rule].AllowN(ctx, h.Key, now, h.Cost)
+				if err != nil {
+					t.Fatalf("call %d: AllowN = %v", i, err)
+				}
+				want, err := ref.AllowAll(ctx, now, []portero.Hit{h})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want[0] {
+					t.Fatalf("call %d %v:\n got %+v\nwant %+v", i, c, got, want[0])
+				}
+			}
+		})
+	}
+}
+
+func TestErrorsAndClose(t *testing.T) {
+	ctx := context.Background()
+	if _, err := memstore.New(memstore.Config{Shards: -1}); err == nil {
+		t.Error("New(Shards: -1) succeeded")
+	}
+	if _, err := memstore.New(memstore.Config{MaxKeys: -1}); err == nil {
+		t.Error("New(MaxKeys: -1) succeeded")
+	}
+	s := newStore(t, memstore.Config{})
+	if _, err := s.Limiter(portero.Rule{Algorithm: portero.GCRA}); !errors.Is(err, portero.ErrInvalidLimit) {
+		t.Errorf("Limiter(zero limit) = %v, want ErrInvalidLimit", err)
+	}
+	if _, err := s.Limiter(portero.Rule{Algorithm: "nope", Limit: portero.PerSecond(1)}); !errors.Is(err, portero.ErrUnknownAlgorithm) {
+		t.Errorf("Limiter(unknown algorithm) = %v, want ErrUnknownAlgorithm", err)
+	}
+	l := limiter(t, s, portero.Rule{Name: "r", Algorithm: portero.TokenBucket, Limit: portero.PerSecond(5)})
+	for _, c := range []struct {
+		cost int64
+		want error
+	}{{0, portero.ErrInvalidCost}, {-3, portero.ErrInvalidCost}, {6, portero.ErrCostExceedsLimit}} {
+		if _, err := l.AllowN(ctx, "k", time.Now(), c.cost); !errors.Is(err, c.want) {
+			t.Errorf("AllowN(cost %d) = %v, want %v", c.cost, err, c.want)
+		}
+	}
+	if err := l.Wait(ctx, "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Wait on a token bucket = %v, want ErrUnsupported", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if _, err := l.Allow(ctx, "k"); !errors.Is(err, portero.ErrClosed) {
+		t.Errorf("Allow after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.Limiter(portero.Rule{Algorithm: portero.GCRA, Limit: portero.PerSecond(1)}); !errors.Is(err, portero.ErrClosed) {
+		t.Errorf("Limiter after Close = %v, want ErrClosed", err)
+	}
+	if err := s.Close(ctx); !errors.Is(err, portero.ErrClosed) {
+		t.Errorf("second Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestTimeBackwardsCreatesNoCapacity(t *testing.T) {
+	ctx := context.Background()
+	t0 := storetest.Base.Add(time.Hour)
+	for _, a := range portero.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{})
+			l := limiter(t, s, portero.Rule{Algorithm: a, Limit: portero.PerMinute(10)})
+			if d, err := l.AllowN(ctx, "k", t0, 10); err != nil || !d.Allowed {
+				t.Fatalf("AllowN(10) = %+v, %v", d, err)
+			}
+			for _, back := range []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+				if d, _ := l.AllowN(ctx, "k", t0.Add(-back), 1); d.Allowed {
+					t.Errorf("%v back: allowed %+v after the limit was used up", back, d)
+				}
+			}
+		})
+	}
+}
+
+func TestAllocs(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, memstore.Config{})
+	for _, a := range portero.Algorithms {
+		if a == portero.SlidingLog {
+			continue // its log grows, by design
+		}
+		l := limiter(t, s, portero.Rule{Algorithm: a, Limit: portero.PerSecond(1000)})
+		now := storetest.Base
+		l.AllowN(ctx, "hot", now, 1)
+		n := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			l.AllowN(ctx, "hot", now, 1)
+		})
+		if n != 0 {
+			t.Errorf("%s: %v allocations per decision on an existing key, want 0", a, n)
+		}
+	}
+}
+
+// Concurrent decisions on one key lose no update: exactly the limit passes.
+func TestConcurrentExact(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, memstore.Config{})
+	r1 := portero.Rule{Name: "one", Algorithm: portero.FixedWindow, Limit: portero.PerHour(1000)}
+	r2 := portero.Rule{Name: "two", Algorithm: portero.SlidingLog, Limit: portero.PerHour(1500)}
+	l := limiter(t, s, r1)
+	now := storetest.Base
+	var allowed, allowedAll atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				if g%2 == 0 {
+					if d, err := l.AllowN(ctx, "k", now, 1); err == nil && d.Allowed {
+						allowed.Add(1)
+					}
+					continue
+				}
+				// Both orders of the same two rules: a deadlock would hang.
+				hits := []portero.Hit{{Rule: r1, Key: "k", Cost: 1}, {Rule: r2, Key: "k", Cost: 1}}
+				if i%2 == 0 {
+					hits[0], hits[1] = hits[1], hits[0]
+				}
+				ds, err := s.AllowAll(ctx, now, hits)
+				if err == nil && ds[0].Allowed && ds[1].Allowed {
+					allowedAll.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := allowed.Load() + allowedAll.Load(); got != 1000 {
+		t.Errorf("admitted %d on a limit of 1000", got)
+	}
+	// The sliding log counted only the admitted pairs.
+	d, err := s.AllowAll(ctx, now, []portero.Hit{{Rule: r2, Key: "k", Cost: 1}})
+	if err != nil || d[0].Remaining != 1500-allowedAll.Load()-1 {
+		t.Errorf("sliding log after %d admitted pairs: %+v, %v", allowedAll.Load(), d, err)
+	}
+}
+
+// A flood of 200,000 distinct addresses keeps the store at its cap, and the
+// keys that were already limited stay limited.
+func TestFloodBounded(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys = 10_000
+	for _, a := range portero.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{MaxKeys: maxKeys, SweepInterval: -1})
+			rule := portero.Rule{Algorithm: a, Limit: portero.PerMinute(10)}
+			l := limiter(t, s, rule)
+			ref := storetest.NewReference()
+			t0 := storetest.Base
+			tracked := make([]string, 50)
+			for i := range tracked {
+				tracked[i] = fmt.Sprintf("tracked-%d", i)
+				// Use up the limit: the state stays far from "full".
+				if d, err := l.AllowN(ctx, tracked[i], t0, 10); err != nil || !d.Allowed {
+					t.Fatalf("AllowN(%s, 10) = %+v, %v", tracked[i], d, err)
+				}
+				ref.AllowAll(ctx, t0, []portero.Hit{{Rule: rule, Key: tracked[i], Cost: 10}})
+			}
+			for i := range 200_000 {
+				now := t0.Add(time.Duration(i) * 100 * time.Microsecond) // 20 s in all
+				key := fmt.Sprintf("198.51.%d.%d", i/256, i%256)
+				if _, err := l.AllowN(ctx, key, now, 1); err != nil {
+					t.Fatal(err)
+				}
+				if i%10_000 == 9_999 {
+					if n := s.Len(); n > maxKeys {
+						t.Fatalf("after %d keys the store holds %d, cap %d", i+1, n, maxKeys)
+					}
+					k := tracked[i/10_000%len(tracked)]
+					got, _ := l.AllowN(ctx, k, now, 1)
+					want, _ := ref.AllowAll(ctx, now, []portero.Hit{{Rule: rule, Key: k, Cost: 1}})
+					if got != want[0] {
+						t.Fatalf("tracked key %s after %d flood keys:\n got %+v\nwant %+v", k, i+1, got, want[0])
+					}
+				}
+			}
+			if n := s.Len(); n > maxKeys || n < maxKeys/2 {
+				t.Errorf("after the flood the store holds %d keys, want at most %d (and not nearly empty)", n, maxKeys)
+			}
+		})
+	}
+}
+
+func TestSweep(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, memstore.Config{Shards: 4, SweepInterval: -1})
+	t0 := storetest.Base
+	for _, a := range portero.Algorithms {
+		l := limiter(t, s, portero.Rule{Algorithm: a, Limit: portero.PerSecond(10)})
+		for i := range 3000 {
+			l.AllowN(ctx, fmt.Sprint(i), t0, 1)
+		}
+		for i := range 1000 {
+			l.AllowN(ctx, fmt.Sprint("late", i), t0.Add(time.Hour), 1)
+		}
+	}
+	all := 4000 * len(portero.Algorithms)
+	if n := s.Len(); n != all {
+		t.Fatalf("Len = %d, want %d", n, all)
+	}
+	if n := s.Sweep(t0); n != 0 {
+		t.Errorf("Sweep at the first instant dropped %d", n)
+	}
+	if n := s.Sweep(t0.Add(time.Minute)); n != 3000*len(portero.Algorithms) {
+		t.Errorf("Sweep a minute later dropped %d, want %d", n, 3000*len(portero.Algorithms))
+	}
+	if n := s.Len(); n != 1000*len(portero.Algorithms) {
+		t.Errorf("Len after the sweep = %d, want %d", n, 1000*len(portero.Algorithms))
+	}
+	// The keys left still decide as before.
+	l := limiter(t, s, portero.Rule{Algorithm: portero.FixedWindowAnchored, Limit: portero.PerSecond(10)})
+	if d, _ := l.AllowN(ctx, "late1", t0.Add(time.Hour), 1); d.Remaining != 8 {
+		t.Errorf("a kept key after the sweep: %+v, want Remaining 8", d)
+	}
+	s.Sweep(t0.Add(2 * time.Hour))
+	if n := s.Len(); n != 0 {
+		t.Errorf("Len after sweeping everything = %d", n)
+	}
+}
+
+func TestSweeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, err := memstore.New(memstore.Config{SweepInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		l := limiter(t, s, portero.Rule{Algorithm: portero.GCRA, Limit: portero.PerSecond(1)})
+		for i := range 100 {
+			l.Allow(ctx, fmt.Sprint(i))
+		}
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if n := s.Len(); n != 100 {
+			t.Fatalf("Len before the first sweep = %d, want 100", n)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := s.Len(); n != 0 {
+			t.Errorf("Len after the sweeper ran = %d, want 0", n)
+		}
+	})
+}
+
+// The seed's queue: 9 arrivals into 6 places drained 2/s depart at
+// 0.5 … 3.0 s; 3 are dropped.
+func TestWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		l := limiter(t, s, portero.Rule{Algorithm: portero.LeakyQueue, Limit: portero.PerSecond(2).WithBurst(6)})
+		start := time.Now()
+		var mu sync.Mutex
+		var departed []time.Duration
+		dropped := 0
+		var wg sync.WaitGroup
+		for range 9 {
+			wg.Go(func() {
+				err := l.Wait(ctx, "k")
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					departed = append(departed, time.Since(start))
+				case errors.Is(err, memstore.ErrQueueFull):
+					dropped++
+				default:
+					t.Errorf("Wait = %v", err)
+				}
+			})
+			synctest.Wait() // one at a time, so the order is fixed
+		}
+		wg.Wait()
+		want := []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond, 3 * time.Second}
+		if fmt.Sprint(departed) != fmt.Sprint(want) || dropped != 3 {
+			t.Errorf("departures %v and %d dropped, want %v and 3", departed, dropped, want)
+		}
+	})
+}
+
+func TestWaitCancelGivesPlaceBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		l := limiter(t, s, portero.Rule{Algorithm: portero.LeakyQueue, Limit: portero.PerSecond(2).WithBurst(6)})
+		remaining := func() int64 {
+			t.Helper()
+			// A cost-6 probe is refused without counting; its Remaining
+			// is the free places.
+			d, err := l.AllowN(ctx, "k", time.Now(), 6)
+			if err != nil || d.Allowed {
+				t.Fatalf("probe = %+v, %v", d, err)
+			}
+			return d.Remaining
+		}
+		if err := l.WaitN(ctx, "k", 2); err != nil { // sleeps 1 s; the queue is empty again
+			t.Fatal(err)
+		}
+		go l.Wait(ctx, "k") // departs at 0.5 s from now and stays
+		synctest.Wait()
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error)
+		go func() { errc <- l.WaitN(cctx, "k", 3) }() // last: departs at 2 s
+		synctest.Wait()
+		if r := remaining(); r != 2 {
+			t.Fatalf("free places with 4 queued = %d, want 2", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled Wait = %v, want context.Canceled", err)
+		}
+		if r := remaining(); r != 5 {
+			t.Errorf("free places after the last reservation gave up = %d, want 5", r)
+		}
+
+		// Not the last one any more: the place stays taken.
+		cctx, cancel = context.WithCancel(ctx)
+		go func() { errc <- l.WaitN(cctx, "k", 2) }()
+		synctest.Wait()
+		go l.Wait(ctx, "k")
+		synctest.Wait()
+		before := remaining()
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled Wait = %v", err)
+		}
+		if r := remaining(); r != before {
+			t.Errorf("free places after a middle reservation gave up = %d, want %d", r, before)
+		}
+
+		// A deadline before the departure returns at once, taking nothing.
+		time.Sleep(10 * time.Second)
+		dctx, dcancel := context.WithTimeout(ctx, 700*time.Millisecond)
+		defer dcancel()
+		l.Wait(ctx, "k") // 0.5 s, now empty
+		go l.Wait(ctx, "k")
+		synctest.Wait()
+		t0 := time.Now()
+		if err := l.WaitN(dctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) != 0 {
+			t.Errorf("Wait past the deadline = %v after %v, want DeadlineExceeded at once", err, time.Since(t0))
+		}
+		if r := remaining(); r != 5 {
+			t.Errorf("free places after a Wait past its deadline = %d, want 5", r)
+		}
+
+		// Close wakes the waiters.
+		time.Sleep(10 * time.Second)
+		go func() { errc <- l.WaitN(ctx, "k", 6) }()
+		synctest.Wait()
+		s.Close(ctx)
+		if err := <-errc; !errors.Is(err, portero.ErrClosed) {
+			t.Errorf("Wait when the store closed = %v, want ErrClosed", err)
+		}
+	})
+}
