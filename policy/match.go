@@ -25,8 +25,9 @@ type Match struct {
 	path PathPattern
 }
 
-// compile validates m and prepares its path pattern.
-func (m *Match) compile() error {
+// Compile validates m and prepares its path pattern; policy.New calls it
+// for rules, other users (gateway routes) call it before Matches.
+func (m *Match) Compile() error {
 	for i, meth := range m.Methods {
 		if meth == "" || strings.ToUpper(meth) != meth || strings.ContainsAny(meth, " \t/") {
 			return fmt.Errorf("methods[%d]: %q: want an upper-case HTTP method such as GET", i, meth)

@@ -210,7 +210,7 @@ func (r *Rule) prepare() error {
 	if r.Key.IsZero() {
 		return errors.New("key: required")
 	}
-	if err := r.Match.compile(); err != nil {
+	if err := r.Match.Compile(); err != nil {
 		return fmt.Errorf("match: %w", err)
 	}
 	r.store = portero.Rule{Name: r.Name, Algorithm: r.Algorithm, Limit: r.Limit}
@@ -229,6 +229,9 @@ func (r *Rule) prepare() error {
 			return err
 		}
 		r.maxCost = d.MaxCost()
+	}
+	if r.Cost.fixed > r.maxCost {
+		return fmt.Errorf("cost %d: %w: the rule admits at most %d at once", r.Cost.fixed, portero.ErrCostExceedsLimit, r.maxCost)
 	}
 	return nil
 }

@@ -1,0 +1,692 @@
+// Package config reads Portero's YAML configuration file and turns it into
+// the pieces the gateway runs: a policy, the client-IP settings, the store
+// settings, upstreams and routes. It is the only package that imports a
+// YAML library.
+//
+// Loading never half-succeeds: Parse returns either a complete, validated
+// Config or an Errors value listing every problem found, each with the file,
+// line and field ("portero.yaml:12: rules[2].limit: ..."). The file format is
+// documented field by field in docs/configuration.md.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/policy"
+)
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// Default returns the embedded default configuration file, the one
+// `portero serve` runs without --config.
+func Default() []byte { return bytes.Clone(defaultYAML) }
+
+// DefaultName is the file name errors in the default configuration mention.
+const DefaultName = "(built-in default.yaml)"
+
+// File is the configuration as written in YAML. Field documentation lives
+// in docs/configuration.md; zero values mean the documented defaults.
+type File struct {
+	Server    Server              `yaml:"server,omitempty"`
+	Admin     Admin               `yaml:"admin,omitempty"`
+	Store     Store               `yaml:"store,omitempty"`
+	ClientIP  ClientIP            `yaml:"client_ip,omitempty"`
+	Identity  Identity            `yaml:"identity,omitempty"`
+	Headers   Headers             `yaml:"headers,omitempty"`
+	Upstreams map[string]Upstream `yaml:"upstreams,omitempty"`
+	Routes    []Route             `yaml:"routes,omitempty"`
+	Rules     []Rule              `yaml:"rules,omitempty"`
+}
+
+// Server is the gateway listener and its timeouts (Go durations).
+type Server struct {
+	Listen            string `yaml:"listen,omitempty"`
+	ReadHeaderTimeout string `yaml:"read_header_timeout,omitempty"`
+	ReadTimeout       string `yaml:"read_timeout,omitempty"`
+	WriteTimeout      string `yaml:"write_timeout,omitempty"`
+	IdleTimeout       string `yaml:"idle_timeout,omitempty"`
+	ShutdownTimeout   string `yaml:"shutdown_timeout,omitempty"`
+	MaxInFlight       int    `yaml:"max_in_flight,omitempty"`
+}
+
+// Admin is the admin listener.
+type Admin struct {
+	Listen   string `yaml:"listen,omitempty"`
+	Token    string `yaml:"token,omitempty"`
+	TokenEnv string `yaml:"token_env,omitempty"`
+}
+
+// Store selects where counters live.
+type Store struct {
+	Type    string `yaml:"type,omitempty"`
+	URL     string `yaml:"url,omitempty"`
+	OnError string `yaml:"on_error,omitempty"`
+	MaxKeys int    `yaml:"max_keys,omitempty"`
+}
+
+// ClientIP says how the client address is found.
+type ClientIP struct {
+	TrustedProxies []string `yaml:"trusted_proxies,omitempty"`
+	Header         string   `yaml:"header,omitempty"`
+	IPv6Prefix     int      `yaml:"ipv6_prefix,omitempty"`
+	IPv4Prefix     int      `yaml:"ipv4_prefix,omitempty"`
+}
+
+// Identity names the headers an authenticating proxy sets.
+type Identity struct {
+	UserHeader   string `yaml:"user_header,omitempty"`
+	TenantHeader string `yaml:"tenant_header,omitempty"`
+}
+
+// Headers selects optional response headers.
+type Headers struct {
+	Legacy bool `yaml:"legacy,omitempty"`
+}
+
+// Upstream is a service the gateway forwards to.
+type Upstream struct {
+	Type          string `yaml:"type,omitempty"`
+	URL           string `yaml:"url,omitempty"`
+	Timeout       string `yaml:"timeout,omitempty"`
+	DialTimeout   string `yaml:"dial_timeout,omitempty"`
+	PreserveHost  bool   `yaml:"preserve_host,omitempty"`
+	MaxIdleConns  int    `yaml:"max_idle_conns,omitempty"`
+	FlushInterval string `yaml:"flush_interval,omitempty"`
+}
+
+// Match selects requests, for rules and routes.
+type Match struct {
+	Methods []string          `yaml:"methods,omitempty"`
+	Path    string            `yaml:"path,omitempty"`
+	Host    string            `yaml:"host,omitempty"`
+	Headers map[string]string `yaml:"headers,omitempty"`
+}
+
+// Route sends matching requests to an upstream; the first match wins.
+type Route struct {
+	Name        string `yaml:"name,omitempty"`
+	Match       Match  `yaml:"match,omitempty"`
+	Upstream    string `yaml:"upstream"`
+	StripPrefix string `yaml:"strip_prefix,omitempty"`
+}
+
+// Rule is one limit.
+type Rule struct {
+	Name      string `yaml:"name"`
+	Match     Match  `yaml:"match,omitempty"`
+	Key       string `yaml:"key"`
+	Algorithm string `yaml:"algorithm,omitempty"`
+	Limit     string `yaml:"limit"`
+	Cost      string `yaml:"cost,omitempty"`
+	Mode      string `yaml:"mode,omitempty"`
+}
+
+// Config is a validated configuration, ready to run.
+type Config struct {
+	// Source is the file it came from (or DefaultName).
+	Source string
+	// File is the configuration as written.
+	File File
+	// Policy holds the rules.
+	Policy *policy.Policy
+	// ClientIP is the client-address setting for the middleware.
+	ClientIP httplimit.ClientIP
+	// Listen and AdminListen are the addresses; AdminListen is empty when the
+	// admin listener is off.
+	Listen, AdminListen string
+	// AdminToken is the bearer token the admin listener requires; empty for
+	// none.
+	AdminToken string
+	// Timeouts of the gateway listener.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout, ShutdownTimeout time.Duration
+	// MaxInFlight caps concurrent requests (503 beyond); 0 means no cap.
+	MaxInFlight int
+	// StoreType is "memory" or "redis"; StoreURL the Redis URL.
+	StoreType, StoreURL string
+	// FailClosed refuses with 503 when the store fails (on_error: deny).
+	FailClosed bool
+	// MaxKeys caps the keys per rule of the memory store; 0 is its default.
+	MaxKeys int
+	// Upstreams by name, and Routes in order.
+	Upstreams map[string]*UpstreamConfig
+	Routes    []*RouteConfig
+}
+
+// UpstreamConfig is a validated upstream.
+type UpstreamConfig struct {
+	Name                              string
+	Demo                              bool
+	URL                               *url.URL
+	Timeout, DialTimeout, FlushPeriod time.Duration
+	PreserveHost                      bool
+	MaxIdleConns                      int
+}
+
+// RouteConfig is a validated route.
+type RouteConfig struct {
+	Name        string
+	Match       policy.Match
+	Upstream    *UpstreamConfig
+	StripPrefix string
+}
+
+// Defaults of the fields whose zero value means "default".
+const (
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultAdminListen       = "127.0.0.1:9090"
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultUpstreamTimeout   = 30 * time.Second
+	DefaultDialTimeout       = 5 * time.Second
+)
+
+// FieldError is one problem in a configuration file.
+type FieldError struct {
+	File  string
+	Line  int
+	Field string // such as rules[2].limit; empty for syntax errors
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors lists every problem of a configuration, in file order.
+type Errors []*FieldError
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Load reads and parses the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// LoadDefault parses the embedded default configuration.
+func LoadDefault() (*Config, error) { return Parse(DefaultName, defaultYAML) }
+
+// Parse reads a configuration from data; name is used in error messages.
+// The error, when not nil, is an Errors value.
+func Parse(name string, data []byte) (*Config, error) {
+	p := &parser{file: name}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, p.yamlErrors(err)
+	}
+	var f File
+	if len(root.Content) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&f); err != nil {
+			return nil, p.yamlErrors(err)
+		}
+	}
+	p.root = &root
+	c := p.validate(&f)
+	if len(p.errs) > 0 {
+		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
+		return nil, p.errs
+	}
+	return c, nil
+}
+
+// Marshal renders f as YAML, for `portero config` and the admin API.
+func Marshal(f *File) ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
+type parser struct {
+	file string
+	root *yaml.Node
+	errs Errors
+}
+
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+
+// yamlErrors turns the YAML library's errors into FieldErrors with lines.
+func (p *parser) yamlErrors(err error) error {
+	var msgs []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	} else {
+		msgs = []string{err.Error()}
+	}
+	var out Errors
+	for _, m := range msgs {
+		fe := &FieldError{File: p.file, Msg: strings.TrimPrefix(m, "yaml: ")}
+		if sm := yamlLine.FindStringSubmatch(m); sm != nil {
+			fe.Line, _ = strconv.Atoi(sm[1])
+			fe.Msg = strings.ReplaceAll(sm[2], "type config.", "")
+		}
+		out = append(out, fe)
+	}
+	return out
+}
+
+// node finds the YAML node at a path of mapping keys (string) and sequence
+// indexes (int); it returns the deepest node found, so an error about a
+// missing field points at its parent.
+func (p *parser) node(path ...any) *yaml.Node {
+	n := p.root
+	if n == nil {
+		return nil
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, step := range path {
+		var next *yaml.Node
+		switch s := step.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == s {
+						next = n.Content[i+1]
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && s < len(n.Content) {
+				next = n.Content[s]
+			}
+		}
+		if next == nil {
+			return n
+		}
+		n = next
+	}
+	return n
+}
+
+// fieldName renders a path as rules[2].limit.
+func fieldName(path []any) string {
+	var b strings.Builder
+	for _, step := range path {
+		switch s := step.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s)
+		case int:
+			fmt.Fprintf(&b, "[%d]", s)
+		}
+	}
+	return b.String()
+}
+
+func (p *parser) errorf(path []any, format string, args ...any) {
+	line := 0
+	if n := p.node(path...); n != nil {
+		line = n.Line
+	}
+	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Field: fieldName(path), Msg: fmt.Sprintf(format, args...)})
+}
+
+func at(path ...any) []any { return path }
+
+func (p *parser) duration(s string, def time.Duration, path []any) time.Duration {
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		p.errorf(path, "%q: want a duration such as 5s or 1m30s", s)
+		return def
+	}
+	return d
+}
+
+func (p *parser) validate(f *File) *Config {
+	c := &Config{Source: p.file, File: *f}
+	// server
+	c.Listen = f.Server.Listen
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	p.address(c.Listen, at("server", "listen"))
+	c.ReadHeaderTimeout = p.duration(f.Server.ReadHeaderTimeout, DefaultReadHeaderTimeout, at("server", "read_header_timeout"))
+	c.ReadTimeout = p.duration(f.Server.ReadTimeout, DefaultReadTimeout, at("server", "read_timeout"))
+	c.WriteTimeout = p.duration(f.Server.WriteTimeout, DefaultWriteTimeout, at("server", "write_timeout"))
+	c.IdleTimeout = p.duration(f.Server.IdleTimeout, DefaultIdleTimeout, at("server", "idle_timeout"))
+	c.ShutdownTimeout = p.duration(f.Server.ShutdownTimeout, DefaultShutdownTimeout, at("server", "shutdown_timeout"))
+	if f.Server.MaxInFlight < 0 {
+		p.errorf(at("server", "max_in_flight"), "%d: must not be negative (0 means no cap)", f.Server.MaxInFlight)
+	}
+	c.MaxInFlight = f.Server.MaxInFlight
+
+	// admin
+	switch f.Admin.Listen {
+	case "":
+		c.AdminListen = DefaultAdminListen
+	case "off":
+	default:
+		c.AdminListen = f.Admin.Listen
+		p.address(c.AdminListen, at("admin", "listen"))
+	}
+	c.AdminToken = f.Admin.Token
+	if f.Admin.TokenEnv != "" {
+		if f.Admin.Token != "" {
+			p.errorf(at("admin", "token_env"), "give token or token_env, not both")
+		}
+		c.AdminToken = os.Getenv(f.Admin.TokenEnv)
+		if c.AdminToken == "" {
+			p.errorf(at("admin", "token_env"), "environment variable %s is empty or unset", f.Admin.TokenEnv)
+		}
+	}
+
+	// store
+	switch f.Store.Type {
+	case "", "memory":
+		c.StoreType = "memory"
+		if f.Store.URL != "" {
+			p.errorf(at("store", "url"), "a memory store takes no url (did you mean type: redis?)")
+		}
+	case "redis":
+		c.StoreType = "redis"
+		c.StoreURL = f.Store.URL
+		if f.Store.URL == "" {
+			p.errorf(at("store", "url"), "required for type redis, such as redis://127.0.0.1:6379/0")
+		} else if u, err := url.Parse(f.Store.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") || (u.Scheme != "unix" && u.Host == "") {
+			p.errorf(at("store", "url"), "%q: want redis://host:port/db, rediss://… or unix:///path", redactURL(f.Store.URL))
+		}
+	default:
+		p.errorf(at("store", "type"), "%q: want memory or redis", f.Store.Type)
+	}
+	switch f.Store.OnError {
+	case "", "allow":
+	case "deny":
+		c.FailClosed = true
+	default:
+		p.errorf(at("store", "on_error"), "%q: want allow (let requests pass when the store fails) or deny (answer 503)", f.Store.OnError)
+	}
+	if f.Store.MaxKeys < 0 {
+		p.errorf(at("store", "max_keys"), "%d: must not be negative", f.Store.MaxKeys)
+	}
+	c.MaxKeys = f.Store.MaxKeys
+
+	// client_ip
+	for i, s := range f.ClientIP.TrustedProxies {
+		pfx, err := httplimit.ParsePrefixes([]string{s})
+		if err != nil {
+			p.errorf(at("client_ip", "trusted_proxies", i), "%v", err)
+			continue
+		}
+		c.ClientIP.TrustedProxies = append(c.ClientIP.TrustedProxies, pfx...)
+	}
+	c.ClientIP.Header = f.ClientIP.Header
+	if f.ClientIP.Header != "" && !validHeader(f.ClientIP.Header) {
+		p.errorf(at("client_ip", "header"), "%q: not a header name", f.ClientIP.Header)
+	}
+	if f.ClientIP.Header != "" && len(f.ClientIP.TrustedProxies) == 0 {
+		p.errorf(at("client_ip", "header"), "is only read from trusted proxies: set client_ip.trusted_proxies too")
+	}
+	if v := f.ClientIP.IPv6Prefix; v != 0 && (v < 1 || v > 128) {
+		p.errorf(at("client_ip", "ipv6_prefix"), "%d: want 1 to 128 (default 64)", v)
+	}
+	if v := f.ClientIP.IPv4Prefix; v != 0 && (v < 1 || v > 32) {
+		p.errorf(at("client_ip", "ipv4_prefix"), "%d: want 1 to 32 (default 32)", v)
+	}
+	for _, h := range []struct{ v, name string }{{f.Identity.UserHeader, "user_header"}, {f.Identity.TenantHeader, "tenant_header"}} {
+		if h.v != "" && !validHeader(h.v) {
+			p.errorf(at("identity", h.name), "%q: not a header name", h.v)
+		}
+	}
+
+	// upstreams
+	c.Upstreams = map[string]*UpstreamConfig{}
+	names := make([]string, 0, len(f.Upstreams))
+	for name := range f.Upstreams {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		u := f.Upstreams[name]
+		path := at("upstreams", name)
+		uc := &UpstreamConfig{Name: name, PreserveHost: u.PreserveHost, MaxIdleConns: u.MaxIdleConns}
+		if err := policy.ValidName(name); err != nil {
+			p.errorf(path, "%v", err)
+		}
+		switch u.Type {
+		case "", "proxy":
+			if u.URL == "" {
+				p.errorf(append(path, "url"), "required, such as http://127.0.0.1:3000")
+				break
+			}
+			pu, err := url.Parse(u.URL)
+			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+				p.errorf(append(path, "url"), "%q: want an http:// or https:// URL with a host", u.URL)
+				break
+			}
+			uc.URL = pu
+		case "demo":
+			uc.Demo = true
+			if u.URL != "" {
+				p.errorf(append(path, "url"), "a demo upstream takes no url")
+			}
+		default:
+			p.errorf(append(path, "type"), "%q: want proxy (the default) or demo", u.Type)
+		}
+		uc.Timeout = p.duration(u.Timeout, DefaultUpstreamTimeout, append(path, "timeout"))
+		uc.DialTimeout = p.duration(u.DialTimeout, DefaultDialTimeout, append(path, "dial_timeout"))
+		uc.FlushPeriod = p.duration(u.FlushInterval, 0, append(path, "flush_interval"))
+		if u.MaxIdleConns < 0 {
+			p.errorf(append(path, "max_idle_conns"), "%d: must not be negative", u.MaxIdleConns)
+		}
+		c.Upstreams[name] = uc
+	}
+
+	// routes
+	if len(f.Routes) == 0 {
+		p.errorf(at("routes"), "at least one route is required, such as - upstream: NAME")
+	}
+	for i, r := range f.Routes {
+		path := at("routes", i)
+		rc := &RouteConfig{Name: r.Name, StripPrefix: r.StripPrefix}
+		if rc.Name == "" {
+			rc.Name = fmt.Sprintf("route%d", i)
+		} else if err := policy.ValidName(r.Name); err != nil {
+			p.errorf(append(path, "name"), "%v", err)
+		}
+		rc.Match = p.match(r.Match, append(path, "match"))
+		if r.Upstream == "" {
+			p.errorf(append(path, "upstream"), "required: the name of an upstream")
+		} else if u, ok := c.Upstreams[r.Upstream]; !ok {
+			have := strings.Join(names, ", ")
+			if have == "" {
+				have = "none defined under upstreams"
+			}
+			p.errorf(append(path, "upstream"), "%q: no such upstream (have %s)", r.Upstream, have)
+		} else {
+			rc.Upstream = u
+		}
+		if r.StripPrefix != "" && (!strings.HasPrefix(r.StripPrefix, "/") || strings.HasSuffix(r.StripPrefix, "/")) {
+			p.errorf(append(path, "strip_prefix"), "%q: want a path such as /api (leading /, no trailing /)", r.StripPrefix)
+		}
+		c.Routes = append(c.Routes, rc)
+	}
+
+	// rules
+	rules := make([]policy.Rule, 0, len(f.Rules))
+	seen := map[string]int{}
+	ruleOK := true
+	for i, r := range f.Rules {
+		path := at("rules", i)
+		pr := policy.Rule{Name: r.Name}
+		ok := true
+		bad := func(field []any, format string, args ...any) {
+			p.errorf(field, format, args...)
+			ok = false
+		}
+		if err := policy.ValidName(r.Name); err != nil {
+			bad(append(path, "name"), "%v", strings.TrimPrefix(err.Error(), "name: "))
+		} else if j, dup := seen[r.Name]; dup {
+			bad(append(path, "name"), "%q: already used by rules[%d]", r.Name, j)
+		} else {
+			seen[r.Name] = i
+		}
+		pr.Match = p.match(r.Match, append(path, "match"))
+		if r.Key == "" {
+			bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
+		} else if k, err := policy.ParseKey(r.Key); err != nil {
+			bad(append(path, "key"), "%v", err)
+		} else {
+			pr.Key = k
+		}
+		if r.Algorithm != "" {
+			a, err := portero.ParseAlgorithm(r.Algorithm)
+			if err != nil {
+				bad(append(path, "algorithm"), "%v", err)
+			}
+			pr.Algorithm = a
+		}
+		if r.Limit == "" {
+			bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20")
+		} else if l, err := portero.ParseLimit(r.Limit); err != nil {
+			bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
+		} else {
+			pr.Limit = l
+		}
+		if cost, err := policy.ParseCost(r.Cost); err != nil {
+			bad(append(path, "cost"), "%v", err)
+		} else {
+			pr.Cost = cost
+		}
+		switch r.Mode {
+		case "", "enforce":
+			pr.Mode = policy.Enforce
+		case "shadow":
+			pr.Mode = policy.Shadow
+		default:
+			bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
+		}
+		if ok {
+			// What only the combination can tell (a cost larger than the
+			// limit could ever admit, an algorithm's own bounds).
+			if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
+				_, msg, _ := strings.Cut(err.Error(), "): ")
+				bad(path, "%s", msg)
+			}
+		}
+		ruleOK = ruleOK && ok
+		rules = append(rules, pr)
+	}
+	if ruleOK && len(p.errs) == 0 {
+		pol, err := policy.New(rules, policy.Options{IPv6Prefix: f.ClientIP.IPv6Prefix, IPv4Prefix: f.ClientIP.IPv4Prefix})
+		if err != nil {
+			p.errorf(at("rules"), "%v", err)
+		}
+		c.Policy = pol
+	}
+	return c
+}
+
+// limitMessage drops the repetition of the input from ParseLimit's error.
+func limitMessage(err error, in string) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, strconv.Quote(in)+": ")
+	msg = strings.Replace(msg, ": "+strconv.Quote(in)+":", ":", 1)
+	return msg
+}
+
+func (p *parser) match(m Match, path []any) policy.Match {
+	pm := policy.Match{Methods: m.Methods, Path: m.Path, Host: m.Host, Headers: m.Headers}
+	for i, meth := range m.Methods {
+		if up := strings.ToUpper(meth); up != meth {
+			pm.Methods = append([]string(nil), m.Methods...)
+			pm.Methods[i] = up
+		}
+	}
+	if err := pm.Compile(); err != nil {
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		p.errorf(append(path, strings.SplitN(field, "[", 2)[0]), "%s", msg)
+	}
+	return pm
+}
+
+func (p *parser) address(a string, path []any) {
+	i := strings.LastIndexByte(a, ':')
+	if i < 0 {
+		p.errorf(path, "%q: want host:port, such as 127.0.0.1:8080 or :8080", a)
+		return
+	}
+	if port, err := strconv.Atoi(a[i+1:]); err != nil || port < 0 || port > 65535 {
+		p.errorf(path, "%q: port %q: want 0 to 65535", a, a[i+1:])
+	}
+}
+
+func validHeader(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// redactURL hides a password in a URL for error messages and the admin API.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// Redacted returns a copy of f with secrets (admin token, Redis password)
+// hidden, for display.
+func (f File) Redacted() File {
+	if f.Admin.Token != "" {
+		f.Admin.Token = "REDACTED"
+	}
+	f.Store.URL = redactURL(f.Store.URL)
+	return f
+}

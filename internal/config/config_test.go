@@ -1,0 +1,187 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/portero-rl/portero/internal/config"
+)
+
+func TestDefault(t *testing.T) {
+	c, err := config.LoadDefault()
+	if err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	if c.StoreType != "memory" || c.Listen != "127.0.0.1:8080" || c.AdminListen != "127.0.0.1:9090" {
+		t.Errorf("default: store %s listen %s admin %s", c.StoreType, c.Listen, c.AdminListen)
+	}
+	if len(c.Routes) != 1 || !c.Routes[0].Upstream.Demo {
+		t.Errorf("default routes: %+v", c.Routes)
+	}
+	if len(c.Policy.Rules()) < 2 {
+		t.Errorf("default has %d rules", len(c.Policy.Rules()))
+	}
+}
+
+// TestExamples loads every example, so that they never rot.
+func TestExamples(t *testing.T) {
+	t.Setenv("PORTERO_ADMIN_TOKEN", "secret")
+	files, _ := filepath.Glob("../../examples/*.yaml")
+	if len(files) < 3 {
+		t.Fatalf("found %d examples", len(files))
+	}
+	for _, f := range files {
+		if _, err := config.Load(f); err != nil {
+			t.Errorf("%s:\n%v", f, err)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	src := `server:
+  listen: nowhere
+  read_timeout: soon
+store:
+  type: redis
+rules:
+  - name: a
+    key: ip
+    limit: 10/min
+  - name: a
+    key: cookie
+    limit: 10/min
+  - name: c
+    key: ip
+    limit: 0/min
+  - name: d
+    key: ip
+    limit: 10/min
+    algorithm: magic
+    mode: dry-run
+    cost: header:X-Cost
+    match:
+      path: login
+      methods: [get]
+  - name: e
+    key: global
+    limit: 5/min
+    cost: 6
+routes:
+  - upstream: nope
+`
+	_, err := config.Parse("bad.yaml", []byte(src))
+	var es config.Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("err = %v, want Errors", err)
+	}
+	want := []string{
+		"bad.yaml:2: server.listen: \"nowhere\": want host:port",
+		"bad.yaml:3: server.read_timeout: \"soon\"",
+		"bad.yaml:5: store.url: required for type redis",
+		"bad.yaml:10: rules[1].name: \"a\": already used by rules[0]",
+		"bad.yaml:11: rules[1].key: key \"cookie\": unknown part",
+		"bad.yaml:15: rules[2].limit: 0/min: invalid limit: count 0: must be positive",
+		"bad.yaml:19: rules[3].algorithm: unknown algorithm \"magic\"",
+		"bad.yaml:20: rules[3].mode: \"dry-run\": want enforce or shadow",
+		"bad.yaml:23: rules[3].match.path: \"login\": a path pattern starts with /",
+		"bad.yaml:25: rules[4]: cost 6: cost exceeds limit",
+		"bad.yaml:30: routes[0].upstream: \"nope\": no such upstream",
+	}
+	got := err.Error()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("errors lack %q\ngot:\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, "methods") {
+		t.Errorf("lower-case methods should be accepted:\n%s", got)
+	}
+}
+
+func TestSyntaxErrors(t *testing.T) {
+	for name, src := range map[string]string{
+		"unknown field": "server:\n  listn: :80\n",
+		"wrong type":    "server:\n  max_in_flight: many\n",
+		"bad yaml":      "rules: [\n",
+		"tab":           "server:\n\tlisten: x\n",
+	} {
+		_, err := config.Parse("x.yaml", []byte(src))
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "x.yaml:") {
+			t.Errorf("%s: %q does not start with the file name", name, err)
+		}
+		if name == "unknown field" && !strings.Contains(err.Error(), "x.yaml:2: field listn not found") {
+			t.Errorf("unknown field: %v", err)
+		}
+	}
+	if _, err := config.Parse("empty.yaml", nil); err == nil || !strings.Contains(err.Error(), "routes") {
+		t.Errorf("empty file: %v, want missing routes", err)
+	}
+}
+
+func TestStoreValidation(t *testing.T) {
+	base := "upstreams: {a: {type: demo}}\nroutes: [{upstream: a}]\n"
+	for src, want := range map[string]string{
+		"store: {type: redis, url: 'redis://:pw@127.0.0.1:6379/0'}":    "",
+		"store: {type: redis, url: 'http://x'}":                        "store.url",
+		"store: {type: memcached}":                                     "store.type",
+		"store: {type: memory, on_error: maybe}":                       "store.on_error",
+		"client_ip: {header: X-Forwarded-For}":                         "client_ip.header: is only read from trusted proxies",
+		"client_ip: {trusted_proxies: [10.0.0.0/8, bogus]}":            "client_ip.trusted_proxies[1]",
+		"client_ip: {trusted_proxies: [10.0.0.0/8], ipv6_prefix: 200}": "ipv6_prefix",
+		"admin: {listen: 'off'}":                                       "",
+		"admin: {token_env: PORTERO_TEST_UNSET_VAR}":                   "admin.token_env",
+	} {
+		_, err := config.Parse("s.yaml", []byte(base+src))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", src, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: err = %v, want %q", src, err, want)
+		}
+	}
+}
+
+func TestRedacted(t *testing.T) {
+	c, err := config.Parse("r.yaml", []byte("admin: {token: hunter2}\nstore: {type: redis, url: 'redis://u:pw@h:1/0'}\nupstreams: {a: {type: demo}}\nroutes: [{upstream: a}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.File.Redacted()
+	out, _ := config.Marshal(&f)
+	if strings.Contains(string(out), "hunter2") || strings.Contains(string(out), "pw@") {
+		t.Errorf("secrets shown:\n%s", out)
+	}
+	if c.AdminToken != "hunter2" {
+		t.Error("Redacted changed the original")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(config.Default())
+	for _, p := range []string{"../../examples/gateway.yaml", "../../examples/api-keys.yaml"} {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("rules: [{name: x, key: ip, limit: 0/min}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := config.Parse("fuzz.yaml", data)
+		if err != nil {
+			var es config.Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("error %v is not a non-empty Errors", err)
+			}
+			return
+		}
+		if c.Policy == nil || len(c.Routes) == 0 {
+			t.Fatal("valid config without policy or routes")
+		}
+	})
+}
