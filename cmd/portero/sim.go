@@ -13,6 +13,7 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/sim"
+	"github.com/portero-rl/portero/store/memstore"
 )
 
 // newSimCmd is the "sim" group: experiments on a virtual clock.
@@ -37,7 +38,11 @@ func newSimCmd() *cobra.Command {
 func openStore(spec string) (portero.Store, error) {
 	switch {
 	case spec == "" || spec == "memory":
-		return sim.NewStore(), nil
+		// The simulations run on a virtual clock that starts at the Unix
+		// epoch: the sweeper, which reads the wall clock, would see all their
+		// state as long expired, so it is off. Nothing is lost: a replay's
+		// keys are few and the store lives for one command.
+		return memstore.New(memstore.Config{SweepInterval: -1})
 	}
 	return nil, usageErr(fmt.Errorf("--store %q: unknown store, want \"memory\"", spec))
 }

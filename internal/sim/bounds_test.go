@@ -77,7 +77,10 @@ func randomCase(rng *rand.Rand, maxCost int64) boundCase {
 // at which cost units went through.
 func throughByKey(t *testing.T, alg portero.Algorithm, c boundCase) (map[string][]time.Duration, []Result) {
 	t.Helper()
-	store := NewStore()
+	store, err := openSimStore()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer store.Close(context.Background())
 	res, err := Replay(context.Background(), store, portero.Rule{Name: "r", Algorithm: alg, Limit: c.limit}, c.trace)
 	if err != nil {

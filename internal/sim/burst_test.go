@@ -8,13 +8,23 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/burst.csv from BurstTrace")
 
 const burstFile = "../../testdata/burst.csv"
 
-func openSimStore() (portero.Store, error) { return NewStore(), nil }
+// openSimStore opens the store the simulations use: memstore, with its
+// wall-clock sweeper off (the traces run at the Unix epoch).
+func openSimStore() (portero.Store, error) {
+	return memstore.New(memstore.Config{SweepInterval: -1})
+}
+
+// openReference opens storetest's reference store, which the figures must
+// not depend on either.
+func openReference() (portero.Store, error) { return storetest.NewReference(), nil }
 
 // The seed's figures ("Juntando todo").
 var seedFigures = map[portero.Algorithm]int{
@@ -30,7 +40,17 @@ func TestBurstReproducesTheSeed(t *testing.T) {
 	if len(tr) != 80 {
 		t.Fatalf("BurstTrace has %d requests, want 80", len(tr))
 	}
-	res, err := RunBurst(context.Background(), openSimStore, BurstAlgorithms, BurstLimit, tr)
+	for _, store := range []struct {
+		name string
+		open func() (portero.Store, error)
+	}{{"memstore", openSimStore}, {"reference", openReference}} {
+		t.Run(store.name, func(t *testing.T) { checkBurst(t, store.open, tr) })
+	}
+}
+
+func checkBurst(t *testing.T, open func() (portero.Store, error), tr []Request) {
+	t.Helper()
+	res, err := RunBurst(context.Background(), open, BurstAlgorithms, BurstLimit, tr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,14 @@
+// Package sim runs Portero's experiments on a virtual clock: traces of
+// requests replayed through any portero.Store (the in-memory store, or
+// Redis), and the seed's burst experiment, in which five algorithms receive
+// the same 80 requests.
+//
+// Time is a parameter here as everywhere in Portero: a trace says when each
+// request arrives, trace time 0 is Epoch (the Unix epoch), and nothing reads
+// the wall clock, so every run of an experiment gives the same figures.
+// Times are kept in whole nanoseconds and written as exact decimal seconds
+// (FormatSeconds), so outputs can be compared byte for byte.
+//
+// The charts are drawn by package internal/chart. The retry-storm and
+// thundering-herd experiments live in internal/sim/retrysim.
+package sim
