@@ -1,0 +1,530 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+var (
+	// ErrCircuitOpen is returned (wrapped, with the host) when a host's
+	// circuit breaker refuses a request and no Fallback is configured.
+	ErrCircuitOpen = errors.New("circuit breaker open: the host failed repeatedly, not calling it until the cool-down ends")
+	// ErrBudgetExceeded is returned (wrapped) when the pacer would make the
+	// first attempt wait past the context's deadline or Config.MaxElapsed;
+	// nothing was sent.
+	ErrBudgetExceeded = errors.New("wait for the host's quota would exceed the time budget")
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxAttempts     = 5
+	DefaultBase            = 500 * time.Millisecond
+	DefaultCap             = 10 * time.Second
+	DefaultMaxElapsed      = 60 * time.Second
+	DefaultMaxRetryAfter   = 30 * time.Second
+	DefaultBreakerFailures = 5
+	DefaultBreakerCoolDown = 30 * time.Second
+	maxHosts               = 1024
+	drainLimit             = 64 << 10
+	idempotencyKeyHeader   = "Idempotency-Key"
+)
+
+// Config configures a [Transport]. The zero value is usable: every zero field
+// means the documented default.
+type Config struct {
+	// Transport sends each attempt; nil means http.DefaultTransport.
+	Transport http.RoundTripper
+	// MaxAttempts is the most attempts per request, the first included;
+	// 0 means DefaultMaxAttempts (5), 1 means never retry.
+	MaxAttempts int
+	// Base and Cap shape the backoff without Retry-After: retry n waits
+	// uniformly in [0, min(Cap, Base·2^(n−1))). Zero means 0.5 s and 10 s.
+	Base, Cap time.Duration
+	// MaxElapsed bounds one request: no wait is started that would end more
+	// than MaxElapsed after RoundTrip began (an attempt in flight is not cut:
+	// use the context for that). 0 means DefaultMaxElapsed (60 s); negative
+	// means only the context bounds it.
+	MaxElapsed time.Duration
+	// MaxRetryAfter caps a Retry-After: a larger value is cut to it. 0 means
+	// DefaultMaxRetryAfter (30 s).
+	MaxRetryAfter time.Duration
+	// RetryNetworkErrors also retries connection errors and timeouts
+	// (net.Error, unexpected EOF), never TLS certificate errors or the
+	// caller's own cancellation.
+	RetryNetworkErrors bool
+	// AddIdempotencyKey gives POST and PATCH requests that lack one a fresh
+	// Idempotency-Key header (the same for all attempts), which makes them
+	// retryable.
+	AddIdempotencyKey bool
+	// NewIdempotencyKey makes the keys; nil means a random UUIDv4 written as
+	// an sf-string, as draft-ietf-httpapi-idempotency-key-header shows it.
+	NewIdempotencyKey func() string
+	// DisablePacing turns off the per-host pacer (RateLimit fields and the
+	// host-wide effect of Retry-After).
+	DisablePacing bool
+	// Breaker configures the per-host circuit breakers.
+	Breaker BreakerConfig
+	// Rand is the source of jitter; nil means math/rand/v2's global source.
+	// Seed it (rand.NewPCG(1, 2)) to make waits reproducible. It is used
+	// under a lock, so it need not be safe for concurrent use.
+	Rand rand.Source
+	// Hooks receive events for logging and metrics.
+	Hooks Hooks
+}
+
+// BreakerConfig configures the circuit breaker kept for each host.
+type BreakerConfig struct {
+	// Disabled turns breakers off.
+	Disabled bool
+	// Failures is how many consecutive failed attempts open the breaker;
+	// 0 means DefaultBreakerFailures (5).
+	Failures int
+	// CoolDown is how long an open breaker refuses requests before letting
+	// one trial through; 0 means DefaultBreakerCoolDown (30 s).
+	CoolDown time.Duration
+	// IsFailure classifies an attempt. nil means: a transport error (other
+	// than the caller's cancellation) or status 500, 502, 503 or 504. A 429
+	// is not a failure: the host is healthy enough to say "slow down", and
+	// pacing and Retry-After deal with it.
+	IsFailure func(resp *http.Response, err error) bool
+	// Fallback answers requests that the breaker refuses; nil means they
+	// fail with an error wrapping ErrCircuitOpen.
+	Fallback func(req *http.Request, err error) (*http.Response, error)
+}
+
+// Transport is an http.RoundTripper that paces, breaks circuits and retries,
+// as the package documentation describes. It is safe for concurrent use and
+// starts no goroutines; pacers and breakers are per host and shared by all
+// requests through the same Transport (up to 1024 hosts are remembered).
+type Transport struct {
+	cfg  Config
+	next http.RoundTripper
+
+	randMu sync.Mutex
+	rnd    *rand.Rand
+
+	mu    sync.Mutex
+	hosts map[string]*hostState
+}
+
+type hostState struct {
+	pacer   *Pacer
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// New validates cfg, fills in its defaults and returns a Transport.
+func New(cfg Config) (*Transport, error) {
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, fmt.Errorf("client: MaxAttempts %d is negative", cfg.MaxAttempts)
+	case cfg.Base < 0, cfg.Cap < 0:
+		return nil, fmt.Errorf("client: Base %v and Cap %v must not be negative", cfg.Base, cfg.Cap)
+	case cfg.MaxRetryAfter < 0:
+		return nil, fmt.Errorf("client: MaxRetryAfter %v is negative", cfg.MaxRetryAfter)
+	case cfg.Breaker.Failures < 0, cfg.Breaker.CoolDown < 0:
+		return nil, fmt.Errorf("client: breaker Failures %d and CoolDown %v must not be negative", cfg.Breaker.Failures, cfg.Breaker.CoolDown)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.Base == 0 {
+		cfg.Base = DefaultBase
+	}
+	if cfg.Cap == 0 {
+		cfg.Cap = DefaultCap
+	}
+	if cfg.Cap < cfg.Base {
+		return nil, fmt.Errorf("client: Cap %v is below Base %v", cfg.Cap, cfg.Base)
+	}
+	if cfg.MaxElapsed == 0 {
+		cfg.MaxElapsed = DefaultMaxElapsed
+	}
+	if cfg.MaxRetryAfter == 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if cfg.Breaker.Failures == 0 {
+		cfg.Breaker.Failures = DefaultBreakerFailures
+	}
+	if cfg.Breaker.CoolDown == 0 {
+		cfg.Breaker.CoolDown = DefaultBreakerCoolDown
+	}
+	if cfg.Breaker.IsFailure == nil {
+		cfg.Breaker.IsFailure = defaultIsFailure
+	}
+	if cfg.NewIdempotencyKey == nil {
+		cfg.NewIdempotencyKey = newUUIDKey
+	}
+	t := &Transport{cfg: cfg, next: cfg.Transport, hosts: map[string]*hostState{}}
+	if t.next == nil {
+		t.next = http.DefaultTransport
+	}
+	if cfg.Rand != nil {
+		t.rnd = rand.New(cfg.Rand)
+	}
+	return t, nil
+}
+
+// NewClient returns an *http.Client whose Transport is New(cfg).
+func NewClient(cfg Config) (*http.Client, error) {
+	t, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: t}, nil
+}
+
+// CloseIdleConnections closes the idle connections of the wrapped transport,
+// if it can.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// BreakerState reports the state of the circuit breaker for host
+// (scheme://host[:port]); BreakerClosed for unknown hosts or when breakers
+// are disabled.
+func (t *Transport) BreakerState(host string) BreakerState {
+	t.mu.Lock()
+	hs := t.hosts[host]
+	t.mu.Unlock()
+	if hs == nil || hs.breaker == nil {
+		return BreakerClosed
+	}
+	return fromGobreaker(hs.breaker.State())
+}
+
+func (t *Transport) uniform() float64 {
+	if t.rnd == nil {
+		return rand.Float64()
+	}
+	t.randMu.Lock()
+	defer t.randMu.Unlock()
+	return t.rnd.Float64()
+}
+
+func hostKey(u *url.URL) string {
+	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
+
+func (t *Transport) host(key string) *hostState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if hs := t.hosts[key]; hs != nil {
+		return hs
+	}
+	if len(t.hosts) >= maxHosts {
+		for k := range t.hosts { // forget an arbitrary host: only politeness is lost
+			delete(t.hosts, k)
+			break
+		}
+	}
+	hs := &hostState{}
+	if !t.cfg.DisablePacing {
+		hs.pacer = NewPacer()
+	}
+	if !t.cfg.Breaker.Disabled {
+		n := uint32(t.cfg.Breaker.Failures)
+		hook := t.cfg.Hooks.OnBreaker
+		hs.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:        key,
+			MaxRequests: 1,
+			Timeout:     t.cfg.Breaker.CoolDown,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n },
+			IsExcluded:  func(err error) bool { return err == errExcluded },
+			OnStateChange: func(name string, from, to gobreaker.State) {
+				if hook != nil {
+					hook(BreakerChange{Host: name, From: fromGobreaker(from), To: fromGobreaker(to)})
+				}
+			},
+		})
+	}
+	t.hosts[key] = hs
+	return hs
+}
+
+func fromGobreaker(s gobreaker.State) BreakerState {
+	switch s {
+	case gobreaker.StateOpen:
+		return BreakerOpen
+	case gobreaker.StateHalfOpen:
+		return BreakerHalfOpen
+	}
+	return BreakerClosed
+}
+
+var (
+	errFailure  = errors.New("attempt failed")
+	errExcluded = errors.New("attempt excluded")
+)
+
+func defaultIsFailure(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	switch resp.StatusCode {
+	case 500, 502, 503, 504:
+		return true
+	}
+	return false
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// RoundTrip sends req, pacing, breaking and retrying as configured. It
+// returns the last response when it stops retrying (so a caller may still
+// read a final 429 and its Retry-After), an error wrapping ErrCircuitOpen or
+// ErrBudgetExceeded when nothing could be sent, or the context's error when
+// the context ends during a wait.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	start := time.Now()
+	deadline, hasDeadline := ctx.Deadline()
+	if t.cfg.MaxElapsed > 0 {
+		if end := start.Add(t.cfg.MaxElapsed); !hasDeadline || end.Before(deadline) {
+			deadline, hasDeadline = end, true
+		}
+	}
+	key := hostKey(req.URL)
+	hs := t.host(key)
+
+	// Decide once whether this request may be retried at all.
+	var notRetryable GiveUpReason
+	if req.Header.Get(idempotencyKeyHeader) == "" && !idempotent(req.Method) {
+		if t.cfg.AddIdempotencyKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
+			req = req.Clone(ctx) // RoundTrip must not modify the caller's request
+			req.Header.Set(idempotencyKeyHeader, t.cfg.NewIdempotencyKey())
+		} else {
+			notRetryable = GiveUpNotIdempotent
+		}
+	}
+	if notRetryable == 0 && req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		notRetryable = GiveUpBodyNotReplayable
+	}
+
+	// Pace the first attempt.
+	if hs.pacer != nil {
+		w, cancel, ok := hs.pacer.Reserve(start, remaining(deadline, hasDeadline, start))
+		if !ok {
+			closeBody(req)
+			return nil, fmt.Errorf("client: %s: %w (%v needed)", key, ErrBudgetExceeded, w)
+		}
+		if w > 0 {
+			t.onWait(Wait{Request: req, Host: key, Duration: w, Reason: WaitPacing})
+			if err := sleep(ctx, w); err != nil {
+				cancel()
+				closeBody(req)
+				return nil, err
+			}
+		}
+	}
+
+	attempt := req
+	for n := 1; ; n++ {
+		var done func(error)
+		if hs.breaker != nil {
+			var err error
+			if done, err = hs.breaker.Allow(); err != nil {
+				closeBody(attempt)
+				return t.refuse(req, key, err)
+			}
+		}
+		if h := t.cfg.Hooks.OnAttempt; h != nil {
+			h(Attempt{Request: req, Host: key, N: n})
+		}
+		resp, err := t.next.RoundTrip(attempt)
+		received := time.Now()
+		if done != nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
+				done(errExcluded) // the caller gave up; says nothing about the host
+			case t.cfg.Breaker.IsFailure(resp, err):
+				done(errFailure)
+			default:
+				done(nil)
+			}
+		}
+		var ra time.Duration
+		var hasRA bool
+		if resp != nil {
+			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+				ra, hasRA = RetryAfter(resp.Header, received)
+				if hasRA && ra > t.cfg.MaxRetryAfter {
+					ra = t.cfg.MaxRetryAfter
+				}
+			}
+			if hs.pacer != nil {
+				pols, lims := parseHeaderFields(resp.Header)
+				hs.pacer.Observe(received, pols, lims)
+				if hasRA {
+					hs.pacer.Block(received.Add(ra))
+				}
+			}
+		}
+
+		if !t.retryable(ctx, resp, err) {
+			return resp, err
+		}
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		giveUp := func(r GiveUpReason) (*http.Response, error) {
+			if h := t.cfg.Hooks.OnGiveUp; h != nil {
+				h(GiveUp{Request: req, Host: key, Attempts: n, Reason: r, Status: status, Err: err})
+			}
+			return resp, err
+		}
+		if notRetryable != 0 {
+			return giveUp(notRetryable)
+		}
+		if n >= t.cfg.MaxAttempts {
+			return giveUp(GiveUpAttempts)
+		}
+		if hs.breaker != nil && hs.breaker.State() == gobreaker.StateOpen {
+			return giveUp(GiveUpBreakerOpen)
+		}
+
+		// Choose the wait: Retry-After if usable, else full-jitter backoff.
+		wait, reason := ra, WaitRetryAfter
+		if hasRA {
+			if raw, _ := RetryAfter(resp.Header, received); raw > ra {
+				reason = WaitRetryAfterCapped
+			}
+		} else {
+			wait, reason = FullJitter(Backoff(n, t.cfg.Base, t.cfg.Cap), t.uniform()), WaitBackoff
+		}
+		now := time.Now()
+		at := now.Add(wait)
+		if hasDeadline && !at.Before(deadline) {
+			return giveUp(GiveUpBudget)
+		}
+		extra, cancel := time.Duration(0), func() {}
+		if hs.pacer != nil {
+			var ok bool
+			if extra, cancel, ok = hs.pacer.Reserve(at, remaining(deadline, hasDeadline, at)); !ok {
+				return giveUp(GiveUpBudget)
+			}
+		}
+		next := req.Clone(ctx)
+		if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				cancel()
+				return giveUp(GiveUpBodyNotReplayable)
+			}
+			next.Body = body
+		}
+		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Reason: reason, Status: status, Err: err})
+		if extra > 0 {
+			t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: extra, Reason: WaitPacing, Status: status, Err: err})
+		}
+		if resp != nil {
+			_, _ = io.CopyN(io.Discard, resp.Body, drainLimit) // lets the connection be reused
+			_ = resp.Body.Close()
+		}
+		if serr := sleep(ctx, wait+extra); serr != nil {
+			cancel()
+			closeBody(next)
+			return nil, serr
+		}
+		attempt = next
+	}
+}
+
+// retryable reports whether an attempt's outcome is worth retrying, ignoring
+// the request's own properties.
+func (t *Transport) retryable(ctx context.Context, resp *http.Response, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		return t.cfg.RetryNetworkErrors && transient(err)
+	}
+	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
+}
+
+func transient(err error) bool {
+	var cert *tls.CertificateVerificationError
+	if errors.As(err, &cert) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+func (t *Transport) refuse(req *http.Request, key string, err error) (*http.Response, error) {
+	err = fmt.Errorf("client: %s: %w (%v)", key, ErrCircuitOpen, err)
+	if fb := t.cfg.Breaker.Fallback; fb != nil {
+		return fb(req, err)
+	}
+	return nil, err
+}
+
+func (t *Transport) onWait(w Wait) {
+	if h := t.cfg.Hooks.OnWait; h != nil {
+		h(w)
+	}
+}
+
+func remaining(deadline time.Time, has bool, from time.Time) time.Duration {
+	if !has {
+		return -1
+	}
+	if d := deadline.Sub(from); d > 0 {
+		return d - 1 // a wait must end strictly before the deadline
+	}
+	return 0
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		_ = r.Body.Close()
+	}
+}
+
+func newUUIDKey() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%q", fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]))
+}
