@@ -1,0 +1,610 @@
+package envoyconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/portero-rl/portero"
+	"go.yaml.in/yaml/v3"
+)
+
+// Error is a configuration problem at a place in a file.
+type Error struct {
+	File   string
+	Line   int // 1-based; 0 when the problem concerns the whole file
+	Column int
+	// Field is the dotted path of the field, such as
+	// "descriptors[0].rate_limit.unit"; empty for the whole file.
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Source is one configuration file's name and contents.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// Options tune loading. The zero value is envoyproxy/ratelimit's default.
+type Options struct {
+	// MergeDomains lets several files add descriptors to one domain
+	// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true); by default a domain
+	// defined twice is an error.
+	MergeDomains bool
+}
+
+// maxFileSize bounds one configuration file, maxDepth the nesting of
+// descriptors, so that a hostile file cannot exhaust memory or the stack.
+const (
+	maxFileSize = 16 << 20
+	maxDepth    = 32
+	maxErrors   = 20
+	// maxNodes bounds the descriptors of one file after YAML aliases are
+	// expanded (an alias can repeat a subtree exponentially).
+	maxNodes = 100_000
+)
+
+// Load reads the configuration at path: one YAML file, or a directory whose
+// *.yaml and *.yml files (in subdirectories too, in lexical order, skipping
+// names that start with '.') are loaded as envoyproxy/ratelimit loads its
+// runtime directory. Errors are *Error values (several joined with
+// errors.Join) naming file, line and field.
+func Load(path string, opts Options) (*Config, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("envoy ratelimit config: %w", err)
+	}
+	var srcs []Source
+	if !st.IsDir() {
+		data, err := readFile(path)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, Source{Name: path, Data: data})
+	} else {
+		var names []string
+		err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if p != path && strings.HasPrefix(d.Name(), ".") {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			ext := strings.ToLower(filepath.Ext(p))
+			if ext != ".yaml" && ext != ".yml" {
+				return nil
+			}
+			// Follow symlinks to files (runtime directories are symlink swaps).
+			fi, err := os.Stat(p)
+			if err != nil {
+				return err
+			}
+			if fi.Mode().IsRegular() {
+				names = append(names, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("envoy ratelimit config: %w", err)
+		}
+		sort.Strings(names)
+		if len(names) == 0 {
+			return nil, fmt.Errorf("envoy ratelimit config: %s: no .yaml or .yml files", path)
+		}
+		for _, n := range names {
+			data, err := readFile(n)
+			if err != nil {
+				return nil, err
+			}
+			srcs = append(srcs, Source{Name: n, Data: data})
+		}
+	}
+	return Parse(srcs, opts)
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("envoy ratelimit config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("envoy ratelimit config: %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file larger than %d bytes", maxFileSize)}
+	}
+	return data, nil
+}
+
+// Parse builds a configuration from file contents, each holding one domain.
+func Parse(srcs []Source, opts Options) (*Config, error) {
+	c := &Config{domains: map[string]*Domain{}}
+	var errs []error
+	for _, src := range srcs {
+		p := &parser{file: src.Name}
+		dom := p.file1(src.Data)
+		if len(p.errs) > 0 {
+			errs = append(errs, p.errs...)
+			continue
+		}
+		c.files = append(c.files, src.Name)
+		if old, ok := c.domains[dom.Name]; ok {
+			if !opts.MergeDomains {
+				errs = append(errs, &Error{File: src.Name, Line: p.domainLine, Column: p.domainCol, Field: "domain",
+					Msg: fmt.Sprintf("duplicate domain %q (also in %s); set merge-domains to combine them", dom.Name, strings.Join(old.Files, ", "))})
+				continue
+			}
+			for _, d := range dom.Descriptors {
+				if prev := old.root.findExact(d); prev != nil {
+					errs = append(errs, &Error{File: src.Name, Line: d.Line, Field: "descriptors",
+						Msg: fmt.Sprintf("duplicate descriptor %q in merged domain %q (first at %s:%d)", composite(d), dom.Name, prev.File, prev.Line)})
+					continue
+				}
+				old.Descriptors = append(old.Descriptors, d)
+				old.root.add(d)
+			}
+			old.Files = append(old.Files, src.Name)
+			continue
+		}
+		c.domains[dom.Name] = dom
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+func composite(d *Descriptor) string {
+	if d.Value == "" {
+		return d.Key
+	}
+	return d.Key + "_" + d.Value
+}
+
+func (l *level) findExact(d *Descriptor) *Descriptor {
+	if d.Value == "" {
+		return l.keyOnly[d.Key]
+	}
+	if strings.Contains(d.Value, "*") {
+		for _, w := range l.wildcards {
+			if w.Key == d.Key && w.Value == d.Value {
+				return w
+			}
+		}
+		return nil
+	}
+	return l.exact[Entry{d.Key, d.Value}]
+}
+
+type parser struct {
+	file                  string
+	errs                  []error
+	nodes                 int
+	domainLine, domainCol int
+}
+
+func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
+	if len(p.errs) >= maxErrors {
+		return
+	}
+	e := &Error{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	p.errs = append(p.errs, e)
+}
+
+func (p *parser) file1(data []byte) *Domain {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.errorf(nil, "domain", "empty file: a config file needs a domain")
+			return nil
+		}
+		p.yamlError(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "", "more than one YAML document: one file holds one domain")
+		return nil
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlError(err)
+		return nil
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root, "", "the file must be a mapping with domain and descriptors")
+		return nil
+	}
+	dom := &Domain{Files: []string{p.file}}
+	var descs *yaml.Node
+	p.fields(root, "", func(k string, kn, v *yaml.Node) {
+		switch k {
+		case "domain":
+			dom.Name = p.str(v, "domain")
+			p.domainLine, p.domainCol = v.Line, v.Column
+		case "descriptors":
+			descs = v
+		default:
+			p.unknown(kn, "", k)
+		}
+	})
+	if dom.Name == "" && len(p.errs) == 0 {
+		p.errorf(root, "domain", "missing or empty domain")
+	}
+	if descs != nil {
+		dom.Descriptors = p.descriptors(descs, dom, &dom.root, "descriptors", dom.Name, 1)
+	}
+	if len(p.errs) > 0 {
+		return nil
+	}
+	return dom
+}
+
+func (p *parser) yamlError(err error) {
+	// yaml.v3 errors read "yaml: line N: msg"; keep the line in our form.
+	msg := err.Error()
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+		if i := strings.IndexByte(rest, ':'); i > 0 {
+			if n, err := strconv.Atoi(rest[:i]); err == nil {
+				line = n
+				msg = strings.TrimSpace(rest[i+1:])
+			}
+		}
+	} else if rest, ok := strings.CutPrefix(msg, "yaml: "); ok {
+		msg = rest
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + msg})
+}
+
+// fields calls f for every key of mapping n, reporting a non-mapping,
+// non-string keys and duplicate keys.
+func (p *parser) fields(n *yaml.Node, field string, f func(k string, kn, v *yaml.Node)) {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, field, "want a mapping, found %s", kindName(n))
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, v := n.Content[i], deref(n.Content[i+1])
+		if kn.Kind != yaml.ScalarNode {
+			p.errorf(kn, field, "keys must be strings")
+			continue
+		}
+		if seen[kn.Value] {
+			p.errorf(kn, join(field, kn.Value), "given twice")
+			continue
+		}
+		seen[kn.Value] = true
+		f(kn.Value, kn, v)
+	}
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func (p *parser) unknown(kn *yaml.Node, field, k string) {
+	p.errorf(kn, join(field, k), "unknown field")
+}
+
+func join(field, k string) string {
+	if field == "" {
+		return k
+	}
+	return field + "." + k
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+func (p *parser) str(v *yaml.Node, field string) string {
+	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+		p.errorf(v, field, "want a string, found %s", kindName(v))
+		return ""
+	}
+	return v.Value
+}
+
+func (p *parser) boolean(v *yaml.Node, field string) bool {
+	if v.Kind == yaml.ScalarNode {
+		switch strings.ToLower(v.Value) {
+		case "true", "yes", "on":
+			return true
+		case "false", "no", "off":
+			return false
+		}
+	}
+	p.errorf(v, field, "want true or false, found %s", kindName(v))
+	return false
+}
+
+func (p *parser) uint(v *yaml.Node, field string, max uint64) uint64 {
+	if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
+		n, err := strconv.ParseUint(strings.ReplaceAll(v.Value, "_", ""), 0, 64)
+		if err == nil && n <= max {
+			return n
+		}
+	}
+	p.errorf(v, field, "want a whole number from 0 to %d, found %s", max, kindName(v))
+	return 0
+}
+
+func (p *parser) descriptors(n *yaml.Node, dom *Domain, lv *level, field, parentKey string, depth int) []*Descriptor {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, field, "want a list of descriptors, found %s", kindName(n))
+		return nil
+	}
+	if depth > maxDepth {
+		p.errorf(n, field, "descriptors nested deeper than %d levels", maxDepth)
+		return nil
+	}
+	var out []*Descriptor
+	for i, item := range n.Content {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if p.nodes++; p.nodes > maxNodes {
+			p.errorf(item, f, "more than %d descriptors in one file (counting YAML aliases expanded)", maxNodes)
+			return nil
+		}
+		d := p.descriptor(deref(item), dom, f, parentKey, depth)
+		if d == nil {
+			continue
+		}
+		if prev := lv.findExact(d); prev != nil {
+			p.errorf(item, f, "duplicate descriptor %q at this level (first at line %d)", composite(d), prev.Line)
+			continue
+		}
+		lv.add(d)
+		out = append(out, d)
+	}
+	return out
+}
+
+func (p *parser) descriptor(n *yaml.Node, dom *Domain, field, parentKey string, depth int) *Descriptor {
+	d := &Descriptor{File: p.file, Line: n.Line}
+	var rl, children *yaml.Node
+	var rlField string
+	before := len(p.errs)
+	p.fields(n, field, func(k string, kn, v *yaml.Node) {
+		f := join(field, k)
+		switch k {
+		case "key":
+			d.Key = p.str(v, f)
+			if d.Key == "" && len(p.errs) == before {
+				p.errorf(v, f, "empty key")
+			}
+		case "value":
+			d.Value = p.str(v, f)
+		case "rate_limit":
+			rl, rlField = v, f
+		case "descriptors":
+			children = v
+		case "shadow_mode":
+			d.ShadowMode = p.boolean(v, f)
+		case "detailed_metric":
+			d.DetailedMetric = p.boolean(v, f)
+		case "value_to_metric":
+			d.ValueToMetric = p.boolean(v, f)
+		case "share_threshold":
+			d.ShareThreshold = p.boolean(v, f)
+		case "quota_mode", "metadata":
+			p.errorf(kn, f, "not supported by Portero (envoyproxy/ratelimit's %s has no equivalent yet); remove it", k)
+		default:
+			p.unknown(kn, field, k)
+		}
+	})
+	if n.Kind == yaml.MappingNode && d.Key == "" && len(p.errs) == before {
+		p.errorf(n, join(field, "key"), "missing key")
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	if d.ShareThreshold && !strings.Contains(d.Value, "*") {
+		p.errorf(n, join(field, "share_threshold"), "only valid with a wildcard value (containing '*')")
+	}
+	fullKey := parentKey + "." + composite(d)
+	if rl != nil {
+		d.RateLimit = p.rateLimit(rl, rlField, fullKey)
+	}
+	if children != nil {
+		d.Descriptors = p.descriptors(children, dom, &d.level, join(field, "descriptors"), fullKey, depth+1)
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	return d
+}
+
+func (p *parser) rateLimit(n *yaml.Node, field, fullKey string) *RateLimit {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	r := &RateLimit{FullKey: fullKey}
+	before := len(p.errs)
+	var unitNode, rpuNode *yaml.Node
+	alg := portero.FixedWindow
+	var burst int64
+	var ext *yaml.Node
+	p.fields(n, field, func(k string, kn, v *yaml.Node) {
+		f := join(field, k)
+		switch k {
+		case "unit":
+			unitNode = v
+			s := p.str(v, f)
+			if len(p.errs) == before {
+				u, err := ParseUnit(s)
+				if err != nil {
+					p.errorf(v, f, "%v", err)
+				}
+				r.Unit = u
+			}
+		case "requests_per_unit":
+			rpuNode = v
+			r.RequestsPerUnit = uint32(p.uint(v, f, math.MaxUint32))
+		case "unlimited":
+			r.Unlimited = p.boolean(v, f)
+		case "name":
+			r.Name = p.str(v, f)
+		case "replaces":
+			r.Replaces = p.replaces(v, f)
+		case "portero":
+			ext = v
+		default:
+			p.unknown(kn, field, k)
+		}
+	})
+	if len(p.errs) > before {
+		return nil
+	}
+	if ext != nil {
+		alg, burst = p.extension(ext, join(field, "portero"))
+		if burst > 0 && isWindow(alg) {
+			p.errorf(ext, join(field, "portero.burst"), "burst applies to token-bucket, leaky-meter, gcra and leaky-queue, not to %s", alg)
+		}
+	}
+	switch {
+	case r.Unlimited && unitNode != nil:
+		p.errorf(unitNode, join(field, "unit"), "should not be given when unlimited is true")
+	case r.Unlimited && ext != nil:
+		p.errorf(ext, join(field, "portero"), "should not be given when unlimited is true")
+	case !r.Unlimited && unitNode == nil:
+		p.errorf(n, join(field, "unit"), "missing unit: want second, minute, hour, day, week, month or year")
+	case !r.Unlimited && rpuNode == nil:
+		// envoyproxy/ratelimit reads a missing requests_per_unit as 0:
+		// every request is over the limit. Keep that, it is documented.
+	}
+	for _, name := range r.Replaces {
+		if name == r.Name && name != "" {
+			p.errorf(n, join(field, "replaces"), "a limit cannot replace itself (%q)", name)
+		}
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	if !r.Unlimited {
+		rule, max, err := makeRule(r.PolicyName(), r.Unit, r.RequestsPerUnit, alg, burst)
+		if err != nil {
+			p.errorf(n, field, "%v", err)
+			return nil
+		}
+		r.Rule, r.MaxCost = rule, max
+	}
+	return r
+}
+
+func (p *parser) replaces(n *yaml.Node, field string) []string {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, field, "want a list of {name: ...}, found %s", kindName(n))
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		name := ""
+		p.fields(item, f, func(k string, kn, v *yaml.Node) {
+			if k != "name" {
+				p.unknown(kn, f, k)
+				return
+			}
+			name = p.str(v, join(f, "name"))
+		})
+		if name == "" {
+			p.errorf(item, join(f, "name"), "empty name")
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+func isWindow(a portero.Algorithm) bool {
+	switch a {
+	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
+		return true
+	}
+	return false
+}
+
+// extension reads rate_limit.portero: {algorithm, burst}.
+func (p *parser) extension(n *yaml.Node, field string) (portero.Algorithm, int64) {
+	alg := portero.FixedWindow
+	var burst int64
+	p.fields(n, field, func(k string, kn, v *yaml.Node) {
+		f := join(field, k)
+		switch k {
+		case "algorithm":
+			s := p.str(v, f)
+			if s == "" {
+				return
+			}
+			a, err := portero.ParseAlgorithm(s)
+			if err != nil {
+				p.errorf(v, f, "%v", err)
+				return
+			}
+			alg = a
+		case "burst":
+			burst = int64(p.uint(v, f, math.MaxUint32))
+		default:
+			p.unknown(kn, field, k)
+		}
+	})
+	return alg, burst
+}
