@@ -1,0 +1,310 @@
+// Package gateway is Portero's reverse proxy: the httplimit middleware in
+// front of httputil.ReverseProxy (with Rewrite) to the upstreams a
+// configuration names per route, plus /healthz and /readyz. Its
+// configuration can be replaced while it serves (Update), all at once or
+// not at all.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/policy"
+)
+
+// Hooks observe the gateway; nil fields do nothing. They must be fast and
+// safe for concurrent use.
+type Hooks struct {
+	// OnDecision is called after every evaluation (see httplimit.Config).
+	OnDecision func(r *http.Request, v *policy.Verdict, storeTime time.Duration)
+	// OnError is called when a request could not be evaluated.
+	OnError func(r *http.Request, err error)
+	// OnProxyError is called when an upstream could not be reached or gave a
+	// malformed answer.
+	OnProxyError func(r *http.Request, upstream string, err error)
+	// Now is the clock of the limiter; nil means time.Now.
+	Now func() time.Time
+}
+
+// Gateway is an http.Handler. It is safe for concurrent use.
+type Gateway struct {
+	hooks   Hooks
+	limiter *httplimit.Limiter
+	table   atomic.Pointer[table]
+	ready   atomic.Bool
+	handler http.Handler
+}
+
+type table struct {
+	cfg    *config.Config
+	routes []*route
+}
+
+type route struct {
+	cfg     *config.RouteConfig
+	handler http.Handler
+	closer  func() // closes idle upstream connections
+}
+
+// New builds a gateway for cfg, counting in store (which the caller owns and
+// closes). It starts not ready; call SetReady(true) once listening.
+func New(cfg *config.Config, store portero.Store, hooks Hooks) (*Gateway, error) {
+	g := &Gateway{hooks: hooks}
+	t, err := g.build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lcfg := g.limiterConfig(cfg, store)
+	if g.limiter, err = httplimit.New(lcfg); err != nil {
+		return nil, err
+	}
+	g.table.Store(t)
+	inner := g.limiter.Handler(http.HandlerFunc(g.proxy))
+	g.handler = g.routeFirst(g.shed(inner))
+	return g, nil
+}
+
+// Update replaces the configuration and the store (which may be the same
+// as before: unchanged rules then keep their counters). Either everything
+// is replaced or, on error, nothing.
+func (g *Gateway) Update(cfg *config.Config, store portero.Store) error {
+	t, err := g.build(cfg)
+	if err != nil {
+		return err
+	}
+	if err := g.limiter.Update(g.limiterConfig(cfg, store)); err != nil {
+		return err
+	}
+	old := g.table.Swap(t)
+	for _, r := range old.routes {
+		if r.closer != nil {
+			r.closer()
+		}
+	}
+	return nil
+}
+
+// Config returns the configuration in use.
+func (g *Gateway) Config() *config.Config { return g.table.Load().cfg }
+
+// SetReady sets what /readyz answers: 200 when ready, 503 when not (before
+// listening, and while draining at shutdown).
+func (g *Gateway) SetReady(ok bool) { g.ready.Store(ok) }
+
+func (g *Gateway) limiterConfig(cfg *config.Config, store portero.Store) httplimit.Config {
+	return httplimit.Config{
+		Policy:        cfg.Policy,
+		Store:         store,
+		ClientIP:      cfg.ClientIP,
+		UserHeader:    cfg.File.Identity.UserHeader,
+		TenantHeader:  cfg.File.Identity.TenantHeader,
+		Route:         routeName,
+		Now:           g.hooks.Now,
+		LegacyHeaders: cfg.File.Headers.Legacy,
+		FailClosed:    cfg.FailClosed,
+		OnDecision:    g.hooks.OnDecision,
+		OnError:       g.hooks.OnError,
+	}
+}
+
+type routeKey struct{}
+
+func routeName(r *http.Request) string {
+	if rt, _ := r.Context().Value(routeKey{}).(*route); rt != nil {
+		return rt.cfg.Name
+	}
+	return ""
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	case "/readyz":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !g.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+		return
+	}
+	g.handler.ServeHTTP(w, r)
+}
+
+// shed applies the configuration's max_in_flight, read at each request so
+// a reload changes it.
+func (g *Gateway) shed(next http.Handler) http.Handler {
+	var inFlight atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := int64(g.table.Load().cfg.MaxInFlight)
+		if cur := inFlight.Add(1); n > 0 && cur > n {
+			inFlight.Add(-1)
+			httplimit.WriteUnavailable(w, time.Second, fmt.Sprintf("more than %d requests in flight", n))
+			return
+		}
+		defer inFlight.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routeFirst finds the route before the limiter runs, so that keys can name
+// it; requests that match no route are still limited, then answered 404.
+func (g *Gateway) routeFirst(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := g.table.Load()
+		pr := &policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}
+		for _, rt := range t.routes {
+			if rt.cfg.Match.Matches(pr) {
+				r = r.WithContext(context.WithValue(r.Context(), routeKey{}, rt))
+				break
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
+	rt, _ := r.Context().Value(routeKey{}).(*route)
+	if rt == nil {
+		writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+r.Method+" "+r.URL.Path)
+		return
+	}
+	rt.handler.ServeHTTP(w, r)
+}
+
+func (g *Gateway) build(cfg *config.Config) (*table, error) {
+	if cfg == nil || cfg.Policy == nil {
+		return nil, errors.New("gateway: no configuration")
+	}
+	t := &table{cfg: cfg}
+	handlers := map[string]*route{}
+	for _, rc := range cfg.Routes {
+		if rc.Upstream == nil {
+			return nil, fmt.Errorf("gateway: route %s has no upstream", rc.Name)
+		}
+		up, ok := handlers[rc.Upstream.Name]
+		if !ok {
+			up = g.upstream(cfg, rc.Upstream)
+			handlers[rc.Upstream.Name] = up
+		}
+		h := up.handler
+		if rc.StripPrefix != "" {
+			h = stripPrefix(rc.StripPrefix, h)
+		}
+		t.routes = append(t.routes, &route{cfg: rc, handler: h, closer: up.closer})
+	}
+	return t, nil
+}
+
+func stripPrefix(prefix string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := strings.TrimPrefix(r.URL.Path, prefix)
+		if p == r.URL.Path || (p != "" && p[0] != '/') {
+			h.ServeHTTP(w, r) // not under the prefix (/apix for /api)
+			return
+		}
+		if p == "" {
+			p = "/"
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = p
+		r2.URL.RawPath = ""
+		h.ServeHTTP(w, r2)
+	})
+}
+
+func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route {
+	if uc.Demo {
+		return &route{handler: demoHandler(uc.Name)}
+	}
+	target := uc.URL
+	trusted := cfg.ClientIP
+	transport := &http.Transport{
+		Proxy:                 nil, // never send upstream traffic through an environment proxy
+		DialContext:           (&net.Dialer{Timeout: uc.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		ResponseHeaderTimeout: uc.Timeout,
+		MaxIdleConnsPerHost:   max(uc.MaxIdleConns, 64),
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   uc.DialTimeout,
+		ForceAttemptHTTP2:     true,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			if uc.PreserveHost {
+				pr.Out.Host = pr.In.Host
+			}
+			// Rewrite starts from a request without forwarding headers; keep
+			// the incoming chain only when it came from a trusted proxy, then
+			// append the peer.
+			if len(trusted.TrustedProxies) > 0 {
+				if peer, ok := httplimit.ParseHop(pr.In.RemoteAddr); ok {
+					for _, p := range trusted.TrustedProxies {
+						if p.Contains(peer) {
+							if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
+								pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
+							}
+							break
+						}
+					}
+				}
+			}
+			pr.SetXForwarded()
+		},
+		Transport:     transport,
+		FlushInterval: uc.FlushPeriod,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if g.hooks.OnProxyError != nil {
+				g.hooks.OnProxyError(r, uc.Name, err)
+			}
+			status, title := http.StatusBadGateway, "Bad Gateway"
+			if errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err) {
+				status, title = http.StatusGatewayTimeout, "Gateway Timeout"
+			}
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went away: nobody to answer
+			}
+			writeJSONProblem(w, status, title, "upstream "+uc.Name+" did not answer properly")
+		},
+	}
+	return &route{handler: rp, closer: transport.CloseIdleConnections}
+}
+
+func writeJSONProblem(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+}
+
+// demoHandler is the built-in upstream of the default configuration: it
+// answers every request itself, so that `portero serve` works with nothing
+// else running.
+func demoHandler(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{
+			"upstream": name,
+			"message":  "hello from Portero's built-in demo upstream; repeat this request quickly to see a 429",
+			"method":   r.Method,
+			"path":     r.URL.Path,
+		})
+	})
+}
