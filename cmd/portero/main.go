@@ -51,6 +51,9 @@ lets it in or turns it away, and tells the client when to come back.`,
 		SilenceUsage:  true,
 		// Unknown subcommands and stray arguments are usage errors.
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+		// A group runs to reject unknown subcommands (Args) and otherwise
+		// shows its help.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })

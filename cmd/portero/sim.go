@@ -22,8 +22,11 @@ func newSimCmd() *cobra.Command {
 		Use:   "sim",
 		Short: "Experiments on a virtual clock: replay traces, compare algorithms",
 		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+		// A group runs to reject unknown subcommands (Args) and otherwise
+		// shows its help.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.PersistentFlags().String("store", "memory", `where the simulated state lives: "memory" (see openStore)`)
+	cmd.PersistentFlags().String("store", "memory", `where the simulated state lives: "memory", the in-process store`)
 
 	// --- sim subcommands: append one line per subcommand, defined in its own file. ---
 	cmd.AddCommand(newSimReplayCmd())
