@@ -16,8 +16,9 @@
 //
 // The key itself is not stored: two keys whose 64-bit hashes are equal
 // share one state, so each is limited as if the other's requests were its
-// own (stricter for both, never looser). Among n keys of one rule the chance
-// that any two collide is about n²/2⁶⁵: 3·10⁻⁸ for a million keys. The seed
+// own (stricter for both, never looser). One bit of the hash marks a slot in
+// use, so 63 bits tell keys apart: among n keys of one rule the chance that
+// any two collide is about n²/2⁶⁴, 5·10⁻⁸ for a million keys. The seed
 // is random per store and rule, so no one can aim for a collision.
 //
 // # Bounded memory and eviction
@@ -164,8 +165,10 @@ type table struct {
 	log    *algorithm.SlidingLog // sliding log
 	max    int64                 // largest cost
 	seed   maphash.Seed
-	shift  uint // 64 − shard bits
+	shift  uint   // 64 − shard bits
+	mask   uint64 // shards − 1
 	shards []shard
+	closed *atomic.Bool // the store's
 	store  *Store
 }
 
@@ -177,7 +180,7 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 	if err := rule.Validate(); err != nil {
 		return nil, err
 	}
-	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, store: s}
+	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, mask: 1<<s.shardBits - 1, closed: &s.closed, store: s}
 	if rule.Algorithm == portero.SlidingLog {
 		l, err := algorithm.NewSlidingLog(rule.Limit)
 		if err != nil {
@@ -211,16 +214,12 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 	return t, nil
 }
 
-// hash returns key's hash under t, never 0.
-func (t *table) hash(key string) uint64 {
-	h := maphash.String(t.seed, key)
-	if h == 0 {
-		h = 1
-	}
-	return h
-}
+// hash returns key's hash under t. Its lowest bit is always set, so that 0
+// can mark an empty slot; the 63 bits left make a collision among a million
+// keys about as likely as one in 10⁷ (n²/2⁶⁴).
+func (t *table) hash(key string) uint64 { return maphash.String(t.seed, key) | 1 }
 
-func (t *table) shard(h uint64) *shard { return &t.shards[h>>t.shift&uint64(len(t.shards)-1)] }
+func (t *table) shard(h uint64) *shard { return &t.shards[h>>t.shift&t.mask] }
 
 // Limiter returns the limiter for rule, which shares the store's state for
 // that rule (two Limiters for equal rules decide for the same keys). The
