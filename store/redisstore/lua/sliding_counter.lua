@@ -1,0 +1,102 @@
+-- sliding-counter: estimate = prev*(1 - elapsed/W) + cur, computed with the
+-- same IEEE double operations as algorithm.SlidingCounter; admit when
+-- estimate + (cost-1) < L. Hash fields: k (window index), p (prev), c (cur).
+
+local function sc_admits(est, cost, limit)
+  return est + (cost - 1) < limit
+end
+
+-- sc_after reports whether a request of cost passes delta ns after an
+-- instant elapsed ns into window k with counts prev, cur.
+local function sc_after(w, limit, prev, cur, elapsed, delta, cost)
+  local j, e = divmod(elapsed + delta, w)
+  local p, c = prev, cur
+  if j == 1 then
+    p, c = cur, 0
+  elseif j > 1 then
+    p, c = 0, 0
+  end
+  return sc_admits(p * (1 - e / w) + c, cost, limit)
+end
+
+-- sc_retry returns the smallest whole-ns wait after which the request
+-- passes. The estimate never grows with time, so that wait is unique: a
+-- closed-form guess, then a bisection.
+local function sc_retry(w, limit, prev, cur, elapsed, cost)
+  local need = limit - cost + 1
+  local guess
+  if cur < need and prev > 0 then
+    guess = w * (1 - (need - cur) / prev) - elapsed
+  elseif cur > 0 then
+    guess = w + w * (1 - need / cur) - elapsed
+  else
+    guess = 1
+  end
+  local hi = 2 * w - elapsed -- the estimate is 0 by then
+  local delta = math.ceil(guess)
+  if delta ~= delta or delta < 1 then delta = 1 end
+  if delta > hi then delta = hi end
+  local lo -- invariant: refused at lo, admitted at hi
+  if sc_after(w, limit, prev, cur, elapsed, delta, cost) then
+    if delta == 1 or not sc_after(w, limit, prev, cur, elapsed, delta - 1, cost) then return delta end
+    lo, hi = 0, delta - 1
+  else
+    if sc_after(w, limit, prev, cur, elapsed, delta + 1, cost) then return delta + 1 end
+    lo = delta + 1
+  end
+  while hi - lo > 1 do
+    local mid = lo + math.floor((hi - lo) / 2)
+    if sc_after(w, limit, prev, cur, elapsed, mid, cost) then hi = mid else lo = mid end
+  end
+  return hi
+end
+
+-- sc_remaining counts the cost-1 requests that would still pass.
+local function sc_remaining(est, limit)
+  local room = limit - est
+  if not (room > 0) then return 0 end
+  local n = math.ceil(room)
+  while n > 0 and not sc_admits(est, n, limit) do n = n - 1 end
+  while sc_admits(est, n + 1, limit) do n = n + 1 end
+  return n
+end
+
+ALG['sliding-counter'] = function(hit, key, w, limit, _, cost, st)
+  local k, rem = tdiv(NOW_S, NOW_N, w)
+  if st == nil then
+    local v = readhash(hit, key, 'k', 'p', 'c')
+    if v then st = { k = v[1], p = v[2], c = v[3] } end
+  end
+  local ck, prev, cur, elapsed = k, 0, 0, rem
+  if st then
+    ck, prev, cur = st.k, st.p, st.c
+    if k < ck then
+      elapsed = 0 -- time went back: stay at the start of the last window
+    elseif k == ck + 1 then
+      ck, prev, cur = k, cur, 0
+    elseif k > ck + 1 then
+      ck, prev, cur = k, 0, 0
+    end
+  end
+  local est = prev * (1 - elapsed / w) + cur
+  local allowed, retry, reset = false, 0, 0
+  if sc_admits(est, cost, limit) then
+    allowed = true
+    cur = cur + cost
+    est = est + cost
+  else
+    retry = sc_retry(w, limit, prev, cur, elapsed, cost)
+  end
+  if cur > 0 then
+    reset = 2 * w - elapsed
+  elseif prev > 0 then
+    reset = w - elapsed
+  end
+  local ns = { k = ck, p = prev, c = cur }
+  -- The state equals no state from (ck+2)W on (cur > 0 after admitting).
+  local ttl = (ck - k) * w + 2 * w - rem
+  return decision(allowed, sc_remaining(est, limit), retry, reset), ns, function()
+    redis.call('HSET', key, 'k', fmt(ck), 'p', fmt(prev), 'c', fmt(cur))
+    expire(key, ttl)
+  end
+end

@@ -1,0 +1,576 @@
+// Package redisstore keeps Portero's counters in Redis, so that every
+// instance of a service shares one limit. It implements portero.Store with
+// the same decisions as the memory store: each algorithm is a Lua script
+// (embedded, run by hash with EVALSHA and reloaded transparently on
+// NOSCRIPT) that reads the state, decides and writes it back in one atomic
+// step, and sets the key's expiry in the same step.
+//
+// # Clock
+//
+// By default (ServerClock) the scripts read the time with Redis TIME, so
+// instances whose clocks disagree still share one window; the now argument
+// of AllowAll is then used only by the local fallback. Redis TIME has
+// microsecond resolution. With CallerClock the script takes the caller's
+// instant, to the nanosecond, for simulations and replays.
+//
+// # Exactness
+//
+// Lua numbers are doubles, exact only below 2^53, and a Unix time in
+// nanoseconds is not. The scripts keep each instant as whole seconds plus
+// nanoseconds and do every computation on exact integers below 2^53, and the
+// sliding counter's estimate with the same IEEE operations as package
+// algorithm; so in CallerClock mode the store makes exactly the decisions of
+// package algorithm (and of store/storetest.Reference), to the nanosecond.
+// That bounds what a rule may be: windows of 1µs to 2^52 ns (about 52 days;
+// sliding log 2^50 ns, about 13 days), buckets that refill in at most 2^52
+// ns, counts up to 2^50, instants before the year 2116, and clock steps
+// backwards of less than about 104 days (larger ones saturate).
+//
+// # Keys and Redis Cluster
+//
+// The state of a rule for a key lives under PREFIX{KEY}:FP, where FP is a
+// fingerprint of the rule (so a changed rule starts afresh) and {KEY} is a
+// hash tag: every rule applied to one key lands in one cluster slot, so an
+// AllowAll over several rules for one key is one atomic script even on a
+// cluster. Config.HashTag chooses another tag (a tenant, say) to put more
+// keys in one slot. Hits in different slots are decided slot by slot: first
+// every slot is asked without counting, then each slot counts in turn; if
+// another caller takes the last unit in between, the call is refused and the
+// slots already counted keep their count (stricter, never looser).
+//
+// # Failure
+//
+// Every Redis call has a deadline (Config.Timeout), and a circuit breaker
+// stops calling a Redis that keeps failing, then probes it. While Redis is
+// unavailable each rule follows its Policy: FailClosed refuses, FailOpen
+// admits, FailLocal decides in a local memory store with a share of the
+// limit. See docs/distributed.md.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+	"github.com/redis/rueidis"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Clock says where a decision's instant comes from.
+type Clock int
+
+const (
+	// ServerClock reads the instant with Redis TIME inside the script, at
+	// microsecond resolution: one clock for every instance. The default.
+	ServerClock Clock = iota
+	// CallerClock takes the instant passed to AllowAll, to the nanosecond:
+	// for simulations, replays and the conformance suite. Instances whose
+	// clocks disagree then disagree about windows too.
+	CallerClock
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultPrefix          = "portero:"
+	DefaultTimeout         = 50 * time.Millisecond
+	DefaultMinTTL          = 10 * time.Minute
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpen     = time.Second
+)
+
+// ErrScript reports a script that Redis refused to run to the end: a key
+// holding a value of the wrong type, say. Such a call decides nothing and
+// counts nothing; it is not an outage, so no failure policy applies.
+var ErrScript = errors.New("redis script failed")
+
+// Config configures a Store. The zero value of each field means its default.
+type Config struct {
+	// URL is the Redis address as redis://[[user]:password@]host:port[/db]
+	// (rediss:// for TLS). Either URL or Addrs is required.
+	URL string
+	// Addrs are host:port addresses: one server, or seed nodes of a Redis
+	// Cluster (detected automatically).
+	Addrs []string
+	// Client, when set, is used instead of dialling URL or Addrs; Close then
+	// leaves it open.
+	Client rueidis.Client
+	// Prefix starts every key; DefaultPrefix when empty.
+	Prefix string
+	// Clock chooses the clock; ServerClock when zero.
+	Clock Clock
+	// MinTTL applies to CallerClock only: a key lives at least this long in
+	// real time, since the caller's instants need not follow Redis's clock
+	// (a replay may run slower than real time). DefaultMinTTL when zero.
+	MinTTL time.Duration
+	// Timeout is the deadline of each Redis call; DefaultTimeout when zero.
+	Timeout time.Duration
+	// Policy is the failure policy of rules not in Policies; FailClosed when
+	// empty.
+	Policy Policy
+	// Policies maps rule names to their failure policy.
+	Policies map[string]Policy
+	// LocalShare is the share of each limit (count, burst and rate) that one
+	// instance may admit under FailLocal, in (0, 1]; 1 when zero. With N
+	// instances, 1/N keeps the total near the limit.
+	LocalShare float64
+	// BreakerFailures is how many consecutive failed calls open the circuit
+	// breaker; DefaultBreakerFailures when zero.
+	BreakerFailures int
+	// BreakerOpen is how long the open breaker answers without calling
+	// Redis before it lets one probe through; DefaultBreakerOpen when zero.
+	BreakerOpen time.Duration
+	// HashTag returns the hash tag of a hit's key; nil means the hit's key.
+	// Hits with one tag share a cluster slot and so one atomic script. A tag
+	// must not contain '}'.
+	HashTag func(portero.Hit) string
+	// Logger receives a line when the fallback starts and ends and when the
+	// breaker changes state; slog.Default() when nil.
+	Logger *slog.Logger
+	// OnFallback, when set, is called for every call decided by a failure
+	// policy instead of Redis. It must be quick and safe for concurrent use.
+	OnFallback func(Fallback)
+}
+
+// Fallback describes one call decided without Redis.
+type Fallback struct {
+	// Hits are the hits of the call and Decisions what the policies decided.
+	Hits      []portero.Hit
+	Decisions []portero.Decision
+	// Err is why Redis was not asked or did not answer.
+	Err error
+}
+
+// Stats are counters since the store was created.
+type Stats struct {
+	// Calls is the number of AllowAll calls; Redis the number that Redis
+	// decided.
+	Calls, Redis uint64
+	// Fallbacks counts calls decided by a failure policy.
+	Fallbacks uint64
+	// Errors counts calls that returned an error.
+	Errors uint64
+	// Degraded reports whether the last call fell back.
+	Degraded bool
+	// Breaker is the circuit breaker's state: closed, half-open or open.
+	Breaker string
+}
+
+// Store is a portero.Store in Redis. It is safe for concurrent use; it
+// starts no goroutines of its own beyond the Redis client's, which Close
+// stops.
+type Store struct {
+	cfg       Config
+	client    rueidis.Client
+	ownClient bool
+	cluster   bool
+	scripts   *scripts
+	rules     sync.Map // portero.Rule → *compiled
+	breaker   *gobreaker.CircuitBreaker[[]int64]
+	log       *slog.Logger
+	local     *localStore
+	closed    atomic.Bool
+	degraded  atomic.Bool
+
+	calls, redisCalls, fallbacks, errs atomic.Uint64
+}
+
+var _ portero.Store = (*Store)(nil)
+
+// New validates cfg, connects to Redis and returns the store. A malformed
+// URL or an address that does not answer is an error naming the store and
+// the address.
+func New(cfg Config) (*Store, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MinTTL == 0 {
+		cfg.MinTTL = DefaultMinTTL
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = DefaultBreakerFailures
+	}
+	if cfg.BreakerOpen == 0 {
+		cfg.BreakerOpen = DefaultBreakerOpen
+	}
+	if cfg.LocalShare == 0 {
+		cfg.LocalShare = 1
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = FailClosed
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("redisstore: timeout %v: must be positive", cfg.Timeout)
+	case cfg.MinTTL < 0:
+		return nil, fmt.Errorf("redisstore: min TTL %v: must be positive", cfg.MinTTL)
+	case cfg.BreakerFailures < 0 || cfg.BreakerOpen < 0:
+		return nil, fmt.Errorf("redisstore: breaker: failures %d, open %v: must be positive", cfg.BreakerFailures, cfg.BreakerOpen)
+	case !(cfg.LocalShare > 0 && cfg.LocalShare <= 1):
+		return nil, fmt.Errorf("redisstore: local share %v: want a fraction in (0, 1]", cfg.LocalShare)
+	case cfg.Clock != ServerClock && cfg.Clock != CallerClock:
+		return nil, fmt.Errorf("redisstore: unknown clock %d", cfg.Clock)
+	case strings.ContainsAny(cfg.Prefix, "{}"):
+		return nil, fmt.Errorf("redisstore: prefix %q: must not contain braces (they make hash tags)", cfg.Prefix)
+	}
+	if err := cfg.Policy.validate(); err != nil {
+		return nil, err
+	}
+	for name, p := range cfg.Policies {
+		if err := p.validate(); err != nil {
+			return nil, fmt.Errorf("rule %q: %w", name, err)
+		}
+	}
+	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare)}
+	s.client = cfg.Client
+	if s.client == nil {
+		var opt rueidis.ClientOption
+		switch {
+		case cfg.URL != "" && len(cfg.Addrs) > 0:
+			return nil, errors.New("redisstore: set URL or Addrs, not both")
+		case cfg.URL != "":
+			o, err := rueidis.ParseURL(cfg.URL)
+			if err != nil {
+				// The parser's message quotes the URL: hide its password.
+				msg := strings.ReplaceAll(err.Error(), cfg.URL, redactURL(cfg.URL))
+				return nil, fmt.Errorf("redisstore: redis URL %q: %s", redactURL(cfg.URL), msg)
+			}
+			opt = o
+		case len(cfg.Addrs) > 0:
+			opt.InitAddress = cfg.Addrs
+		default:
+			return nil, errors.New("redisstore: no Redis address: set Config.URL or Config.Addrs")
+		}
+		opt.DisableCache = true // no client-side caching: every decision asks Redis
+		if opt.Dialer.Timeout == 0 {
+			opt.Dialer.Timeout = time.Second
+		}
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: connect to %v: %w", opt.InitAddress, err)
+		}
+		s.client, s.ownClient = c, true
+	}
+	s.cluster = s.client.Mode() == rueidis.ClientModeCluster
+	s.breaker = gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
+		Name:        "redisstore",
+		MaxRequests: 1,
+		Timeout:     cfg.BreakerOpen,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures)
+		},
+		IsSuccessful: func(err error) bool { return err == nil || !unavailable(err) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.log.Warn("redisstore: circuit breaker "+to.String(), "from", from.String())
+		},
+	})
+	return s, nil
+}
+
+// redactURL hides a password in a Redis URL.
+func redactURL(u string) string {
+	if at := strings.LastIndex(u, "@"); at >= 0 {
+		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+			return u[:scheme+3] + "REDACTED" + u[at:]
+		}
+	}
+	return u
+}
+
+// Close releases the Redis client (unless it came from Config.Client).
+// Later calls return errors wrapping portero.ErrClosed; a second Close is
+// harmless and returns such an error.
+func (s *Store) Close(context.Context) error {
+	if s.closed.Swap(true) {
+		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	if s.ownClient {
+		s.client.Close()
+	}
+	return nil
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Calls:     s.calls.Load(),
+		Redis:     s.redisCalls.Load(),
+		Fallbacks: s.fallbacks.Load(),
+		Errors:    s.errs.Load(),
+		Degraded:  s.degraded.Load(),
+		Breaker:   s.breaker.State().String(),
+	}
+}
+
+func (s *Store) compiled(r portero.Rule) (*compiled, error) {
+	if c, ok := s.rules.Load(r); ok {
+		return c.(*compiled), nil
+	}
+	c, err := compile(r)
+	if err != nil {
+		return nil, err
+	}
+	s.rules.Store(r, c)
+	return c, nil
+}
+
+// Key returns the Redis key that holds the state of rule r for key.
+func (s *Store) Key(r portero.Rule, key string) (string, error) {
+	c, err := s.compiled(r)
+	if err != nil {
+		return "", err
+	}
+	return s.key(c, portero.Hit{Rule: r, Key: key}), nil
+}
+
+func (s *Store) key(c *compiled, h portero.Hit) string {
+	if s.cfg.HashTag == nil {
+		return s.cfg.Prefix + "{" + h.Key + "}:" + c.fp
+	}
+	return s.cfg.Prefix + "{" + s.cfg.HashTag(h) + "}:" + h.Key + ":" + c.fp
+}
+
+// call is one script run: the hits of one cluster slot (or all of them).
+type call struct {
+	idx  []int // positions in the AllowAll call
+	keys []string
+	algs []portero.Algorithm
+}
+
+// AllowAll implements portero.Store: it decides every hit at one instant
+// (Redis's, or now with CallerClock), all-or-nothing. See the package
+// documentation for hits in several cluster slots and for failures.
+func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	s.calls.Add(1)
+	cs := make([]*compiled, len(hits))
+	for i, h := range hits {
+		c, err := s.compiled(h.Rule)
+		if err != nil {
+			s.errs.Add(1)
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		if err := algorithm.CheckCost(h.Cost, c.limit); err != nil {
+			s.errs.Add(1)
+			return nil, fmt.Errorf("redisstore: rule %q, key %q: %w", h.Rule.Name, h.Key, err)
+		}
+		cs[i] = c
+	}
+	out := make([]portero.Decision, len(hits))
+	if len(hits) == 0 {
+		return out, nil
+	}
+	calls := s.split(cs, hits)
+	var err error
+	if len(calls) == 1 {
+		_, err = s.run(ctx, now, cs, hits, calls[0], true, out)
+	} else {
+		err = s.runSlots(ctx, now, cs, hits, calls, out)
+	}
+	if err == nil {
+		s.redisCalls.Add(1)
+		if s.degraded.Swap(false) {
+			s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
+		}
+		return out, nil
+	}
+	if !unavailable(err) {
+		s.errs.Add(1)
+		return nil, err
+	}
+	return s.fallback(ctx, now, cs, hits, err)
+}
+
+// split groups the hits by cluster slot; on a single server there is one
+// group.
+func (s *Store) split(cs []*compiled, hits []portero.Hit) []call {
+	if !s.cluster {
+		c := call{idx: make([]int, len(hits)), keys: make([]string, len(hits)), algs: make([]portero.Algorithm, len(hits))}
+		for i, h := range hits {
+			c.idx[i], c.keys[i], c.algs[i] = i, s.key(cs[i], h), h.Rule.Algorithm
+		}
+		return []call{c}
+	}
+	var calls []call
+	slots := map[uint16]int{}
+	for i, h := range hits {
+		k := s.key(cs[i], h)
+		sl := slot(k)
+		j, ok := slots[sl]
+		if !ok {
+			j = len(calls)
+			slots[sl] = j
+			calls = append(calls, call{})
+		}
+		c := &calls[j]
+		c.idx, c.keys, c.algs = append(c.idx, i), append(c.keys, k), append(c.algs, h.Rule.Algorithm)
+	}
+	return calls
+}
+
+// runSlots decides hits spread over several cluster slots: first without
+// counting, then counting slot by slot.
+func (s *Store) runSlots(ctx context.Context, now time.Time, cs []*compiled, hits []portero.Hit, calls []call, out []portero.Decision) error {
+	for _, c := range calls {
+		ok, err := s.run(ctx, now, cs, hits, c, false, out)
+		if err != nil || !ok {
+			return err
+		}
+	}
+	for _, c := range calls {
+		ok, err := s.run(ctx, now, cs, hits, c, true, out)
+		if err != nil || !ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// run executes one script and fills out at c.idx. It reports whether every
+// hit was allowed.
+func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []portero.Hit, c call, commit bool, out []portero.Decision) (bool, error) {
+	args := make([]string, 5, 5+5*len(c.idx))
+	if s.cfg.Clock == CallerClock {
+		args[0] = "caller"
+		args[1] = strconv.FormatInt(now.Unix(), 10)
+		args[2] = strconv.Itoa(now.Nanosecond())
+		args[4] = strconv.FormatInt(int64((s.cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
+	} else {
+		args[0], args[1], args[2], args[4] = "server", "0", "0", "0"
+	}
+	args[3] = "0"
+	if commit {
+		args[3] = "1"
+	}
+	for _, i := range c.idx {
+		a := &cs[i].args
+		args = append(args, string(hits[i].Rule.Algorithm), strconv.FormatInt(hits[i].Cost, 10), a[0], a[1], a[2])
+	}
+	script := s.scripts.pick(c.algs)
+	res, err := s.breaker.Execute(func() ([]int64, error) {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		return script.Exec(cctx, s.client, c.keys, args).AsIntSlice()
+	})
+	if err != nil {
+		return false, s.describe(err, cs, hits, c)
+	}
+	if len(res) != 1+5*len(c.idx) {
+		return false, fmt.Errorf("redisstore: %w: %d integers in the reply, want %d", ErrScript, len(res), 1+5*len(c.idx))
+	}
+	for j, i := range c.idx {
+		r := res[1+5*j:]
+		out[i] = portero.Decision{
+			Allowed:    r[0] == 1,
+			Limit:      cs[i].limit,
+			Remaining:  r[1],
+			RetryAfter: time.Duration(r[2]),
+			ResetAfter: time.Duration(r[3]),
+			Delay:      time.Duration(r[4]),
+		}
+	}
+	return res[0] == 1, nil
+}
+
+// describe turns a failed call into an error naming the store, the key, the
+// rule and its algorithm.
+func (s *Store) describe(err error, cs []*compiled, hits []portero.Hit, c call) error {
+	if unavailable(err) {
+		return &unavailableError{err: err}
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		if rest, found := strings.CutPrefix(strings.TrimPrefix(msg, "ERR "), "portero hit "); found {
+			if n, m, ok := strings.Cut(rest, ": "); ok {
+				if j, e := strconv.Atoi(n); e == nil && j >= 1 && j <= len(c.idx) {
+					i := c.idx[j-1]
+					return fmt.Errorf("redisstore: key %q (redis key %q), rule %q, algorithm %s: %w: %s",
+						hits[i].Key, c.keys[j-1], hits[i].Rule.Name, hits[i].Rule.Algorithm, ErrScript, m)
+				}
+			}
+		}
+		i := c.idx[0]
+		return fmt.Errorf("redisstore: key %q (redis key %q), rule %q, algorithm %s: %w: %s",
+			hits[i].Key, c.keys[0], hits[i].Rule.Name, hits[i].Rule.Algorithm, ErrScript, msg)
+	}
+	return fmt.Errorf("redisstore: %w", err)
+}
+
+// unavailableError marks a failure of Redis itself (as opposed to a script
+// error): the failure policies apply.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string {
+	return "redisstore: " + portero.ErrStoreUnavailable.Error() + ": " + e.err.Error()
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{portero.ErrStoreUnavailable, e.err} }
+
+// unavailable reports whether err means that Redis could not decide: a
+// timeout, a connection failure, an open breaker, or a server that is
+// loading, busy or failing over. A script error or a caller's cancellation
+// is not.
+func unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ue *unavailableError
+	if errors.As(err, &ue) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrScript) {
+		return false
+	}
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS"} {
+			if strings.HasPrefix(re.Error(), p) {
+				return true
+			}
+		}
+		return false
+	}
+	return true // connection refused, reset, closed, EOF …
+}
+
+// Limiter returns a portero.Limiter that decides for keys under rule r.
+func (s *Store) Limiter(r portero.Rule) (*Limiter, error) {
+	if _, err := s.compiled(r); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	return &Limiter{store: s, rule: r}, nil
+}
+
+// Limiter decides for keys under one rule. It is safe for concurrent use.
+type Limiter struct {
+	store *Store
+	rule  portero.Rule
+}
+
+var _ portero.Limiter = (*Limiter)(nil)
+
+// AllowN implements portero.Limiter.
+func (l *Limiter) AllowN(ctx context.Context, key string, now time.Time, cost int64) (portero.Decision, error) {
+	d, err := l.store.AllowAll(ctx, now, []portero.Hit{{Rule: l.rule, Key: key, Cost: cost}})
+	if len(d) == 1 {
+		return d[0], err
+	}
+	return portero.Decision{}, err
+}

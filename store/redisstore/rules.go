@@ -1,0 +1,82 @@
+package redisstore
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+// Limits of what the scripts compute exactly with Lua's doubles.
+const (
+	// maxSpan bounds windows and bucket capacities (B·T) in ns: 2^52 ns,
+	// about 52 days.
+	maxSpan = 1 << 52
+	// maxLogWindow bounds the sliding log's window: 2^50 ns, about 13 days,
+	// so that offsets from the log's base stay below 2^51 between rebases.
+	maxLogWindow = 1 << 50
+	// maxCount bounds counts and capacities.
+	maxCount = 1 << 50
+	// minWindow keeps the index of a clock-aligned window below 2^53.
+	minWindow = time.Microsecond
+)
+
+// compiled is a validated rule with what the script needs.
+type compiled struct {
+	rule    portero.Rule
+	fp      string // fingerprint of every field: a changed rule starts afresh
+	args    [3]string
+	limit   int64 // Decision.Limit and the largest cost
+	window  bool  // counted per window (L per W) rather than as a bucket
+	decider algorithm.Decider
+}
+
+func compile(r portero.Rule) (*compiled, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	c := &compiled{rule: r}
+	l := r.Limit
+	switch r.Algorithm {
+	case portero.SlidingLog:
+		if _, err := algorithm.NewSlidingLog(l); err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		if l.Window > maxLogWindow {
+			return nil, fmt.Errorf("rule %q: %w: redis store: sliding-log window %v: at most %v", r.Name, portero.ErrInvalidLimit, l.Window, time.Duration(maxLogWindow))
+		}
+	default:
+		d, err := algorithm.New(r.Algorithm, l)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		c.decider = d
+	}
+	switch r.Algorithm {
+	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingCounter, portero.SlidingLog:
+		c.window = true
+		if l.Window < minWindow || l.Window > maxSpan {
+			return nil, fmt.Errorf("rule %q: %w: redis store: window %v: want %v to %v", r.Name, portero.ErrInvalidLimit, l.Window, minWindow, time.Duration(maxSpan))
+		}
+		if l.Count > maxCount {
+			return nil, fmt.Errorf("rule %q: %w: redis store: count %d: at most %d", r.Name, portero.ErrInvalidLimit, l.Count, int64(maxCount))
+		}
+		c.limit = l.Count
+		c.args = [3]string{strconv.FormatInt(int64(l.Window), 10), strconv.FormatInt(l.Count, 10), "0"}
+	default:
+		t := int64(l.Interval())
+		b := l.Capacity()
+		if b > maxCount || b > maxSpan/t {
+			return nil, fmt.Errorf("rule %q: %w: redis store: burst %d at one per %v: at most %v of refill", r.Name, portero.ErrInvalidLimit, b, time.Duration(t), time.Duration(maxSpan))
+		}
+		c.limit = b
+		c.args = [3]string{strconv.FormatInt(t, 10), strconv.FormatInt(b*t, 10), strconv.FormatInt(b, 10)}
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%v", r.Name, r.Algorithm, l.Count, int64(l.Window), l.Burst, l.Rate)
+	c.fp = strconv.FormatUint(h.Sum64(), 36)
+	return c, nil
+}
