@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/config"
+)
+
+// Peeker is implemented by stores that can show a key's state without
+// counting a request.
+type Peeker interface {
+	Peek(ctx context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error)
+}
+
+// Resetter is implemented by stores that can forget a key's state.
+type Resetter interface {
+	Reset(ctx context.Context, rule portero.Rule, key string) error
+}
+
+// adminHandler serves /metrics, /config, /api/refused, /api/keys and the
+// live view at /, behind the bearer token when one is configured.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, r *http.Request) {
+		cfg := s.gw.Config()
+		f := cfg.File.Redacted()
+		out, err := config.Marshal(&f)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+		w.Header().Set("X-Portero-Config-Source", cfg.Source)
+		_, _ = w.Write([]byte("# effective configuration, from " + cfg.Source + "\n"))
+		_, _ = w.Write(out)
+	})
+	mux.HandleFunc("GET /api/refused", func(w http.ResponseWriter, r *http.Request) {
+		minutes, _ := strconv.Atoi(r.URL.Query().Get("minutes"))
+		if minutes == 0 {
+			minutes = 5
+		}
+		writeJSON(w, http.StatusOK, s.obs.refused.top(s.now(), minutes, 50))
+	})
+	mux.HandleFunc("/api/keys", s.keys)
+	mux.HandleFunc("GET /{$}", s.liveView)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := s.adminToken() // read at each request: a reload may change it
+		if token == "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="portero-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid bearer token is required"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// keys: GET /api/keys?rule=R&key=K shows a key's state, DELETE resets it,
+// when the store supports it (501 otherwise).
+func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name, key := q.Get("rule"), q.Get("key")
+	if name == "" || key == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want ?rule=NAME&key=KEY (keys as shown by /api/refused)"})
+		return
+	}
+	rule := s.gw.Config().Policy.Rule(name)
+	if rule == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no rule " + strconv.Quote(name)})
+		return
+	}
+	store := s.currentStore()
+	switch r.Method {
+	case http.MethodGet:
+		p, ok := store.(Peeker)
+		if !ok {
+			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this store cannot show a key's state"})
+			return
+		}
+		d, err := p.Peek(r.Context(), rule.StoreRule(), key, s.now())
+		if err != nil {
+			writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"rule": name, "key": key, "limit": d.Limit, "remaining": d.Remaining,
+			"reset_after_seconds": d.ResetAfter.Seconds()})
+	case http.MethodDelete:
+		rs, ok := store.(Resetter)
+		if !ok {
+			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this store cannot reset a key"})
+			return
+		}
+		if err := rs.Reset(r.Context(), rule.StoreRule(), key); err != nil {
+			writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+			return
+		}
+		s.log.Info("key reset through the admin API", "rule", name, "key", key)
+		writeJSON(w, http.StatusOK, map[string]string{"reset": key, "rule": name})
+	default:
+		w.Header().Set("Allow", "GET, DELETE")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "GET or DELETE"})
+	}
+}
+
+var liveTmpl = template.Must(template.New("live").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<title>Portero — live</title>
+<style>body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin-bottom:2em}
+td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}th{background:#f4f4f4}.num{text-align:right}
+.refused{color:#b00}.shadow{color:#a60}code{background:#f4f4f4;padding:0 .2em}</style></head>
+<body><h1>Portero</h1>
+<p>Configuration from <code>{{.Source}}</code>, {{.Store}} store. Refreshes every 2 s.
+<a href="/metrics">metrics</a> · <a href="/config">config</a> · <a href="/api/refused">refused keys (JSON)</a></p>
+<h2>Rules</h2>
+<table><tr><th>rule</th><th>key</th><th>algorithm</th><th>limit</th><th>mode</th>
+<th class="num">allowed</th><th class="num">near limit</th><th class="num">refused</th><th class="num">shadow-refused</th></tr>
+{{range .Rules}}<tr><td>{{.Name}}</td><td><code>{{.Key}}</code></td><td>{{.Algorithm}}</td><td>{{.Limit}}</td><td>{{.Mode}}</td>
+<td class="num">{{.Allowed}}</td><td class="num">{{.Near}}</td><td class="num refused">{{.Refused}}</td><td class="num shadow">{{.Shadow}}</td></tr>
+{{end}}</table>
+<h2>Keys refused most, last 5 minutes</h2>
+{{if .Top}}<table><tr><th>rule</th><th>key</th><th class="num">refusals</th></tr>
+{{range .Top}}<tr><td>{{.Rule}}{{if .Shadow}} (shadow){{end}}</td><td><code>{{.Key}}</code></td><td class="num">{{.Count}}</td></tr>
+{{end}}</table>{{else}}<p>None.</p>{{end}}
+</body></html>
+`))
+
+type liveRule struct {
+	Name, Key, Algorithm, Limit, Mode string
+	Allowed, Near, Refused, Shadow    float64
+}
+
+func (s *Server) liveView(w http.ResponseWriter, r *http.Request) {
+	cfg := s.gw.Config()
+	counts := map[string]map[string]float64{}
+	if mfs, err := s.metrics.reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != "portero_decisions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				var rule, outcome string
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "rule":
+						rule = l.GetValue()
+					case "outcome":
+						outcome = l.GetValue()
+					}
+				}
+				if counts[rule] == nil {
+					counts[rule] = map[string]float64{}
+				}
+				counts[rule][outcome] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	data := struct {
+		Source, Store string
+		Rules         []liveRule
+		Top           []RefusedKey
+	}{Source: cfg.Source, Store: cfg.StoreType, Top: s.obs.refused.top(s.now(), 5, 20)}
+	for _, rl := range cfg.Policy.Rules() {
+		c := counts[rl.Name]
+		data.Rules = append(data.Rules, liveRule{Name: rl.Name, Key: rl.Key.String(), Algorithm: string(rl.Algorithm),
+			Limit: rl.Limit.String(), Mode: string(rl.Mode), Allowed: c["allowed"], Near: c["near-limit"],
+			Refused: c["refused"], Shadow: c["shadow-refused"]})
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = liveTmpl.Execute(w, data)
+}

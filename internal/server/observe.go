@@ -1,0 +1,196 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/portero-rl/portero/policy"
+)
+
+// metrics are the Prometheus series of one server. Labels have bounded
+// cardinality: rule names come from the configuration, outcomes and results
+// from fixed sets, upstream names from the configuration. A client key is
+// never a label (see the admin API's refused list for those).
+type metrics struct {
+	reg          *prometheus.Registry
+	decisions    *prometheus.CounterVec
+	storeLatency prometheus.Histogram
+	storeErrors  prometheus.Counter
+	fallback     prometheus.Gauge
+	reloads      *prometheus.CounterVec
+	proxyErrors  *prometheus.CounterVec
+	configRules  prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_decisions_total",
+		Help: "Decisions by rule and outcome (allowed, near-limit, refused, shadow-refused, not-counted).",
+	}, []string{"rule", "outcome"})
+	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "portero_store_latency_seconds",
+		Help:    "Time the store took to decide all the rules of one request.",
+		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1},
+	})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "portero_store_errors_total",
+		Help: "Requests the store failed to decide (the failure policy then let them pass or answered 503).",
+	})
+	m.fallback = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "portero_store_fallback",
+		Help: "1 while the store is failing and the failure policy (on_error) decides instead of the limits; 0 when healthy.",
+	})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_config_reloads_total",
+		Help: "Configuration reloads by result (ok, error).",
+	}, []string{"result"})
+	m.proxyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_upstream_errors_total",
+		Help: "Requests an upstream did not answer properly (502/504), by upstream.",
+	}, []string{"upstream"})
+	m.configRules = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "portero_config_rules",
+		Help: "Number of rules in the running configuration.",
+	})
+	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.fallback, m.reloads, m.proxyErrors, m.configRules,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observer turns decisions into metrics, logs and the refused-keys list.
+type observer struct {
+	m        *metrics
+	log      *slog.Logger
+	refused  *refusals
+	now      func() time.Time
+	lastWarn atomic.Int64 // unix ns of the last store-error log line
+}
+
+func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Duration) {
+	o.m.storeLatency.Observe(took.Seconds())
+	o.m.fallback.Set(0)
+	for i := range v.Results {
+		res := &v.Results[i]
+		o.m.decisions.WithLabelValues(res.Rule.Name, string(res.Outcome)).Inc()
+		switch res.Outcome {
+		case policy.Refused:
+			o.refused.add(res.Rule.Name, res.Key, false, o.now())
+			o.log.Debug("refused", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
+				"retry_after", res.Decision.RetryAfter)
+		case policy.ShadowRefused:
+			o.refused.add(res.Rule.Name, res.Key, true, o.now())
+			o.log.Info("shadow rule would refuse", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path)
+		}
+	}
+}
+
+func (o *observer) onError(r *http.Request, err error) {
+	var re *policy.RuleError
+	if errors.As(err, &re) {
+		o.log.Debug("request cost unusable", "rule", re.Rule, "err", err, "path", r.URL.Path)
+		return
+	}
+	o.m.storeErrors.Inc()
+	o.m.fallback.Set(1)
+	// At most one log line a second: a dead store must not flood the log.
+	now := time.Now().UnixNano()
+	if last := o.lastWarn.Load(); now-last > int64(time.Second) && o.lastWarn.CompareAndSwap(last, now) {
+		o.log.Warn("store failed; the failure policy decides", "err", err)
+	}
+}
+
+func (o *observer) onProxyError(r *http.Request, upstream string, err error) {
+	o.m.proxyErrors.WithLabelValues(upstream).Inc()
+	o.log.Warn("upstream error", "upstream", upstream, "method", r.Method, "path", r.URL.Path, "err", err)
+}
+
+// refusals counts refused keys per minute over the last few minutes, with a
+// bounded number of distinct keys per minute.
+type refusals struct {
+	mu      sync.Mutex
+	buckets [refusalMinutes]refusalBucket
+}
+
+const (
+	refusalMinutes = 15
+	refusalMaxKeys = 10000
+)
+
+type refusalBucket struct {
+	minute  int64
+	counts  map[refusalKey]int64
+	dropped int64
+}
+
+type refusalKey struct {
+	rule, key string
+	shadow    bool
+}
+
+func (rf *refusals) add(rule, key string, shadow bool, now time.Time) {
+	min := now.Unix() / 60
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	b := &rf.buckets[min%refusalMinutes]
+	if b.minute != min || b.counts == nil {
+		*b = refusalBucket{minute: min, counts: map[refusalKey]int64{}}
+	}
+	k := refusalKey{rule, key, shadow}
+	if _, ok := b.counts[k]; !ok && len(b.counts) >= refusalMaxKeys {
+		b.dropped++
+		return
+	}
+	b.counts[k]++
+}
+
+// RefusedKey is one entry of the refused-keys list.
+type RefusedKey struct {
+	Rule   string `json:"rule"`
+	Key    string `json:"key"`
+	Shadow bool   `json:"shadow,omitempty"`
+	Count  int64  `json:"count"`
+}
+
+// top returns the keys refused most in the last minutes (1 to 15), at most
+// n of them.
+func (rf *refusals) top(now time.Time, minutes, n int) []RefusedKey {
+	minutes = min(max(minutes, 1), refusalMinutes)
+	cur := now.Unix() / 60
+	sum := map[refusalKey]int64{}
+	rf.mu.Lock()
+	for i := range rf.buckets {
+		b := &rf.buckets[i]
+		if b.counts != nil && b.minute > cur-int64(minutes) && b.minute <= cur {
+			for k, c := range b.counts {
+				sum[k] += c
+			}
+		}
+	}
+	rf.mu.Unlock()
+	out := make([]RefusedKey, 0, len(sum))
+	for k, c := range sum {
+		out = append(out, RefusedKey{Rule: k.rule, Key: k.key, Shadow: k.shadow, Count: c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		if out[i].Rule != out[j].Rule {
+			return out[i].Rule < out[j].Rule
+		}
+		return out[i].Key < out[j].Key
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

@@ -1,0 +1,229 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/store/redisstore"
+)
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// failureRig is a store with one rule per policy on a server the test can
+// kill, freeze and restart.
+type failureRig struct {
+	srv                 *redistest.Server
+	store               *redisstore.Store
+	open, closed, local portero.Rule
+	fallbacks           atomic.Int64
+	log                 *syncBuffer
+}
+
+const (
+	rigTimeout = 50 * time.Millisecond
+	// slack allows for a busy shared machine on top of the deadline.
+	slack = 150 * time.Millisecond
+)
+
+func newFailureRig(t *testing.T) *failureRig {
+	r := &failureRig{srv: redistest.Start(t), log: &syncBuffer{}}
+	lim := portero.Limit{Count: 10, Window: time.Hour}
+	r.open = portero.Rule{Name: "open", Algorithm: portero.FixedWindow, Limit: lim}
+	r.closed = portero.Rule{Name: "closed", Algorithm: portero.TokenBucket, Limit: lim}
+	r.local = portero.Rule{Name: "local", Algorithm: portero.SlidingLog, Limit: lim}
+	r.store = newStore(t, r.srv, redisstore.Config{
+		Timeout:         rigTimeout,
+		BreakerFailures: 3,
+		BreakerOpen:     300 * time.Millisecond,
+		Policies:        map[string]redisstore.Policy{"open": redisstore.FailOpen, "closed": redisstore.FailClosed, "local": redisstore.FailLocal},
+		LocalShare:      0.5,
+		Logger:          slog.New(slog.NewTextHandler(r.log, nil)),
+		OnFallback:      func(redisstore.Fallback) { r.fallbacks.Add(1) },
+	})
+	return r
+}
+
+// call decides one hit and returns the decision, the error and the time it
+// took.
+func (r *failureRig) call(t *testing.T, rule portero.Rule, key string) (portero.Decision, error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	d, err := r.store.AllowAll(context.Background(), start, []portero.Hit{{Rule: rule, Key: key, Cost: 1}})
+	el := time.Since(start)
+	if len(d) != 1 && err == nil {
+		t.Fatalf("%d decisions for one hit", len(d))
+	}
+	if len(d) == 0 {
+		return portero.Decision{}, err, el
+	}
+	return d[0], err, el
+}
+
+// checkPolicies asserts what each policy does while Redis is down, that no
+// call takes longer than the deadline (plus slack), and that calls made
+// once the breaker is open cost next to nothing.
+func (r *failureRig) checkPolicies(t *testing.T, key string) {
+	t.Helper()
+	var worst time.Duration
+	var lat []time.Duration
+	for i := 0; i < 12; i++ {
+		d, err, el := r.call(t, r.open, key)
+		worst = max(worst, el)
+		lat = append(lat, el)
+		if err != nil || !d.Allowed {
+			t.Fatalf("fail-open while Redis is down: %+v, %v; want allowed, no error", d, err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		d, err, el := r.call(t, r.closed, key)
+		worst = max(worst, el)
+		lat = append(lat, el)
+		if d.Allowed || !errors.Is(err, portero.ErrStoreUnavailable) {
+			t.Fatalf("fail-closed while Redis is down: %+v, %v; want refused with ErrStoreUnavailable", d, err)
+		}
+	}
+	admitted := 0
+	for i := 0; i < 12; i++ {
+		d, err, el := r.call(t, r.local, key)
+		worst = max(worst, el)
+		lat = append(lat, el)
+		if err != nil {
+			t.Fatalf("local fallback: %v", err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("local fallback with share 0.5 of 10 admitted %d of 12, want 5", admitted)
+	}
+	if worst > rigTimeout+slack {
+		t.Errorf("slowest decision while Redis is down took %v, want at most the %v deadline (+%v slack)", worst, rigTimeout, slack)
+	}
+	slices.Sort(lat)
+	if med := lat[len(lat)/2]; med > 5*time.Millisecond {
+		t.Errorf("median decision with the breaker open took %v, want next to nothing", med)
+	}
+	if st := r.store.Stats(); !st.Degraded || st.Breaker != "open" {
+		t.Errorf("stats while down: %+v, want degraded with the breaker open", st)
+	}
+}
+
+// waitExact waits until Redis decides again and then checks that a fresh
+// key is limited exactly, by the shared store.
+func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		_, err, _ := r.call(t, r.closed, "probe-"+key)
+		if err == nil && !r.store.Stats().Degraded {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("Redis decisions did not resume within 10 s: %+v", r.store.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(start)
+	for _, rule := range []portero.Rule{r.open, r.closed, r.local} {
+		n := 0
+		for i := 0; i < 15; i++ {
+			d, err, _ := r.call(t, rule, "after-"+key)
+			if err != nil {
+				t.Fatalf("%s after recovery: %v", rule.Name, err)
+			}
+			if d.Allowed {
+				n++
+			}
+		}
+		if n != 10 {
+			t.Errorf("%s after recovery admitted %d of 15, want exactly 10", rule.Name, n)
+		}
+	}
+	return took
+}
+
+// TestKillAndRestart kills redis-server in the middle of traffic, checks
+// every policy and the latency bound, restarts it, and checks that exact
+// shared limiting resumes by itself within seconds.
+func TestKillAndRestart(t *testing.T) {
+	r := newFailureRig(t)
+	// Traffic in the background while the server dies.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				r.store.AllowAll(context.Background(), start, []portero.Hit{{Rule: r.open, Key: "bg", Cost: 1}})
+				if el := time.Since(start); el > rigTimeout+slack {
+					t.Errorf("background decision took %v", el)
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	r.srv.Kill()
+	time.Sleep(100 * time.Millisecond)
+	r.checkPolicies(t, "kill")
+	close(stop)
+	wg.Wait()
+	r.srv.Restart()
+	took := r.waitExact(t, "kill")
+	t.Logf("exact limiting resumed %v after the restart", took)
+	if r.fallbacks.Load() == 0 {
+		t.Error("OnFallback was never called")
+	}
+	for _, want := range []string{"redis unavailable", "circuit breaker open", "exact shared limiting resumed"} {
+		if !strings.Contains(r.log.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, r.log.String())
+		}
+	}
+}
+
+// TestFrozen freezes redis-server with SIGSTOP (a hang: connections open,
+// nothing answered): decisions wait no longer than the deadline, the
+// breaker opens, and limiting resumes after SIGCONT.
+func TestFrozen(t *testing.T) {
+	r := newFailureRig(t)
+	if _, err, _ := r.call(t, r.closed, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.Freeze()
+	r.checkPolicies(t, "frozen")
+	r.srv.Thaw()
+	took := r.waitExact(t, "frozen")
+	t.Logf("exact limiting resumed %v after SIGCONT", took)
+}
