@@ -1,0 +1,240 @@
+// Package rls is Portero's Envoy rate limit service: the gRPC service
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, a drop-in
+// for envoyproxy/ratelimit that reads the same YAML (package envoyconf) and
+// decides through any portero.Store. It is the only package that sees
+// protobuf types; the decision itself (Engine) is protobuf-free and shared
+// with the HTTP check API.
+//
+// # Semantics
+//
+// Every descriptor is looked up as envoyproxy/ratelimit does. The request's
+// hits_addend (0 means 1) is each descriptor's cost unless the descriptor
+// sets its own hits_addend; a descriptor hits_addend of 0 checks without
+// counting (the descriptor is OVER_LIMIT when not even one more hit would
+// pass). A descriptor's limit override replaces the configured limit.
+//
+// All descriptors of one request are decided all-or-nothing through
+// portero.Store.AllowAll: when any enforced descriptor is over its limit,
+// the request is OVER_LIMIT and none of its descriptors is counted.
+// envoyproxy/ratelimit instead increments every descriptor's counter, even
+// for requests it refuses, so a client hammering one limit also drains the
+// others; Portero charges only for requests that pass. shadow_mode rules are
+// counted when the request passes and never refuse it.
+//
+// The response carries overall_code, one status per descriptor
+// (current_limit, limit_remaining, duration_until_reset) and, in
+// response_headers_to_add, RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11) plus Retry-After when over the
+// limit, which Envoy copies onto its 429 (and the RateLimit fields onto
+// allowed responses).
+package rls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+)
+
+// ServiceName is the gRPC name of the rate limit service, also used for its
+// health status.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// ServiceOptions tune the gRPC door. The zero value is the default.
+type ServiceOptions struct {
+	// OnStoreError is what Envoy receives when the store fails: FailError
+	// (the default) answers gRPC UNAVAILABLE and lets Envoy's
+	// failure_mode_deny decide; FailOpen answers OK; FailClosed answers
+	// OVER_LIMIT.
+	OnStoreError FailurePolicy
+	// CallTimeout bounds one call when the caller's own deadline (Envoy's
+	// filter timeout, 20 ms by default) is later or absent. 0 means 1s.
+	CallTimeout time.Duration
+	// NoHeaders leaves response_headers_to_add empty.
+	NoHeaders bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives store failures; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Service implements RateLimitServiceServer over an Engine.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+	engine *Engine
+	opts   ServiceOptions
+}
+
+var _ pb.RateLimitServiceServer = (*Service)(nil)
+
+// NewService returns the gRPC door of e.
+func NewService(e *Engine, o ServiceOptions) *Service {
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Service{engine: e, opts: o}
+}
+
+// ShouldRateLimit implements RateLimitServiceServer. Bad input is
+// INVALID_ARGUMENT, an unknown domain NOT_FOUND (unless the engine allows
+// unknown domains), a store failure UNAVAILABLE under FailError, and an
+// expired deadline DEADLINE_EXCEEDED; none of them is ever answered OK.
+func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	req, err := fromProto(in)
+	if err != nil {
+		return nil, err
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	resp, err := s.engine.Decide(ctx, s.opts.Now(), req)
+	if err != nil {
+		var re *RequestError
+		if errors.As(err, &re) {
+			code := codes.InvalidArgument
+			if re.Kind == NotFound {
+				code = codes.NotFound
+			}
+			return nil, status.Error(code, re.Msg)
+		}
+		if perr := parent.Err(); perr != nil {
+			// The caller gave up: its answer no longer matters.
+			return nil, status.FromContextError(perr).Err()
+		}
+		s.opts.Logger.Warn("rls: store failed", "domain", req.Domain, "policy", s.opts.OnStoreError.String(), "err", err)
+		resp = s.engine.FailureResponse(req, s.opts.OnStoreError, err)
+		if resp == nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, status.Errorf(codes.Unavailable, "store did not answer within %v: %v", s.opts.CallTimeout, err)
+			}
+			return nil, status.Errorf(codes.Unavailable, "store unavailable: %v", err)
+		}
+	}
+	return s.toProto(resp), nil
+}
+
+func fromProto(in *pb.RateLimitRequest) (*Request, error) {
+	req := &Request{Domain: in.GetDomain(), Hits: in.GetHitsAddend()}
+	req.Descriptors = make([]Descriptor, len(in.GetDescriptors()))
+	for i, d := range in.GetDescriptors() {
+		if d == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: empty", i)
+		}
+		if d.GetIsNegativeHits() {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
+		}
+		out := &req.Descriptors[i]
+		out.Entries = make([]envoyconf.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			out.Entries[j] = envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		if l := d.GetLimit(); l != nil {
+			out.Override = &Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			v := h.GetValue()
+			out.Hits = &v
+		}
+	}
+	return req, nil
+}
+
+func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
+	out := &pb.RateLimitResponse{
+		OverallCode: pb.RateLimitResponse_Code(r.Code),
+		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(r.Statuses)),
+	}
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		ps := &pb.RateLimitResponse_DescriptorStatus{
+			Code:           pb.RateLimitResponse_Code(st.Code),
+			LimitRemaining: uint32(min(max(st.Remaining, 0), math.MaxUint32)),
+		}
+		if l := st.Limit; l != nil {
+			ps.CurrentLimit = &pb.RateLimitResponse_RateLimit{
+				Name:            l.PolicyName(),
+				RequestsPerUnit: l.RequestsPerUnit,
+				Unit:            pb.RateLimitResponse_RateLimit_Unit(l.Unit),
+			}
+			ps.DurationUntilReset = durationpb.New(st.ResetAfter)
+		}
+		out.Statuses[i] = ps
+	}
+	if !s.opts.NoHeaders {
+		for _, h := range r.Headers() {
+			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
+		}
+	}
+	return out
+}
+
+// NewServer returns a grpc.Server with svc, the gRPC health service
+// (SERVING for "" and ServiceName) and server reflection registered, and
+// the health server so that the caller can flip it on shutdown.
+func NewServer(svc *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(opts...)
+	pb.RegisterRateLimitServiceServer(g, svc)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return g, hs
+}
+
+// Serve runs svc on lis until ctx is done, then stops gracefully: health
+// turns NOT_SERVING, new calls are refused, calls in flight get up to grace
+// (0 means 5s) to finish before the server stops hard. It returns nil after
+// a shutdown caused by ctx, or the error that stopped serving.
+func Serve(ctx context.Context, lis net.Listener, svc *Service, grace time.Duration, opts ...grpc.ServerOption) error {
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	g, hs := NewServer(svc, opts...)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	hs.Shutdown()
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.Stop()
+		<-done
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// ToRequest converts the protobuf request (for tools and tests that hold
+// one) into the engine's form.
+func ToRequest(in *pb.RateLimitRequest) (*Request, error) { return fromProto(in) }
