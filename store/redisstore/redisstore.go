@@ -426,11 +426,16 @@ func (s *Store) split(cs []*compiled, hits []portero.Hit) []call {
 // runSlots decides hits spread over several cluster slots: first without
 // counting, then counting slot by slot.
 func (s *Store) runSlots(ctx context.Context, now time.Time, cs []*compiled, hits []portero.Hit, calls []call, out []portero.Decision) error {
+	all := true
 	for _, c := range calls {
 		ok, err := s.run(ctx, now, cs, hits, c, false, out)
-		if err != nil || !ok {
+		if err != nil {
 			return err
 		}
+		all = all && ok
+	}
+	if !all {
+		return nil
 	}
 	for _, c := range calls {
 		ok, err := s.run(ctx, now, cs, hits, c, true, out)
