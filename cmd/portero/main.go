@@ -60,6 +60,8 @@ lets it in or turns it away, and tells the client when to come back.`,
 
 	// --- Top-level commands: append one line per command, in its own file. ---
 	root.AddCommand(newSimCmd())
+	root.AddCommand(newServeCmd())
+	root.AddCommand(newConfigCmd())
 	// --- end of top-level commands ---
 	return root
 }
