@@ -68,11 +68,10 @@ func FuzzParsePolicies(f *testing.F) {
 		p := NewPacer()
 		p.Observe(t0, ps, ls)
 		for i := range 3 {
-			w, cancel, ok := p.Reserve(t0.Add(time.Duration(i)*time.Second), -1)
-			if !ok || w < 0 {
-				t.Fatalf("Reserve after %q / %q = %v, %v", pol, lim, w, ok)
+			tm := t0.Add(time.Duration(i) * time.Second)
+			if d, w := p.Delay(tm), p.Take(tm); d < 0 || w < 0 || d != w {
+				t.Fatalf("after %q / %q: Delay = %v, Take = %v, want equal and >= 0", pol, lim, d, w)
 			}
-			cancel()
 		}
 	})
 }

@@ -9,130 +9,163 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
-// book reserves one request at each time and returns the waits.
-func book(t *testing.T, p *Pacer, times ...time.Time) []time.Duration {
-	t.Helper()
-	var ws []time.Duration
-	for _, tm := range times {
-		w, _, ok := p.Reserve(tm, -1)
-		if !ok {
-			t.Fatalf("Reserve(%v, no limit) not ok", tm)
+// send calls Take at tm and, while it says wait, again after the wait, as
+// the Transport does. It returns when the request went.
+func send(p *Pacer, tm time.Time) time.Time {
+	for i := 0; i < 1000; i++ {
+		w := p.Take(tm)
+		if w == 0 {
+			return tm
 		}
-		ws = append(ws, w)
+		tm = tm.Add(w)
 	}
-	return ws
+	panic("pacer never let the request go")
 }
 
 func TestPacerEmptyLetsEverythingThrough(t *testing.T) {
 	p := NewPacer()
-	for i, w := range book(t, p, at(0), at(0), at(0)) {
-		if w != 0 {
-			t.Errorf("request %d waits %v on an empty pacer, want 0", i, w)
+	for i := range 100 {
+		if w := p.Take(at(0)); w != 0 {
+			t.Fatalf("request %d waits %v on an empty pacer, want 0", i, w)
 		}
 	}
 }
 
-func TestPacerPolicyRate(t *testing.T) {
-	// "p";q=10;w=1 and "p";r=0;t=1: nothing for 1 s, then 10 per second.
+func TestPacerPolicyBucket(t *testing.T) {
+	// "p";q=10;w=1: a burst of 10, then one every 100 ms.
 	p := NewPacer()
-	p.Observe(at(0), []Policy{{Name: "p", Quota: 10, Unit: "requests", Window: time.Second}}, []Limit{{Name: "p", Remaining: 0, Window: time.Second, HasWindow: true}})
-	ws := book(t, p, at(0), at(0), at(0))
-	want := []time.Duration{time.Second, 1100 * time.Millisecond, 1200 * time.Millisecond}
-	for i := range want {
-		if d := ws[i] - want[i]; d < -time.Microsecond || d > time.Microsecond {
-			t.Errorf("wait %d = %v, want %v", i, ws[i], want[i])
+	p.Observe(at(0), []Policy{{Name: "p", Quota: 10, Unit: "requests", Window: time.Second}}, nil)
+	for i := range 10 {
+		if w := p.Take(at(0)); w != 0 {
+			t.Fatalf("burst request %d waits %v, want 0", i, w)
 		}
+	}
+	if w := p.Take(at(0)); w != 100*time.Millisecond {
+		t.Errorf("11th request waits %v, want 100ms", w)
+	}
+	if w := p.Take(at(0)); w != 100*time.Millisecond {
+		t.Errorf("a wait books nothing: the next asker also waits %v, want 100ms", w)
+	}
+	if got := send(p, at(0.1)); got != at(0.1) {
+		t.Errorf("at 100 ms the request went at %v, want at once", got.Sub(t0))
+	}
+	// Ten seconds idle refill only up to the burst.
+	n := 0
+	for p.Take(at(10)) == 0 {
+		n++
+	}
+	if n != 10 {
+		t.Errorf("after idling, %d requests went at once, want the burst of 10", n)
 	}
 }
 
-func TestPacerRemainingWithinWindow(t *testing.T) {
-	// r=3;t=3 with policy q=30;w=30 (1/s): one now, at most 3 before 3 s.
+func TestPacerBudget(t *testing.T) {
+	// "p";r=3;t=3: three now, the fourth only when the 3 s are over.
 	p := NewPacer()
-	p.Observe(at(0), []Policy{{Name: "p", Quota: 30, Unit: "requests", Window: 30 * time.Second}}, []Limit{{Name: "p", Remaining: 3, Window: 3 * time.Second, HasWindow: true}})
-	ws := book(t, p, at(0), at(0), at(0), at(0))
-	sent := 0
-	for _, w := range ws {
-		if w < 3*time.Second {
-			sent++
+	p.Observe(at(0), nil, []Limit{{Name: "p", Remaining: 3, Window: 3 * time.Second, HasWindow: true}})
+	for i := range 3 {
+		if w := p.Take(at(0.5)); w != 0 {
+			t.Fatalf("request %d waits %v, want 0 (r=3)", i+1, w)
 		}
+		p.Observe(at(0.5), nil, nil) // its response, without fields
 	}
-	if sent != 3 {
-		t.Errorf("waits %v: %d requests before t=3s, want exactly r=3", ws, sent)
+	if w := p.Take(at(1)); w != 2*time.Second {
+		t.Errorf("4th request at 1 s waits %v, want 2s (until the 3 s window ends)", w)
 	}
-	if ws[0] != 0 {
-		t.Errorf("first wait = %v, want 0", ws[0])
+	if w := p.Take(at(3)); w != 0 {
+		t.Errorf("at 3 s the budget is over: wait %v, want 0", w)
 	}
-}
-
-func TestPacerLimitWithoutPolicy(t *testing.T) {
-	// r=4;t=2 and no policy: 4 requests evenly over 2 s (0, 0.5, 1, 1.5).
-	p := NewPacer()
-	p.Observe(at(0), nil, []Limit{{Name: "x", Remaining: 4, Window: 2 * time.Second, HasWindow: true}})
-	ws := book(t, p, at(0), at(0), at(0), at(0), at(0))
-	for i, w := range ws {
-		want := time.Duration(i) * 500 * time.Millisecond
-		if d := w - want; d < -time.Microsecond || d > time.Microsecond {
-			t.Errorf("wait %d = %v, want %v", i, w, want)
-		}
+	p.Observe(at(3), nil, nil)
+	// r=0;t=5: the next request waits the window out; a newer response
+	// replaces the budget.
+	p.Observe(at(10), nil, []Limit{{Name: "p", Remaining: 0, Window: 5 * time.Second, HasWindow: true}})
+	if w := p.Take(at(11)); w != 4*time.Second {
+		t.Errorf("after r=0;t=5 at 10 s, a request at 11 s waits %v, want 4s", w)
 	}
-	// r=0;t=5 and no policy: the next request waits the whole window.
+	p.Observe(at(12), nil, []Limit{{Name: "p", Remaining: 1, Window: time.Second, HasWindow: true}})
+	if w := p.Take(at(12)); w != 3*time.Second {
+		t.Errorf("a more generous r=1 inside the open window: wait %v, want 3s (it may only lower)", w)
+	}
+	p.Observe(at(15), nil, []Limit{{Name: "p", Remaining: 1, Window: time.Second, HasWindow: true}})
+	if w := p.Take(at(15)); w != 0 {
+		t.Errorf("after the window, a new r=1: wait %v, want 0", w)
+	}
+	// Items without t give no budget.
 	q := NewPacer()
-	q.Observe(at(0), nil, []Limit{{Name: "x", Remaining: 0, Window: 5 * time.Second, HasWindow: true}})
-	if w := book(t, q, at(1))[0]; w != 4*time.Second {
-		t.Errorf("after r=0;t=5 at 0 s, a request at 1 s waits %v, want 4s", w)
+	q.Observe(at(0), nil, []Limit{{Name: "p", Remaining: 0}})
+	if w := q.Take(at(0)); w != 0 {
+		t.Errorf("r=0 without t paced: wait %v, want 0", w)
 	}
 }
 
-func TestPacerOnlyLowers(t *testing.T) {
+func TestPacerCountsRequestsInFlight(t *testing.T) {
+	// Two requests go; the first one's response says r=2;t=1. The second
+	// is still in flight and may not be counted in that r yet, so only one
+	// more may go.
 	p := NewPacer()
-	pol := []Policy{{Name: "p", Quota: 2, Unit: "requests", Window: time.Second}}
-	p.Observe(at(0), pol, []Limit{{Name: "p", Remaining: 0, Window: time.Second, HasWindow: true}})
-	p.Observe(at(0), pol, []Limit{{Name: "p", Remaining: 1000, Window: time.Second, HasWindow: true}})
-	if w := book(t, p, at(0))[0]; w < time.Second {
-		t.Errorf("a stale generous r raised the tokens: wait %v, want >= 1s", w)
+	p.Take(at(0))
+	p.Take(at(0))
+	p.Observe(at(0), nil, []Limit{{Name: "p", Remaining: 2, Window: time.Second, HasWindow: true}})
+	if w := p.Take(at(0)); w != 0 {
+		t.Errorf("third request waits %v, want 0", w)
+	}
+	if w := p.Take(at(0)); w != time.Second {
+		t.Errorf("fourth request waits %v, want 1s", w)
+	}
+}
+
+func TestPacerBucketAndBudgetTogether(t *testing.T) {
+	// The draft's throttled example: q=10 per second and r=0;t=5 — nothing
+	// for 5 s, then the bucket's burst.
+	p := NewPacer()
+	p.Observe(at(0), []Policy{{Name: "d", Quota: 10, Unit: "requests", Window: time.Second}}, []Limit{{Name: "d", Remaining: 0, Window: 5 * time.Second, HasWindow: true}})
+	if got := send(p, at(0)); got != at(5) {
+		t.Errorf("request went at %v, want 5s", got.Sub(t0))
 	}
 }
 
 func TestPacerIgnoresOtherUnits(t *testing.T) {
 	p := NewPacer()
 	p.Observe(at(0), []Policy{{Name: "bytes", Quota: 10, Unit: "content-bytes", Window: time.Second}}, []Limit{{Name: "bytes", Remaining: 0, Window: time.Hour, HasWindow: true}})
-	if w := book(t, p, at(0))[0]; w != 0 {
+	if w := p.Take(at(0)); w != 0 {
 		t.Errorf("a content-bytes limit paced requests: wait %v, want 0", w)
 	}
 }
 
-func TestPacerBlockAndMaxWait(t *testing.T) {
+func TestPacerBlockAndDelay(t *testing.T) {
 	p := NewPacer()
 	p.Block(at(2))
 	p.Block(at(1)) // earlier blocks do not shorten it
-	if w, _, ok := p.Reserve(at(0), time.Second); ok {
-		t.Errorf("Reserve(maxWait 1s) during a 2 s block = %v, ok, want not ok", w)
+	if w := p.Delay(at(0.5)); w != 1500*time.Millisecond {
+		t.Errorf("Delay at 0.5 s during a block until 2 s = %v, want 1.5s", w)
 	}
-	if w := book(t, p, at(0.5))[0]; w != 1500*time.Millisecond {
-		t.Errorf("Reserve at 0.5 s during a block until 2 s waits %v, want 1.5s", w)
+	if w := p.Delay(at(3)); w != 0 {
+		t.Errorf("Delay after the block = %v, want 0", w)
 	}
-}
-
-func TestPacerCancelGivesTokenBack(t *testing.T) {
-	p := NewPacer()
-	p.Observe(at(0), []Policy{{Name: "p", Quota: 1, Unit: "requests", Window: time.Second}}, nil)
-	_, cancel, _ := p.Reserve(at(0), -1)
-	cancel()
-	cancel() // twice is harmless
-	if w := book(t, p, at(0))[0]; w != 0 {
-		t.Errorf("after cancel, wait = %v, want 0", w)
+	if got := send(p, at(0.5)); got != at(2) {
+		t.Errorf("request went at %v, want 2s", got.Sub(t0))
 	}
-	if w := book(t, p, at(0))[0]; w != time.Second {
-		t.Errorf("second request in the same second waits %v, want 1s", w)
+	// Delay books nothing.
+	q := NewPacer()
+	q.Observe(at(0), []Policy{{Name: "p", Quota: 1, Unit: "requests", Window: time.Second}}, nil)
+	for range 5 {
+		if w := q.Delay(at(0)); w != 0 {
+			t.Fatalf("Delay = %v, want 0", w)
+		}
+	}
+	if w := q.Take(at(0)); w != 0 {
+		t.Errorf("Take after Delays = %v, want 0", w)
 	}
 }
 
 func TestPacerTimeBackwards(t *testing.T) {
 	p := NewPacer()
 	p.Observe(at(10), []Policy{{Name: "p", Quota: 1, Unit: "requests", Window: time.Second}}, nil)
-	book(t, p, at(10))
+	if w := p.Take(at(10)); w != 0 {
+		t.Fatalf("first request waits %v", w)
+	}
 	// A clock that jumps back must not mint tokens or panic.
-	if w := book(t, p, at(5))[0]; w < time.Second {
+	if w := p.Take(at(5)); w < time.Second {
 		t.Errorf("wait after the clock went back = %v, want >= 1s", w)
 	}
 }

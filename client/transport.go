@@ -22,9 +22,10 @@ var (
 	// ErrCircuitOpen is returned (wrapped, with the host) when a host's
 	// circuit breaker refuses a request and no Fallback is configured.
 	ErrCircuitOpen = errors.New("circuit breaker open: the host failed repeatedly, not calling it until the cool-down ends")
-	// ErrBudgetExceeded is returned (wrapped) when the pacer would make the
-	// first attempt wait past the context's deadline or Config.MaxElapsed;
-	// nothing was sent.
+	// ErrBudgetExceeded is returned (wrapped) when the pacer would make an
+	// attempt wait until or past the context's deadline or the end of
+	// Config.MaxElapsed; that attempt is not sent. (When this is known before
+	// a retry's wait starts, the last response is returned instead.)
 	ErrBudgetExceeded = errors.New("wait for the host's quota would exceed the time budget")
 )
 
@@ -324,20 +325,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	// Pace the first attempt.
-	if hs.pacer != nil {
-		w, cancel, ok := hs.pacer.Reserve(start, remaining(deadline, hasDeadline, start))
-		if !ok {
-			closeBody(req)
-			return nil, fmt.Errorf("client: %s: %w (%v needed)", key, ErrBudgetExceeded, w)
-		}
-		if w > 0 {
-			t.onWait(Wait{Request: req, Host: key, Duration: w, Reason: WaitPacing})
-			if err := sleep(ctx, w); err != nil {
-				cancel()
-				closeBody(req)
-				return nil, err
-			}
-		}
+	if err := t.pace(ctx, hs, req, key, deadline, hasDeadline, 0, 0, nil); err != nil {
+		closeBody(req)
+		return nil, err
 	}
 
 	attempt := req
@@ -346,6 +336,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if hs.breaker != nil {
 			var err error
 			if done, err = hs.breaker.Allow(); err != nil {
+				if hs.pacer != nil {
+					hs.pacer.Observe(time.Now(), nil, nil) // nothing went after all
+				}
 				closeBody(attempt)
 				return t.refuse(req, key, err)
 			}
@@ -367,6 +360,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var ra time.Duration
 		var hasRA bool
+		if resp == nil && hs.pacer != nil {
+			hs.pacer.Observe(received, nil, nil)
+		}
 		if resp != nil {
 			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 				ra, hasRA = RetryAfter(resp.Header, received)
@@ -420,10 +416,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if hasDeadline && !at.Before(deadline) {
 			return giveUp(GiveUpBudget)
 		}
-		extra, cancel := time.Duration(0), func() {}
+		// The pacer may hold the host longer (another request's
+		// Retry-After, an exhausted RateLimit): check before letting go of
+		// the response, then wait for it for real after the sleep.
+		var extra time.Duration
 		if hs.pacer != nil {
-			var ok bool
-			if extra, cancel, ok = hs.pacer.Reserve(at, remaining(deadline, hasDeadline, at)); !ok {
+			extra = hs.pacer.Delay(at)
+			if hasDeadline && !at.Add(extra).Before(deadline) {
 				return giveUp(GiveUpBudget)
 			}
 		}
@@ -431,21 +430,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
 			body, gerr := req.GetBody()
 			if gerr != nil {
-				cancel()
 				return giveUp(GiveUpBodyNotReplayable)
 			}
 			next.Body = body
 		}
 		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Reason: reason, Status: status, Err: err})
-		if extra > 0 {
-			t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: extra, Reason: WaitPacing, Status: status, Err: err})
-		}
 		if resp != nil {
 			_, _ = io.CopyN(io.Discard, resp.Body, drainLimit) // lets the connection be reused
 			_ = resp.Body.Close()
 		}
-		if serr := sleep(ctx, wait+extra); serr != nil {
-			cancel()
+		serr := sleep(ctx, wait)
+		if serr == nil {
+			serr = t.pace(ctx, hs, req, key, deadline, hasDeadline, n, status, err)
+		}
+		if serr != nil {
 			closeBody(next)
 			return nil, serr
 		}
@@ -485,20 +483,33 @@ func (t *Transport) refuse(req *http.Request, key string, err error) (*http.Resp
 	return nil, err
 }
 
+// pace waits until the host's pacer lets a request go, or returns an error
+// wrapping ErrBudgetExceeded if that would be at or after the deadline, or
+// the context's error.
+func (t *Transport) pace(ctx context.Context, hs *hostState, req *http.Request, key string, deadline time.Time, hasDeadline bool, retry, status int, cause error) error {
+	if hs.pacer == nil {
+		return nil
+	}
+	for {
+		now := time.Now()
+		w := hs.pacer.Take(now)
+		if w == 0 {
+			return nil
+		}
+		if hasDeadline && !now.Add(w).Before(deadline) {
+			return fmt.Errorf("client: %s: %w (%v needed)", key, ErrBudgetExceeded, w)
+		}
+		t.onWait(Wait{Request: req, Host: key, Retry: retry, Duration: w, Reason: WaitPacing, Status: status, Err: cause})
+		if err := sleep(ctx, w); err != nil {
+			return err
+		}
+	}
+}
+
 func (t *Transport) onWait(w Wait) {
 	if h := t.cfg.Hooks.OnWait; h != nil {
 		h(w)
 	}
-}
-
-func remaining(deadline time.Time, has bool, from time.Time) time.Duration {
-	if !has {
-		return -1
-	}
-	if d := deadline.Sub(from); d > 0 {
-		return d - 1 // a wait must end strictly before the deadline
-	}
-	return 0
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
