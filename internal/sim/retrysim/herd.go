@@ -1,0 +1,195 @@
+package retrysim
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/portero-rl/portero/client"
+)
+
+// HerdConfig configures [RunHerd]. Zero fields take the defaults in
+// brackets, which reproduce the seed's picture.
+type HerdConfig struct {
+	// Clients refused at the same instant, t = 0 [200].
+	Clients int
+	// Base and Cap of the backoff: retry n waits min(Cap, Base·2^(n−1))
+	// without jitter, a uniform draw from [0, that) with full jitter
+	// [1 s, 10 s: waits of 1, 2, 4 s, so returns at 1, 3, 7 s].
+	Base, Cap time.Duration
+	// MaxAttempts per client, the refused first one included [4].
+	MaxAttempts int
+	// Capacity is how many requests per second the service accepts after
+	// t = 0, served in 100-ms slots of Capacity/10 [0: it keeps refusing,
+	// so every client makes all its attempts, as in the seed's picture].
+	Capacity float64
+	// Duration of the run [10 s] and width of the buckets [100 ms].
+	Duration, Bucket time.Duration
+	// Seed seeds the jitter.
+	Seed uint64
+}
+
+func (c HerdConfig) withDefaults() (HerdConfig, error) {
+	if c.Clients == 0 {
+		c.Clients = 200
+	}
+	if c.Base == 0 {
+		c.Base = time.Second
+	}
+	if c.Cap == 0 {
+		c.Cap = 10 * time.Second
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 4
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Bucket == 0 {
+		c.Bucket = 100 * time.Millisecond
+	}
+	switch {
+	case c.Clients < 0 || c.Clients > 1e6, c.MaxAttempts < 0, c.Capacity < 0:
+		return c, fmt.Errorf("retrysim: Clients %d, MaxAttempts %d and Capacity %v must be non-negative (Clients at most 1e6)", c.Clients, c.MaxAttempts, c.Capacity)
+	case c.Base < 0, c.Cap < c.Base, c.Duration < 0, c.Bucket < 0:
+		return c, fmt.Errorf("retrysim: negative durations or Cap below Base: %+v", c)
+	case c.Duration/c.Bucket > 1e5:
+		return c, fmt.Errorf("retrysim: %v in buckets of %v is too many buckets", c.Duration, c.Bucket)
+	}
+	return c, nil
+}
+
+// HerdVariant is one way of waiting in the herd experiment.
+type HerdVariant struct {
+	Name string // "no-jitter" or "full-jitter"
+	// Load[k] is the number of retries reaching the service in bucket k
+	// (the refused first attempts at t = 0 are not counted: they are the
+	// same for both variants and start the experiment).
+	Load []float64
+	// Peak is the largest Load; PeakAt the start of its bucket.
+	Peak   float64
+	PeakAt time.Duration
+	// Waves lists the starts of the buckets holding at least half of the
+	// clients: where the herd comes back together.
+	Waves []time.Duration
+	// Served counts clients whose retry was accepted (0 when Capacity is 0).
+	Served int
+}
+
+// HerdResult is the outcome of [RunHerd].
+type HerdResult struct {
+	Config   HerdConfig    // with defaults filled in
+	T        []float64     // bucket starts, seconds
+	Variants []HerdVariant // no-jitter, then full-jitter
+}
+
+// RunHerd runs the thundering-herd experiment: Clients clients are refused
+// at t = 0 and retry with the same backoff, once without jitter and once with
+// full jitter (the uniform draws come from Seed). Requests are instant; a
+// client stops at its first accepted retry or after MaxAttempts attempts.
+func RunHerd(cfg HerdConfig) (HerdResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return HerdResult{}, err
+	}
+	n := int((cfg.Duration + cfg.Bucket - 1) / cfg.Bucket)
+	res := HerdResult{Config: cfg, T: make([]float64, n)}
+	for k := range n {
+		res.T[k] = (time.Duration(k) * cfg.Bucket).Seconds()
+	}
+	for _, jitter := range []bool{false, true} {
+		res.Variants = append(res.Variants, runHerd(cfg, jitter, n))
+	}
+	return res, nil
+}
+
+func runHerd(cfg HerdConfig, jitter bool, buckets int) HerdVariant {
+	v := HerdVariant{Name: "no-jitter", Load: make([]float64, buckets)}
+	if jitter {
+		v.Name = "full-jitter"
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4e4d))
+	q := &queue{}
+	for c := range cfg.Clients {
+		q.schedule(0, c, 1) // attempt 1 at t = 0, refused
+	}
+	const slot = 100 * time.Millisecond
+	perSlot := int(cfg.Capacity * slot.Seconds())
+	slotStart, slotUsed := time.Duration(-1), 0
+	for q.Len() > 0 {
+		e := q.next()
+		if e.attempt > 1 {
+			if k := int(e.at / cfg.Bucket); k < buckets {
+				v.Load[k]++
+			}
+			if s := e.at.Truncate(slot); s != slotStart {
+				slotStart, slotUsed = s, 0
+			}
+			if slotUsed < perSlot {
+				slotUsed++
+				v.Served++
+				continue
+			}
+		}
+		if e.attempt >= cfg.MaxAttempts {
+			continue
+		}
+		wait := client.Backoff(e.attempt, cfg.Base, cfg.Cap) // retry n = e.attempt
+		if jitter {
+			wait = client.FullJitter(wait, rng.Float64())
+		}
+		q.schedule(e.at+wait, e.req, e.attempt+1)
+	}
+	for k, l := range v.Load {
+		if l > v.Peak {
+			v.Peak, v.PeakAt = l, time.Duration(k)*cfg.Bucket
+		}
+		if l*2 >= float64(cfg.Clients) && l > 0 {
+			v.Waves = append(v.Waves, time.Duration(k)*cfg.Bucket)
+		}
+	}
+	return v
+}
+
+// Series returns the chart's data: retries per bucket for each variant,
+// against t (bucket start, seconds).
+func (r HerdResult) Series() (names []string, t []float64, values [][]float64) {
+	for _, v := range r.Variants {
+		names = append(names, v.Name)
+		values = append(values, v.Load)
+	}
+	return names, r.T, values
+}
+
+// Lines returns the summary as human-readable lines, including the peak
+// load per bucket of each variant.
+func (r HerdResult) Lines() []string {
+	c := r.Config
+	out := []string{fmt.Sprintf("herd: %d clients refused at t=0; retry n waits min(%v, %v·2^(n-1)); %d attempts at most; capacity %v/s",
+		c.Clients, c.Cap, c.Base, c.MaxAttempts, c.Capacity)}
+	for _, v := range r.Variants {
+		out = append(out, fmt.Sprintf("%-12s peak %4.0f retries per %v (at %v); waves at %v; served %d",
+			v.Name, v.Peak, c.Bucket, v.PeakAt, v.Waves, v.Served))
+	}
+	return out
+}
+
+// WriteTable writes the result: with format "table" the summary and then one
+// row per bucket, with "csv" only the rows (t_s, then the retries per bucket
+// of each variant).
+func (r HerdResult) WriteTable(w io.Writer, format string) error {
+	header := []string{"t_s"}
+	for _, v := range r.Variants {
+		header = append(header, v.Name)
+	}
+	rows := make([][]string, len(r.T))
+	for k, t := range r.T {
+		row := []string{fixed(t, 1)}
+		for _, v := range r.Variants {
+			row = append(row, num(v.Load[k]))
+		}
+		rows[k] = row
+	}
+	return writeRows(w, format, r.Lines(), header, rows)
+}
