@@ -73,10 +73,12 @@ type Admin struct {
 
 // Store selects where counters live.
 type Store struct {
-	Type    string `yaml:"type,omitempty"`
-	URL     string `yaml:"url,omitempty"`
-	OnError string `yaml:"on_error,omitempty"`
-	MaxKeys int    `yaml:"max_keys,omitempty"`
+	Type       string  `yaml:"type,omitempty"`
+	URL        string  `yaml:"url,omitempty"`
+	OnError    string  `yaml:"on_error,omitempty"`
+	LocalShare float64 `yaml:"local_share,omitempty"`
+	Timeout    string  `yaml:"timeout,omitempty"`
+	MaxKeys    int     `yaml:"max_keys,omitempty"`
 }
 
 // ClientIP says how the client address is found.
@@ -158,8 +160,16 @@ type Config struct {
 	MaxInFlight int
 	// StoreType is "memory" or "redis"; StoreURL the Redis URL.
 	StoreType, StoreURL string
+	// OnError is the store failure policy: allow, deny or local.
+	OnError string
 	// FailClosed refuses with 503 when the store fails (on_error: deny).
 	FailClosed bool
+	// LocalShare is the share of each limit one instance may admit from
+	// memory while Redis fails (on_error: local); 0 means 1.
+	LocalShare float64
+	// StoreTimeout is the deadline of each Redis call; 0 means the store's
+	// default.
+	StoreTimeout time.Duration
 	// MaxKeys caps the keys per rule of the memory store; 0 is its default.
 	MaxKeys int
 	// Upstreams by name, and Routes in order.
@@ -434,19 +444,31 @@ func (p *parser) validate(f *File) *Config {
 		c.StoreURL = f.Store.URL
 		if f.Store.URL == "" {
 			p.errorf(at("store", "url"), "required for type redis, such as redis://127.0.0.1:6379/0")
-		} else if u, err := url.Parse(f.Store.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") || (u.Scheme != "unix" && u.Host == "") {
-			p.errorf(at("store", "url"), "%q: want redis://host:port/db, rediss://… or unix:///path", redactURL(f.Store.URL))
+		} else if u, err := url.Parse(f.Store.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			p.errorf(at("store", "url"), "%q: want redis://[user:password@]host:port[/db] or rediss://… for TLS", redactURL(f.Store.URL))
 		}
 	default:
 		p.errorf(at("store", "type"), "%q: want memory or redis", f.Store.Type)
 	}
+	c.OnError = f.Store.OnError
 	switch f.Store.OnError {
-	case "", "allow":
+	case "":
+		c.OnError = "allow"
+	case "allow":
 	case "deny":
 		c.FailClosed = true
+	case "local":
+		if c.StoreType != "redis" {
+			p.errorf(at("store", "on_error"), "local applies to the redis store only")
+		}
 	default:
-		p.errorf(at("store", "on_error"), "%q: want allow (let requests pass when the store fails) or deny (answer 503)", f.Store.OnError)
+		p.errorf(at("store", "on_error"), "%q: want allow (let requests pass when the store fails), deny (answer 503) or local (decide in memory, redis only)", f.Store.OnError)
 	}
+	if v := f.Store.LocalShare; v != 0 && (v < 0 || v > 1 || c.OnError != "local") {
+		p.errorf(at("store", "local_share"), "%v: want a share in (0, 1], with on_error: local", v)
+	}
+	c.LocalShare = f.Store.LocalShare
+	c.StoreTimeout = p.duration(f.Store.Timeout, 0, at("store", "timeout"))
 	if f.Store.MaxKeys < 0 {
 		p.errorf(at("store", "max_keys"), "%d: must not be negative", f.Store.MaxKeys)
 	}

@@ -72,12 +72,17 @@ type observer struct {
 	log      *slog.Logger
 	refused  *refusals
 	now      func() time.Time
+	degraded func() bool  // the store answers from its failure policy
 	lastWarn atomic.Int64 // unix ns of the last store-error log line
 }
 
 func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Duration) {
 	o.m.storeLatency.Observe(took.Seconds())
-	o.m.fallback.Set(0)
+	if o.degraded != nil && o.degraded() {
+		o.m.fallback.Set(1)
+	} else {
+		o.m.fallback.Set(0)
+	}
 	for i := range v.Results {
 		res := &v.Results[i]
 		o.m.decisions.WithLabelValues(res.Rule.Name, string(res.Outcome)).Inc()

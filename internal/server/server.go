@@ -24,6 +24,7 @@ import (
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/gateway"
 	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/redisstore"
 )
 
 // Options configure Run. The zero value serves the embedded default
@@ -67,26 +68,25 @@ type Server struct {
 	retired  []portero.Store // replaced by a reload; closed when Run returns
 }
 
-// ErrRedisUnavailable is returned for store type redis while the Redis
-// store is not built into this binary.
-var ErrRedisUnavailable = errors.New("store type redis: the Redis store is not built into this version of portero yet; use type: memory")
-
-// OpenStore opens the store a configuration names.
+// OpenStore opens the store a configuration names: memory (store/memstore)
+// or redis (store/redisstore, with on_error mapped to its failure policy:
+// allow → fail-open, deny → fail-closed, local → local).
 func OpenStore(cfg *config.Config) (portero.Store, error) {
 	switch cfg.StoreType {
 	case "memory":
 		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
 	case "redis":
-		if openRedis != nil {
-			return openRedis(cfg.StoreURL)
+		pol := redisstore.FailOpen
+		switch cfg.OnError {
+		case "deny":
+			pol = redisstore.FailClosed
+		case "local":
+			pol = redisstore.FailLocal
 		}
-		return nil, ErrRedisUnavailable
+		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Policy: pol, LocalShare: cfg.LocalShare, Timeout: cfg.StoreTimeout})
 	}
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
 }
-
-// openRedis is set when a Redis store is built in.
-var openRedis func(url string) (portero.Store, error)
 
 func storeKey(cfg *config.Config) string {
 	return fmt.Sprintf("%s|%s|%d", cfg.StoreType, cfg.StoreURL, cfg.MaxKeys)
@@ -103,6 +103,15 @@ func (s *Server) currentStore() portero.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.store
+}
+
+// degraded reports whether the store is answering from its failure policy
+// (the Redis store's fallback).
+func (s *Server) degraded() bool {
+	if rs, ok := s.currentStore().(*redisstore.Store); ok {
+		return rs.Stats().Degraded
+	}
+	return false
 }
 
 func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
@@ -126,7 +135,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.OpenStore == nil {
 		s.opts.OpenStore = OpenStore
 	}
-	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now}
+	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded}
 
 	cfg, err := s.load()
 	if err != nil {
