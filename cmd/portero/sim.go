@@ -31,6 +31,7 @@ func newSimCmd() *cobra.Command {
 	// --- sim subcommands: append one line per subcommand, defined in its own file. ---
 	cmd.AddCommand(newSimReplayCmd())
 	cmd.AddCommand(newSimBurstCmd())
+	cmd.AddCommand(newSimRedisCmds()...)
 	// --- end of sim subcommands ---
 	return cmd
 }
