@@ -45,6 +45,7 @@ const (
 	WaitPacing
 )
 
+// String returns the reason as used in logs, such as "retry-after".
 func (r WaitReason) String() string {
 	switch r {
 	case WaitRetryAfter:
@@ -90,6 +91,7 @@ const (
 	GiveUpBreakerOpen
 )
 
+// String returns the reason as used in logs, such as "max-attempts".
 func (r GiveUpReason) String() string {
 	switch r {
 	case GiveUpAttempts:
@@ -130,6 +132,7 @@ const (
 	BreakerOpen
 )
 
+// String returns the state as used in logs: "closed", "half-open" or "open".
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:
