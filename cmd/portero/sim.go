@@ -32,6 +32,8 @@ func newSimCmd() *cobra.Command {
 	cmd.AddCommand(newSimReplayCmd())
 	cmd.AddCommand(newSimBurstCmd())
 	cmd.AddCommand(newSimRedisCmds()...)
+	cmd.AddCommand(newSimRetryStormCmd())
+	cmd.AddCommand(newSimHerdCmd())
 	// --- end of sim subcommands ---
 	return cmd
 }

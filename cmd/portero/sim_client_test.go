@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestSimHerdCommand(t *testing.T) {
+	out, errs, code := runCmd(t, "sim", "herd")
+	if code != 0 {
+		t.Fatalf("sim herd: exit %d, stderr %s", code, errs)
+	}
+	// The seed's picture: without jitter all 200 come back together at 1, 3
+	// and 7 s; with full jitter the peak per 100 ms is far lower.
+	if !strings.Contains(out, "no-jitter    peak  200 retries per 100ms (at 1s); waves at [1s 3s 7s]") {
+		t.Errorf("sim herd: no-jitter line missing or wrong:\n%s", out)
+	}
+	var peak int
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "full-jitter") {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				t.Fatalf("full-jitter line %q", line)
+			}
+			if _, err := fmt.Sscan(f[2], &peak); err != nil {
+				t.Fatalf("full-jitter peak %q: %v", f[2], err)
+			}
+		}
+	}
+	if peak <= 0 || peak > 70 {
+		t.Errorf("full-jitter peak per 100 ms = %d, want well below 200 (at most 70)", peak)
+	}
+}
+
+func TestSimRetryStormCommand(t *testing.T) {
+	out, errs, code := runCmd(t, "sim", "retry-storm", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("sim retry-storm: exit %d, stderr %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "t_s,immediate_offered,") || len(lines) != 61 {
+		t.Fatalf("sim retry-storm csv: header %q and %d lines, want t_s,immediate_offered,... and 61", lines[0], len(lines))
+	}
+	// At t = 20 s, inside the incident: the immediate client offers about
+	// 4× the demand, Portero's client about what the service accepts.
+	head := strings.Split(lines[0], ",")
+	row := strings.Split(lines[21], ",")
+	col := func(name string) float64 {
+		for i, h := range head {
+			if h == name {
+				v, err := strconv.ParseFloat(row[i], 64)
+				if err != nil {
+					t.Fatalf("column %s = %q: %v", name, row[i], err)
+				}
+				return v
+			}
+		}
+		t.Fatalf("no column %s in %v", name, head)
+		return 0
+	}
+	if row[0] != "20" {
+		t.Fatalf("row 21 = %v, want t = 20", row)
+	}
+	if v := col("immediate_offered"); v < 300 || v > 400 {
+		t.Errorf("immediate client offers %v/s during the incident, want 300–400 (3–4× the demand of 100)", v)
+	}
+	if v, acc := col("portero_offered"), col("portero_accepted"); v > 1.5*acc || acc <= 0 {
+		t.Errorf("Portero's client offers %v/s during the incident while %v/s are accepted, want within 50%%", v, acc)
+	}
+}
+
+func TestSimClientChartsAndErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"herd", "retry-storm"} {
+		p := filepath.Join(dir, name+".svg")
+		if _, errs, code := runCmd(t, "sim", name, "--out", p); code != 0 {
+			t.Fatalf("sim %s --out: exit %d: %s", name, code, errs)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "<svg") {
+			t.Errorf("sim %s --out %s: %v, not an svg", name, p, err)
+		}
+		if _, _, code := runCmd(t, "sim", name, "--format", "xml"); code != 2 {
+			t.Errorf("sim %s --format xml: exit %d, want 2", name, code)
+		}
+		if _, _, code := runCmd(t, "sim", name, "--out", filepath.Join(dir, "x.gif")); code != 2 {
+			t.Errorf("sim %s --out x.gif: exit %d, want 2", name, code)
+		}
+	}
+	if _, _, code := runCmd(t, "sim", "herd", "--clients", "-5"); code != 2 {
+		t.Errorf("sim herd --clients -5: exit %d, want 2", code)
+	}
+}
