@@ -124,4 +124,3 @@ func writeClientSim(cmd *cobra.Command, res clientSimResult, format, out, title,
 	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)
 	return nil
 }
-
