@@ -1,0 +1,634 @@
+// Package checkapi is Portero's HTTP decision service: a JSON API that
+// answers "allowed or not" for a domain and descriptors (the same engine as
+// the Envoy RLS door) or for a Portero policy rule and key, and an
+// auth_request-style endpoint for nginx and Traefik ForwardAuth.
+//
+// # POST /v1/check
+//
+// Request (unknown fields are refused, bodies are at most MaxBody bytes):
+//
+//	{"domain": "edge",
+//	 "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}],
+//	 "cost": 1}
+//
+// A descriptor may also carry "hits_addend" (0 checks without counting) and
+// "limit": {"requests_per_unit": 5, "unit": "minute"}, as in Envoy. Or, for
+// a rule of Portero's own policy: {"policy": "rule-name", "key": "abc",
+// "cost": 1}.
+//
+// Response, 200 for every decision, allowed or refused:
+//
+//	{"allowed": false, "code": "OVER_LIMIT", "rule": "edge.remote_address",
+//	 "limit": 10, "remaining": 0, "retry_after": 0.9, "reset_after": 0.9,
+//	 "descriptors": [...]}
+//
+// Times are seconds (fractions allowed). The response also carries the
+// RateLimit-Policy, RateLimit and (when refused) Retry-After headers. Errors
+// are RFC 9457 problem bodies: 400 for bad input, 404 for an unknown domain
+// or rule, 405, 413 for an oversized body, 503 when the store failed and the
+// failure policy is "error".
+//
+// # /v1/auth (nginx auth_request, Traefik forwardAuth)
+//
+// Any method. The original request is read from the headers the proxy sets:
+// X-Original-Method / X-Original-URI (nginx, by convention) or
+// X-Forwarded-Method / X-Forwarded-Uri / X-Forwarded-Host (Traefik), and the
+// client address as configured by ClientIP (forwarding headers are trusted
+// only from TrustedProxies). The query string says what to ask:
+//
+//	/v1/auth?domain=edge&descriptor=remote_address={ip}&descriptor=path={path},method={method}
+//
+// Each descriptor parameter is a comma-separated list of key=value entries;
+// values may hold the placeholders {ip}, {method}, {path}, {uri}, {host}
+// and {header:Name}. A descriptor whose placeholder has no value (a missing
+// header) is dropped, as Envoy drops it. Without descriptor parameters the
+// one descriptor is remote_address={ip}.
+//
+// Allowed: 200 with X-Portero-Decision: allowed and the RateLimit fields.
+// Refused: deny_status (403 by default when X-Original-URI is present,
+// since nginx turns any other status into a 500; 429 otherwise, which
+// Traefik passes on to the client as is) with Retry-After, RateLimit,
+// RateLimit-Policy, Cache-Control: no-store and a problem body.
+package checkapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/policy"
+)
+
+// Config configures a Handler. Engine is required; the zero value of every
+// other field means its default.
+type Config struct {
+	// Engine decides domain/descriptor requests (shared with the RLS door).
+	Engine *rls.Engine
+	// Store and Policy serve {"policy", "key"} requests; both nil disables
+	// them (404).
+	Store  portero.Store
+	Policy func() *policy.Policy
+	// OnStoreError is the /v1/check answer when the store fails: FailError
+	// (503, the default), FailOpen (allowed) or FailClosed (refused).
+	OnStoreError rls.FailurePolicy
+	// AuthOnStoreError is the same for /v1/auth. Note that nginx turns a
+	// 503 into a 500 for the client and Traefik passes it on: set FailOpen
+	// to let traffic through while the store is down.
+	AuthOnStoreError rls.FailurePolicy
+	// ClientIP finds the original client's address for {ip}. Its zero value
+	// trusts forwarding headers (X-Forwarded-For) from loopback proxies only.
+	ClientIP httplimit.ClientIP
+	// DefaultDomain is used by /v1/auth when the query names none.
+	DefaultDomain string
+	// MaxBody bounds a /v1/check body in bytes; 0 means 64 KiB.
+	MaxBody int64
+	// Timeout bounds one decision; 0 means 1s.
+	Timeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives store failures; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler serves /v1/check, /v1/auth and /healthz. It is safe for
+// concurrent use.
+type Handler struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// New validates cfg and returns the handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("checkapi: an engine is required")
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 64 << 10
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.ClientIP.TrustedProxies) == 0 {
+		cfg.ClientIP.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	}
+	if err := cfg.ClientIP.Validate(); err != nil {
+		return nil, fmt.Errorf("checkapi: client ip: %w", err)
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	h.mux.HandleFunc("/v1/check", h.check)
+	h.mux.HandleFunc("/v1/auth", h.auth)
+	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	Domain      string            `json:"domain,omitempty"`
+	Descriptors []CheckDescriptor `json:"descriptors,omitempty"`
+	Policy      string            `json:"policy,omitempty"`
+	Key         *string           `json:"key,omitempty"`
+	// Cost is the request's hits (Envoy's request hits_addend); 0 or
+	// absent means 1.
+	Cost *int64 `json:"cost,omitempty"`
+}
+
+// CheckDescriptor is one descriptor of a CheckRequest.
+type CheckDescriptor struct {
+	Entries    []CheckEntry   `json:"entries"`
+	HitsAddend *uint64        `json:"hits_addend,omitempty"`
+	Limit      *CheckOverride `json:"limit,omitempty"`
+}
+
+// CheckEntry is one (key, value) pair.
+type CheckEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// CheckOverride is a descriptor's limit override.
+type CheckOverride struct {
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+}
+
+// CheckResponse is the answer of POST /v1/check.
+type CheckResponse struct {
+	Allowed bool   `json:"allowed"`
+	Code    string `json:"code"`
+	// Rule, Limit, Remaining, RetryAfter and ResetAfter describe the rule
+	// that decided: the refusing one with the longest wait, or when allowed
+	// the one closest to its limit. Rule is empty when no limit applied.
+	Rule       string  `json:"rule,omitempty"`
+	Limit      int64   `json:"limit"`
+	Remaining  int64   `json:"remaining"`
+	RetryAfter float64 `json:"retry_after"`
+	ResetAfter float64 `json:"reset_after"`
+	// Descriptors has one entry per request descriptor (domain requests).
+	Descriptors []DescriptorResult `json:"descriptors,omitempty"`
+	// Degraded is set when the failure policy answered because the store
+	// failed.
+	Degraded string `json:"degraded,omitempty"`
+}
+
+// DescriptorResult is the verdict on one descriptor.
+type DescriptorResult struct {
+	Code            string  `json:"code"`
+	Rule            string  `json:"rule,omitempty"`
+	RequestsPerUnit uint32  `json:"requests_per_unit,omitempty"`
+	Unit            string  `json:"unit,omitempty"`
+	Algorithm       string  `json:"algorithm,omitempty"`
+	Remaining       int64   `json:"remaining"`
+	RetryAfter      float64 `json:"retry_after"`
+	ResetAfter      float64 `json:"reset_after"`
+	Counted         bool    `json:"counted"`
+	Shadow          bool    `json:"shadow,omitempty"`
+	Unlimited       bool    `json:"unlimited,omitempty"`
+}
+
+func problem(w http.ResponseWriter, status int, detail string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		problem(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		problem(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", h.cfg.MaxBody))
+			return
+		}
+		problem(w, http.StatusBadRequest, "reading body: "+err.Error())
+		return
+	}
+	var req CheckRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		problem(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		return
+	}
+	if dec.More() {
+		problem(w, http.StatusBadRequest, "malformed JSON: more than one value")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	switch {
+	case req.Policy != "" && req.Domain != "":
+		problem(w, http.StatusBadRequest, "give either domain (with descriptors) or policy (with key), not both")
+	case req.Policy != "":
+		h.checkPolicy(ctx, w, &req)
+	case req.Domain != "" || len(req.Descriptors) > 0:
+		h.checkDomain(ctx, w, &req)
+	default:
+		problem(w, http.StatusBadRequest, "give domain and descriptors, or policy and key")
+	}
+}
+
+func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
+	if in.Key != nil {
+		problem(w, http.StatusBadRequest, "key goes with policy; a domain takes descriptors")
+		return
+	}
+	req := &rls.Request{Domain: in.Domain}
+	if in.Cost != nil {
+		if *in.Cost < 0 || *in.Cost > math.MaxUint32 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("cost %d: want 0 to %d", *in.Cost, uint32(math.MaxUint32)))
+			return
+		}
+		req.Hits = uint32(*in.Cost)
+	}
+	for i, d := range in.Descriptors {
+		out := rls.Descriptor{Hits: d.HitsAddend}
+		for _, e := range d.Entries {
+			out.Entries = append(out.Entries, envoyconf.Entry{Key: e.Key, Value: e.Value})
+		}
+		if d.Limit != nil {
+			u, err := envoyconf.ParseUnit(d.Limit.Unit)
+			if err != nil {
+				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %d: limit: %v", i, err))
+				return
+			}
+			out.Override = &rls.Override{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: u}
+		}
+		req.Descriptors = append(req.Descriptors, out)
+	}
+	resp, ok := h.decide(ctx, w, req, h.cfg.OnStoreError)
+	if !ok {
+		return
+	}
+	setHeaders(w.Header(), resp)
+	out := CheckResponse{Allowed: resp.Code == rls.OK, Code: resp.Code.String()}
+	if resp.Degraded != nil {
+		out.Degraded = resp.Degraded.Error()
+	}
+	if st := resp.Decision(); st != nil {
+		out.Rule = st.Limit.PolicyName()
+		out.Limit = limitOf(st)
+		out.Remaining = st.Remaining
+		out.RetryAfter = st.RetryAfter.Seconds()
+		out.ResetAfter = st.ResetAfter.Seconds()
+	} else if resp.Code == rls.OverLimit {
+		out.RetryAfter = 1
+	}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		dr := DescriptorResult{Code: st.Code.String(), Remaining: st.Remaining, RetryAfter: st.RetryAfter.Seconds(),
+			ResetAfter: st.ResetAfter.Seconds(), Counted: st.Counted, Shadow: st.Shadow, Unlimited: st.Unlimited}
+		if l := st.Limit; l != nil {
+			dr.Rule, dr.RequestsPerUnit, dr.Unit, dr.Algorithm = l.PolicyName(), l.RequestsPerUnit, l.Unit.String(), string(l.Rule.Algorithm)
+		}
+		out.Descriptors = append(out.Descriptors, dr)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func limitOf(st *rls.Status) int64 {
+	if b := st.Limit.Rule.Limit.Burst; b > 0 {
+		return b
+	}
+	return int64(st.Limit.RequestsPerUnit)
+}
+
+// decide runs the engine and answers errors; ok is false when an error
+// answer was written.
+func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, req *rls.Request, onErr rls.FailurePolicy) (*rls.Response, bool) {
+	resp, err := h.cfg.Engine.Decide(ctx, h.cfg.Now(), req)
+	if err == nil {
+		return resp, true
+	}
+	var re *rls.RequestError
+	if errors.As(err, &re) {
+		status := http.StatusBadRequest
+		if re.Kind == rls.NotFound {
+			status = http.StatusNotFound
+		}
+		problem(w, status, re.Msg)
+		return nil, false
+	}
+	h.cfg.Logger.Warn("checkapi: store failed", "domain", req.Domain, "policy", onErr.String(), "err", err)
+	if resp = h.cfg.Engine.FailureResponse(req, onErr, err); resp == nil {
+		httplimit.WriteUnavailable(w, time.Second, "rate-limit store unavailable: "+err.Error())
+		return nil, false
+	}
+	return resp, true
+}
+
+func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
+	if len(in.Descriptors) > 0 {
+		problem(w, http.StatusBadRequest, "descriptors go with domain; a policy rule takes key")
+		return
+	}
+	if h.cfg.Policy == nil || h.cfg.Store == nil {
+		problem(w, http.StatusNotFound, "no Portero policy is loaded: use domain and descriptors")
+		return
+	}
+	p := h.cfg.Policy()
+	var rule *policy.Rule
+	if p != nil {
+		rule = p.Rule(in.Policy)
+	}
+	if rule == nil {
+		problem(w, http.StatusNotFound, fmt.Sprintf("unknown policy rule %q", in.Policy))
+		return
+	}
+	if in.Key == nil || *in.Key == "" {
+		problem(w, http.StatusBadRequest, "key is required with policy")
+		return
+	}
+	cost := int64(1)
+	if in.Cost != nil {
+		cost = *in.Cost
+	}
+	sr := rule.StoreRule()
+	if cost < 1 {
+		problem(w, http.StatusBadRequest, fmt.Sprintf("cost %d: must be at least 1", cost))
+		return
+	}
+	decs, err := h.cfg.Store.AllowAll(ctx, h.cfg.Now(), []portero.Hit{{Rule: sr, Key: *in.Key, Cost: cost}})
+	if err != nil {
+		if errors.Is(err, portero.ErrCostExceedsLimit) || errors.Is(err, portero.ErrInvalidCost) {
+			problem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		switch h.cfg.OnStoreError {
+		case rls.FailOpen:
+			decs = []portero.Decision{{Allowed: true, Limit: sr.Limit.Count}}
+		case rls.FailClosed:
+			decs = []portero.Decision{{Allowed: false, Limit: sr.Limit.Count, RetryAfter: time.Second}}
+		default:
+			httplimit.WriteUnavailable(w, time.Second, "rate-limit store unavailable: "+err.Error())
+			return
+		}
+	}
+	d := decs[0]
+	q, win := rule.Quota()
+	hd := w.Header()
+	hd.Set("RateLimit-Policy", string(appendQuoted(nil, rule.Name))+";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(max(ceilSec(win), 1), 10))
+	t := ceilSec(d.ResetAfter)
+	if !d.Allowed {
+		t = max(ceilSec(d.RetryAfter), 1)
+		hd.Set("Retry-After", strconv.FormatInt(t, 10))
+		hd.Set("Cache-Control", "no-store")
+	}
+	hd.Set("RateLimit", string(appendQuoted(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	out := CheckResponse{Allowed: d.Allowed, Code: rls.OK.String(), Rule: rule.Name, Limit: d.Limit, Remaining: d.Remaining,
+		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds()}
+	if !d.Allowed {
+		out.Code = rls.OverLimit.String()
+	}
+	if err != nil {
+		out.Degraded = err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func ceilSec(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func appendQuoted(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func setHeaders(h http.Header, resp *rls.Response) {
+	for _, hd := range resp.Headers() {
+		h.Set(hd.Name, hd.Value)
+	}
+	if resp.Code == rls.OverLimit {
+		h.Set("Cache-Control", "no-store")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// original is what /v1/auth knows about the proxied request.
+type original struct {
+	method, uri, path, host string
+	ip                      netip.Addr
+	header                  http.Header
+}
+
+func (h *Handler) original(r *http.Request) original {
+	o := original{header: r.Header}
+	o.method = first(r.Header.Get("X-Original-Method"), r.Header.Get("X-Forwarded-Method"), r.Method)
+	o.uri = first(r.Header.Get("X-Original-URI"), r.Header.Get("X-Forwarded-Uri"), r.URL.RequestURI())
+	o.path = o.uri
+	if i := strings.IndexAny(o.path, "?#"); i >= 0 {
+		o.path = o.path[:i]
+	}
+	if p, err := url.PathUnescape(o.path); err == nil {
+		o.path = p
+	}
+	o.host = first(r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Original-Host"), r.Host)
+	o.ip = h.cfg.ClientIP.Resolve(r)
+	return o
+}
+
+func first(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// expand resolves the placeholders of one template value; ok is false when
+// one has no value.
+func (o *original) expand(tmpl string) (string, bool, error) {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(tmpl, '{')
+		if i < 0 {
+			b.WriteString(tmpl)
+			return b.String(), true, nil
+		}
+		j := strings.IndexByte(tmpl[i:], '}')
+		if j < 0 {
+			return "", false, fmt.Errorf("unclosed { in %q", tmpl)
+		}
+		b.WriteString(tmpl[:i])
+		name := tmpl[i+1 : i+j]
+		tmpl = tmpl[i+j+1:]
+		var v string
+		switch {
+		case name == "ip":
+			if !o.ip.IsValid() {
+				return "", false, nil
+			}
+			v = o.ip.String()
+		case name == "method":
+			v = o.method
+		case name == "path":
+			v = o.path
+		case name == "uri":
+			v = o.uri
+		case name == "host":
+			v = o.host
+		case strings.HasPrefix(name, "header:"):
+			hv := o.header.Values(strings.TrimPrefix(name, "header:"))
+			if len(hv) == 0 {
+				return "", false, nil
+			}
+			v = strings.TrimSpace(hv[0])
+		default:
+			return "", false, fmt.Errorf("unknown placeholder {%s}: want {ip}, {method}, {path}, {uri}, {host} or {header:Name}", name)
+		}
+		if v == "" {
+			return "", false, nil
+		}
+		b.WriteString(v)
+	}
+}
+
+func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	deny := http.StatusTooManyRequests
+	if r.Header.Get("X-Original-URI") != "" {
+		deny = http.StatusForbidden
+	}
+	if s := q.Get("deny_status"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 400 || n > 599 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("deny_status %q: want a 4xx or 5xx status", s))
+			return
+		}
+		deny = n
+	}
+	domain := first(q.Get("domain"), h.cfg.DefaultDomain)
+	if domain == "" {
+		problem(w, http.StatusBadRequest, "no domain: add ?domain=... to the auth URL")
+		return
+	}
+	o := h.original(r)
+	templates := q["descriptor"]
+	if len(templates) == 0 {
+		templates = []string{"remote_address={ip}"}
+	}
+	req := &rls.Request{Domain: domain}
+	for _, t := range templates {
+		var d rls.Descriptor
+		keep := true
+		for _, part := range strings.Split(t, ",") {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %q: want key=value[,key=value...]", t))
+				return
+			}
+			val, has, err := o.expand(v)
+			if err != nil {
+				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %q: %v", t, err))
+				return
+			}
+			if !has {
+				keep = false
+				break
+			}
+			d.Entries = append(d.Entries, envoyconf.Entry{Key: k, Value: val})
+		}
+		if keep {
+			req.Descriptors = append(req.Descriptors, d)
+		}
+	}
+	hd := w.Header()
+	if len(req.Descriptors) == 0 {
+		hd.Set("X-Portero-Decision", "allowed")
+		w.WriteHeader(http.StatusOK) // nothing to limit, as Envoy skips the call
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	resp, ok := h.decide(ctx, w, req, h.cfg.AuthOnStoreError)
+	if !ok {
+		return
+	}
+	setHeaders(hd, resp)
+	st := resp.Decision()
+	if st != nil {
+		hd.Set("X-Portero-Rule", st.Limit.PolicyName())
+	}
+	if resp.Code == rls.OK {
+		decision := "allowed"
+		if resp.Degraded != nil {
+			decision = "allowed-store-unavailable"
+		}
+		hd.Set("X-Portero-Decision", decision)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	hd.Set("X-Portero-Decision", "refused")
+	p := httplimit.Problem{Type: httplimit.ProblemQuotaExceeded, Title: "Too Many Requests", Status: deny}
+	p.RetryAfter, _ = strconv.ParseInt(hd.Get("Retry-After"), 10, 64)
+	for i := range resp.Statuses {
+		if s := &resp.Statuses[i]; s.Code == rls.OverLimit && s.Limit != nil {
+			p.ViolatedPolicies = append(p.ViolatedPolicies, s.Limit.PolicyName())
+		}
+	}
+	if st != nil {
+		p.Detail = fmt.Sprintf("limit %q allows %d per %s; retry in %d s", st.Limit.PolicyName(), st.Limit.RequestsPerUnit, st.Limit.Unit, p.RetryAfter)
+	}
+	hd.Set("Content-Type", "application/problem+json")
+	w.WriteHeader(deny)
+	json.NewEncoder(w).Encode(p)
+}
