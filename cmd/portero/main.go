@@ -62,6 +62,8 @@ lets it in or turns it away, and tells the client when to come back.`,
 	root.AddCommand(newSimCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newConfigCmd())
+	root.AddCommand(newRLSCmd())
+	root.AddCommand(newCheckCmd())
 	// --- end of top-level commands ---
 	return root
 }

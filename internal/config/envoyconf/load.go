@@ -90,11 +90,17 @@ func Load(path string, opts Options) (*Config, error) {
 		srcs = append(srcs, Source{Name: path, Data: data})
 	} else {
 		var names []string
-		err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		// Walk the directory the path resolves to: a runtime directory is
+		// often a symlink that is swapped to publish a new version.
+		root, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return nil, fmt.Errorf("envoy ratelimit config: %w", err)
+		}
+		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
-			if p != path && strings.HasPrefix(d.Name(), ".") {
+			if p != root && strings.HasPrefix(d.Name(), ".") {
 				if d.IsDir() {
 					return filepath.SkipDir
 				}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/rls"
+)
+
+// errRefused is what `portero check` returns when the server refuses: the
+// answer was printed, and the exit status (1) tells scripts.
+var errRefused = errors.New("over limit")
+
+func newCheckCmd() *cobra.Command {
+	var server, domain, policyName, key string
+	var descs []string
+	var hits uint32
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Ask a running Portero (or envoyproxy/ratelimit) whether a request may pass",
+		Long: `check sends one decision request to a running server and prints the answer.
+The request counts like any other (use hits_addend 0 in a descriptor, written
+key=value;hits=0, to look without counting).
+
+--server is grpc://host:port (Envoy's rate limit service; the default,
+grpc://127.0.0.1:8081) or http://host:port (Portero's POST /v1/check).
+Each --descriptor is a comma-separated list of key=value entries, in order;
+append ;hits=N to set that descriptor's own hits_addend and
+;limit=N/unit for a limit override.
+
+The exit status is 0 when allowed, 1 when over the limit or on error, 2 for a
+usage error.`,
+		Example: `  portero check --domain edge --descriptor remote_address=10.0.0.1
+  portero check --server http://127.0.0.1:8080 --domain edge --descriptor api_key=k1,plan=gold --hits 5
+  portero check --server http://127.0.0.1:8080 --policy api --key alice --json`,
+		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if policyName != "" {
+				if !strings.HasPrefix(server, "http") {
+					return usageErr(errors.New("--policy needs an HTTP server (--server http://host:port)"))
+				}
+				return checkHTTP(ctx, cmd.OutOrStdout(), server, &checkapi.CheckRequest{Policy: policyName, Key: &key, Cost: costPtr(hits)}, asJSON)
+			}
+			if domain == "" || len(descs) == 0 {
+				return usageErr(errors.New("give --domain and at least one --descriptor (or --policy and --key)"))
+			}
+			req := &rls.Request{Domain: domain, Hits: hits}
+			for _, s := range descs {
+				d, err := parseDescriptor(s)
+				if err != nil {
+					return usageErr(fmt.Errorf("--descriptor %q: %w", s, err))
+				}
+				req.Descriptors = append(req.Descriptors, d)
+			}
+			switch {
+			case strings.HasPrefix(server, "http://") || strings.HasPrefix(server, "https://"):
+				return checkHTTP(ctx, cmd.OutOrStdout(), server, toCheckRequest(req), asJSON)
+			case strings.HasPrefix(server, "grpc://"):
+				return checkGRPC(ctx, cmd.OutOrStdout(), strings.TrimPrefix(server, "grpc://"), req, asJSON)
+			}
+			return usageErr(fmt.Errorf("--server %q: want grpc://host:port or http://host:port", server))
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&server, "server", "grpc://127.0.0.1:8081", "grpc://host:port or http://host:port")
+	fl.StringVar(&domain, "domain", "", "rate limit domain")
+	fl.StringArrayVarP(&descs, "descriptor", "d", nil, "key=value[,key=value...][;hits=N][;limit=N/unit], repeatable")
+	fl.Uint32Var(&hits, "hits", 0, "the request's hits_addend (0 means 1)")
+	fl.StringVar(&policyName, "policy", "", "a rule of Portero's own policy (HTTP only), with --key")
+	fl.StringVar(&key, "key", "", "the key to count under --policy")
+	fl.BoolVar(&asJSON, "json", false, "print the answer as JSON")
+	fl.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
+	return cmd
+}
+
+func costPtr(h uint32) *int64 {
+	if h == 0 {
+		return nil
+	}
+	c := int64(h)
+	return &c
+}
+
+// parseDescriptor reads "k=v,k2=v2;hits=0;limit=10/minute".
+func parseDescriptor(s string) (rls.Descriptor, error) {
+	var d rls.Descriptor
+	parts := strings.Split(s, ";")
+	for _, e := range strings.Split(parts[0], ",") {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return d, fmt.Errorf("entry %q: want key=value", e)
+		}
+		d.Entries = append(d.Entries, envoyconf.Entry{Key: k, Value: v})
+	}
+	for _, opt := range parts[1:] {
+		name, val, _ := strings.Cut(opt, "=")
+		switch name {
+		case "hits":
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil {
+				return d, fmt.Errorf("hits %q: want a whole number", val)
+			}
+			d.Hits = &n
+		case "limit":
+			rpu, unit, ok := strings.Cut(val, "/")
+			n, err := strconv.ParseUint(rpu, 10, 32)
+			if !ok || err != nil {
+				return d, fmt.Errorf("limit %q: want N/unit such as 10/minute", val)
+			}
+			u, err := envoyconf.ParseUnit(unit)
+			if err != nil {
+				return d, fmt.Errorf("limit %q: %w", val, err)
+			}
+			d.Override = &rls.Override{RequestsPerUnit: uint32(n), Unit: u}
+		default:
+			return d, fmt.Errorf("option %q: want hits=N or limit=N/unit", opt)
+		}
+	}
+	return d, nil
+}
+
+func toCheckRequest(r *rls.Request) *checkapi.CheckRequest {
+	out := &checkapi.CheckRequest{Domain: r.Domain, Cost: costPtr(r.Hits)}
+	for _, d := range r.Descriptors {
+		cd := checkapi.CheckDescriptor{HitsAddend: d.Hits}
+		for _, e := range d.Entries {
+			cd.Entries = append(cd.Entries, checkapi.CheckEntry{Key: e.Key, Value: e.Value})
+		}
+		if o := d.Override; o != nil {
+			cd.Limit = &checkapi.CheckOverride{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit.String()}
+		}
+		out.Descriptors = append(out.Descriptors, cd)
+	}
+	return out
+}
+
+func checkGRPC(ctx context.Context, w io.Writer, target string, req *rls.Request, asJSON bool) error {
+	c, err := rls.Dial(target)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	a, err := c.ShouldRateLimit(ctx, req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", target, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(a); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(w, a.Code)
+		for i, s := range a.Statuses {
+			if s.Name == "" && s.RequestsPerUnit == 0 {
+				fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, s.Code)
+				continue
+			}
+			fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d reset in %.3gs\n", i, s.Code, s.Name, s.RequestsPerUnit, s.Unit, s.Remaining, s.ResetAfter)
+		}
+		for _, h := range a.Headers {
+			fmt.Fprintf(w, "  %s: %s\n", h.Name, h.Value)
+		}
+	}
+	if a.Code != rls.OK {
+		return errRefused
+	}
+	return nil
+}
+
+func checkHTTP(ctx context.Context, w io.Writer, server string, req *checkapi.CheckRequest, asJSON bool) error {
+	body, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(server, "/")+"/v1/check", bytes.NewReader(body))
+	if err != nil {
+		return usageErr(err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var p struct {
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(raw, &p) == nil && p.Detail != "" {
+			return fmt.Errorf("%s: %s: %s", server, resp.Status, p.Detail)
+		}
+		return fmt.Errorf("%s: %s", server, resp.Status)
+	}
+	var out checkapi.CheckResponse
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("%s: malformed answer: %w", server, err)
+	}
+	if asJSON {
+		w.Write(raw)
+	} else {
+		fmt.Fprintln(w, out.Code)
+		if out.Rule != "" {
+			fmt.Fprintf(w, "  rule %q: limit %d, remaining %d, retry after %.3gs, reset after %.3gs\n", out.Rule, out.Limit, out.Remaining, out.RetryAfter, out.ResetAfter)
+		}
+		for i, d := range out.Descriptors {
+			if d.Rule == "" {
+				fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, d.Code)
+				continue
+			}
+			fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d counted %t\n", i, d.Code, d.Rule, d.RequestsPerUnit, d.Unit, d.Remaining, d.Counted)
+		}
+		for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
+			if v := resp.Header.Get(name); v != "" {
+				fmt.Fprintf(w, "  %s: %s\n", name, v)
+			}
+		}
+		if out.Degraded != "" {
+			fmt.Fprintf(w, "  degraded: %s\n", out.Degraded)
+		}
+	}
+	if !out.Allowed {
+		return errRefused
+	}
+	return nil
+}

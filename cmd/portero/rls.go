@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/redisstore"
+)
+
+// rlsFlags are the options of `portero rls`.
+type rlsFlags struct {
+	config, grpcListen, httpListen, logLevel     string
+	store, redisURL, redisFailure                string
+	onStoreError, authOnStoreError, defaultDom   string
+	trusted, ipHeader                            string
+	mergeDomains, allowUnknown, watch, noHeaders bool
+	callTimeout, grace                           time.Duration
+}
+
+func newRLSCmd() *cobra.Command {
+	var f rlsFlags
+	cmd := &cobra.Command{
+		Use:   "rls",
+		Short: "Run the decision service: Envoy's rate limit service (gRPC) and the HTTP check API",
+		Long: `rls runs Portero as a decision service for proxies:
+
+  gRPC  envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, a drop-in
+        for envoyproxy/ratelimit reading the same YAML (--config, a file or a
+        directory of *.yaml files), plus gRPC health and reflection;
+  HTTP  POST /v1/check (JSON decisions), /v1/auth (nginx auth_request,
+        Traefik forwardAuth) and /healthz.
+
+All descriptors of one request are decided all-or-nothing: a refused request
+counts against no limit. Limits are envoyproxy/ratelimit's clock-aligned fixed
+windows unless a descriptor's rate_limit.portero picks another algorithm.
+
+It reloads the configuration on SIGHUP (and with --watch when a file changes;
+a bad file is refused and the running configuration kept), and on SIGTERM or
+Ctrl-C stops gracefully.`,
+		Example: `  portero rls --config examples/envoy/config
+  portero rls --config /srv/runtime_data/current/ratelimit/config --store redis --redis-url redis://localhost:6379
+  portero rls --config limits.yaml --grpc-listen 127.0.0.1:8081 --http-listen off`,
+		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runRLS(cmd.Context(), cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file or a directory of *.yaml/*.yml files (required)")
+	fl.StringVar(&f.grpcListen, "grpc-listen", ":8081", "gRPC address for Envoy (off to disable)")
+	fl.StringVar(&f.httpListen, "http-listen", ":8080", "HTTP address for /v1/check and /v1/auth (off to disable)")
+	fl.StringVar(&f.store, "store", "memory", "where counters live: memory or redis")
+	fl.StringVar(&f.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis address with --store redis")
+	fl.StringVar(&f.redisFailure, "redis-failure", "fail-closed", "what the Redis store does when Redis fails: fail-closed, fail-open or local")
+	fl.StringVar(&f.onStoreError, "on-store-error", "error", "answer of gRPC and /v1/check when the store reports a failure: error (Envoy's failure_mode_deny decides), open or closed")
+	fl.StringVar(&f.authOnStoreError, "auth-on-store-error", "open", "answer of /v1/auth when the store reports a failure: open (200), closed (deny status) or error (503)")
+	fl.StringVar(&f.defaultDom, "auth-domain", "", "domain of /v1/auth requests that name none")
+	fl.StringVar(&f.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated networks whose forwarding headers /v1/auth believes")
+	fl.StringVar(&f.ipHeader, "client-ip-header", "X-Forwarded-For", "the one forwarding header /v1/auth reads the client address from")
+	fl.BoolVar(&f.mergeDomains, "merge-domains", false, "let several files add to one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+	fl.BoolVar(&f.allowUnknown, "allow-unknown-domains", false, "answer OK for unconfigured domains, as envoyproxy/ratelimit does (default: NOT_FOUND)")
+	fl.BoolVar(&f.watch, "watch", false, "reload when a configuration file changes (polls every 2s; works with symlink swaps)")
+	fl.BoolVar(&f.noHeaders, "no-headers", false, "do not send RateLimit, RateLimit-Policy and Retry-After in response_headers_to_add")
+	fl.DurationVar(&f.callTimeout, "call-timeout", time.Second, "longest time one decision may take when the caller's deadline is later")
+	fl.DurationVar(&f.grace, "grace", 5*time.Second, "how long in-flight calls may finish on shutdown")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageErr(err)
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	if f.config == "" {
+		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
+	}
+	onErr, err := rls.ParseFailurePolicy(f.onStoreError)
+	if err != nil {
+		return usageErr(fmt.Errorf("--on-store-error: %w", err))
+	}
+	authOnErr, err := rls.ParseFailurePolicy(f.authOnStoreError)
+	if err != nil {
+		return usageErr(fmt.Errorf("--auth-on-store-error: %w", err))
+	}
+	trusted, err := httplimit.ParsePrefixes(splitList(f.trusted))
+	if err != nil {
+		return usageErr(fmt.Errorf("--trusted-proxies: %w", err))
+	}
+	if f.grpcListen == "off" && f.httpListen == "off" {
+		return usageErr(errors.New("both --grpc-listen and --http-listen are off: nothing to serve"))
+	}
+	opts := envoyconf.Options{MergeDomains: f.mergeDomains}
+	limits, err := envoyconf.Load(f.config, opts)
+	if err != nil {
+		return usageErr(err)
+	}
+	store, err := openRLSStore(f, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close(context.Background())
+
+	eng, err := rls.NewEngine(rls.Options{Store: store, Limits: limits, AllowUnknownDomains: f.allowUnknown})
+	if err != nil {
+		return err
+	}
+	logger.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	running := 0
+	out := cmd.OutOrStdout()
+	if f.grpcListen != "off" {
+		lis, err := net.Listen("tcp", f.grpcListen)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "portero rls: gRPC on %s\n", lis.Addr())
+		svc := rls.NewService(eng, rls.ServiceOptions{OnStoreError: onErr, CallTimeout: f.callTimeout, NoHeaders: f.noHeaders, Logger: logger})
+		running++
+		go func() { errc <- rls.Serve(ctx, lis, svc, f.grace) }()
+	}
+	if f.httpListen != "off" {
+		h, err := checkapi.New(checkapi.Config{Engine: eng, OnStoreError: onErr, AuthOnStoreError: authOnErr,
+			ClientIP: httplimit.ClientIP{TrustedProxies: trusted, Header: f.ipHeader}, DefaultDomain: f.defaultDom,
+			Timeout: f.callTimeout, Logger: logger})
+		if err != nil {
+			return usageErr(err)
+		}
+		lis, err := net.Listen("tcp", f.httpListen)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "portero rls: HTTP on %s\n", lis.Addr())
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		running++
+		go func() {
+			err := srv.Serve(lis)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- err
+		}()
+		go func() {
+			<-ctx.Done()
+			sctx, scancel := context.WithTimeout(context.Background(), f.grace)
+			defer scancel()
+			srv.Shutdown(sctx)
+		}()
+	}
+
+	reload := func(why string) {
+		c, err := envoyconf.Load(f.config, opts)
+		if err != nil {
+			logger.Error("rls: reload refused, keeping the running configuration", "why", why, "err", err)
+			return
+		}
+		eng.SetLimits(c)
+		logger.Info("rls: configuration reloaded", "why", why, "domains", strings.Join(c.Domains(), ","))
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	var last string
+	if f.watch {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		tick = t.C
+		last = fingerprint(f.config)
+	}
+	var first error
+	for running > 0 {
+		select {
+		case <-hup:
+			reload("SIGHUP")
+		case <-tick:
+			if fp := fingerprint(f.config); fp != last {
+				last = fp
+				reload("files changed")
+			}
+		case err := <-errc:
+			running--
+			if err != nil && first == nil {
+				first = err
+			}
+			cancel() // one listener failing stops the other
+		}
+	}
+	return first
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func openRLSStore(f rlsFlags, logger *slog.Logger) (portero.Store, error) {
+	switch f.store {
+	case "memory":
+		return memstore.New(memstore.Config{})
+	case "redis":
+		p, err := redisstore.ParsePolicy(f.redisFailure)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("--redis-failure: %w", err))
+		}
+		return redisstore.New(redisstore.Config{URL: f.redisURL, Policy: p, Logger: logger})
+	}
+	return nil, usageErr(fmt.Errorf("--store %q: want memory or redis", f.store))
+}
+
+// fingerprint summarises the names, sizes and times of the YAML files
+// under path (following symlinks), so that --watch sees edits and symlink
+// swaps.
+func fingerprint(path string) string {
+	var b strings.Builder
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		b.WriteString(target + "\n")
+		path = target
+	}
+	filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			fmt.Fprintf(&b, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
+		}
+		return nil
+	})
+	return b.String()
+}

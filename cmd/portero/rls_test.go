@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startRLS runs `portero rls` on loopback ports and returns its gRPC and
+// HTTP addresses; the server stops at the end of the test.
+func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	args := append([]string{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, out, errOut) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("portero rls returned %v; stderr: %s", err, errOut)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("portero rls did not stop")
+		}
+	})
+	re := regexp.MustCompile(`gRPC on (\S+)\n[\s\S]*HTTP on (\S+)\n`)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m[1], m[2]
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("portero rls exited: %v; stderr: %s", err, errOut)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("portero rls did not report its addresses; stdout: %s stderr: %s", out, errOut)
+	return "", ""
+}
+
+func runCheck(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), append([]string{"check"}, args...), &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+func TestRLSAndCheck(t *testing.T) {
+	g, h := startRLS(t)
+	for _, server := range []string{"grpc://" + g, "http://" + h} {
+		t.Run(strings.SplitN(server, ":", 2)[0], func(t *testing.T) {
+			ip := "remote_address=10.0.0." + map[bool]string{true: "1", false: "2"}[strings.HasPrefix(server, "grpc")]
+			for i := 0; i < 10; i++ {
+				out, err := runCheck(t, "--server", server, "--domain", "edge", "-d", ip)
+				if err != nil || !strings.HasPrefix(out, "OK") {
+					t.Fatalf("check %d: %v\n%s", i, err, out)
+				}
+			}
+			out, err := runCheck(t, "--server", server, "--domain", "edge", "-d", ip)
+			if !errors.Is(err, errRefused) || exitCode(err) != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "Retry-After: ") {
+				t.Fatalf("11th check: %v\n%s", err, out)
+			}
+			// Check-only, limit override, JSON.
+			out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", "api_key=k,plan=gold;hits=0", "--json")
+			if err != nil || !strings.Contains(out, "gold") {
+				t.Fatalf("check-only: %v\n%s", err, out)
+			}
+			out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", "x=y;limit=1/hour", "--hits", "2")
+			if !errors.Is(err, errRefused) {
+				t.Fatalf("cost 2 on 1/hour: %v\n%s", err, out)
+			}
+			// The server's errors reach the operator.
+			out, err = runCheck(t, "--server", server, "--domain", "nope", "-d", "a=b")
+			if err == nil || errors.Is(err, errRefused) || !strings.Contains(err.Error(), `unknown domain "nope"`) {
+				t.Fatalf("unknown domain: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--domain", "edge"},
+		{"--domain", "edge", "-d", "novalue"},
+		{"--domain", "edge", "-d", "a=b;hits=x"},
+		{"--domain", "edge", "-d", "a=b;limit=5/fortnight"},
+		{"--domain", "edge", "-d", "a=b;bogus"},
+		{"--server", "ftp://x", "--domain", "edge", "-d", "a=b"},
+		{"--policy", "p", "--key", "k"}, // needs HTTP
+	} {
+		if _, err := runCheck(t, args...); exitCode(err) != 2 {
+			t.Errorf("check %v: %v (exit %d), want a usage error", args, err, exitCode(err))
+		}
+	}
+	// Nothing listens: a plain error, not a usage error.
+	if _, err := runCheck(t, "--server", "http://127.0.0.1:1", "--domain", "edge", "-d", "a=b", "--timeout", "2s"); exitCode(err) != 1 {
+		t.Errorf("unreachable server: %v", err)
+	}
+}
+
+func TestRLSUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"rls"},
+		{"rls", "--config", "../../examples/envoy/config", "--on-store-error", "maybe"},
+		{"rls", "--config", "../../examples/envoy/config", "--store", "floppy", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off"},
+		{"rls", "--config", "no/such/dir"},
+		{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "off", "--http-listen", "off"},
+	} {
+		err := run(context.Background(), args, io.Discard, io.Discard)
+		if exitCode(err) != 2 {
+			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+)
+
+// Client asks a running rate limit service (Portero or
+// envoyproxy/ratelimit) over gRPC, in plaintext, as Envoy does. It is safe
+// for concurrent use; Close releases the connection.
+type Client struct {
+	conn *grpc.ClientConn
+	rls  pb.RateLimitServiceClient
+}
+
+// Dial returns a client for target (host:port, or any gRPC target such as
+// dns:///name:8081). It does not connect until the first call.
+func Dial(target string) (*Client, error) {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("rls: %w", err)
+	}
+	return &Client{conn: conn, rls: pb.NewRateLimitServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Answer is a ShouldRateLimit response without protobuf types.
+type Answer struct {
+	Code     Code
+	Statuses []AnswerStatus
+	Headers  []Header
+}
+
+// AnswerStatus is one descriptor's status in an Answer.
+type AnswerStatus struct {
+	Code Code
+	// Name, RequestsPerUnit and Unit describe current_limit; Name is empty
+	// when the service reported none.
+	Name            string
+	RequestsPerUnit uint32
+	Unit            envoyconf.Unit
+	Remaining       uint32
+	// ResetAfter is duration_until_reset.
+	ResetAfter float64 // seconds
+}
+
+// ShouldRateLimit sends req and returns the answer; errors are the gRPC
+// status errors of the call.
+func (c *Client) ShouldRateLimit(ctx context.Context, req *Request) (*Answer, error) {
+	in := &pb.RateLimitRequest{Domain: req.Domain, HitsAddend: req.Hits}
+	for _, d := range req.Descriptors {
+		pd := &commonv3.RateLimitDescriptor{}
+		for _, e := range d.Entries {
+			pd.Entries = append(pd.Entries, &commonv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		if d.Hits != nil {
+			pd.HitsAddend = wrapperspb.UInt64(*d.Hits)
+		}
+		if o := d.Override; o != nil {
+			pd.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: o.RequestsPerUnit, Unit: typev3.RateLimitUnit(o.Unit)}
+		}
+		in.Descriptors = append(in.Descriptors, pd)
+	}
+	out, err := c.rls.ShouldRateLimit(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	a := &Answer{Code: Code(out.GetOverallCode())}
+	for _, s := range out.GetStatuses() {
+		as := AnswerStatus{Code: Code(s.GetCode()), Remaining: s.GetLimitRemaining(), ResetAfter: s.GetDurationUntilReset().AsDuration().Seconds()}
+		if l := s.GetCurrentLimit(); l != nil {
+			as.Name, as.RequestsPerUnit, as.Unit = l.GetName(), l.GetRequestsPerUnit(), envoyconf.Unit(l.GetUnit())
+		}
+		a.Statuses = append(a.Statuses, as)
+	}
+	for _, h := range out.GetResponseHeadersToAdd() {
+		a.Headers = append(a.Headers, Header{h.GetKey(), h.GetValue()})
+	}
+	return a, nil
+}
