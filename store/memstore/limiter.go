@@ -22,9 +22,10 @@ var _ portero.Limiter = (*Limiter)(nil)
 // Rule returns the rule the limiter enforces.
 func (l *Limiter) Rule() portero.Rule { return l.t.rule }
 
-// Allow is AllowN at time.Now() with cost 1.
+// Allow is AllowN with cost 1 at the store's clock (Store.Now, which is
+// Config.Now or the wall clock).
 func (l *Limiter) Allow(ctx context.Context, key string) (portero.Decision, error) {
-	return l.AllowN(ctx, key, time.Now(), 1)
+	return l.AllowN(ctx, key, l.t.store.now(), 1)
 }
 
 // AllowN implements portero.Limiter: it decides a request of the given cost
@@ -134,8 +135,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 
 // WaitN takes a place of the given cost in key's queue and sleeps until the
 // request departs; it is only for leaky-queue rules (for others it returns
-// an error wrapping errors.ErrUnsupported). It reads the clock with
-// time.Now. When the queue is full it returns at once with an error
+// an error wrapping errors.ErrUnsupported). It reads the store's clock
+// (Store.Now) and sleeps with a time.Timer. When the queue is full it returns at once with an error
 // wrapping ErrQueueFull (the request was dropped). When ctx ends first, or
 // its deadline comes before the departure, it returns ctx's error and gives
 // the place back if no later request has queued behind it (the queue then
@@ -149,7 +150,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	now := time.Now()
+	now := t.store.now()
 	if cost <= 0 || cost > t.max || t.closed.Load() {
 		return t.badCall(cost)
 	}
@@ -161,7 +162,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 		return fmt.Errorf("memstore: rule %q: %w: retry after %v", t.rule.Name, ErrQueueFull, d.RetryAfter)
 	}
 	departure := ns + int64(d.Delay) // the queue's new last departure
-	if dl, ok := ctx.Deadline(); ok && dl.Before(now.Add(d.Delay)) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.Delay {
 		t.giveBack(sh, h, departure, cost)
 		return fmt.Errorf("memstore: rule %q: departure in %v is after the deadline: %w", t.rule.Name, d.Delay, context.DeadlineExceeded)
 	}

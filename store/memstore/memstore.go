@@ -46,9 +46,11 @@
 //
 // Every decision has a form that takes the instant (AllowN, AllowAll) and
 // one that reads the clock (Allow, Wait). When time goes backwards the
-// algorithms create no capacity (see package algorithm). The sweeper reads
-// Config.Now, the wall clock by default: a program that drives the store
-// with a virtual clock should set Now to that clock or turn sweeping off.
+// algorithms create no capacity (see package algorithm). The forms that
+// read the clock, and the sweeper, read Config.Now, by default the wall time
+// at New advanced by the monotonic clock (one clock read instead of two, and
+// immune to steps of the wall clock). A program that drives the store with
+// a virtual clock should set Now to that clock or turn the sweeper off.
 package memstore
 
 import (
@@ -91,8 +93,11 @@ type Config struct {
 	// background goroutine, which Close stops. 0 means
 	// DefaultSweepInterval; a negative value turns the sweeper off.
 	SweepInterval time.Duration
-	// Now is the clock the sweeper reads. nil means time.Now. Decisions
-	// never read it.
+	// Now is the clock of the forms that read one (Allow, Wait) and of the
+	// sweeper; the forms that take the instant never read it. nil means the
+	// store's own clock: the wall time at New plus the monotonic time
+	// elapsed since, which costs one clock read instead of time.Now's two
+	// and never goes back (it does not follow steps of the wall clock).
 	Now func() time.Time
 }
 
@@ -104,6 +109,7 @@ type Store struct {
 	shardBits uint
 	perShard  int
 	now       func() time.Time
+	start     time.Time // with a monotonic reading
 	interval  time.Duration
 
 	tables sync.Map   // portero.Rule → *table
@@ -142,12 +148,13 @@ func New(cfg Config) (*Store, error) {
 		shardBits: shardBits,
 		perShard:  maxKeys >> shardBits,
 		now:       cfg.Now,
+		start:     time.Now(),
 		interval:  cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
 	if cfg.Now == nil {
-		s.now = time.Now
+		s.now = s.monotonic
 	}
 	if s.interval > 0 {
 		go s.sweeper()
@@ -156,6 +163,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// Now returns the instant by the store's clock (Config.Now), the one that
+// Allow and Wait use. Pass it to AllowN or AllowAll to mix the two forms.
+func (s *Store) Now() time.Time { return s.now() }
+
+func (s *Store) monotonic() time.Time { return s.start.Add(time.Since(s.start)) }
 
 // table is one rule's state: its algorithm and its shards.
 type table struct {
