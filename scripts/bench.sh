@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# bench.sh runs Portero's memory store beside its peers (the nested module
+# bench/) and regenerates docs/benchmarks.md from the results.
+#
+#   COUNT      rounds of every benchmark (default 6, the least benchstat
+#              needs for a confidence interval)
+#   HOT_TIME   -benchtime of the hot-key benchmarks (default 500ms)
+#   RANDOM_N   decisions per run of the random-keys benchmark (default 1000000)
+#   OUT        the report (default docs/benchmarks.md)
+#
+# The rounds are interleaved (every benchmark once, then again), so that a
+# machine whose load changes meanwhile slows every subject alike.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+COUNT=${COUNT:-6}
+HOT_TIME=${HOT_TIME:-500ms}
+RANDOM_N=${RANDOM_N:-1000000}
+OUT=${OUT:-docs/benchmarks.md}
+BENCHSTAT=(go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+start=$(date -u +%Y-%m-%dT%H:%MZ)
+(cd bench && go test -c -o "$tmp/bench.test" .)
+run() { (cd bench && "$tmp/bench.test" -test.run '^$' -test.count 1 "$@"); }
+for i in $(seq "$COUNT"); do
+	echo "round $i of $COUNT" >&2
+	run -test.bench '^Benchmark(HotKey|HotKeyParallel|Clock)$' -test.benchtime "$HOT_TIME" >>"$tmp/hot.txt"
+	run -test.bench '^BenchmarkRandomKeys$' -test.benchtime "${RANDOM_N}x" >>"$tmp/random.txt"
+	run -test.bench '^BenchmarkMemoryPerKey$' -test.benchtime 1x >>"$tmp/memory.txt"
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+stat() { "${BENCHSTAT[@]}" "$@" 2>/dev/null; }
+for f in hot random memory; do
+	stat -format csv "$tmp/$f.txt" >"$tmp/$f.csv"
+done
+
+# values NAME UNIT: the median of one benchmark (name without the -N suffix).
+values() {
+	cat "$tmp"/*.csv | awk -F, -v want="$1" -v unit="$2" '
+		$1 == "" && $3 == "CI" { u = $2; next }
+		{ n = $1; sub(/-[0-9]+$/, "", n) }
+		n == want && u == unit { print $2; exit }'
+}
+ns() { values "$1" sec/op | awk '{ printf "%.1f", $1 * 1e9 }'; }
+
+# The fastest peer of a benchmark, among the given forms.
+fastest() {
+	local bench=$1 best="" bestv=""
+	shift
+	for s in "$@"; do
+		v=$(ns "$bench/$s")
+		[ -z "$v" ] && continue
+		if [ -z "$bestv" ] || awk -v a="$v" -v b="$bestv" 'BEGIN { exit !(a < b) }'; then
+			best=$s bestv=$v
+		fi
+	done
+	echo "$best $bestv"
+}
+peers_now=(xrate-syncmap-now xrate-sharded-now)
+peers_all=(xrate-syncmap-now xrate-syncmap-clock xrate-sharded-now xrate-sharded-clock sethvargo-memorystore throttled-gcra-memstore ulule-memory httprate-local)
+peers_clock=(xrate-syncmap-clock xrate-sharded-clock sethvargo-memorystore throttled-gcra-memstore ulule-memory httprate-local)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+verdict() { if awk "BEGIN { exit !($1) }"; then echo met; else echo "**not met**"; fi; }
+
+hot_now=$(ns HotKey/portero-now)
+hot_clock=$(ns HotKey/portero-clock)
+clock=$(ns Clock)
+read -r fp_all fp_all_v <<<"$(fastest HotKey "${peers_all[@]}")"
+read -r fp_now fp_now_v <<<"$(fastest HotKey "${peers_now[@]}")"
+read -r fp_clock fp_clock_v <<<"$(fastest HotKey "${peers_clock[@]}")"
+rand_clock=$(ns RandomKeys/portero-clock)
+read -r fr fr_v <<<"$(fastest RandomKeys "${peers_all[@]}")"
+allocs_hot=$(values HotKey/portero-now allocs/op)
+allocs_rand=$(values RandomKeys/portero-clock allocs/op)
+bkey=$(values MemoryPerKey/portero-now B/key)
+read -r fm fm_v <<<"$(for s in "${peers_now[@]}" sethvargo-memorystore throttled-gcra-memstore ulule-memory httprate-local; do
+	v=$(values "MemoryPerKey/$s" B/key); [ -n "$v" ] && echo "$s $v"; done | sort -k2 -g | head -1)"
+
+{
+	cat <<MD
+# Benchmarks
+
+Portero's memory store (\`store/memstore\`) beside other Go rate limiters, each
+measured the same way. This file is written by \`make bench\`
+(\`scripts/bench.sh\`); do not edit it by hand.
+
+## How
+
+\`\`\`
+COUNT=$COUNT HOT_TIME=$HOT_TIME RANDOM_N=$RANDOM_N bash scripts/bench.sh
+\`\`\`
+
+- Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//'), $(go version | cut -d' ' -f3-), $(uname -sr).
+- Run: $start, $COUNT interleaved rounds. Load average (1, 5, 15 min) before: $load_before; after: $load_after.
+  The machine is shared: a load above its CPU count means other work ran
+  meanwhile, which widens the intervals and slows every subject.
+- Limit: a million per second with a burst of 1,000 (Portero: GCRA), or a
+  million per one-second window for the window-based peers.
+- Subjects: \`portero-now\` is \`(*memstore.Limiter).AllowN\` with the instant passed in,
+  \`portero-clock\` is \`Allow\`, which reads \`time.Now\`. \`xrate-*\` are
+  \`golang.org/x/time/rate\` limiters kept per key in a \`sync.Map\` or in 64
+  mutex-guarded maps, called with \`AllowN(t, 1)\` (\`-now\`) or \`Allow()\` (\`-clock\`);
+  \`sethvargo-memorystore\` is \`github.com/sethvargo/go-limiter/memorystore\` \`Take\`;
+  \`throttled-gcra-memstore\` is \`github.com/throttled/throttled/v2\` GCRA over its
+  memory store (LRU of 2²⁰ keys, like Portero's default cap); \`ulule-memory\` is
+  \`github.com/ulule/limiter/v3\` with its memory store; \`httprate-local\` is
+  \`github.com/go-chi/httprate\`'s \`OnLimit\` logic over its local counter, without
+  the HTTP request and headers. Only Portero and x/time/rate take the instant
+  as a parameter; the others always read the clock.
+- Benchmarks: \`HotKey\`, one key, one goroutine; \`HotKeyParallel\`, one key,
+  \`b.RunParallel\`; \`RandomKeys\`, a million keys already known to the limiter,
+  picked at random, with \`time.Now\` read for every decision by every subject;
+  \`MemoryPerKey\`, live heap (HeapAlloc after a GC) added by a million keys,
+  divided by a million. The key strings exist before and are not counted; a
+  limiter that keeps a copy of the key pays for the copy, one that keeps the
+  caller's string pays only its 16-byte header. \`Clock\` is \`time.Now\` alone.
+
+## Results
+
+### One hot key
+
+\`\`\`
+$(stat "$tmp/hot.txt")
+\`\`\`
+
+### A million keys at random
+
+\`\`\`
+$(stat "$tmp/random.txt")
+\`\`\`
+
+### Memory per key at a million keys
+
+\`\`\`
+$(stat "$tmp/memory.txt")
+\`\`\`
+
+## Targets
+
+Medians from the tables above.
+
+| Target | Portero | Peer | Ratio | |
+| --- | --- | --- | --- | --- |
+| 0 allocations per decision on an existing key | HotKey $allocs_hot, RandomKeys $allocs_rand allocs/op | | | $(verdict "$allocs_hot == 0 && $allocs_rand == 0") |
+| Hot key, instant passed in: ≤ 40 ns | $hot_now ns | | | $(verdict "$hot_now <= 40") |
+| Hot key: ≥ 2× faster than the fastest peer (any form) | $hot_now ns (portero-now) | $fp_all_v ns ($fp_all) | $(ratio "$fp_all_v" "$hot_now")× | $(verdict "$fp_all_v / $hot_now >= 2") |
+| Hot key, both with the instant passed in | $hot_now ns | $fp_now_v ns ($fp_now) | $(ratio "$fp_now_v" "$hot_now")× | $(verdict "$fp_now_v / $hot_now >= 2") |
+| Hot key, both reading the clock | $hot_clock ns | $fp_clock_v ns ($fp_clock) | $(ratio "$fp_clock_v" "$hot_clock")× | $(verdict "$fp_clock_v / $hot_clock >= 2") |
+| Convenience form ≈ AllowN + one time.Now ($clock ns) | $hot_clock ns | $(awk -v a="$hot_now" -v b="$clock" 'BEGIN { printf "%.1f", a + b }') ns expected | | $(verdict "$hot_clock <= 1.25 * ($hot_now + $clock)") |
+| A million random keys, clock included: ≤ 250 ns | $rand_clock ns | $fr_v ns ($fr) | $(ratio "$fr_v" "$rand_clock")× | $(verdict "$rand_clock <= 250") |
+| ≤ 40 B of heap per key at a million keys | $bkey B/key | $fm_v B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 40") |
+MD
+} >"$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+echo "wrote $OUT" >&2
