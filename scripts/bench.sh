@@ -7,6 +7,9 @@
 #   HOT_TIME   -benchtime of the hot-key benchmarks (default 500ms)
 #   RANDOM_N   decisions per run of the random-keys benchmark (default 1000000)
 #   OUT        the report (default docs/benchmarks.md)
+#   RESULTS    where the raw results are kept (default bench/results), so
+#              that later runs can be compared with benchstat
+#   REPORT_ONLY=1 writes the report from the kept results without running
 #
 # The rounds are interleaved (every benchmark once, then again), so that a
 # machine whose load changes meanwhile slows every subject alike.
@@ -17,26 +20,40 @@ COUNT=${COUNT:-6}
 HOT_TIME=${HOT_TIME:-500ms}
 RANDOM_N=${RANDOM_N:-1000000}
 OUT=${OUT:-docs/benchmarks.md}
+RESULTS=${RESULTS:-bench/results}
 BENCHSTAT=(go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$RESULTS"
 
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-start=$(date -u +%Y-%m-%dT%H:%MZ)
-(cd bench && go test -c -o "$tmp/bench.test" .)
-run() { (cd bench && "$tmp/bench.test" -test.run '^$' -test.count 1 "$@"); }
-for i in $(seq "$COUNT"); do
-	echo "round $i of $COUNT" >&2
-	run -test.bench '^Benchmark(HotKey|HotKeyParallel|Clock)$' -test.benchtime "$HOT_TIME" >>"$tmp/hot.txt"
-	run -test.bench '^BenchmarkRandomKeys$' -test.benchtime "${RANDOM_N}x" >>"$tmp/random.txt"
-	run -test.bench '^BenchmarkMemoryPerKey$' -test.benchtime 1x >>"$tmp/memory.txt"
-done
-load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+if [ -z "${REPORT_ONLY:-}" ]; then
+	{
+		echo "load_before=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+		echo "start=$(date -u +%Y-%m-%dT%H:%MZ)"
+		echo "count=$COUNT hot_time=$HOT_TIME random_n=$RANDOM_N"
+	} >"$tmp/meta"
+	(cd bench && go test -c -o "$tmp/bench.test" .)
+	run() { (cd bench && "$tmp/bench.test" -test.run '^$' -test.count 1 "$@"); }
+	for f in hot random memory; do : >"$tmp/$f.txt"; done
+	for i in $(seq "$COUNT"); do
+		echo "round $i of $COUNT" >&2
+		run -test.bench '^Benchmark(HotKey|HotKeyParallel|Clock)$' -test.benchtime "$HOT_TIME" >>"$tmp/hot.txt"
+		run -test.bench '^BenchmarkRandomKeys$' -test.benchtime "${RANDOM_N}x" >>"$tmp/random.txt"
+		run -test.bench '^BenchmarkMemoryPerKey$' -test.benchtime 1x >>"$tmp/memory.txt"
+	done
+	echo "load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >>"$tmp/meta"
+	cp "$tmp"/hot.txt "$tmp"/random.txt "$tmp"/memory.txt "$tmp"/meta "$RESULTS"/
+fi
+# shellcheck disable=SC1091
+. "$RESULTS/meta"
+read -r COUNT HOT_TIME RANDOM_N <<<"$(echo "$count $hot_time $random_n" | sed 's/[a-z_]*=//g')"
+for f in hot random memory; do cp "$RESULTS/$f.txt" "$tmp/$f.txt"; done
 
-stat() { "${BENCHSTAT[@]}" "$@" 2>/dev/null; }
+# stat runs benchstat in $tmp, so that its tables are headed by the file names.
+stat() { (cd "$tmp" && "${BENCHSTAT[@]}" "$@" 2>/dev/null); }
 for f in hot random memory; do
-	stat -format csv "$tmp/$f.txt" >"$tmp/$f.csv"
+	stat -format csv "$f.txt" >"$tmp/$f.csv"
 done
 
 # values NAME UNIT: the median of one benchmark (name without the -N suffix).
@@ -96,13 +113,14 @@ COUNT=$COUNT HOT_TIME=$HOT_TIME RANDOM_N=$RANDOM_N bash scripts/bench.sh
 \`\`\`
 
 - Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//'), $(go version | cut -d' ' -f3-), $(uname -sr).
-- Run: $start, $COUNT interleaved rounds. Load average (1, 5, 15 min) before: $load_before; after: $load_after.
+- Run: $start, $COUNT interleaved rounds; the raw results are in \`$RESULTS/\`. Load average (1, 5, 15 min) before: $load_before; after: $load_after.
   The machine is shared: a load above its CPU count means other work ran
   meanwhile, which widens the intervals and slows every subject.
 - Limit: a million per second with a burst of 1,000 (Portero: GCRA), or a
   million per one-second window for the window-based peers.
 - Subjects: \`portero-now\` is \`(*memstore.Limiter).AllowN\` with the instant passed in,
-  \`portero-clock\` is \`Allow\`, which reads \`time.Now\`. \`xrate-*\` are
+  \`portero-clock\` is \`Allow\`, which reads the store's clock (one monotonic
+  clock read; \`time.Now\` makes two). \`xrate-*\` are
   \`golang.org/x/time/rate\` limiters kept per key in a \`sync.Map\` or in 64
   mutex-guarded maps, called with \`AllowN(t, 1)\` (\`-now\`) or \`Allow()\` (\`-clock\`);
   \`sethvargo-memorystore\` is \`github.com/sethvargo/go-limiter/memorystore\` \`Take\`;
@@ -114,7 +132,8 @@ COUNT=$COUNT HOT_TIME=$HOT_TIME RANDOM_N=$RANDOM_N bash scripts/bench.sh
   as a parameter; the others always read the clock.
 - Benchmarks: \`HotKey\`, one key, one goroutine; \`HotKeyParallel\`, one key,
   \`b.RunParallel\`; \`RandomKeys\`, a million keys already known to the limiter,
-  picked at random, with \`time.Now\` read for every decision by every subject;
+  picked at random, with the clock read for every decision (by the subject
+  itself, or by the loop with \`time.Now\` for the \`-now\` forms);
   \`MemoryPerKey\`, live heap (HeapAlloc after a GC) added by a million keys,
   divided by a million. The key strings exist before and are not counted; a
   limiter that keeps a copy of the key pays for the copy, one that keeps the
@@ -125,19 +144,19 @@ COUNT=$COUNT HOT_TIME=$HOT_TIME RANDOM_N=$RANDOM_N bash scripts/bench.sh
 ### One hot key
 
 \`\`\`
-$(stat "$tmp/hot.txt")
+$(stat -table .name hot.txt)
 \`\`\`
 
 ### A million keys at random
 
 \`\`\`
-$(stat "$tmp/random.txt")
+$(stat random.txt)
 \`\`\`
 
 ### Memory per key at a million keys
 
 \`\`\`
-$(stat "$tmp/memory.txt")
+$(stat memory.txt)
 \`\`\`
 
 ## Targets
@@ -154,6 +173,36 @@ Medians from the tables above.
 | Convenience form ≈ AllowN + one time.Now ($clock ns) | $hot_clock ns | $(awk -v a="$hot_now" -v b="$clock" 'BEGIN { printf "%.1f", a + b }') ns expected | | $(verdict "$hot_clock <= 1.25 * ($hot_now + $clock)") |
 | A million random keys, clock included: ≤ 250 ns | $rand_clock ns | $fr_v ns ($fr) | $(ratio "$fr_v" "$rand_clock")× | $(verdict "$rand_clock <= 250") |
 | ≤ 40 B of heap per key at a million keys | $bkey B/key | $fm_v B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 40") |
+
+## Why the memory store costs what it costs
+
+- **Per key.** For each rule, each shard (a power of two, at least 4×GOMAXPROCS)
+  has one mutex and an open-addressing table (linear probing, backward-shift
+  deletion, no tombstones) of 24-byte slots: the key's 64-bit hash and the
+  algorithm's two-word state. The key string is not kept. The table grows from
+  13/16 full to 10/16 full, so a key costs 30 to 38 bytes, with no allocation
+  per key and nothing for the garbage collector to scan (the slots hold no
+  pointers). The sliding log keeps a map of logs instead: 8 bytes per admitted
+  request plus about 100 per key.
+- **Per decision.** A decision on a known key hashes the key (hash/maphash),
+  takes one shard lock, probes, and calls the pure algorithm: no allocation.
+  \`Allow\` adds one monotonic clock read (the store's clock is the wall time at
+  \`New\` advanced by the monotonic clock), where \`time.Now\` makes two.
+- **Hash collisions.** Two keys whose hashes agree (63 bits tell them apart)
+  share one state: each is limited as if the other's requests were its own,
+  stricter, never looser. Among n keys the chance that any two collide is about
+  n²/2⁶⁴, 5·10⁻⁸ at a million keys; the hash seed is random per store and rule.
+- **Bounded memory.** \`Config.MaxKeys\` (default 2²⁰) caps the keys of each
+  rule. When a shard is at its share, a new key first drops any expired state
+  among 16 entries looked at (8 where the key goes, 8 from a random place),
+  otherwise the one with the most room left (the key that has used least of its
+  limit, so that forgetting it gives away least), the earliest to expire among
+  equals. A flood of 200,000 one-request addresses therefore evicts its own
+  kind and leaves a client that has used up its limit limited; the tests check
+  that the store never exceeds its cap and that such a client stays refused.
+- **Sweeping.** A sweeper (every minute by default; \`Close\` stops it) drops
+  state that has returned to full, a thousand slots per lock hold, so memory
+  follows the keys that are active.
 MD
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
