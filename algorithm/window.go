@@ -137,7 +137,9 @@ func (a *SlidingCounter) at(s State, found bool, now int64) (counterState, int64
 
 func (a *SlidingCounter) estimate(c counterState, now int64) float64 {
 	elapsed := now - c.start
-	return float64(c.prev)*(1-float64(elapsed)/float64(a.window)) + float64(c.cur)
+	// The explicit conversion rounds the product before the sum, so no
+	// platform fuses them into one multiply-add: Lua does not.
+	return float64(float64(c.prev)*(1-float64(elapsed)/float64(a.window))) + float64(c.cur)
 }
 
 func (a *SlidingCounter) admits(est float64, cost int64) bool {

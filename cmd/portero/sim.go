@@ -26,7 +26,7 @@ func newSimCmd() *cobra.Command {
 		// shows its help.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.PersistentFlags().String("store", "memory", `where the simulated state lives: "memory", the in-process store`)
+	cmd.PersistentFlags().String("store", "memory", `where the simulated state lives: "memory", the in-process store, or redis://HOST:PORT[/DB] (caller clock)`)
 
 	// --- sim subcommands: append one line per subcommand, defined in its own file. ---
 	cmd.AddCommand(newSimReplayCmd())
@@ -49,8 +49,10 @@ func openStore(spec string) (portero.Store, error) {
 		// state as long expired, so it is off. Nothing is lost: a replay's
 		// keys are few and the store lives for one command.
 		return memstore.New(memstore.Config{SweepInterval: -1})
+	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
+		return openRedisStore(spec)
 	}
-	return nil, usageErr(fmt.Errorf("--store %q: unknown store, want \"memory\"", spec))
+	return nil, usageErr(fmt.Errorf("--store %q: unknown store, want \"memory\" or redis://HOST:PORT[/DB]", spec))
 }
 
 // storeOpener returns a function that opens a fresh store as cmd's --store
