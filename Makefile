@@ -4,26 +4,31 @@
 GO       ?= go
 FUZZTIME ?= 15s
 
-# Tests that need redis-server fail (rather than skip) when it is missing.
+# Tests that need redis-server or nginx fail (rather than skip) when it is missing.
 export PORTERO_REQUIRE_REDIS := 1
+export PORTERO_REQUIRE_NGINX := 1
 
-.PHONY: test vet redis-server bench fuzz
+.PHONY: test vet deps bench fuzz
 
 ## test: vet everything and run every test with the race detector.
-test: redis-server vet
+test: deps vet
 	$(GO) test -race -timeout 18m ./...
 
 vet:
 	$(GO) vet ./...
 
-## redis-server: install Debian's redis-server if it is missing and we are root.
-redis-server:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+## deps: install what the tests start (Debian's redis-server and nginx) when missing and we are root.
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			echo "installing redis-server from Debian"; \
-			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
+			echo "installing$$missing from Debian"; \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
 		else \
-			echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (tests that need it will fail)" >&2; \
+			echo "missing:$$missing: run 'sudo apt-get install -y$$missing' (tests that need them will fail)" >&2; \
 		fi; \
 	fi
 
