@@ -58,10 +58,10 @@ done
 
 # values NAME UNIT: the median of one benchmark (name without the -N suffix).
 values() {
-	cat "$tmp"/*.csv | awk -F, -v want="$1" -v unit="$2" '
+	awk -F, -v want="$1" -v unit="$2" '
 		$1 == "" && $3 == "CI" { u = $2; next }
 		{ n = $1; sub(/-[0-9]+$/, "", n) }
-		n == want && u == unit { print $2; exit }'
+		!found && n == want && u == unit { print $2; found = 1 }' "$tmp"/*.csv
 }
 ns() { values "$1" sec/op | awk '{ printf "%.1f", $1 * 1e9 }'; }
 

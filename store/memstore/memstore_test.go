@@ -437,3 +437,31 @@ func TestWaitCancelGivesPlaceBack(t *testing.T) {
 		}
 	})
 }
+
+// With the sweeper off, state that has returned to full is still dropped
+// when a full shard needs room, before any key that holds information.
+func TestExpiredDroppedOnInsert(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, memstore.Config{Shards: 1, MaxKeys: 100, SweepInterval: -1})
+	l := limiter(t, s, portero.Rule{Algorithm: portero.TokenBucket, Limit: portero.PerSecond(10)})
+	t0 := storetest.Base
+	if d, _ := l.AllowN(ctx, "limited", t0, 10); !d.Allowed {
+		t.Fatal("first use refused")
+	}
+	for i := range 99 {
+		l.AllowN(ctx, fmt.Sprint("old", i), t0, 1) // full again 0.1 s later
+	}
+	if n := s.Len(); n != 100 {
+		t.Fatalf("Len = %d, want 100", n)
+	}
+	t1 := t0.Add(500 * time.Millisecond) // "limited" has 5 of 10 back; the rest are full
+	for i := range 99 {
+		l.AllowN(ctx, fmt.Sprint("new", i), t1, 1)
+	}
+	if n := s.Len(); n > 100 {
+		t.Errorf("Len = %d, over the cap of 100", n)
+	}
+	if d, _ := l.AllowN(ctx, "limited", t1, 6); d.Allowed || d.Remaining != 5 {
+		t.Errorf("the key with state was dropped: cost 6 with 5 tokens = %+v", d)
+	}
+}
