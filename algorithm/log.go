@@ -50,6 +50,14 @@ func (l *Log) Clone() *Log {
 // decision for a request of cost (which must have passed CheckCost). It
 // records nothing: call Record to commit an admitted request.
 func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
+	return a.DecideAfter(l, now, 0, cost)
+}
+
+// DecideAfter is Decide for a request that follows pending units admitted
+// at now but not yet recorded (earlier hits on the same rule and key in one
+// all-or-nothing call): they count as entries logged at now, the newest.
+// With pending 0 it is Decide. A cost above L is refused, never admitted.
+func (a *SlidingLog) DecideAfter(l *Log, now, pending, cost int64) portero.Decision {
 	if l.n > 0 && now < l.latest {
 		now = l.latest // time went back: the latest instant stands
 	}
@@ -59,19 +67,25 @@ func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
 		l.n--
 	}
 	d := portero.Decision{Limit: a.count}
-	n := int64(l.n)
+	n := int64(l.n) + pending
 	if n+cost <= a.count {
 		d.Allowed = true
 		n += cost
 	} else {
-		// Wait until the entry that makes room expires: with n entries, the
-		// (n+cost−L)-th oldest.
-		d.RetryAfter = dur(l.at(int(n+cost-a.count-1)) + a.window - now)
+		// Wait until the entry that makes room expires: the
+		// (n+cost−L)-th oldest, where the pending ones are the newest and
+		// expire one window from now.
+		i := n + cost - a.count - 1
+		expires := now + a.window
+		if i < int64(l.n) {
+			expires = l.at(int(i)) + a.window
+		}
+		d.RetryAfter = dur(expires - now)
 	}
-	d.Remaining = a.count - n
+	d.Remaining = max(0, a.count-n)
 	if n > 0 {
 		newest := now
-		if !d.Allowed {
+		if !d.Allowed && pending == 0 {
 			newest = l.at(l.n - 1)
 		}
 		d.ResetAfter = dur(newest + a.window - now)

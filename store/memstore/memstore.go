@@ -419,7 +419,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		cost := hits[i].Cost
 		var d portero.Decision
 		if p.t.log != nil {
-			d = decideLog(p.t.log, first.log, ns, first.cost, cost)
+			d = p.t.log.DecideAfter(first.log, ns, first.cost, cost)
 		} else {
 			var st algorithm.State
 			st, d = p.t.dec.Decide(first.s, first.found, ns, cost)
@@ -483,25 +483,6 @@ func (p *pending) commit(now int64) {
 	p.sh.insert(p.h, p.s, now, p.t.dec)
 }
 
-// decideLog decides a sliding-log hit that follows pending admitted units of
-// the same rule and key in the same call, as if they had been logged at now.
-// It is storetest.Reference's rule (which has its own copy).
-func decideLog(a *algorithm.SlidingLog, l *algorithm.Log, now, pending, cost int64) portero.Decision {
-	if pending == 0 {
-		return a.Decide(l, now, cost)
-	}
-	limit, window := a.MaxCost(), time.Duration(a.Limit().Window)
-	if pending+cost > limit {
-		a.Decide(l, now, pending) // prune only
-		return portero.Decision{Limit: limit, Remaining: max(0, limit-int64(l.Len())-pending), RetryAfter: window, ResetAfter: window}
-	}
-	d := a.Decide(l, now, pending+cost)
-	if !d.Allowed {
-		d.Remaining = max(0, limit-int64(l.Len())-pending)
-	}
-	d.ResetAfter = window
-	return d
-}
 
 // ErrQueueFull reports that a leaky-queue limiter dropped a request because
 // its queue had no room. Wait returns errors that wrap it.

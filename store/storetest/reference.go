@@ -130,7 +130,7 @@ func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hi
 			if l == nil {
 				l = new(algorithm.Log)
 			}
-			d := decideLog(a, l, ns, pending[k], h.Cost)
+			d := a.DecideAfter(l, ns, pending[k], h.Cost)
 			if d.Allowed {
 				pending[k] += h.Cost
 				r.logs[k] = l
@@ -160,34 +160,3 @@ func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hi
 	return out, nil
 }
 
-// decideLog decides a sliding-log hit of the given cost at now (Unix ns)
-// that follows pending admitted but not yet recorded units of the same rule
-// and key in the same AllowAll call, as if those units had been logged at
-// now. With pending 0 it is exactly a.Decide. Like a.Decide it prunes l and
-// records nothing. Every store must follow this rule (memstore has its own
-// copy, since it may not import this package).
-func decideLog(a *algorithm.SlidingLog, l *algorithm.Log, now, pending, cost int64) portero.Decision {
-	if pending == 0 {
-		return a.Decide(l, now, cost)
-	}
-	limit, window := a.MaxCost(), int64(a.Limit().Window)
-	if pending+cost > limit {
-		// Only the pending units themselves could make room, and they all
-		// expire one window from now. Decide with the pending cost (at most
-		// the limit) just to prune.
-		a.Decide(l, now, pending)
-		return portero.Decision{
-			Limit:      limit,
-			Remaining:  max(0, limit-int64(l.Len())-pending),
-			RetryAfter: time.Duration(window),
-			ResetAfter: time.Duration(window),
-		}
-	}
-	d := a.Decide(l, now, pending+cost)
-	if !d.Allowed {
-		d.Remaining = max(0, limit-int64(l.Len())-pending)
-	}
-	// The pending units are the newest entries, logged at now.
-	d.ResetAfter = time.Duration(window)
-	return d
-}
