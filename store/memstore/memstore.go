@@ -483,7 +483,6 @@ func (p *pending) commit(now int64) {
 	p.sh.insert(p.h, p.s, now, p.t.dec)
 }
 
-
 // ErrQueueFull reports that a leaky-queue limiter dropped a request because
 // its queue had no room. Wait returns errors that wrap it.
 var ErrQueueFull = errors.New("queue full")

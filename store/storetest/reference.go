@@ -159,4 +159,3 @@ func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hi
 	}
 	return out, nil
 }
-
