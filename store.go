@@ -40,7 +40,12 @@ type Hit struct {
 type Store interface {
 	// AllowAll decides every hit at instant now, all-or-nothing: when any
 	// hit is refused, none of them is counted. It returns one decision per
-	// hit, in order. Errors mean bad input or a failing backend.
+	// hit, in order. The hits are decided in order, each seeing the state
+	// the earlier hits of the same call would leave (two hits on one rule
+	// and key add up; for the sliding log see algorithm.SlidingLog's
+	// DecideAfter). In a refused call an Allowed decision beside a refused
+	// one means "this hit alone would have passed", with the Remaining it
+	// would have left. Errors mean bad input or a failing backend.
 	AllowAll(ctx context.Context, now time.Time, hits []Hit) ([]Decision, error)
 	// Close releases the store and stops every goroutine it started.
 	Close(ctx context.Context) error

@@ -26,10 +26,8 @@ import (
 // would have passed", and its Remaining is what it would have left.
 //
 // For the sliding log, a hit that follows p admitted units of the same rule
-// and key in the same call is decided as if those p units had been logged
-// at now: it is refused when p plus its cost exceeds the limit, with
-// RetryAfter one window; its ResetAfter is one window, since the pending
-// units would be the newest entries.
+// and key in the same call is decided by algorithm.SlidingLog.DecideAfter:
+// as if those p units had been logged at now.
 type Reference struct {
 	mu     sync.Mutex
 	closed bool
