@@ -375,7 +375,14 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	if len(hits) == 0 {
 		return out, nil
 	}
-	calls := s.split(cs, hits)
+	var calls []call
+	if len(hits) == 1 {
+		// The common case: one hit, one slot, the one-hit script; built
+		// without split's maps and slices.
+		calls = []call{{idx: []int{0}, keys: []string{s.key(cs[0], hits[0])}, algs: []portero.Algorithm{hits[0].Rule.Algorithm}}}
+	} else {
+		calls = s.split(cs, hits)
+	}
 	var err error
 	if len(calls) == 1 {
 		_, err = s.run(ctx, now, cs, hits, calls[0], true, out)
@@ -467,19 +474,45 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 		args = append(args, string(hits[i].Rule.Algorithm), strconv.FormatInt(hits[i].Cost, 10), a[0], a[1], a[2])
 	}
 	script := s.scripts.pick(c.algs)
-	res, err := s.breaker.Execute(func() ([]int64, error) {
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-		return script.Exec(cctx, s.client, c.keys, args).AsIntSlice()
+	var all bool
+	_, err := s.breaker.Execute(func() ([]int64, error) {
+		cctx := ctx
+		// A caller's deadline that comes first is deadline enough: no
+		// timer of our own.
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+			defer cancel()
+		}
+		res, err := script.Exec(cctx, s.client, c.keys, args).ToArray()
+		if err != nil {
+			return nil, err
+		}
+		all, err = s.decode(res, cs, c, out)
+		return nil, err
 	})
 	if err != nil {
 		return false, s.describe(err, cs, hits, c)
 	}
+	return all, nil
+}
+
+// decode fills out at c.idx from a script's reply (read in place, without
+// copying it into a slice of its own) and reports whether every hit was
+// allowed.
+func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out []portero.Decision) (bool, error) {
 	if len(res) != 1+5*len(c.idx) {
 		return false, fmt.Errorf("redisstore: %w: %d integers in the reply, want %d", ErrScript, len(res), 1+5*len(c.idx))
 	}
+	var r [5]int64
 	for j, i := range c.idx {
-		r := res[1+5*j:]
+		for k := range r {
+			v, err := res[1+5*j+k].AsInt64()
+			if err != nil {
+				return false, fmt.Errorf("redisstore: %w: reply: %v", ErrScript, err)
+			}
+			r[k] = v
+		}
 		out[i] = portero.Decision{
 			Allowed:    r[0] == 1,
 			Limit:      cs[i].limit,
@@ -489,12 +522,16 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 			Delay:      time.Duration(r[4]),
 		}
 	}
-	return res[0] == 1, nil
+	first, err := res[0].AsInt64()
+	return first == 1, err
 }
 
 // describe turns a failed call into an error naming the store, the key, the
 // rule and its algorithm.
 func (s *Store) describe(err error, cs []*compiled, hits []portero.Hit, c call) error {
+	if errors.Is(err, ErrScript) {
+		return err // a malformed reply, described already
+	}
 	if unavailable(err) {
 		return &unavailableError{err: err}
 	}

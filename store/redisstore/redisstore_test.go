@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -170,9 +171,10 @@ func TestScriptReload(t *testing.T) {
 	}
 }
 
-// TestWrongType: a key that holds another type is an error naming the
-// store, the key, the rule and the algorithm; nothing is admitted or
-// counted, and nothing panics.
+// TestWrongType: a key that holds another type (a list, or a string that is
+// not Portero's state) is an error naming the store, the key, the rule and
+// the algorithm, for a call of one hit (the one-hit script) and of two (the
+// multi-hit driver); nothing is admitted or counted, and nothing panics.
 func TestWrongType(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv, redisstore.Config{})
@@ -180,29 +182,43 @@ func TestWrongType(t *testing.T) {
 	for _, alg := range portero.Algorithms {
 		rule := portero.Rule{Name: "bad", Algorithm: alg, Limit: portero.PerMinute(10)}
 		key, _ := s.Key(rule, "victim")
-		if _, err := redistest.Do(srv.Addr(), "SET", key, "not a counter"); err != nil {
-			t.Fatal(err)
-		}
-		d, err := s.AllowAll(context.Background(), time.Now(), []portero.Hit{{Rule: good, Key: "victim", Cost: 1}, {Rule: rule, Key: "victim", Cost: 1}})
-		if err == nil {
-			t.Fatalf("%s: wrong-type key: decisions %+v, want an error", alg, d)
-		}
-		for _, want := range []string{"redisstore", `"victim"`, `"bad"`, string(alg), "WRONGTYPE"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("%s: error %q does not mention %s", alg, err, want)
+		for _, wrong := range [][]string{{"SET", key, "not a counter"}, {"RPUSH", key, "a", "b"}} {
+			for _, hits := range [][]portero.Hit{
+				{{Rule: rule, Key: "victim", Cost: 1}},
+				{{Rule: good, Key: "victim", Cost: 1}, {Rule: rule, Key: "victim", Cost: 1}},
+			} {
+				name := fmt.Sprintf("%s, %s, %d hits", alg, wrong[0], len(hits))
+				if _, err := redistest.Do(srv.Addr(), "DEL", key); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := redistest.Do(srv.Addr(), wrong...); err != nil {
+					t.Fatal(err)
+				}
+				d, err := s.AllowAll(context.Background(), time.Now(), hits)
+				if err == nil {
+					t.Fatalf("%s: wrong-type key: decisions %+v, want an error", name, d)
+				}
+				for _, want := range []string{"redisstore", `"victim"`, `"bad"`, string(alg), "WRONGTYPE"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("%s: error %q does not mention %s", name, err, want)
+					}
+				}
+				if !errors.Is(err, redisstore.ErrScript) || errors.Is(err, portero.ErrStoreUnavailable) {
+					t.Errorf("%s: error %v: want ErrScript, not ErrStoreUnavailable", name, err)
+				}
+				for _, x := range d {
+					if x.Allowed {
+						t.Errorf("%s: admitted despite the error: %+v", name, d)
+					}
+				}
+				gk, _ := s.Key(good, "victim")
+				if n, _ := redistest.Do(srv.Addr(), "EXISTS", gk); n != "0" {
+					t.Errorf("%s: the other hit of the failed call was counted", name)
+				}
+				if typ, _ := redistest.Do(srv.Addr(), "TYPE", key); typ != map[string]string{"SET": "string", "RPUSH": "list"}[wrong[0]] {
+					t.Errorf("%s: the wrong-type key became a %s", name, typ)
+				}
 			}
-		}
-		if !errors.Is(err, redisstore.ErrScript) || errors.Is(err, portero.ErrStoreUnavailable) {
-			t.Errorf("%s: error %v: want ErrScript, not ErrStoreUnavailable", alg, err)
-		}
-		for _, x := range d {
-			if x.Allowed {
-				t.Errorf("%s: admitted despite the error: %+v", alg, d)
-			}
-		}
-		gk, _ := s.Key(good, "victim")
-		if n, _ := redistest.Do(srv.Addr(), "EXISTS", gk); n != "0" {
-			t.Errorf("%s: the other hit of the failed call was counted", alg)
 		}
 	}
 }
@@ -272,4 +288,23 @@ func TestLimiter(t *testing.T) {
 	if _, err := s.Limiter(portero.Rule{Name: "bad", Algorithm: "nope", Limit: portero.PerSecond(1)}); !errors.Is(err, portero.ErrUnknownAlgorithm) {
 		t.Errorf("Limiter(unknown algorithm) error %v, want ErrUnknownAlgorithm", err)
 	}
+}
+
+// BenchmarkAllowOne measures a decision of one hit (the one-hit script)
+// from parallel callers, with its allocations.
+func BenchmarkAllowOne(b *testing.B) {
+	srv := redistest.Start(b)
+	s := newStore(b, srv, redisstore.Config{})
+	rule := portero.Rule{Name: "bench", Algorithm: portero.GCRA, Limit: portero.Limit{Count: 1_000_000, Window: time.Second}}
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		hits := []portero.Hit{{Rule: rule, Key: "k", Cost: 1}}
+		for pb.Next() {
+			if _, err := s.AllowAll(context.Background(), time.Time{}, hits); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // The scripts are data: one Lua file per algorithm, a prelude of exact time
-// arithmetic and a driver that decides every hit and commits all or none.
+// arithmetic, a one-hit driver and a driver that decides every hit of a
+// call and commits all or none.
 //
 //go:embed lua/*.lua
 var luaFS embed.FS
@@ -35,14 +36,32 @@ func readLua(name string) string {
 	return string(b)
 }
 
-// Source returns the Lua source of the script that decides hits of the given
-// algorithms (all of them when none is given): the prelude, each
-// algorithm's file and the driver. It is what the store runs with EVALSHA,
-// exposed for documentation and for running it by hand (redis-benchmark).
+// Source returns the Lua source of the script that decides calls of several
+// hits of the given algorithms (all of them when none is given): the
+// prelude, each algorithm's file and the multi-hit driver. The store runs it
+// with EVALSHA for calls of several hits and for the sliding log; exposed
+// for documentation and for running it by hand (redis-benchmark).
 func Source(algs ...portero.Algorithm) string {
 	if len(algs) == 0 {
 		algs = portero.Algorithms
 	}
+	return assemble(algs, "driver.lua")
+}
+
+// HitSource returns the Lua source of the script that decides a call of one
+// hit of algorithm a: the prelude, the algorithm's file and the one-hit
+// driver, which has no loop and builds no table but its reply. It is what
+// the store runs for such calls (the common case), except for the sliding
+// log, whose one-hit script is Source(SlidingLog). The ARGV layout and the
+// reply are those of Source's script for one hit.
+func HitSource(a portero.Algorithm) string {
+	if a == portero.SlidingLog {
+		return Source(a)
+	}
+	return assemble([]portero.Algorithm{a}, "one.lua")
+}
+
+func assemble(algs []portero.Algorithm, driver string) string {
 	var b strings.Builder
 	b.WriteString(readLua("prelude.lua"))
 	for _, a := range algs {
@@ -54,27 +73,36 @@ func Source(algs ...portero.Algorithm) string {
 		b.WriteString(readLua(f))
 	}
 	b.WriteString("\n")
-	b.WriteString(readLua("driver.lua"))
+	b.WriteString(readLua(driver))
 	return b.String()
 }
 
-// scripts holds one script per algorithm, for calls whose hits share an
-// algorithm (the common case: smaller to load), and one with every
-// algorithm for mixed calls.
+// scripts holds, per algorithm, the one-hit script and a multi-hit script
+// for calls whose hits share the algorithm, and one multi-hit script with
+// every algorithm for mixed calls.
 type scripts struct {
+	hit map[portero.Algorithm]*rueidis.Lua
 	one map[portero.Algorithm]*rueidis.Lua
 	all *rueidis.Lua
 }
 
 func newScripts() *scripts {
-	s := &scripts{one: map[portero.Algorithm]*rueidis.Lua{}, all: rueidis.NewLuaScript(Source())}
+	s := &scripts{
+		hit: map[portero.Algorithm]*rueidis.Lua{},
+		one: map[portero.Algorithm]*rueidis.Lua{},
+		all: rueidis.NewLuaScript(Source()),
+	}
 	for _, a := range portero.Algorithms {
+		s.hit[a] = rueidis.NewLuaScript(HitSource(a))
 		s.one[a] = rueidis.NewLuaScript(Source(a))
 	}
 	return s
 }
 
 func (s *scripts) pick(algs []portero.Algorithm) *rueidis.Lua {
+	if len(algs) == 1 {
+		return s.hit[algs[0]]
+	}
 	for _, a := range algs[1:] {
 		if a != algs[0] {
 			return s.all

@@ -1,4 +1,5 @@
--- The driver: decide every hit in order, then commit all of them or none.
+-- The driver of a call of several hits (and of any call of the sliding
+-- log): decide every hit in order, then commit all of them or none.
 --
 -- KEYS[i] is the key of hit i. ARGV:
 --   1 clock: "server" reads Redis TIME (microseconds); "caller" takes 2, 3
@@ -11,39 +12,65 @@
 -- Reply: all-allowed flag, then five integers per hit: allowed, remaining,
 -- retry-after ns, reset-after ns, delay ns. A hit that fails (a key of the
 -- wrong type, say) makes the reply an error "ERR portero hit I: MESSAGE".
+-- A later hit on a key sees the state an earlier allowed hit of the call
+-- left (pend), as storetest.Reference defines.
 local function main()
-  if ARGV[1] == 'server' then
-    local t = redis.call('TIME')
-    NOW_S, NOW_N = tonumber(t[1]), tonumber(t[2]) * 1000
-  else
-    NOW_S, NOW_N = tonumber(ARGV[2]), tonumber(ARGV[3])
-  end
   local commit = ARGV[4] == '1'
-  MIN_TTL = tonumber(ARGV[5])
   local out = { 0 }
   local commits = {}
   local pend = {}
   local all = true
   for i = 1, #KEYS do
-    local b = 5 + (i - 1) * 5
-    local f = ALG[ARGV[b + 1]]
+    local o = 5 + (i - 1) * 5
+    local name = ARGV[o + 1]
+    local f = ALG[name]
     if f == nil then
-      error({ hit = i, msg = 'algorithm ' .. tostring(ARGV[b + 1]) .. ' is not in this script' })
+      error({ hit = i, msg = 'algorithm ' .. tostring(name) .. ' is not in this script' })
     end
     local key = KEYS[i]
-    local d, ns, c = f(i, key, tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 2]), pend[key])
-    if d.allowed then
-      pend[key] = ns
-      commits[#commits + 1] = c
+    local p1, p2, p3, cost = tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 2])
+    local allowed, rem, retry, reset, delay
+    if LOGS[name] then
+      local d, ns, c = f(i, key, p1, p2, p3, cost, pend[key])
+      allowed, rem, retry, reset, delay = d.allowed, d.rem, d.retry, d.reset, d.delay
+      if allowed then
+        pend[key] = ns
+        commits[#commits + 1] = c
+      end
+    else
+      local st = pend[key]
+      local a, b, c
+      if st then
+        a, b, c = st[1], st[2], st[3]
+      else
+        local raw = rcall(i, 'GET', key)
+        if raw then
+          if #raw ~= STATE_LEN then
+            error({ hit = i, msg = 'WRONGTYPE the key holds a string that is not Portero state' })
+          end
+          a, b, c = struct.unpack('ddd', raw)
+        end
+      end
+      local ttl
+      allowed, rem, retry, reset, delay, ttl, a, b, c = f(p1, p2, p3, cost, a, b, c)
+      if allowed then
+        pend[key] = { a, b, c }
+        commits[#commits + 1] = function() save(key, ttl, a, b, c) end
+      end
+    end
+    if allowed then
       out[#out + 1] = 1
     else
       all = false
       out[#out + 1] = 0
     end
-    out[#out + 1] = d.rem
-    out[#out + 1] = d.retry
-    out[#out + 1] = d.reset
-    out[#out + 1] = d.delay
+    if retry < 0 then retry = 0 end
+    if reset < 0 then reset = 0 end
+    if delay < 0 then delay = 0 end
+    out[#out + 1] = rem
+    out[#out + 1] = retry
+    out[#out + 1] = reset
+    out[#out + 1] = delay
   end
   if all then
     out[1] = 1

@@ -1,27 +1,23 @@
 -- fixed-window: clock-aligned windows [kW, (k+1)W); admit while count +
--- cost <= L. Hash fields: k (window index), c (count). Mirrors
+-- cost <= L. State: a = k (window index), b = count. Mirrors
 -- algorithm.FixedWindow.
-ALG['fixed-window'] = function(hit, key, w, limit, _, cost, st)
+--
+-- Every algorithm but the sliding log is a function of (p1, p2, p3, cost,
+-- a, b, c), the rule's parameters, the cost and the state (a == nil for no
+-- state), that returns allowed, remaining, retry-after, reset-after, delay
+-- (ns; the drivers clamp them at 0), the TTL of the new state in ns and the
+-- new state a, b, c. It reads the instant from NOW_S, NOW_N and touches no
+-- key: the driver reads and writes.
+ALG['fixed-window'] = function(w, limit, _, cost, sk, sc)
   local k, rem = tdiv(NOW_S, NOW_N, w)
-  if st == nil then
-    local v = readhash(hit, key, 'k', 'c')
-    if v then st = { k = v[1], c = v[2] } end
-  end
-  local sk, sc = k, 0
   -- A clock that went back into an earlier window stays in the last one.
-  if st and st.k >= k then sk, sc = st.k, st.c end
+  if sk == nil or sk < k then sk, sc = k, 0 end
   local toend = (sk - k) * w + (w - rem)
-  local allowed, retry, reset = false, 0, 0
+  local reset = 0
   if sc + cost <= limit then
     sc = sc + cost
-    allowed = true
-  else
-    retry = toend
+    return true, limit - sc, 0, toend, 0, toend, sk, sc, 0
   end
   if sc > 0 then reset = toend end
-  local ns = { k = sk, c = sc }
-  return decision(allowed, limit - sc, retry, reset), ns, function()
-    redis.call('HSET', key, 'k', fmt(sk), 'c', fmt(sc))
-    expire(key, toend)
-  end
+  return false, limit - sc, toend, reset, 0, toend, sk, sc, 0
 end

@@ -1,29 +1,17 @@
 -- leaky-queue: the leaky bucket as a queue of cap places drained one per T;
--- an admitted request departs after Delay. Hash fields: s, n (departure of
--- the last queued request). Mirrors algorithm.LeakyQueue.
-ALG['leaky-queue'] = function(hit, key, t, tau, cap, cost, st)
-  if st == nil then
-    local v = readhash(hit, key, 's', 'n')
-    if v then st = { s = v[1], n = v[2] } end
-  end
-  local ls, ln = NOW_S, NOW_N
-  if st and tsub(st.s, st.n, NOW_S, NOW_N) > 0 then ls, ln = st.s, st.n end
-  local gap = tsub(ls, ln, NOW_S, NOW_N)
+-- an admitted request departs after Delay. State: a, b = departure of the
+-- last queued request (s, ns). Mirrors algorithm.LeakyQueue.
+ALG['leaky-queue'] = function(t, tau, cap, cost, ls, ln)
+  local gap = 0
+  if ls ~= nil then gap = tsub(ls, ln, NOW_S, NOW_N) end
+  if gap <= 0 then ls, ln, gap = NOW_S, NOW_N, 0 end
   -- Places taken: departures still ahead; one departing exactly now has left.
   local taken = quo(gap + t - 1, t)
-  local allowed, retry, delay = false, 0, 0
   if taken + cost <= cap then
     ls, ln = tadd(ls, ln, cost * t)
     gap = gap + cost * t
     taken = taken + cost
-    allowed = true
-    delay = gap
-  else
-    retry = gap - (cap - cost) * t
+    return true, cap - taken, 0, gap, gap, gap, ls, ln, 0
   end
-  local ns = { s = ls, n = ln }
-  return decision(allowed, cap - taken, retry, gap, delay), ns, function()
-    redis.call('HSET', key, 's', fmt(ls), 'n', fmt(ln))
-    expire(key, gap)
-  end
+  return false, cap - taken, gap - (cap - cost) * t, gap, 0, gap, ls, ln, 0
 end

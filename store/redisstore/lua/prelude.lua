@@ -1,6 +1,8 @@
 -- Portero's Redis scripts. store/redisstore assembles each script from this
--- prelude, one file per algorithm and driver.lua; inputs come only through
--- KEYS and ARGV (see driver.lua).
+-- prelude, one file per algorithm and a driver: one.lua for a call of one
+-- hit (the common case: no loop, no tables, no closures per hit) or
+-- driver.lua for several hits, all or none. Inputs come only through KEYS
+-- and ARGV (see the drivers).
 --
 -- Lua numbers are IEEE doubles: integers are exact only below 2^53, and a
 -- Unix time in nanoseconds (~1.7e18) is not. So an instant is kept as two
@@ -8,13 +10,22 @@
 -- quantity the algorithms compute (a difference of instants, a credit, a
 -- window length, a count) stays below 2^53 and is exact. This is what lets
 -- the scripts agree with package algorithm to the nanosecond.
+--
+-- Cost matters: every line runs inside Redis's single thread for every
+-- decision. The helpers avoid work the common case does not need (whole
+-- second or sub-second windows divide without long division), and state is
+-- written as three packed doubles with one SET ... PX (no number formatting,
+-- no separate PEXPIRE).
 
 local E9 = 1000000000
 -- Differences of instants are saturated at +-SAT (about 104 days); every
 -- window and bucket is limited to 2^52 ns by the Go side, below SAT.
 local SAT = 9000000000000000
 
-local ALG = {}
+-- ALG maps an algorithm's name to its function (see fixed_window.lua);
+-- LOGS marks the algorithms that keep their own kind of key (the sliding
+-- log), which the multi-hit driver calls differently.
+local ALG, LOGS = {}, {}
 
 -- divmod returns floor(a/b) and a - b*floor(a/b) exactly, for integers with
 -- |a| + b < 2^53 and b > 0: the float quotient can be one off, which the
@@ -53,7 +64,9 @@ end
 
 -- tadd returns the instant d ns after (s, n), for |d| < 2^53 - 1e9.
 local function tadd(s, n, d)
-  local q, r = divmod(n + d, E9)
+  n = n + d
+  if n >= 0 and n < E9 then return s, n end
+  local q, r = divmod(n, E9)
   return s + q, r
 end
 
@@ -69,6 +82,15 @@ tdiv = function(s, n, w)
     local k, r = tdiv(ms, mn, w)
     if r == 0 then return -k, 0 end
     return -k - 1, w - r
+  end
+  -- The common windows divide or are divided by a second: no long division.
+  if w % E9 == 0 then
+    local q, r = divmod(s, w / E9)
+    return q, r * E9 + n
+  end
+  if E9 % w == 0 then
+    local q, r = divmod(n, w)
+    return s * (E9 / w) + q, r
   end
   -- t = q1*w*1e9 + (r1*1e9 + n) with r1 < w: divide the second part by w.
   local q1, r1 = divmod(s, w)
@@ -91,54 +113,44 @@ tdiv = function(s, n, w)
   return q1 * E9 + q2, r2
 end
 
--- fmt formats an integral number exactly (tostring would round to 14 digits).
-local function fmt(x)
-  return string.format('%.0f', x)
+-- The instant of this call, (NOW_S, NOW_N), and the TTL floor in ms; set
+-- by the driver before any algorithm runs, from ARGV 1-3 and 5:
+--   1 clock: "server" reads Redis TIME (microseconds); "caller" takes 2, 3
+--   2, 3 the caller's instant: whole seconds and nanoseconds (0 <= n < 1e9)
+--   5 the TTL floor in ms (0 with the server clock)
+local NOW_S, NOW_N, MIN_TTL = 0, 0, 0
+if ARGV[1] == 'server' then
+  local t = redis.call('TIME')
+  NOW_S, NOW_N = tonumber(t[1]), tonumber(t[2]) * 1000
+else
+  NOW_S, NOW_N = tonumber(ARGV[2]), tonumber(ARGV[3])
+end
+MIN_TTL = tonumber(ARGV[5])
+
+-- The state of every algorithm but the sliding log is three exact numbers
+-- a, b, c, stored as a 24-byte string of packed doubles (struct.pack 'ddd')
+-- with its expiry: one GET to read, one SET ... PX to write.
+local STATE_LEN = 24
+
+-- save writes the state of key, to expire ttl ns from now (rounded up to a
+-- millisecond, so that a key never disappears before its state equals no
+-- state), or at least MIN_TTL ms from now.
+local function save(key, ttl, a, b, c)
+  local ms = math.ceil(ttl / 1000000)
+  if ms < MIN_TTL then ms = MIN_TTL end
+  if ms <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, struct.pack('ddd', a, b, c), 'PX', ms)
+  end
 end
 
 -- rcall is redis.pcall that turns an error reply into a Lua error naming
--- the hit, which the driver reports (WRONGTYPE, for example).
+-- the hit, which the multi-hit driver reports (WRONGTYPE, for example).
 local function rcall(hit, ...)
   local r = redis.pcall(...)
   if type(r) == 'table' and r.err then
     error({ hit = hit, msg = r.err })
   end
   return r
-end
-
--- The instant of this call, (NOW_S, NOW_N), and the TTL floor in ms; set
--- by the driver before any algorithm runs.
-local NOW_S, NOW_N, MIN_TTL = 0, 0, 0
-
--- expire sets key to expire ttl ns from now (rounded up to a millisecond,
--- so that a key never disappears before its state equals no state), or at
--- least MIN_TTL ms from now.
-local function expire(key, ttl)
-  local ms = math.ceil(ttl / 1000000)
-  if ms < MIN_TTL then ms = MIN_TTL end
-  if ms <= 0 then
-    redis.call('DEL', key)
-  else
-    redis.call('PEXPIRE', key, ms)
-  end
-end
-
-local function nonneg(x)
-  if x < 0 then return 0 end
-  return x
-end
-
--- decision builds the table the driver returns for one hit.
-local function decision(allowed, remaining, retry, reset, delay)
-  return { allowed = allowed, rem = remaining, retry = nonneg(retry), reset = nonneg(reset), delay = nonneg(delay or 0) }
-end
-
--- readhash returns the fields of a hash key as numbers, or nil when the key
--- does not exist.
-local function readhash(hit, key, ...)
-  local v = rcall(hit, 'HMGET', key, ...)
-  if v[1] == false or v[1] == nil then return nil end
-  local out = {}
-  for i = 1, #v do out[i] = tonumber(v[i]) end
-  return out
 end

@@ -1,6 +1,6 @@
 -- sliding-counter: estimate = prev*(1 - elapsed/W) + cur, computed with the
 -- same IEEE double operations as algorithm.SlidingCounter; admit when
--- estimate + (cost-1) < L. Hash fields: k (window index), p (prev), c (cur).
+-- estimate + (cost-1) < L. State: a = k (window index), b = prev, c = cur.
 
 local function sc_admits(est, cost, limit)
   return est + (cost - 1) < limit
@@ -61,22 +61,17 @@ local function sc_remaining(est, limit)
   return n
 end
 
-ALG['sliding-counter'] = function(hit, key, w, limit, _, cost, st)
+ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
   local k, rem = tdiv(NOW_S, NOW_N, w)
-  if st == nil then
-    local v = readhash(hit, key, 'k', 'p', 'c')
-    if v then st = { k = v[1], p = v[2], c = v[3] } end
-  end
-  local ck, prev, cur, elapsed = k, 0, 0, rem
-  if st then
-    ck, prev, cur = st.k, st.p, st.c
-    if k < ck then
-      elapsed = 0 -- time went back: stay at the start of the last window
-    elseif k == ck + 1 then
-      ck, prev, cur = k, cur, 0
-    elseif k > ck + 1 then
-      ck, prev, cur = k, 0, 0
-    end
+  local elapsed = rem
+  if ck == nil then
+    ck, prev, cur = k, 0, 0
+  elseif k < ck then
+    elapsed = 0 -- time went back: stay at the start of the last window
+  elseif k == ck + 1 then
+    ck, prev, cur = k, cur, 0
+  elseif k > ck + 1 then
+    ck, prev, cur = k, 0, 0
   end
   local est = prev * (1 - elapsed / w) + cur
   local allowed, retry, reset = false, 0, 0
@@ -92,11 +87,7 @@ ALG['sliding-counter'] = function(hit, key, w, limit, _, cost, st)
   elseif prev > 0 then
     reset = w - elapsed
   end
-  local ns = { k = ck, p = prev, c = cur }
   -- The state equals no state from (ck+2)W on (cur > 0 after admitting).
   local ttl = (ck - k) * w + 2 * w - rem
-  return decision(allowed, sc_remaining(est, limit), retry, reset), ns, function()
-    redis.call('HSET', key, 'k', fmt(ck), 'p', fmt(prev), 'c', fmt(cur))
-    expire(key, ttl)
-  end
+  return allowed, sc_remaining(est, limit), retry, reset, 0, ttl, ck, prev, cur
 end

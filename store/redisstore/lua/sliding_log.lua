@@ -4,9 +4,32 @@
 -- "<offset>:<j>", j counting the units logged at the same offset; the
 -- member "~" holds the latest instant decided at (which a clock that goes
 -- back falls back to) and sorts last. The base moves to now when the log is
--- empty and is rebased when offsets would pass 2^51 ns. Mirrors algorithm.SlidingLog and the pending-units rule of
--- storetest.Reference for several hits on one key in one call.
+-- empty and is rebased when offsets would pass 2^51 ns. Mirrors
+-- algorithm.SlidingLog, and the pending-units rule of storetest.Reference
+-- for several hits on one key in one call.
 local SL_REBASE = 2251799813685248 -- 2^51
+
+-- fmt formats an integral number exactly (tostring would round to 14 digits).
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+-- expire sets key to expire ttl ns from now (rounded up to a millisecond),
+-- or at least MIN_TTL ms from now.
+local function expire(key, ttl)
+  local ms = math.ceil(ttl / 1000000)
+  if ms < MIN_TTL then ms = MIN_TTL end
+  if ms <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- The log is not three numbers: the driver calls it apart from the other
+-- algorithms, with the pending units of earlier hits on the key, and it
+-- returns a decision table, the new pending state and a commit function.
+LOGS['sliding-log'] = true
 
 ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
   local pending = 0
@@ -99,7 +122,7 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
   end
   local newstate = { units = pending + cost }
   local ttl = off + w - realoff
-  return decision(allowed, remaining, retry, reset), newstate, function()
+  return { allowed = allowed, rem = remaining, retry = retry, reset = reset, delay = 0 }, newstate, function()
     if fresh then
       -- Only the base and latest members are left: replace the base.
       redis.call('ZREMRANGEBYSCORE', key, '-inf', '-inf')
