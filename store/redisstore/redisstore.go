@@ -137,6 +137,18 @@ type Config struct {
 	// OnFallback, when set, is called for every call decided by a failure
 	// policy instead of Redis. It must be quick and safe for concurrent use.
 	OnFallback func(Fallback)
+	// OverLimitCache, when positive, turns on the local over-limit cache
+	// with room for that many keys; 0 (the default) leaves it off. A
+	// one-hit call that Redis refuses leaves the key's state in the cache,
+	// and later one-hit calls on that key that the state refuses are
+	// answered locally without asking Redis. With CallerClock the answers
+	// are exactly Redis's; with ServerClock a local refusal holds at every
+	// instant Redis could have decided the call within the deadline, so it
+	// never refuses what Redis would admit. Other instances only make a key
+	// stricter, so a cached refusal stays a refusal; its RetryAfter,
+	// Remaining and ResetAfter do not see their traffic. Not for the
+	// sliding log, nor for calls of several hits. See docs/distributed.md.
+	OverLimitCache int
 }
 
 // Fallback describes one call decided without Redis.
@@ -155,6 +167,8 @@ type Stats struct {
 	Calls, Redis uint64
 	// Fallbacks counts calls decided by a failure policy.
 	Fallbacks uint64
+	// OverLimit counts calls answered by the over-limit cache.
+	OverLimit uint64
 	// Errors counts calls that returned an error.
 	Errors uint64
 	// Degraded reports whether the last call fell back.
@@ -176,10 +190,11 @@ type Store struct {
 	breaker   *gobreaker.CircuitBreaker[[]int64]
 	log       *slog.Logger
 	local     *localStore
+	over      *overCache // nil when Config.OverLimitCache is 0
 	closed    atomic.Bool
 	degraded  atomic.Bool
 
-	calls, redisCalls, fallbacks, errs atomic.Uint64
+	calls, redisCalls, fallbacks, errs, overHits atomic.Uint64
 }
 
 var _ portero.Store = (*Store)(nil)
@@ -213,6 +228,8 @@ func New(cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	switch {
+	case cfg.OverLimitCache < 0:
+		return nil, fmt.Errorf("redisstore: over-limit cache size %d: must be positive", cfg.OverLimitCache)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("redisstore: timeout %v: must be positive", cfg.Timeout)
 	case cfg.MinTTL < 0:
@@ -235,6 +252,9 @@ func New(cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare)}
+	if cfg.OverLimitCache > 0 {
+		s.over = newOverCache(cfg.OverLimitCache)
+	}
 	s.client = cfg.Client
 	if s.client == nil {
 		var opt rueidis.ClientOption
@@ -309,6 +329,7 @@ func (s *Store) Stats() Stats {
 		Calls:     s.calls.Load(),
 		Redis:     s.redisCalls.Load(),
 		Fallbacks: s.fallbacks.Load(),
+		OverLimit: s.overHits.Load(),
 		Errors:    s.errs.Load(),
 		Degraded:  s.degraded.Load(),
 		Breaker:   s.breaker.State().String(),
@@ -379,7 +400,19 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	if len(hits) == 1 {
 		// The common case: one hit, one slot, the one-hit script; built
 		// without split's maps and slices.
-		calls = []call{{idx: []int{0}, keys: []string{s.key(cs[0], hits[0])}, algs: []portero.Algorithm{hits[0].Rule.Algorithm}}}
+		key := s.key(cs[0], hits[0])
+		if s.over != nil && cs[0].decider != nil {
+			at := now
+			if s.cfg.Clock == ServerClock {
+				at = time.Now()
+			}
+			if d, ok := s.over.decide(key, at, hits[0].Cost); ok {
+				s.overHits.Add(1)
+				out[0] = d
+				return out, nil
+			}
+		}
+		calls = []call{{idx: []int{0}, keys: []string{key}, algs: []portero.Algorithm{hits[0].Rule.Algorithm}}}
 	} else {
 		calls = s.split(cs, hits)
 	}
@@ -388,6 +421,15 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		_, err = s.run(ctx, now, cs, hits, calls[0], true, out)
 	} else {
 		err = s.runSlots(ctx, now, cs, hits, calls, out)
+	}
+	if s.over != nil && len(hits) > 1 {
+		// A call of several hits may have counted on a cached key: its
+		// entry would no longer be the key's state.
+		for _, c := range calls {
+			for _, k := range c.keys {
+				s.over.drop(k)
+			}
+		}
 	}
 	if err == nil {
 		s.redisCalls.Add(1)
@@ -484,11 +526,15 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 			cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
 			defer cancel()
 		}
+		sent := time.Now()
 		res, err := script.Exec(cctx, s.client, c.keys, args).ToArray()
 		if err != nil {
 			return nil, err
 		}
 		all, err = s.decode(res, cs, c, out)
+		if err == nil && len(res) == 11 && s.over != nil {
+			s.remember(cs[c.idx[0]], c.keys[0], hits[c.idx[0]].Rule.Algorithm, res[6:], sent)
+		}
 		return nil, err
 	})
 	if err != nil {
@@ -501,7 +547,8 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 // copying it into a slice of its own) and reports whether every hit was
 // allowed.
 func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out []portero.Decision) (bool, error) {
-	if len(res) != 1+5*len(c.idx) {
+	// One hit refused by the one-hit script: five more (see remember).
+	if len(res) != 1+5*len(c.idx) && !(len(c.idx) == 1 && len(res) == 11) {
 		return false, fmt.Errorf("redisstore: %w: %d integers in the reply, want %d", ErrScript, len(res), 1+5*len(c.idx))
 	}
 	var r [5]int64
@@ -524,6 +571,38 @@ func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out [
 	}
 	first, err := res[0].AsInt64()
 	return first == 1, err
+}
+
+// remember puts a key that the one-hit script refused into the over-limit
+// cache: x holds the state (three numbers) and Redis's instant of the
+// decision (seconds, nanoseconds); sent is when the call left.
+func (s *Store) remember(c *compiled, key string, alg portero.Algorithm, x []rueidis.RedisMessage, sent time.Time) {
+	if c.decider == nil {
+		return
+	}
+	var v [5]int64
+	for i := range v {
+		n, err := x[i].AsInt64()
+		if err != nil {
+			return
+		}
+		v[i] = n
+	}
+	st, ok := cacheState(alg, v[0], v[1], v[2])
+	if !ok {
+		return
+	}
+	e := overEntry{state: st, decider: c.decider, expiry: c.decider.Expiry(st)}
+	if s.cfg.Clock == ServerClock {
+		// Redis decided at r; its clock is ahead of ours by at most
+		// r - sent (the call cannot have reached it before it left). A
+		// later call at local l reaches Redis by l + that + the deadline,
+		// or fails: a refusal decided at that instant holds for all
+		// earlier ones, since no algorithm gets stricter as time passes.
+		r := v[3]*1e9 + v[4]
+		e.shift = r - sent.UnixNano() + int64(s.cfg.Timeout)
+	}
+	s.over.put(key, e)
 }
 
 // describe turns a failed call into an error naming the store, the key, the
