@@ -58,61 +58,239 @@ func effectiveWindow(res *policy.Result) int64 {
 // allowed, and only the violated rules, with their own values, when it is
 // refused.
 func SetHeaders(h http.Header, v *policy.Verdict, legacy bool) {
-	var pol, cur []byte
+	var hs headerSet
+	hs.verdict(v, legacy, nil)
+	hs.apply(h)
+}
+
+// Canonical header names, assigned directly to the header map: Header.Set
+// would canonicalize them again on every response.
+const (
+	hRateLimitPolicy    = "Ratelimit-Policy"
+	hRateLimit          = "Ratelimit"
+	hRetryAfter         = "Retry-After"
+	hCacheControl       = "Cache-Control"
+	hContentType        = "Content-Type"
+	hContentLength      = "Content-Length"
+	hContentTypeOptions = "X-Content-Type-Options"
+	hLegacyLimit        = "X-Ratelimit-Limit"
+	hLegacyRemaining    = "X-Ratelimit-Remaining"
+	hLegacyReset        = "X-Ratelimit-Reset"
+)
+
+// headerSet collects the headers of one response and sets them with two
+// allocations at most, whatever their number: the dynamic values are
+// formatted into one buffer that becomes one string, and every value's
+// one-element slice is cut from one []string (with its capacity capped, so
+// that a later Header.Add copies instead of writing into its neighbour).
+// The zero value is ready; reset keeps the memory for the next response.
+type headerSet struct {
+	buf  []byte
+	list []pendingHeader
+}
+
+type pendingHeader struct {
+	key        string
+	val        string // the value when !dyn
+	start, end int    // the value is buf[start:end] when dyn
+	dyn        bool
+}
+
+func (hs *headerSet) reset() {
+	hs.buf = hs.buf[:0]
+	clear(hs.list)
+	hs.list = hs.list[:0]
+}
+
+func (hs *headerSet) static(key, val string) {
+	hs.list = append(hs.list, pendingHeader{key: key, val: val})
+}
+
+// since records buf[start:] as the value of key.
+func (hs *headerSet) since(key string, start int) {
+	hs.list = append(hs.list, pendingHeader{key: key, start: start, end: len(hs.buf), dyn: true})
+}
+
+// int sets key to n in decimal; strconv keeps 0–99 as constants, so those
+// take no room in the buffer.
+func (hs *headerSet) int(key string, n int64) {
+	if n >= 0 && n < 100 {
+		hs.static(key, strconv.FormatInt(n, 10))
+		return
+	}
+	start := len(hs.buf)
+	hs.buf = strconv.AppendInt(hs.buf, n, 10)
+	hs.since(key, start)
+}
+
+// apply sets the collected headers on h, replacing any values they had.
+func (hs *headerSet) apply(h http.Header) {
+	if len(hs.list) == 0 {
+		return
+	}
+	var s string
+	if len(hs.buf) > 0 {
+		s = string(hs.buf)
+	}
+	vals := make([]string, len(hs.list))
+	for i, p := range hs.list {
+		if p.dyn {
+			vals[i] = s[p.start:p.end]
+		} else {
+			vals[i] = p.val
+		}
+		h[p.key] = vals[i : i+1 : i+1]
+	}
+}
+
+// verdict collects the rate-limit headers of v (see SetHeaders) and
+// returns the Retry-After it set, 0 when allowed. pre, when not nil, holds
+// the preformatted RateLimit-Policy members of v's policy.
+func (hs *headerSet) verdict(v *policy.Verdict, legacy bool, pre *prepared) (retry int64) {
+	// RateLimit-Policy: usually every enforced rule of the policy applies,
+	// and its value was formatted once at configuration time.
+	polStart, n, all := len(hs.buf), 0, pre != nil
 	var pick *policy.Result
 	for i := range v.Results {
 		res := &v.Results[i]
 		if res.Rule.Shadow() {
 			continue
 		}
-		q, w := res.Rule.Quota()
-		if len(pol) > 0 {
-			pol = append(pol, ", "...)
+		if pre != nil && (n >= len(pre.enforced) || pre.enforced[n] != res.Rule.Index()) {
+			all = false
 		}
-		pol = strconv.AppendQuote(pol, res.Rule.Name)
-		pol = append(pol, ";q="...)
-		pol = strconv.AppendInt(pol, q, 10)
-		if u := res.Rule.Cost.Unit(); u != "" {
-			pol = append(pol, `;qu="`...)
-			pol = append(pol, u...)
-			pol = append(pol, '"')
-		}
-		pol = append(pol, ";w="...)
-		pol = strconv.AppendInt(pol, max(ceilSeconds(w), 1), 10)
+		n++
 		if !v.Allowed && res.Outcome != policy.Refused {
 			continue
 		}
-		if len(cur) > 0 {
-			cur = append(cur, ", "...)
-		}
-		cur = strconv.AppendQuote(cur, res.Rule.Name)
-		cur = append(cur, ";r="...)
-		cur = strconv.AppendInt(cur, max(res.Decision.Remaining, 0), 10)
-		cur = append(cur, ";t="...)
-		cur = strconv.AppendInt(cur, effectiveWindow(res), 10)
 		if pick == nil || (v.Allowed && closer(res, pick)) {
 			pick = res
 		}
 	}
-	if len(pol) == 0 {
-		return
+	if n == 0 {
+		return 0
 	}
-	h.Set("RateLimit-Policy", string(pol))
-	h.Set("RateLimit", string(cur))
+	if all && n == len(pre.enforced) {
+		hs.static(hRateLimitPolicy, pre.allPolicy)
+	} else {
+		first := true
+		for i := range v.Results {
+			res := &v.Results[i]
+			if res.Rule.Shadow() {
+				continue
+			}
+			if !first {
+				hs.buf = append(hs.buf, ", "...)
+			}
+			first = false
+			if pre != nil {
+				hs.buf = append(hs.buf, pre.member[res.Rule.Index()]...)
+			} else {
+				hs.buf = appendPolicyMember(hs.buf, res.Rule)
+			}
+		}
+		hs.since(hRateLimitPolicy, polStart)
+	}
+
+	// RateLimit: every enforced rule when allowed, the violated ones when
+	// refused, each with its own values.
+	start, first := len(hs.buf), true
+	for i := range v.Results {
+		res := &v.Results[i]
+		if res.Rule.Shadow() || (!v.Allowed && res.Outcome != policy.Refused) {
+			continue
+		}
+		if !first {
+			hs.buf = append(hs.buf, ", "...)
+		}
+		first = false
+		hs.buf = appendSFString(hs.buf, res.Rule.Name)
+		hs.buf = append(hs.buf, ";r="...)
+		hs.buf = strconv.AppendInt(hs.buf, max(res.Decision.Remaining, 0), 10)
+		hs.buf = append(hs.buf, ";t="...)
+		hs.buf = strconv.AppendInt(hs.buf, effectiveWindow(res), 10)
+	}
+	hs.since(hRateLimit, start)
+
 	if !v.Allowed {
-		var retry int64 = 1
+		retry = 1
 		for _, i := range v.Violated {
 			retry = max(retry, effectiveWindow(&v.Results[i]))
 		}
-		h.Set("Retry-After", strconv.FormatInt(retry, 10))
-		h.Set("Cache-Control", "no-store")
+		hs.int(hRetryAfter, retry)
+		hs.static(hCacheControl, "no-store")
 	}
 	if legacy && pick != nil {
 		q, _ := pick.Rule.Quota()
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(q, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(max(pick.Decision.Remaining, 0), 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(effectiveWindow(pick), 10))
+		hs.int(hLegacyLimit, q)
+		hs.int(hLegacyRemaining, max(pick.Decision.Remaining, 0))
+		hs.int(hLegacyReset, effectiveWindow(pick))
 	}
+	return retry
+}
+
+// appendSFString appends name as a Structured Field String. Rule names are
+// letters, digits and -_.:/ (policy.ValidName), which need no escaping, but
+// a name that did would still be quoted correctly.
+func appendSFString(b []byte, name string) []byte {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x7f {
+			return strconv.AppendQuote(b, name)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, '"')
+}
+
+// appendPolicyMember appends the RateLimit-Policy member of rule r, such as
+// "per-ip";q=100;w=60.
+func appendPolicyMember(b []byte, r *policy.Rule) []byte {
+	q, w := r.Quota()
+	b = appendSFString(b, r.Name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, q, 10)
+	if u := r.Cost.Unit(); u != "" {
+		b = append(b, `;qu="`...)
+		b = append(b, u...)
+		b = append(b, '"')
+	}
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, max(ceilSeconds(w), 1), 10)
+}
+
+// prepared holds what the middleware formats once per policy rather than
+// once per request: the RateLimit-Policy members and the fixed parts of the
+// 429 body of every rule.
+type prepared struct {
+	member    []string // by rule index: the RateLimit-Policy member
+	enforced  []int    // indexes of the enforced rules, in order
+	allPolicy string   // RateLimit-Policy when every enforced rule applies
+	detail    []string // by rule index: the JSON "detail" string up to the seconds, without its closing quote
+	nameJSON  []string // by rule index: the rule name as a JSON string
+}
+
+func prepare(p *policy.Policy) *prepared {
+	rules := p.Rules()
+	pre := &prepared{member: make([]string, len(rules)), detail: make([]string, len(rules)), nameJSON: make([]string, len(rules))}
+	var all []byte
+	for i, r := range rules {
+		pre.member[i] = string(appendPolicyMember(nil, r))
+		if !r.Shadow() {
+			if len(pre.enforced) > 0 {
+				all = append(all, ", "...)
+			}
+			all = append(all, pre.member[i]...)
+			pre.enforced = append(pre.enforced, i)
+		}
+		q, win := r.Quota()
+		d, _ := json.Marshal(fmt.Sprintf("rule %q allows %d per %s for this client; retry in ", r.Name, q, win))
+		pre.detail[i] = string(d[:len(d)-1])
+		nj, _ := json.Marshal(r.Name)
+		pre.nameJSON[i] = string(nj)
+	}
+	pre.allPolicy = string(all)
+	return pre
 }
 
 // closer reports whether a is closer to exhaustion than b.
@@ -133,20 +311,35 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	_, _ = w.Write(body)
 }
 
-// writeRefusal answers a request refused by the policy; the headers are
-// already set.
-func writeRefusal(w http.ResponseWriter, v *policy.Verdict) {
-	p := Problem{Type: ProblemQuotaExceeded, Title: "Too Many Requests", Status: http.StatusTooManyRequests}
-	for _, i := range v.Violated {
-		p.ViolatedPolicies = append(p.ViolatedPolicies, v.Results[i].Rule.Name)
-	}
-	p.RetryAfter, _ = strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+// quotaExceededHead is the start of every 429 body, as json.Marshal writes
+// a Problem.
+const quotaExceededHead = `{"type":"` + ProblemQuotaExceeded + `","title":"Too Many Requests","status":429`
+
+// appendRefusal appends the 429 problem body of v to b: the Problem
+// writeProblem would marshal (type quota-exceeded, the violated policies,
+// the detail of the first), byte for byte, but assembled from the parts
+// prepared per rule.
+func appendRefusal(b []byte, v *policy.Verdict, retry int64, pre *prepared) []byte {
+	b = append(b, quotaExceededHead...)
 	if len(v.Violated) > 0 {
-		res := &v.Results[v.Violated[0]]
-		q, win := res.Rule.Quota()
-		p.Detail = fmt.Sprintf("rule %q allows %d per %s for this client; retry in %d s", res.Rule.Name, q, win, p.RetryAfter)
+		b = append(b, `,"detail":`...)
+		b = append(b, pre.detail[v.Results[v.Violated[0]].Rule.Index()]...)
+		b = strconv.AppendInt(b, retry, 10)
+		b = append(b, ` s"`...)
+		b = append(b, `,"violated-policies":[`...)
+		for k, i := range v.Violated {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, pre.nameJSON[v.Results[i].Rule.Index()]...)
+		}
+		b = append(b, ']')
 	}
-	writeProblem(w, p)
+	if retry != 0 {
+		b = append(b, `,"retry-after":`...)
+		b = strconv.AppendInt(b, retry, 10)
+	}
+	return append(b, "}\n"...)
 }
 
 // WriteUnavailable answers 503 Service Unavailable with a problem body of

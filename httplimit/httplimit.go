@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,11 +65,17 @@ type Config struct {
 	FailClosed bool
 	// OnDecision, when not nil, is called after every evaluation with the
 	// verdict and the time the store took; it must be fast and safe for
-	// concurrent use (metrics, logs).
+	// concurrent use (metrics, logs). The verdict is reused for later
+	// requests once OnDecision returns: copy what must outlive the call (the
+	// strings in it, such as Result.Key, may be kept).
 	OnDecision func(r *http.Request, v *policy.Verdict, storeTime time.Duration)
 	// OnError, when not nil, is called when a request could not be
 	// evaluated: a store failure or an unusable cost.
 	OnError func(r *http.Request, err error)
+
+	pre                      *prepared // formatted once per policy by Update
+	userHeader, tenantHeader string    // canonical forms of UserHeader and TenantHeader
+	defaultNow               bool      // Now was nil: the decision time can be the start of the store timer
 }
 
 // Limiter is the middleware. It is safe for concurrent use, and its
@@ -108,8 +115,16 @@ func (l *Limiter) Update(cfg Config) error {
 	if err := cfg.ClientIP.Validate(); err != nil {
 		return fmt.Errorf("httplimit: client ip: %w", err)
 	}
-	if cfg.Now == nil {
+	cfg.defaultNow = cfg.Now == nil
+	if cfg.defaultNow {
 		cfg.Now = time.Now
+	}
+	cfg.pre = prepare(cfg.Policy)
+	if cfg.UserHeader != "" {
+		cfg.userHeader = http.CanonicalHeaderKey(cfg.UserHeader)
+	}
+	if cfg.TenantHeader != "" {
+		cfg.tenantHeader = http.CanonicalHeaderKey(cfg.TenantHeader)
 	}
 	l.cfg.Store(&cfg)
 	return nil
@@ -143,7 +158,19 @@ func Identity(ctx context.Context) map[string]string {
 
 // Request builds the policy.Request for r under cfg.
 func (cfg *Config) Request(r *http.Request) *policy.Request {
-	pr := &policy.Request{
+	pr := &policy.Request{}
+	var route string
+	if cfg.Route != nil {
+		route = cfg.Route(r)
+	}
+	cfg.fill(pr, r, route, nil)
+	return pr
+}
+
+// fill sets pr from r. id, when not nil, is an empty map it may use for the
+// identity, so that the pooled one is reused.
+func (cfg *Config) fill(pr *policy.Request, r *http.Request, route string, id map[string]string) {
+	*pr = policy.Request{
 		Method:        r.Method,
 		Host:          r.Host,
 		Path:          r.URL.Path,
@@ -151,61 +178,133 @@ func (cfg *Config) Request(r *http.Request) *policy.Request {
 		ClientIP:      cfg.ClientIP.Resolve(r),
 		ContentLength: r.ContentLength,
 		Identity:      Identity(r.Context()),
+		Route:         route,
 	}
-	if cfg.UserHeader != "" || cfg.TenantHeader != "" {
-		id := make(map[string]string, len(pr.Identity)+2)
-		if v := r.Header.Get(cfg.UserHeader); cfg.UserHeader != "" && v != "" {
-			id["user"] = v
-		}
-		if v := r.Header.Get(cfg.TenantHeader); cfg.TenantHeader != "" && v != "" {
-			id["tenant"] = v
-		}
-		for k, v := range pr.Identity {
-			id[k] = v
-		}
-		pr.Identity = id
+	if cfg.userHeader == "" && cfg.tenantHeader == "" {
+		return
 	}
-	if cfg.Route != nil {
-		pr.Route = cfg.Route(r)
+	user, tenant := headerValue(r.Header, cfg.userHeader), headerValue(r.Header, cfg.tenantHeader)
+	if user == "" && tenant == "" {
+		return // nothing to add: keep the context's map (or none)
 	}
-	return pr
+	if id == nil {
+		id = make(map[string]string, len(pr.Identity)+2)
+	}
+	if user != "" {
+		id["user"] = user
+	}
+	if tenant != "" {
+		id["tenant"] = tenant
+	}
+	for k, v := range pr.Identity { // values set by middleware win
+		id[k] = v
+	}
+	pr.Identity = id
+}
+
+// headerValue is h.Get(name) for a canonical name.
+func headerValue(h http.Header, name string) string {
+	if name == "" {
+		return ""
+	}
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// scratch is the memory one request needs to be decided, kept in a pool so
+// that the decision path allocates almost nothing of its own.
+type scratch struct {
+	req  policy.Request
+	v    policy.Verdict
+	id   map[string]string
+	hs   headerSet
+	body []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{id: map[string]string{}} }}
+
+func (s *scratch) release() {
+	s.req = policy.Request{}
+	s.v.Reset()
+	clear(s.id)
+	s.hs.reset()
+	if cap(s.body) > 4<<10 {
+		s.body = nil // do not keep an unusually large body around
+	}
+	s.body = s.body[:0]
+	scratchPool.Put(s)
 }
 
 // Handler wraps next: the standard middleware shape.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := l.cfg.Load()
-		pr := cfg.Request(r)
-		now := cfg.Now()
-		start := time.Now()
-		v, err := cfg.Policy.Evaluate(r.Context(), cfg.Store, now, pr)
-		took := time.Since(start)
-		if err != nil {
-			if cfg.OnError != nil {
-				cfg.OnError(r, err)
-			}
-			var re *policy.RuleError
-			switch {
-			case errors.As(err, &re):
-				writeCostError(w, re)
-			case cfg.FailClosed:
-				WriteUnavailable(w, time.Second, "the rate limiter cannot reach its store")
-			default:
-				next.ServeHTTP(w, r) // fail open
-			}
-			return
+		var route string
+		if cfg.Route != nil {
+			route = cfg.Route(r)
 		}
-		if cfg.OnDecision != nil {
-			cfg.OnDecision(r, v, took)
-		}
-		h := w.Header()
-		SetHeaders(h, v, cfg.LegacyHeaders)
-		if !v.Allowed {
-			writeRefusal(w, v)
-			return
-		}
-		next.ServeHTTP(w, r)
+		l.serve(cfg, w, r, route, next)
 	})
+}
+
+// Serve decides r as Handler does and then answers for itself or calls
+// next, with route as the request's route name for keys with a route part
+// ("" for none); Config.Route is not consulted. It is for callers that have
+// already matched the route, such as a gateway, and so need no closure or
+// context value to pass it along.
+func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
+	l.serve(l.cfg.Load(), w, r, route, next)
+}
+
+func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
+	s := scratchPool.Get().(*scratch)
+	cfg.fill(&s.req, r, route, s.id)
+	now := cfg.Now()
+	start := now
+	if !cfg.defaultNow {
+		start = time.Now()
+	}
+	err := cfg.Policy.EvaluateInto(r.Context(), cfg.Store, now, &s.req, &s.v)
+	if err != nil {
+		s.release()
+		if cfg.OnError != nil {
+			cfg.OnError(r, err)
+		}
+		var re *policy.RuleError
+		switch {
+		case errors.As(err, &re):
+			writeCostError(w, re)
+		case cfg.FailClosed:
+			WriteUnavailable(w, time.Second, "the rate limiter cannot reach its store")
+		default:
+			next.ServeHTTP(w, r) // fail open
+		}
+		return
+	}
+	v := &s.v
+	if cfg.OnDecision != nil {
+		cfg.OnDecision(r, v, time.Since(start))
+	}
+	h := w.Header()
+	retry := s.hs.verdict(v, cfg.LegacyHeaders, cfg.pre)
+	if v.Allowed {
+		s.hs.apply(h)
+		s.release() // before the handler runs: it may take long
+		next.ServeHTTP(w, r)
+		return
+	}
+	// Refused: the problem body and its headers go out with the rate-limit
+	// headers in one batch.
+	s.body = appendRefusal(s.body, v, retry, cfg.pre)
+	s.hs.static(hContentType, "application/problem+json")
+	s.hs.static(hContentTypeOptions, "nosniff")
+	s.hs.int(hContentLength, int64(len(s.body)))
+	s.hs.apply(h)
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(s.body)
+	s.release()
 }
 
 // ConcurrencyLimit returns middleware that lets at most n requests run at

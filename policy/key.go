@@ -34,6 +34,9 @@ import (
 type Key struct {
 	raw   string
 	parts []keyPart
+	// constant is the store key when it does not depend on the request
+	// (global): computed once, so that such rules build no key per request.
+	constant string
 }
 
 type keyKind int
@@ -49,8 +52,9 @@ const (
 )
 
 type keyPart struct {
-	kind keyKind
-	name string // header name (canonical) or identity name
+	kind  keyKind
+	name  string // header name (canonical) or identity name
+	label string // p.String(), kept so that keys are built without concatenation
 }
 
 // maxKeyValue is the longest value kept as is in a key.
@@ -101,6 +105,7 @@ func ParseKey(s string) (Key, error) {
 			return Key{}, fmt.Errorf("key %q: part %q takes no argument", s, word)
 		}
 		c := p.String()
+		p.label = c
 		if seen[c] {
 			return Key{}, fmt.Errorf("key %q: part %q given twice", s, c)
 		}
@@ -109,6 +114,9 @@ func ParseKey(s string) (Key, error) {
 		k.parts = append(k.parts, p)
 	}
 	k.raw = strings.Join(canon, "+")
+	if len(k.parts) == 1 && k.parts[0].kind == keyGlobal {
+		k.constant = string(k.appendTo(nil, nil, nil, nil))
+	}
 	return k, nil
 }
 
@@ -149,73 +157,110 @@ func (p keyPart) String() string {
 	}
 }
 
-// extract builds the store key of req under k for rule r; ok is false when a
-// part has no value.
-func (k Key) extract(p *Policy, r *Rule, req *Request, b *strings.Builder) (ok bool) {
+// key returns the store key of req under k for rule r, appending to buf (a
+// scratch buffer the caller reuses); ok is false when a part has no value.
+// The string is freshly allocated unless it equals one of the keys in prev
+// (the keys of earlier rules of the same request, which stacked rules keyed
+// by ip share) or the key is constant: stores may keep it.
+func (k Key) key(buf []byte, p *Policy, r *Rule, req *Request, prev []Result) (key string, out []byte, ok bool) {
+	if k.constant != "" {
+		return k.constant, buf, true
+	}
+	b := k.appendTo(buf[:0], p, r, req)
+	if b == nil {
+		return "", buf, false // keep the scratch buffer for the next rule
+	}
+	buf = b
+	for i := range prev {
+		if prev[i].Key == string(buf) { // no allocation for the comparison
+			return prev[i].Key, buf, true
+		}
+	}
+	return string(buf), buf, true
+}
+
+// appendTo appends the store key of req under k for rule r to b; it returns
+// nil when a part has no value. With a nil request it appends the constant
+// parts only (used for keys that have no other).
+func (k Key) appendTo(b []byte, p *Policy, r *Rule, req *Request) []byte {
+	if b == nil {
+		b = make([]byte, 0, 64)
+	}
 	for i, part := range k.parts {
-		var v string
+		if i > 0 {
+			b = append(b, '+')
+		}
+		b = append(b, part.label...)
+		b = append(b, '=')
 		switch part.kind {
 		case keyIP:
 			if !req.ClientIP.IsValid() {
-				return false
+				return nil
 			}
-			v = p.groupIP(req.ClientIP).String()
+			// A grouped address needs no escaping and is never long.
+			b = p.groupIP(req.ClientIP).AppendTo(b)
 		case keyHeader:
-			v, ok = req.header(part.name)
+			v, ok := req.header(part.name)
 			if !ok || v == "" {
-				return false
+				return nil
 			}
+			b = appendKeyValue(b, v)
 		case keyIdentity:
-			v = req.Identity[part.name]
+			v := req.Identity[part.name]
 			if v == "" {
-				return false
+				return nil
 			}
+			b = appendKeyValue(b, v)
 		case keyRoute:
-			v = req.Route
+			v := req.Route
 			if v == "" {
-				v = r.Match.String()
+				v = r.matchString
 			}
+			b = appendKeyValue(b, v)
 		case keyMethod:
-			v = req.Method
+			b = appendKeyValue(b, req.Method)
 		case keyHost:
-			v = normalizeHost(req.Host)
+			b = appendHost(b, req.Host)
 		case keyGlobal:
-			v = "*"
+			b = append(b, '*')
 		}
-		if i > 0 {
-			b.WriteByte('+')
-		}
-		b.WriteString(part.String())
-		b.WriteByte('=')
-		writeKeyValue(b, v)
 	}
-	return true
+	return b
 }
 
-// writeKeyValue escapes the separators so that two different requests never
-// share a key by accident, and hashes long values.
-func writeKeyValue(b *strings.Builder, v string) {
+// appendKeyValue escapes the separators so that two different requests
+// never share a key by accident, and hashes long values.
+func appendKeyValue(b []byte, v string) []byte {
+	const hexDigits = "0123456789ABCDEF"
 	if len(v) > maxKeyValue {
 		sum := sha256.Sum256([]byte(v))
-		b.WriteString("sha256:")
-		b.WriteString(hex.EncodeToString(sum[:16]))
-		return
+		b = append(b, "sha256:"...)
+		return hex.AppendEncode(b, sum[:16])
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c == '%' || c == '+' || c == '=' || c < 0x20 || c == 0x7f {
-			fmt.Fprintf(b, "%%%02X", c)
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&0xf])
 			continue
 		}
-		b.WriteByte(c)
+		b = append(b, c)
 	}
+	return b
 }
 
-func normalizeHost(h string) string {
+// appendHost appends the host of h as a key value: lower case, without port
+// or trailing dot, allocating only when h has upper-case letters.
+func appendHost(b []byte, h string) []byte {
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
 		h = h[:i]
 	}
-	return strings.TrimSuffix(strings.ToLower(h), ".")
+	h = strings.TrimSuffix(h, ".")
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c >= 'A' && c <= 'Z' {
+			return appendKeyValue(b, strings.ToLower(h))
+		}
+	}
+	return appendKeyValue(b, h)
 }
 
 // validToken reports whether s is an RFC 9110 token (header names, identity

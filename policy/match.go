@@ -23,6 +23,7 @@ type Match struct {
 	Headers map[string]string
 
 	path PathPattern
+	host string // Host in lower case, set by Compile
 }
 
 // Compile validates m and prepares its path pattern; policy.New calls it
@@ -44,6 +45,7 @@ func (m *Match) Compile() error {
 			return fmt.Errorf("host: %q: want a host name without port, or *.example.com", m.Host)
 		}
 	}
+	m.host = strings.ToLower(m.Host)
 	for name := range m.Headers {
 		if name == "" || strings.ContainsAny(name, " \t:") {
 			return fmt.Errorf("headers: %q: not a header name", name)
@@ -57,7 +59,7 @@ func (m *Match) Matches(req *Request) bool {
 	if len(m.Methods) > 0 && !slices.Contains(m.Methods, req.Method) {
 		return false
 	}
-	if m.Host != "" && !matchHost(m.Host, req.Host) {
+	if m.Host != "" && !matchHost(m.lowerHost(), req.Host) {
 		return false
 	}
 	if !m.path.Matches(req.Path) {
@@ -89,16 +91,27 @@ func (m *Match) String() string {
 	return meth + " " + p
 }
 
+func (m *Match) lowerHost() string {
+	if m.host != "" {
+		return m.host
+	}
+	return strings.ToLower(m.Host) // not compiled
+}
+
+// matchHost reports whether host (a Host header, maybe with a port) is
+// matched by pattern (lower case), comparing without allocating.
 func matchHost(pattern, host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	if strings.IndexByte(host, ':') >= 0 { // without a colon SplitHostPort fails (and allocates)
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
 	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	pattern = strings.ToLower(pattern)
+	host = strings.TrimSuffix(host, ".")
 	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
-		return strings.HasSuffix(host, "."+suffix) && len(host) > len(suffix)+1
+		n := len(host) - len(suffix)
+		return n > 1 && host[n-1] == '.' && strings.EqualFold(host[n:], suffix)
 	}
-	return host == pattern
+	return strings.EqualFold(host, pattern)
 }
 
 // PathPattern matches URL paths segment by segment. A pattern starts with

@@ -91,9 +91,15 @@ type Rule struct {
 	// Mode is Enforce (the default when empty) or Shadow.
 	Mode Mode
 
-	store   portero.Rule
-	maxCost int64
+	store       portero.Rule
+	maxCost     int64
+	matchString string // Match.String(), the route key part of rules keyed by route
+	index       int
 }
+
+// Index returns the rule's position in its policy's Rules, so that doors
+// can keep per-rule data (such as preformatted headers) in a slice.
+func (r *Rule) Index() int { return r.index }
 
 // Shadow reports whether the rule is in shadow mode.
 func (r *Rule) Shadow() bool { return r.Mode == Shadow }
@@ -167,6 +173,7 @@ func New(rules []Rule, opts Options) (*Policy, error) {
 			continue
 		}
 		names[r.Name] = i
+		r.index = len(p.rules)
 		p.rules = append(p.rules, &r)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -213,6 +220,7 @@ func (r *Rule) prepare() error {
 	if err := r.Match.Compile(); err != nil {
 		return fmt.Errorf("match: %w", err)
 	}
+	r.matchString = r.Match.String()
 	r.store = portero.Rule{Name: r.Name, Algorithm: r.Algorithm, Limit: r.Limit}
 	if err := r.store.Validate(); err != nil {
 		return err
@@ -305,6 +313,18 @@ type Verdict struct {
 	// Violated lists the indexes in Results of the enforced rules that
 	// refused the request; empty when Allowed.
 	Violated []int
+
+	// Scratch space kept between EvaluateInto calls on the same Verdict.
+	hits   []portero.Hit
+	active []int
+	key    []byte
+}
+
+// Reset empties v for reuse, keeping its memory.
+func (v *Verdict) Reset() {
+	clear(v.Results) // drop references to rules and keys
+	clear(v.hits)
+	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0], key: v.key[:0]}
 }
 
 // RuleError is returned by Evaluate when a request cannot be evaluated
@@ -327,36 +347,52 @@ func (e *RuleError) Unwrap() error { return e.Err }
 // *RuleError for a request whose cost cannot be used, or the store's error
 // (wrapping portero.ErrStoreUnavailable when the backend failed).
 func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Time, req *Request) (*Verdict, error) {
-	v := &Verdict{Allowed: true}
-	var b strings.Builder
+	v := new(Verdict)
+	if err := p.EvaluateInto(ctx, store, now, req, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// EvaluateInto is Evaluate writing the verdict into v, which it resets
+// first and whose memory it reuses: a door that keeps Verdicts in a
+// sync.Pool decides without allocating, except for the store keys and what
+// the store itself allocates. After an error v holds no meaningful verdict.
+// The store must not keep the hits slice it is given after it returns.
+func (p *Policy) EvaluateInto(ctx context.Context, store portero.Store, now time.Time, req *Request, v *Verdict) error {
+	v.Reset()
+	v.Allowed = true
 	for _, r := range p.rules {
 		if !r.Match.Matches(req) {
 			continue
 		}
-		b.Reset()
-		if !r.Key.extract(p, r, req, &b) {
+		key, buf, ok := r.Key.key(v.key, p, r, req, v.Results)
+		v.key = buf
+		if !ok {
 			continue
 		}
 		cost, err := r.Cost.of(req)
 		if err != nil {
-			return nil, &RuleError{Rule: r.Name, Err: err}
+			return &RuleError{Rule: r.Name, Err: err}
 		}
 		if cost > r.maxCost {
-			return nil, &RuleError{Rule: r.Name, Err: fmt.Errorf("%w: cost %d (%s) is more than the %d the rule admits at once", portero.ErrCostExceedsLimit, cost, r.Cost, r.maxCost)}
+			return &RuleError{Rule: r.Name, Err: fmt.Errorf("%w: cost %d (%s) is more than the %d the rule admits at once", portero.ErrCostExceedsLimit, cost, r.Cost, r.maxCost)}
 		}
-		v.Results = append(v.Results, Result{Rule: r, Key: b.String(), Cost: cost})
+		v.Results = append(v.Results, Result{Rule: r, Key: key, Cost: cost})
 	}
 	if len(v.Results) == 0 {
-		return v, nil
+		return nil
 	}
 	// Ask for every hit at once. When only shadow rules refuse, drop them and
 	// ask again, so the enforced rules are counted; at most one extra round
 	// per shadow rule.
-	active := make([]int, len(v.Results))
-	for i := range active {
-		active[i] = i
+	active := v.active[:0]
+	for i := range v.Results {
+		active = append(active, i)
 	}
-	hits := make([]portero.Hit, 0, len(active))
+	v.active = active
+	hits := v.hits[:0]
+	defer func() { v.hits = hits }()
 	for {
 		hits = hits[:0]
 		for _, i := range active {
@@ -365,10 +401,10 @@ func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Tim
 		}
 		decs, err := store.AllowAll(ctx, now, hits)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(decs) != len(hits) {
-			return nil, fmt.Errorf("%w: store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
+			return fmt.Errorf("%w: store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
 		}
 		enforcedRefused, shadowRefused := false, false
 		for j, i := range active {
@@ -395,7 +431,7 @@ func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Tim
 					v.Violated = append(v.Violated, i)
 				}
 			}
-			return v, nil
+			return nil
 		}
 		if !shadowRefused {
 			for _, i := range active {
@@ -405,9 +441,9 @@ func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Tim
 					res.Outcome = NearLimit
 				}
 			}
-			return v, nil
+			return nil
 		}
-		next := active[:0:0]
+		next := active[:0] // filtered in place: next never overtakes active
 		for _, i := range active {
 			res := &v.Results[i]
 			if !res.Decision.Allowed {
@@ -418,7 +454,7 @@ func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Tim
 		}
 		active = next
 		if len(active) == 0 {
-			return v, nil
+			return nil
 		}
 	}
 }

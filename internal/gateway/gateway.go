@@ -40,11 +40,11 @@ type Hooks struct {
 
 // Gateway is an http.Handler. It is safe for concurrent use.
 type Gateway struct {
-	hooks   Hooks
-	limiter *httplimit.Limiter
-	table   atomic.Pointer[table]
-	ready   atomic.Bool
-	handler http.Handler
+	hooks    Hooks
+	limiter  *httplimit.Limiter
+	table    atomic.Pointer[table]
+	ready    atomic.Bool
+	inFlight atomic.Int64
 }
 
 type table struct {
@@ -71,8 +71,6 @@ func New(cfg *config.Config, store portero.Store, hooks Hooks) (*Gateway, error)
 		return nil, err
 	}
 	g.table.Store(t)
-	inner := g.limiter.Handler(http.HandlerFunc(g.proxy))
-	g.handler = g.routeFirst(g.shed(inner))
 	return g, nil
 }
 
@@ -110,22 +108,12 @@ func (g *Gateway) limiterConfig(cfg *config.Config, store portero.Store) httplim
 		ClientIP:      cfg.ClientIP,
 		UserHeader:    cfg.File.Identity.UserHeader,
 		TenantHeader:  cfg.File.Identity.TenantHeader,
-		Route:         routeName,
 		Now:           g.hooks.Now,
 		LegacyHeaders: cfg.File.Headers.Legacy,
 		FailClosed:    cfg.FailClosed,
 		OnDecision:    g.hooks.OnDecision,
 		OnError:       g.hooks.OnError,
 	}
-}
-
-type routeKey struct{}
-
-func routeName(r *http.Request) string {
-	if rt, _ := r.Context().Value(routeKey{}).(*route); rt != nil {
-		return rt.cfg.Name
-	}
-	return ""
 }
 
 // ServeHTTP implements http.Handler.
@@ -145,48 +133,41 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ready\n"))
 		return
 	}
-	g.handler.ServeHTTP(w, r)
-}
-
-// shed applies the configuration's max_in_flight, read at each request so
-// a reload changes it.
-func (g *Gateway) shed(next http.Handler) http.Handler {
-	var inFlight atomic.Int64
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := int64(g.table.Load().cfg.MaxInFlight)
-		if cur := inFlight.Add(1); n > 0 && cur > n {
-			inFlight.Add(-1)
-			httplimit.WriteUnavailable(w, time.Second, fmt.Sprintf("more than %d requests in flight", n))
-			return
-		}
-		defer inFlight.Add(-1)
-		next.ServeHTTP(w, r)
-	})
-}
-
-// routeFirst finds the route before the limiter runs, so that keys can name
-// it; requests that match no route are still limited, then answered 404.
-func (g *Gateway) routeFirst(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := g.table.Load()
-		pr := &policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}
-		for _, rt := range t.routes {
-			if rt.cfg.Match.Matches(pr) {
-				r = r.WithContext(context.WithValue(r.Context(), routeKey{}, rt))
-				break
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
-	rt, _ := r.Context().Value(routeKey{}).(*route)
-	if rt == nil {
-		writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+r.Method+" "+r.URL.Path)
+	// One table for the whole request, so that a reload cannot give it the
+	// route of one configuration and the limits of another's; the route is
+	// found before the limiter runs, so that keys can name it. Requests
+	// that match no route are still limited, then answered 404.
+	t := g.table.Load()
+	if n := int64(t.cfg.MaxInFlight); g.inFlight.Add(1) > n && n > 0 {
+		g.inFlight.Add(-1)
+		httplimit.WriteUnavailable(w, time.Second, fmt.Sprintf("more than %d requests in flight", n))
 		return
 	}
-	rt.handler.ServeHTTP(w, r)
+	defer g.inFlight.Add(-1)
+	var name string
+	var next http.Handler = notFound{}
+	if rt := t.match(r); rt != nil {
+		name, next = rt.cfg.Name, rt.handler
+	}
+	g.limiter.Serve(w, r, name, next)
+}
+
+// match returns the first route that matches r, or nil.
+func (t *table) match(r *http.Request) *route {
+	pr := policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}
+	for _, rt := range t.routes {
+		if rt.cfg.Match.Matches(&pr) {
+			return rt
+		}
+	}
+	return nil
+}
+
+// notFound answers requests that match no route.
+type notFound struct{}
+
+func (notFound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+r.Method+" "+r.URL.Path)
 }
 
 func (g *Gateway) build(cfg *config.Config) (*table, error) {

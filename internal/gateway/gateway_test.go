@@ -247,3 +247,33 @@ routes: [{upstream: api}]
 		t.Errorf("first: %d", c)
 	}
 }
+
+// TestRouteKey checks that the route the gateway matched reaches the
+// limiter: a rule keyed by route counts each route apart, under its name.
+func TestRouteKey(t *testing.T) {
+	up, _, _ := upstream(t)
+	_, srv, _ := gw(t, fmt.Sprintf(`
+upstreams:
+  api: {url: %s}
+routes:
+  - name: alpha
+    match: {path: /a/**}
+    upstream: api
+  - name: beta
+    match: {path: /b/**}
+    upstream: api
+rules:
+  - name: per-route
+    key: route
+    algorithm: fixed-window
+    limit: 1/min
+`, up.URL))
+	for _, tt := range []struct {
+		path string
+		want int
+	}{{"/a/1", 200}, {"/a/2", 429}, {"/b/1", 200}, {"/b/2", 429}, {"/c", 404}, {"/d", 429}} {
+		if resp, body := get(t, srv.URL+tt.path); resp.StatusCode != tt.want {
+			t.Errorf("GET %s: %d %s, want %d", tt.path, resp.StatusCode, body, tt.want)
+		}
+	}
+}

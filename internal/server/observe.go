@@ -24,7 +24,7 @@ type metrics struct {
 	decisions    *prometheus.CounterVec
 	storeLatency prometheus.Histogram
 	storeErrors  prometheus.Counter
-	fallback     prometheus.Gauge
+	fallback     atomic.Bool // exported as the gauge portero_store_fallback
 	reloads      *prometheus.CounterVec
 	proxyErrors  *prometheus.CounterVec
 	configRules  prometheus.Gauge
@@ -45,9 +45,16 @@ func newMetrics() *metrics {
 		Name: "portero_store_errors_total",
 		Help: "Requests the store failed to decide (the failure policy then let them pass or answered 503).",
 	})
-	m.fallback = prometheus.NewGauge(prometheus.GaugeOpts{
+	// A GaugeFunc, so that requests only write the flag when it changes
+	// (one shared cache line written by every request costs throughput).
+	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "portero_store_fallback",
 		Help: "1 while the store is failing and the failure policy (on_error) decides instead of the limits; 0 when healthy.",
+	}, func() float64 {
+		if m.fallback.Load() {
+			return 1
+		}
+		return 0
 	})
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_config_reloads_total",
@@ -61,7 +68,7 @@ func newMetrics() *metrics {
 		Name: "portero_config_rules",
 		Help: "Number of rules in the running configuration.",
 	})
-	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.fallback, m.reloads, m.proxyErrors, m.configRules,
+	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, fallback, m.reloads, m.proxyErrors, m.configRules,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -74,18 +81,56 @@ type observer struct {
 	now      func() time.Time
 	degraded func() bool  // the store answers from its failure policy
 	lastWarn atomic.Int64 // unix ns of the last store-error log line
+	counters atomic.Pointer[ruleCounters]
+}
+
+// outcomes are the policy's outcomes, in the order of ruleCounters.c.
+var outcomes = [...]policy.Outcome{policy.Allowed, policy.NearLimit, policy.Refused, policy.ShadowRefused, policy.NotCounted}
+
+// ruleCounters holds the decision counters of one policy's rules, looked
+// up once per configuration rather than hashed by label values on every
+// request.
+type ruleCounters struct {
+	rules []*policy.Rule
+	c     [][len(outcomes)]prometheus.Counter
+}
+
+// setPolicy prepares the counters of p's rules; the server calls it for
+// every configuration it runs.
+func (o *observer) setPolicy(p *policy.Policy) {
+	rules := p.Rules()
+	t := &ruleCounters{rules: rules, c: make([][len(outcomes)]prometheus.Counter, len(rules))}
+	for i, r := range rules {
+		for j, out := range outcomes {
+			t.c[i][j] = o.m.decisions.WithLabelValues(r.Name, string(out))
+		}
+	}
+	o.counters.Store(t)
+}
+
+// decision returns the counter of res, from the table when res comes from
+// the current policy.
+func (o *observer) decision(res *policy.Result) prometheus.Counter {
+	if t := o.counters.Load(); t != nil {
+		if i := res.Rule.Index(); i < len(t.rules) && t.rules[i] == res.Rule {
+			for j, out := range outcomes {
+				if out == res.Outcome {
+					return t.c[i][j]
+				}
+			}
+		}
+	}
+	return o.m.decisions.WithLabelValues(res.Rule.Name, string(res.Outcome))
 }
 
 func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Duration) {
 	o.m.storeLatency.Observe(took.Seconds())
-	if o.degraded != nil && o.degraded() {
-		o.m.fallback.Set(1)
-	} else {
-		o.m.fallback.Set(0)
+	if fb := o.degraded != nil && o.degraded(); o.m.fallback.Load() != fb {
+		o.m.fallback.Store(fb)
 	}
 	for i := range v.Results {
 		res := &v.Results[i]
-		o.m.decisions.WithLabelValues(res.Rule.Name, string(res.Outcome)).Inc()
+		o.decision(res).Inc()
 		switch res.Outcome {
 		case policy.Refused:
 			o.refused.add(res.Rule.Name, res.Key, false, o.now())
@@ -105,7 +150,7 @@ func (o *observer) onError(r *http.Request, err error) {
 		return
 	}
 	o.m.storeErrors.Inc()
-	o.m.fallback.Set(1)
+	o.m.fallback.Store(true)
 	// At most one log line a second: a dead store must not flood the log.
 	now := time.Now().UnixNano()
 	if last := o.lastWarn.Load(); now-last > int64(time.Second) && o.lastWarn.CompareAndSwap(last, now) {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -64,6 +65,7 @@ type Server struct {
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    portero.Store
+	redis    atomic.Pointer[redisstore.Store] // store, when it is a Redis store: read per request without mu
 	storeKey string
 	retired  []portero.Store // replaced by a reload; closed when Run returns
 }
@@ -108,10 +110,17 @@ func (s *Server) currentStore() portero.Store {
 // degraded reports whether the store is answering from its failure policy
 // (the Redis store's fallback).
 func (s *Server) degraded() bool {
-	if rs, ok := s.currentStore().(*redisstore.Store); ok {
+	if rs := s.redis.Load(); rs != nil {
 		return rs.Stats().Degraded
 	}
 	return false
+}
+
+// setStore makes st the current store; s.mu is held or no request runs yet.
+func (s *Server) setStore(st portero.Store, key string) {
+	s.store, s.storeKey = st, key
+	rs, _ := st.(*redisstore.Store)
+	s.redis.Store(rs)
 }
 
 func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
@@ -145,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	s.store, s.storeKey = store, storeKey(cfg)
+	s.setStore(store, storeKey(cfg))
 	defer func() {
 		s.mu.Lock()
 		stores := append(s.retired, s.store)
@@ -167,6 +176,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	s.obs.setPolicy(cfg.Policy)
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
 
 	listen := cfg.Listen
@@ -370,8 +380,9 @@ func (s *Server) Reload(why string) error {
 		// Requests still using the old store finish with it; it is closed
 		// when Run returns.
 		s.retired = append(s.retired, s.store)
-		s.store, s.storeKey = store, key
+		s.setStore(store, key)
 	}
+	s.obs.setPolicy(cfg.Policy)
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
 	}

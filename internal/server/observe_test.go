@@ -1,0 +1,72 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/policy"
+)
+
+// TestDecisionCounters checks that the counters looked up once per policy
+// count the same series as the label lookup they replace, including for a
+// verdict of a policy that a reload has replaced meanwhile.
+func TestDecisionCounters(t *testing.T) {
+	o := &observer{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), refused: &refusals{}, now: time.Now}
+	mk := func(names ...string) *policy.Policy {
+		var rules []policy.Rule
+		for _, n := range names {
+			rules = append(rules, policy.Rule{Name: n, Key: policy.MustParseKey("ip"), Limit: portero.MustParseLimit("10/s")})
+		}
+		p, err := policy.New(rules, policy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old, cur := mk("a", "b"), mk("b", "c")
+	o.setPolicy(cur)
+	r := httptest.NewRequest("GET", "/", nil)
+	verdict := func(p *policy.Policy, outs ...policy.Outcome) *policy.Verdict {
+		v := &policy.Verdict{}
+		for i, out := range outs {
+			v.Results = append(v.Results, policy.Result{Rule: p.Rules()[i], Key: "ip=192.0.2.1/32", Outcome: out})
+		}
+		return v
+	}
+	o.onDecision(r, verdict(cur, policy.Allowed, policy.NearLimit), time.Microsecond)
+	o.onDecision(r, verdict(cur, policy.NotCounted, policy.Refused), time.Microsecond)
+	o.onDecision(r, verdict(old, policy.Allowed, policy.ShadowRefused), time.Microsecond) // in flight across a reload
+	for _, tt := range []struct {
+		rule    string
+		outcome policy.Outcome
+		want    float64
+	}{
+		{"b", policy.Allowed, 1}, {"b", policy.NotCounted, 1}, {"c", policy.NearLimit, 1}, {"c", policy.Refused, 1},
+		{"a", policy.Allowed, 1}, {"b", policy.ShadowRefused, 1}, {"c", policy.Allowed, 0},
+	} {
+		if got := counterValue(t, o.m.decisions.WithLabelValues(tt.rule, string(tt.outcome))); got != tt.want {
+			t.Errorf("decisions{rule=%s,outcome=%s} = %v, want %v", tt.rule, tt.outcome, got, tt.want)
+		}
+	}
+	o.degraded = func() bool { return true }
+	o.onDecision(r, verdict(cur, policy.Allowed), time.Microsecond)
+	if !o.m.fallback.Load() {
+		t.Error("fallback not set while the store is degraded")
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
