@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# bench-gateway.sh measures the throughput of `portero serve` (memory store)
+# against a bare httputil.ReverseProxy on the same upstream, and nginx
+# limit_req when nginx is installed, all on 127.0.0.1. Results go to
+# docs/benchmarks-gateway.md by hand; this script prints a Markdown table.
+#
+#   DURATION   seconds of load per run (default 10)
+#   CONNS      connections (default 64)
+#   THREADS    wrk threads (default 2)
+#   ROUNDS     rounds; every subject runs once per round, interleaved, and
+#              the median is reported (default 3)
+#   LOADGEN    wrk (default when installed) or go (bench/gateway load)
+#   PORTERO    a portero binary to measure (default: built from this tree)
+#   BASELINE   another portero binary (an older build) to measure beside it:
+#              adds the subjects base-pass and base-refuse, interleaved with
+#              the others, so that before/after numbers share the same load
+#   RESULTS    where the raw outputs are kept (default bench/results/gateway)
+#   SUBJECTS   space-separated subset of: upstream proxy portero-pass
+#              portero-refuse nginx-pass nginx-refuse (default: all)
+#
+# Besides requests/s, every run reports the CPU time the subject's own
+# processes spent per request (from /proc/PID/stat): on a machine shared with
+# other work, requests/s moves with the neighbours' load, CPU per request
+# much less.
+#
+# The subjects:
+#   upstream        the upstream alone (Go net/http answering "ok")
+#   proxy           bare httputil.ReverseProxy → upstream, configured like the gateway
+#   portero-pass    portero serve → upstream, the default policy's shape with
+#                   limits that admit the traffic (every request passes 3 rules)
+#   portero-refuse  the same with a per-client limit of 1/h: every request is refused
+#   nginx-pass      nginx proxy_pass with limit_req that admits the traffic
+#   nginx-refuse    nginx limit_req refusing every request (429)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+DURATION=${DURATION:-10}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-3}
+RESULTS=${RESULTS:-bench/results/gateway}
+SUBJECTS=${SUBJECTS:-upstream proxy portero-pass portero-refuse nginx-pass nginx-refuse}
+if [ -z "${LOADGEN:-}" ]; then
+	if command -v wrk >/dev/null; then LOADGEN=wrk; else LOADGEN=go; fi
+fi
+NGINX=$(command -v nginx || ls /usr/sbin/nginx 2>/dev/null || true)
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done # only what this script started
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+mkdir -p "$RESULTS"
+
+echo "building..." >&2
+(cd bench && go build -o "$tmp/harness" ./gateway)
+if [ -z "${PORTERO:-}" ]; then
+	go build -o "$tmp/portero" ./cmd/portero
+	PORTERO=$tmp/portero
+fi
+
+# start NAME CMD...: runs CMD in the background, records its pid for the
+# cleanup and sets addr to the address it prints ("listening on ADDR" or
+# "gateway listening on http://ADDR"). Not called in $(...): the pid must
+# reach this shell's list.
+start() {
+	local name=$1
+	shift
+	"$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	pids+=($!)
+	pid=$!
+	addr=
+	for _ in $(seq 100); do
+		addr=$(grep -m1 -oE 'listening on (http://)?127\.0\.0\.1:[0-9]+' "$tmp/$name.out" | grep -oE '127\.0\.0\.1:[0-9]+' || true)
+		[ -n "$addr" ] && return
+		sleep 0.1
+	done
+	echo "$name did not start:" >&2
+	cat "$tmp/$name.err" >&2
+	exit 1
+}
+
+declare -A url proc # proc: the pids whose CPU time a subject costs
+start upstream "$tmp/harness" upstream -listen 127.0.0.1:0
+up=$addr
+url[upstream]=http://$up/
+proc[upstream]=$pid
+start proxy "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
+url[proxy]=http://$addr/
+proc[proxy]=$pid
+
+portero_config() { # $1: per-client limit
+	cat <<EOF
+server:
+  listen: 127.0.0.1:0
+store:
+  type: memory
+upstreams:
+  app:
+    url: http://$up
+routes:
+  - upstream: app
+rules:
+  - name: per-client
+    key: ip
+    algorithm: token-bucket
+    limit: $1
+  - name: login
+    match:
+      methods: [POST]
+      path: /login
+    key: ip
+    algorithm: sliding-counter
+    limit: 3/min
+  - name: global
+    key: global
+    algorithm: sliding-counter
+    limit: 100000000/s
+EOF
+}
+portero_config "10000000/s burst 10000000" >"$tmp/pass.yaml"
+portero_config "1/h" >"$tmp/refuse.yaml"
+start portero-pass "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+url[portero-pass]=http://$addr/
+proc[portero-pass]=$pid
+start portero-refuse "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+url[portero-refuse]=http://$addr/
+proc[portero-refuse]=$pid
+if [ -n "${BASELINE:-}" ]; then
+	start base-pass "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+	url[base-pass]=http://$addr/
+	proc[base-pass]=$pid
+	start base-refuse "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+	url[base-refuse]=http://$addr/
+	proc[base-refuse]=$pid
+	case " $SUBJECTS " in *" base-pass "*) ;; *) SUBJECTS="$SUBJECTS base-pass base-refuse" ;; esac
+fi
+
+if [ -n "$NGINX" ]; then
+	np=$("$tmp/harness" freeport)
+	nr=$("$tmp/harness" freeport)
+	mkdir -p "$tmp/nginx/logs"
+	cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes auto;
+daemon off;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $tmp/nginx/body;
+  proxy_temp_path $tmp/nginx/proxy;
+  fastcgi_temp_path $tmp/nginx/fastcgi;
+  uwsgi_temp_path $tmp/nginx/uwsgi;
+  scgi_temp_path $tmp/nginx/scgi;
+  limit_req_zone \$binary_remote_addr zone=pass:10m rate=10000000r/s;
+  limit_req_zone \$binary_remote_addr zone=refuse:10m rate=1r/m;
+  limit_req_status 429;
+  upstream app { server $up; keepalive 64; }
+  server {
+    listen 127.0.0.1:$np;
+    location / {
+      limit_req zone=pass burst=10000000 nodelay;
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+  server {
+    listen 127.0.0.1:$nr;
+    location / {
+      limit_req zone=refuse;
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+	"$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" >"$tmp/nginx.out" 2>&1 &
+	pids+=($!)
+	nginx_master=$!
+	for _ in $(seq 50); do
+		curl -s -o /dev/null "http://127.0.0.1:$np/" && break
+		sleep 0.1
+	done
+	url[nginx-pass]=http://127.0.0.1:$np/
+	url[nginx-refuse]=http://127.0.0.1:$nr/
+	# The workers serve both servers: a run's CPU is theirs and the master's.
+	proc[nginx-pass]="$nginx_master $(ps -o pid= --ppid "$nginx_master" | tr '\n' ' ')"
+	proc[nginx-refuse]=${proc[nginx-pass]}
+fi
+
+# cputicks PID...: user+system CPU time of the processes so far, in clock
+# ticks (/proc/PID/stat fields 14 and 15).
+cputicks() {
+	local t=0 p
+	for p in "$@"; do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+hz=$(getconf CLK_TCK)
+
+# Use the refusing subjects' one allowed request, so that every measured
+# request is refused.
+for s in portero-refuse base-refuse nginx-refuse; do
+	[ -n "${url[$s]:-}" ] && curl -s -o /dev/null "${url[$s]}" || true
+done
+
+# load SUBJECT OUT: one run; prints requests/s, p50 latency, non-2xx
+# count, and the CPU time the subject's own processes spent per request, in
+# µs (for proxy and portero this excludes the upstream; it is the figure
+# that other load on a shared machine disturbs least).
+load() {
+	local u=${url[$1]} out=$2 rps p50 non2xx total ticks0 ticks1
+	# shellcheck disable=SC2086 # proc holds several pids for nginx
+	ticks0=$(cputicks ${proc[$1]})
+	if [ "$LOADGEN" = wrk ]; then
+		wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$u" >"$out"
+		rps=$(awk '/^Requests\/sec:/ {print $2}' "$out")
+		p50=$(awk '$1 == "50%" {print $2}' "$out")
+		non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
+		total=$(awk '/requests in/ {print $1}' "$out")
+	else
+		"$tmp/harness" load -url "$u" -c "$CONNS" -d "${DURATION}s" >"$out"
+		rps=$(grep -oE '[0-9]+ requests/s' "$out" | cut -d' ' -f1)
+		p50=$(grep -oE 'p50 [^ ]+' "$out" | cut -d' ' -f2)
+		total=$(grep -oE '^requests [0-9]+' "$out" | cut -d' ' -f2)
+		local ok
+		ok=$(grep -oE ' 200:[0-9]+' "$out" | cut -d: -f2)
+		non2xx=$((total - ${ok:-0}))
+	fi
+	# shellcheck disable=SC2086
+	ticks1=$(cputicks ${proc[$1]})
+	local cpu
+	cpu=$(awk -v t=$((ticks1 - ticks0)) -v hz="$hz" -v n="$total" 'BEGIN { printf "%.1f", (n > 0 ? t / hz * 1e6 / n : 0) }')
+	echo "$rps $p50 ${non2xx:-0} $cpu"
+}
+
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+declare -A runs
+for round in $(seq "$ROUNDS"); do
+	for s in $SUBJECTS; do
+		[ -n "${url[$s]:-}" ] || continue
+		r=$(load "$s" "$RESULTS/$stamp-$s-$round.txt")
+		echo "round $round $s: $r" >&2
+		runs[$s]+="$r"$'\n'
+	done
+done
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+proxy_rps=$(printf '%s' "${runs[proxy]:-}" | awk '{print $1}' | median)
+proxy_cpu=$(printf '%s' "${runs[proxy]:-}" | awk '{print $4}' | median)
+echo "| subject | requests/s (median of $ROUNDS) | all runs | vs bare proxy | p50 latency (median) | non-2xx | CPU µs/request (median) | vs bare proxy |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|"
+for s in $SUBJECTS; do
+	[ -n "${runs[$s]:-}" ] || continue
+	rps=$(printf '%s' "${runs[$s]}" | awk '{print $1}' | median)
+	all=$(printf '%s' "${runs[$s]}" | awk '{printf "%s%.0f", (NR>1?" / ":""), $1}')
+	p50=$(printf '%s' "${runs[$s]}" | awk '{print $2}' | sort | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+	non=$(printf '%s' "${runs[$s]}" | awk '{s+=$3} END {print s}')
+	ratio=$(awk -v a="$rps" -v b="$proxy_rps" 'BEGIN { if (b > 0) printf "%+.1f%%", (a/b-1)*100; else print "-" }')
+	cpu=$(printf '%s' "${runs[$s]}" | awk '{print $4}' | median)
+	cratio=$(awk -v a="$cpu" -v b="$proxy_cpu" 'BEGIN { if (b > 0) printf "%+.1f%%", (a/b-1)*100; else print "-" }')
+	printf '| %s | %.0f | %s | %s | %s | %s | %s | %s |\n' "$s" "$rps" "$all" "$ratio" "$p50" "$non" "$cpu" "$cratio"
+done
+echo
+echo "load: $LOADGEN, $CONNS connections, ${DURATION}s per run, $ROUNDS interleaved rounds; $(nproc) cores; $(uname -srm)"
+echo "raw outputs: $RESULTS/$stamp-*"
