@@ -1,33 +1,51 @@
 package bench
 
 // The RLS benchmark: Portero's Envoy rate limit service (gRPC
-// ShouldRateLimit over loopback, one HTTP/2 connection as Envoy keeps, N
-// concurrent streams) with the memory store and with the Redis store,
-// beside gubernator v2.13.0 run in-process as a single node (its own gRPC
-// GetRateLimits over loopback), and beside the Redis store's own AllowAll
-// figure at the same concurrency. Same machine, same limits: 1000 per
-// second per key, keys drawn from 10,000, one hit per call, so nearly every
-// call is allowed and every subject does the same work.
+// ShouldRateLimit over loopback, over one HTTP/2 connection and over four,
+// as Envoy keeps one per worker thread; N concurrent streams) with the
+// memory store and with the Redis store, beside gubernator v2.13.0 as a
+// single node (its own gRPC GetRateLimits over loopback, dialled the same
+// way), and beside the Redis store's own AllowAll figure at the same
+// concurrency. Same machine, same limits: 1000 per second per key, keys
+// drawn from 10,000, one hit per call, so nearly every call is allowed and
+// every subject does the same work.
+//
+// Each server runs as a local daemon: a child process (this test binary,
+// re-run as TestRLSServe), so that its CPU time is measured apart from the
+// client's, which stands for Envoy and in production runs elsewhere. The
+// table gives, per call, the CPU time of the server process, of the client
+// (this process) and of redis-server; unlike calls/s, CPU per call hardly
+// depends on what else runs on the machine.
 //
 // The report is a test so that it can print a table; it runs only with
-// PORTERO_BENCH_RLS=1 (about 40 seconds; Redis rows need redis-server):
+// PORTERO_BENCH_RLS=1 (about 80 seconds; Redis rows need redis-server):
 //
 //	cd bench && PORTERO_BENCH_RLS=1 go test -run TestRLSReport -v -count=1 .
 //
-// PORTERO_BENCH_RLS_SECONDS sets the seconds per row (default 3).
+// PORTERO_BENCH_RLS_SECONDS sets the seconds per row (default 3);
+// PORTERO_BENCH_RLS_ONLY runs only the subjects whose name contains it.
+// PORTERO_BENCH_RLS_PROFILE=dir makes each server write a CPU profile
+// (dir/<subject>.cpu) and, for Portero, an allocation profile.
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,13 +73,143 @@ descriptors:
 
 const rlsKeys = 10_000
 
+var rlsKeyNames = func() []string {
+	ks := make([]string, rlsKeys)
+	for i := range ks {
+		ks[i] = "c" + strconv.Itoa(i)
+	}
+	return ks
+}()
+
 // rlsSubject makes one decision per call of its func, for a key index.
 type rlsSubject struct {
 	name string
-	open func(t testing.TB) (call func(ctx context.Context, k int) error, close func())
+	// conns is the number of gRPC connections the client spreads its calls
+	// over; 0 for the subject without gRPC.
+	conns int
+	// open starts the subject; pid is its server's process (0 when it
+	// runs in this process).
+	open func(t testing.TB) (call func(ctx context.Context, k int) error, pid int, close func())
 }
 
-func startPortero(t testing.TB, st portero.Store) (pb.RateLimitServiceClient, func()) {
+// dialAll opens n plaintext connections to addr, as Envoy does (one per
+// worker thread).
+func dialAll(t testing.TB, addr string, n int) []*grpc.ClientConn {
+	t.Helper()
+	conns := make([]*grpc.ClientConn, n)
+	for i := range conns {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	return conns
+}
+
+// roundRobin returns the index of the connection for the next call.
+func roundRobin(n int) func() int {
+	var next atomic.Uint32
+	return func() int { return int(next.Add(1) % uint32(n)) }
+}
+
+// spawn runs server kind (see TestRLSServe) in a child process and returns
+// its gRPC address, its process id and a func that stops it.
+func spawn(t testing.TB, kind string) (string, int, func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRLSServe$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PORTERO_BENCH_RLS_SERVE="+kind)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	addr := ""
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "RLS-ADDR "); ok {
+			addr = a
+			break
+		}
+	}
+	if addr == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("server %s did not start", kind)
+	}
+	go io.Copy(io.Discard, stdout)
+	return addr, cmd.Process.Pid, func() {
+		stdin.Close() // the child stops when its stdin closes
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// TestRLSServe is the child side of spawn: it serves PORTERO_BENCH_RLS_SERVE
+// ("memory", "redis=<addr>" or "gubernator") on 127.0.0.1, prints
+// "RLS-ADDR <addr>" and serves until its stdin closes.
+func TestRLSServe(t *testing.T) {
+	kind := os.Getenv("PORTERO_BENCH_RLS_SERVE")
+	if kind == "" {
+		t.Skip("the server side of TestRLSReport")
+	}
+	var addr string
+	var stop func()
+	switch {
+	case kind == "memory":
+		st, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, stop = servePortero(t, st)
+	case strings.HasPrefix(kind, "redis="):
+		st, err := redisstore.New(redisstore.Config{Addrs: []string{strings.TrimPrefix(kind, "redis=")}, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, stop = servePortero(t, st)
+	case kind == "gubernator":
+		addr, stop = serveGubernator(t)
+	default:
+		t.Fatalf("unknown server %q", kind)
+	}
+	if dir := os.Getenv("PORTERO_BENCH_RLS_PROFILE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(kind, ":", "_")+".cpu"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.MemProfileRate = 64 << 10
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			if m, err := os.Create(filepath.Join(dir, strings.ReplaceAll(kind, ":", "_")+".alloc")); err == nil {
+				pprof.Lookup("allocs").WriteTo(m, 0)
+				m.Close()
+			}
+		}()
+	}
+	fmt.Printf("RLS-ADDR %s\n", addr)
+	io.Copy(io.Discard, os.Stdin)
+	stop()
+}
+
+func servePortero(t testing.TB, st portero.Store) (string, func()) {
 	t.Helper()
 	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "bench.yaml", Data: []byte(rlsConfig)}}, envoyconf.Options{})
 	if err != nil {
@@ -78,82 +226,14 @@ func startPortero(t testing.TB, st portero.Store) (pb.RateLimitServiceClient, fu
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rls.Serve(ctx, lis, rls.NewService(eng, rls.ServiceOptions{}), time.Second) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pb.NewRateLimitServiceClient(conn), func() {
-		conn.Close()
+	return lis.Addr().String(), func() {
 		cancel()
 		<-done
 		st.Close(context.Background())
 	}
 }
 
-var rlsKeyNames = func() []string {
-	ks := make([]string, rlsKeys)
-	for i := range ks {
-		ks[i] = "c" + strconv.Itoa(i)
-	}
-	return ks
-}()
-
-func porteroCall(c pb.RateLimitServiceClient) func(context.Context, int) error {
-	return func(ctx context.Context, k int) error {
-		resp, err := c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
-			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: rlsKeyNames[k]}}},
-		}})
-		if err != nil {
-			return err
-		}
-		if resp.OverallCode == pb.RateLimitResponse_UNKNOWN {
-			return fmt.Errorf("overall_code UNKNOWN")
-		}
-		return nil
-	}
-}
-
-func rlsSubjects(redisAddr string) []rlsSubject {
-	subs := []rlsSubject{
-		{name: "portero rls, memory store", open: func(t testing.TB) (func(context.Context, int) error, func()) {
-			st, err := memstore.New(memstore.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, stop := startPortero(t, st)
-			return porteroCall(c), stop
-		}},
-		{name: "gubernator v2.13.0, single node", open: func(t testing.TB) (func(context.Context, int) error, func()) {
-			return startGubernator(t)
-		}},
-	}
-	if redisAddr == "" {
-		return subs
-	}
-	return append(subs,
-		rlsSubject{name: "portero rls, redis store", open: func(t testing.TB) (func(context.Context, int) error, func()) {
-			st, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}, Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, stop := startPortero(t, st)
-			return porteroCall(c), stop
-		}},
-		rlsSubject{name: "redis store AllowAll alone (no gRPC)", open: func(t testing.TB) (func(context.Context, int) error, func()) {
-			st, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}, Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rule := portero.Rule{Name: "bench.client", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 1000, Window: time.Second}}
-			return func(ctx context.Context, k int) error {
-				_, err := st.AllowAll(ctx, time.Now(), []portero.Hit{{Rule: rule, Key: "bench|client=" + rlsKeyNames[k], Cost: 1}})
-				return err
-			}, func() { st.Close(context.Background()) }
-		}},
-	)
-}
-
-func startGubernator(t testing.TB) (func(context.Context, int) error, func()) {
+func serveGubernator(t testing.TB) (string, func()) {
 	t.Helper()
 	free := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -176,12 +256,51 @@ func startGubernator(t testing.TB) (func(context.Context, int) error, func()) {
 		t.Fatal(err)
 	}
 	d.SetPeers([]gubernator.PeerInfo{{GRPCAddress: grpcAddr, HTTPAddress: httpAddr, IsOwner: true}})
-	c, err := gubernator.DialV1Server(grpcAddr, nil)
-	if err != nil {
-		t.Fatal(err)
+	return grpcAddr, d.Close
+}
+
+// porteroClient returns a ShouldRateLimit caller over conns connections to
+// the Portero server kind.
+func porteroClient(t testing.TB, kind string, conns int) (func(context.Context, int) error, int, func()) {
+	addr, pid, stop := spawn(t, kind)
+	cs := dialAll(t, addr, conns)
+	clients := make([]pb.RateLimitServiceClient, conns)
+	for i, c := range cs {
+		clients[i] = pb.NewRateLimitServiceClient(c)
 	}
+	pick := roundRobin(conns)
 	return func(ctx context.Context, k int) error {
-			resp, err := c.GetRateLimits(ctx, &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
+			resp, err := clients[pick()].ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: rlsKeyNames[k]}}},
+			}})
+			if err != nil {
+				return err
+			}
+			if resp.OverallCode == pb.RateLimitResponse_UNKNOWN {
+				return fmt.Errorf("overall_code UNKNOWN")
+			}
+			return nil
+		}, pid, func() {
+			for _, c := range cs {
+				c.Close()
+			}
+			stop()
+		}
+}
+
+// gubernatorClient returns a GetRateLimits caller over conns connections,
+// dialled exactly as Portero's (gubernator.DialV1Server would add an
+// OpenTelemetry stats handler: client work Portero's client does not do).
+func gubernatorClient(t testing.TB, conns int) (func(context.Context, int) error, int, func()) {
+	addr, pid, stop := spawn(t, "gubernator")
+	cs := dialAll(t, addr, conns)
+	clients := make([]gubernator.V1Client, conns)
+	for i, c := range cs {
+		clients[i] = gubernator.NewV1Client(c)
+	}
+	pick := roundRobin(conns)
+	return func(ctx context.Context, k int) error {
+			resp, err := clients[pick()].GetRateLimits(ctx, &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
 				Name: "bench_client", UniqueKey: rlsKeyNames[k], Hits: 1, Limit: 1000, Duration: 1000,
 				Algorithm: gubernator.Algorithm_TOKEN_BUCKET,
 			}}})
@@ -192,30 +311,145 @@ func startGubernator(t testing.TB) (func(context.Context, int) error, func()) {
 				return fmt.Errorf("gubernator: %s", e)
 			}
 			return nil
-		}, func() {
-			d.Close()
+		}, pid, func() {
+			for _, c := range cs {
+				c.Close()
+			}
+			stop()
 		}
+}
+
+// rlsConns are the connection counts the gRPC subjects are measured with:
+// one, as a single-threaded Envoy keeps, and four, as an Envoy with four
+// worker threads keeps (one per worker).
+var rlsConns = []int{1, 4}
+
+func rlsSubjects(redisAddr string) []rlsSubject {
+	var subs []rlsSubject
+	for _, n := range rlsConns {
+		subs = append(subs,
+			rlsSubject{name: "portero rls, memory store", conns: n, open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
+				return porteroClient(t, "memory", n)
+			}},
+			rlsSubject{name: "gubernator v2.13.0, single node", conns: n, open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
+				return gubernatorClient(t, n)
+			}},
+		)
+	}
+	if redisAddr == "" {
+		return subs
+	}
+	for _, n := range rlsConns {
+		subs = append(subs, rlsSubject{name: "portero rls, redis store", conns: n, open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
+			return porteroClient(t, "redis="+redisAddr, n)
+		}})
+	}
+	return append(subs,
+		rlsSubject{name: "redis store AllowAll alone (no gRPC)", open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
+			st, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rule := portero.Rule{Name: "bench.client", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 1000, Window: time.Second}}
+			return func(ctx context.Context, k int) error {
+				_, err := st.AllowAll(ctx, time.Now(), []portero.Hit{{Rule: rule, Key: "bench|client=" + rlsKeyNames[k], Cost: 1}})
+				return err
+			}, 0, func() { st.Close(context.Background()) }
+		}},
+	)
 }
 
 type rlsRow struct {
 	calls    float64 // per second
 	p50, p99 time.Duration
 	errs     int64
+	// server, client and redis are CPU time (user and system) per call of
+	// the server process, of this process (the client; for a subject
+	// without a server process, client and store) and of redis-server.
+	server, client, redis time.Duration
 }
 
-// drive runs call from conc goroutines for d and measures every call.
-func drive(call func(context.Context, int) error, conc int, d time.Duration) rlsRow {
+// redisPID is redis-server's process id; 0 when there is none.
+var redisPID int
+
+// selfCPU returns the CPU time this process has used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU reads the CPU time process pid has used so far from /proc (utime
+// and stime, in clock ticks of 1/100 s); 0 for pid 0.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// redisServerPID asks the Redis server at addr for its process id.
+func redisServerPID(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
+	}
+	var buf []byte
+	tmp := make([]byte, 4096)
+	for {
+		n, err := c.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		if _, rest, ok := bytes.Cut(buf, []byte("process_id:")); ok {
+			if v, _, ok := bytes.Cut(rest, []byte("\r\n")); ok {
+				return strconv.Atoi(string(v))
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// drive runs call from conc goroutines for d and measures every call and
+// the CPU time of this process, of process pid and of redis-server.
+func drive(call func(context.Context, int) error, pid, conc int, d time.Duration) rlsRow {
 	var errs atomic.Int64
 	lats := make([][]time.Duration, conc)
+	for g := range lats {
+		lats[g] = make([]time.Duration, 0, 1<<16)
+	}
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
+	self0, server0, redis0 := selfCPU(), procCPU(pid), procCPU(redisPID)
 	begin := time.Now()
 	for g := 0; g < conc; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 42))
-			ls := make([]time.Duration, 0, 1<<16)
+			ls := lats[g]
 			for time.Now().Before(stop) {
 				t0 := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -231,14 +465,23 @@ func drive(call func(context.Context, int) error, conc int, d time.Duration) rls
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
+	self, server, redis := selfCPU()-self0, procCPU(pid)-server0, procCPU(redisPID)-redis0
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	row := rlsRow{calls: float64(len(all)) / elapsed.Seconds(), errs: errs.Load()}
-	if len(all) > 0 {
+	if n := time.Duration(len(all)); n > 0 {
 		row.p50 = all[len(all)/2]
 		row.p99 = all[len(all)*99/100]
+		row.server, row.client, row.redis = server/n, self/n, redis/n
 	}
 	return row
+}
+
+func micros(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 1, 64)
 }
 
 func TestRLSReport(t *testing.T) {
@@ -254,22 +497,68 @@ func TestRLSReport(t *testing.T) {
 	redisAddr := ""
 	if _, err := exec.LookPath("redis-server"); err == nil {
 		redisAddr = redistest.Start(t).Addr()
+		pid, err := redisServerPID(redisAddr)
+		if err != nil {
+			t.Fatalf("redis-server's process id: %v", err)
+		}
+		redisPID = pid
 	} else {
 		t.Log("redis-server not found: Redis rows skipped")
 	}
-	fmt.Printf("\nShouldRateLimit-equivalent decisions, %d s per row, GOMAXPROCS=%d, keys=%d, limit 1000/s per key\n\n", secs, runtime.GOMAXPROCS(0), rlsKeys)
-	fmt.Printf("| subject | concurrency | calls/s | p50 | p99 | errors |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("\nShouldRateLimit-equivalent decisions, %d s per row, GOMAXPROCS=%d, keys=%d, limit 1000/s per key;\n", secs, runtime.GOMAXPROCS(0), rlsKeys)
+	fmt.Printf("CPU µs per call of the server process, of the client (for the store alone: client and store) and of redis-server\n\n")
+	fmt.Printf("| subject | conns | streams | calls/s | p50 | p99 | server CPU | client CPU | redis CPU | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	only := os.Getenv("PORTERO_BENCH_RLS_ONLY")
+	at64 := map[string]rlsRow{} // "name/conns" → the row at 64 streams
 	for _, s := range rlsSubjects(redisAddr) {
-		call, closeFn := s.open(t)
+		if only != "" && !strings.Contains(s.name, only) {
+			continue
+		}
+		call, pid, closeFn := s.open(t)
 		// Warm up: connections, tables, scripts.
-		drive(call, 8, 300*time.Millisecond)
-		for _, conc := range []int{1, 16, 64} {
-			r := drive(call, conc, time.Duration(secs)*time.Second)
-			fmt.Printf("| %s | %d | %.0f | %v | %v | %d |\n", s.name, conc, r.calls, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.errs)
+		drive(call, pid, 8, 300*time.Millisecond)
+		concs := []int{1, 16, 64}
+		if s.conns > 1 {
+			concs = []int{16, 64} // one stream uses one connection
+		}
+		conns := "-"
+		if s.conns > 0 {
+			conns = strconv.Itoa(s.conns)
+		}
+		for _, conc := range concs {
+			r := drive(call, pid, conc, time.Duration(secs)*time.Second)
+			fmt.Printf("| %s | %s | %d | %.0f | %v | %v | %s | %s | %s | %d |\n", s.name, conns, conc, r.calls,
+				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), micros(r.server), micros(r.client), micros(r.redis), r.errs)
 			if r.errs > 0 {
-				t.Errorf("%s at %d: %d errors", s.name, conc, r.errs)
+				t.Errorf("%s (%s conns) at %d: %d errors", s.name, conns, conc, r.errs)
+			}
+			if conc == 64 {
+				at64[s.name+"/"+conns] = r
 			}
 		}
 		closeFn()
 	}
+	fmt.Printf("\nAt 64 streams:\n\n")
+	for _, n := range rlsConns {
+		c := strconv.Itoa(n)
+		if m, g := at64["portero rls, memory store/"+c], at64["gubernator v2.13.0, single node/"+c]; m.calls > 0 && g.calls > 0 {
+			fmt.Printf("* %s conn(s), portero memory vs gubernator: %.2f× the calls/s, %.2f× fewer server CPU per call (target ≥ 4× the calls/s)\n",
+				c, m.calls/g.calls, ratio(g.server, m.server))
+		}
+	}
+	for _, n := range rlsConns {
+		c := strconv.Itoa(n)
+		if r, a := at64["portero rls, redis store/"+c], at64["redis store AllowAll alone (no gRPC)/-"]; r.calls > 0 && a.calls > 0 {
+			fmt.Printf("* %s conn(s), portero redis vs the redis store alone: %.0f%% of the calls/s; CPU per call beside redis-server's: %s+%s µs vs %s+%s µs (target ≥ 80%% of the calls/s)\n",
+				c, 100*r.calls/a.calls, micros(r.server), micros(r.redis), micros(a.client), micros(a.redis))
+		}
+	}
+}
+
+// ratio returns a/b, 0 when b is 0.
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +99,28 @@ type Response struct {
 	// Degraded is set when the answer comes from the failure policy because
 	// the store failed; it holds the store's error.
 	Degraded error
+
+	// inline holds Statuses for small requests, so that a response is one
+	// allocation.
+	inline [inlineStatuses]Status
+}
+
+// inlineStatuses is the number of descriptors a Response holds without a
+// second allocation; Envoy's route actions rarely produce more.
+const inlineStatuses = 2
+
+// newResponse returns a response with n statuses, all OK.
+func newResponse(n int) *Response {
+	r := &Response{Code: OK}
+	if n <= inlineStatuses {
+		r.Statuses = r.inline[:n]
+	} else {
+		r.Statuses = make([]Status, n)
+	}
+	for i := range r.Statuses {
+		r.Statuses[i].Code = OK
+	}
+	return r
 }
 
 // ErrorKind classifies request errors for the doors: gRPC codes and HTTP
@@ -220,12 +244,42 @@ func (e *Engine) Limits() *envoyconf.Config { return e.limits.Load() }
 
 // item is a descriptor with a limit to decide.
 type item struct {
-	idx    int
-	rl     *envoyconf.RateLimit
-	key    string
-	cost   int64
-	shadow bool
-	forced bool // over the limit without asking: blocked or cost > MaxCost
+	idx      int
+	rl       *envoyconf.RateLimit
+	key      string
+	cost     int64
+	shadow   bool
+	forced   bool // over the limit without asking: blocked or cost > MaxCost
+	replaced bool // another matched limit replaces this one
+}
+
+// scratch holds the per-call working slices of Decide, reused through
+// scratchPool so that a decision allocates only its response, its store
+// keys and what the store itself allocates. Stores must not keep the hits
+// slice they are given after they return (as package policy also
+// requires).
+type scratch struct {
+	items, count, peek []item
+	hits               []portero.Hit
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxPooledItems bounds the slices kept in the pool, so that one huge
+// request does not pin its memory.
+const maxPooledItems = 256
+
+func (sc *scratch) release() {
+	if cap(sc.items) > maxPooledItems || cap(sc.count) > maxPooledItems || cap(sc.peek) > maxPooledItems || cap(sc.hits) > maxPooledItems+2 {
+		return
+	}
+	// Drop the references to keys and limits so the pool does not keep
+	// them alive.
+	clear(sc.items[:cap(sc.items)])
+	clear(sc.count[:cap(sc.count)])
+	clear(sc.peek[:cap(sc.peek)])
+	clear(sc.hits[:cap(sc.hits)])
+	scratchPool.Put(sc)
 }
 
 // Decide answers req at instant now. A refusal is a Response with Code
@@ -245,12 +299,13 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 	if reqHits == 0 {
 		reqHits = 1
 	}
-	resp := &Response{Code: OK, Statuses: make([]Status, len(req.Descriptors))}
-	items := make([]item, 0, len(req.Descriptors))
+	resp := newResponse(len(req.Descriptors))
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	items := sc.items[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
-		st.Code = OK
 		var rl *envoyconf.RateLimit
 		var m envoyconf.Match
 		shadow := false
@@ -282,8 +337,9 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 		items = append(items, it)
 	}
 	items = applyReplaces(items)
+	sc.items = items
 
-	var count, peek []item
+	count, peek := sc.count[:0], sc.peek[:0]
 	blocked := false
 	for _, it := range items {
 		st := &resp.Statuses[it.idx]
@@ -307,15 +363,16 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 		// The request is refused whatever the store says: count nothing, but
 		// still tell every descriptor where it stands.
 		peek = append(peek, count...)
-		count = nil
+		count = count[:0]
 	}
+	sc.count, sc.peek = count, peek
 	if len(count) > 0 {
-		if err := e.count(ctx, now, resp, count); err != nil {
+		if err := e.count(ctx, now, resp, count, sc); err != nil {
 			return nil, err
 		}
 	}
 	if len(peek) > 0 {
-		if err := e.peek(ctx, now, resp, peek); err != nil {
+		if err := e.peek(ctx, now, resp, peek, sc); err != nil {
 			return nil, err
 		}
 	}
@@ -349,27 +406,37 @@ func allOverridden(req *Request) bool {
 	return true
 }
 
-// applyReplaces drops the limits that another matched limit replaces
-// (rate_limit.replaces), as envoyproxy/ratelimit does.
+// applyReplaces drops, in place, the limits that another matched limit
+// replaces (rate_limit.replaces), as envoyproxy/ratelimit does: a limit is
+// dropped when any matched limit (dropped or not) names it.
 func applyReplaces(items []item) []item {
-	var replaced map[string]bool
+	has := false
 	for _, it := range items {
-		for _, n := range it.rl.Replaces {
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			replaced[n] = true
+		if len(it.rl.Replaces) > 0 {
+			has = true
+			break
 		}
 	}
-	if replaced == nil {
+	if !has {
 		return items
+	}
+	for i := range items {
+		name := items[i].rl.Name
+		if name == "" {
+			continue
+		}
+		for _, by := range items {
+			if slices.Contains(by.rl.Replaces, name) {
+				items[i].replaced = true
+				break
+			}
+		}
 	}
 	out := items[:0]
 	for _, it := range items {
-		if it.rl.Name != "" && replaced[it.rl.Name] {
-			continue
+		if !it.replaced {
+			out = append(out, it)
 		}
-		out = append(out, it)
 	}
 	return out
 }
@@ -419,8 +486,9 @@ func (e *Engine) validate(req *Request) error {
 // count decides the counted items all-or-nothing. As in package policy,
 // when only shadow rules refuse, they are dropped and the rest asked again,
 // so that a shadow rule never changes what is counted for enforced ones.
-func (e *Engine) count(ctx context.Context, now time.Time, resp *Response, items []item) error {
-	hits := make([]portero.Hit, 0, len(items))
+func (e *Engine) count(ctx context.Context, now time.Time, resp *Response, items []item, sc *scratch) error {
+	hits := sc.hits[:0]
+	defer func() { sc.hits = hits }()
 	active := items
 	for {
 		hits = hits[:0]
@@ -478,8 +546,9 @@ const peekKey = "portero.rls.peek"
 // peek asks the store about items without counting anything: each with its
 // own cost, or 1 for a check-only descriptor and for a cost the rule can
 // never admit ("would one more pass?").
-func (e *Engine) peek(ctx context.Context, now time.Time, resp *Response, items []item) error {
-	hits := make([]portero.Hit, 0, len(items)+2)
+func (e *Engine) peek(ctx context.Context, now time.Time, resp *Response, items []item, sc *scratch) error {
+	hits := sc.hits[:0]
+	defer func() { sc.hits = hits }()
 	for _, it := range items {
 		hits = append(hits, portero.Hit{Rule: it.rl.Rule, Key: it.key, Cost: peekCost(it)})
 	}
@@ -578,11 +647,11 @@ func (e *Engine) FailureResponse(req *Request, p FailurePolicy, err error) *Resp
 	if p == FailError {
 		return nil
 	}
-	resp := &Response{Code: OK, Statuses: make([]Status, len(req.Descriptors)), Degraded: err}
+	resp := newResponse(len(req.Descriptors))
+	resp.Degraded = err
 	dom := e.limits.Load().Domain(req.Domain)
 	for i := range req.Descriptors {
 		st := &resp.Statuses[i]
-		st.Code = OK
 		if p != FailClosed {
 			continue
 		}
@@ -617,21 +686,29 @@ type Header struct{ Name, Value string }
 // Retry-After in whole seconds (rounded up, at least 1). Shadow and
 // unlimited rules are not announced. Several descriptors under one rule
 // are announced once, with the state closest to exhaustion.
-func (r *Response) Headers() []Header {
+func (r *Response) Headers() []Header { return r.appendHeaders(nil) }
+
+// maxHeaders is the most headers appendHeaders adds.
+const maxHeaders = 3
+
+// appendHeaders appends Headers to hs. The RateLimit-Policy value of a
+// single limit is the limit's precomputed PolicyItem, so an allowed request
+// under one limit formats only its RateLimit value.
+func (r *Response) appendHeaders(hs []Header) []Header {
 	type entry struct {
-		name string
-		st   *Status
+		lim *envoyconf.RateLimit
+		st  *Status
 	}
-	var ents []entry
+	var buf [4]entry
+	ents := buf[:0]
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
 		if st.Limit == nil || st.Shadow || st.Unlimited {
 			continue
 		}
-		name := st.Limit.PolicyName()
 		dup := false
 		for k := range ents {
-			if ents[k].name == name {
+			if ents[k].lim == st.Limit || ents[k].lim.PolicyName() == st.Limit.PolicyName() {
 				dup = true
 				if worse(st, ents[k].st) {
 					ents[k].st = st
@@ -639,31 +716,35 @@ func (r *Response) Headers() []Header {
 			}
 		}
 		if !dup {
-			ents = append(ents, entry{name, st})
+			ents = append(ents, entry{st.Limit, st})
 		}
 	}
 	if len(ents) == 0 {
 		if r.Code == OverLimit {
-			return []Header{{"Retry-After", "1"}}
+			return append(hs, Header{"Retry-After", "1"})
 		}
-		return nil
+		return hs
 	}
-	var pol, cur []byte
+	var pol string
+	if len(ents) == 1 {
+		pol = ents[0].st.Limit.PolicyItem()
+	} else {
+		var pb [256]byte
+		b := pb[:0]
+		for i, en := range ents {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			// The limit of the state announced, as when the value was
+			// formatted per request.
+			b = append(b, en.st.Limit.PolicyItem()...)
+		}
+		pol = string(b)
+	}
+	var cb [128]byte
+	cur := cb[:0]
 	var retry int64
 	for _, en := range ents {
-		l := en.st.Limit
-		if len(pol) > 0 {
-			pol = append(pol, ", "...)
-		}
-		pol = appendSFString(pol, en.name)
-		pol = append(pol, ";q="...)
-		pol = strconv.AppendUint(pol, uint64(l.RequestsPerUnit), 10)
-		pol = append(pol, ";w="...)
-		pol = strconv.AppendInt(pol, int64(l.Unit.Duration()/time.Second), 10)
-		if b := l.Rule.Limit.Burst; b > 0 {
-			pol = append(pol, ";portero-burst="...)
-			pol = strconv.AppendInt(pol, b, 10)
-		}
 		refused := en.st.Code == OverLimit
 		if r.Code == OverLimit && !refused {
 			continue
@@ -676,13 +757,13 @@ func (r *Response) Headers() []Header {
 		if len(cur) > 0 {
 			cur = append(cur, ", "...)
 		}
-		cur = appendSFString(cur, en.name)
+		cur = append(cur, en.st.Limit.QuotedName()...)
 		cur = append(cur, ";r="...)
 		cur = strconv.AppendInt(cur, max(en.st.Remaining, 0), 10)
 		cur = append(cur, ";t="...)
 		cur = strconv.AppendInt(cur, t, 10)
 	}
-	hs := []Header{{"RateLimit-Policy", string(pol)}}
+	hs = append(hs, Header{"RateLimit-Policy", pol})
 	if len(cur) > 0 {
 		hs = append(hs, Header{"RateLimit", string(cur)})
 	}
@@ -709,24 +790,9 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// appendSFString appends s as a Structured Field String (RFC 9651): quoted,
-// with '"' and '\' escaped; characters outside printable ASCII, which an
-// SF String cannot hold, become '?'.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
+// appendSFString appends s as a Structured Field String (RFC 9651); see
+// envoyconf.AppendSFString.
+func appendSFString(b []byte, s string) []byte { return envoyconf.AppendSFString(b, s) }
 
 // Decision summarises resp the way the HTTP doors report it: the status
 // that decided (the refusing one with the longest wait, or when allowed the

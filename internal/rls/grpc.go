@@ -35,6 +35,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -100,13 +102,21 @@ func NewService(e *Engine, o ServiceOptions) *Service {
 // unknown domains), a store failure UNAVAILABLE under FailError, and an
 // expired deadline DEADLINE_EXCEEDED; none of them is ever answered OK.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	req, err := fromProto(in)
+	rb := requestPool.Get().(*requestBlock)
+	defer rb.release()
+	req, err := rb.fromProto(in)
 	if err != nil {
 		return nil, err
 	}
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
+	// Bound the call by CallTimeout unless the caller's deadline (Envoy
+	// always sends one) already comes first: then a second timer would
+	// never fire and only cost allocations.
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.opts.CallTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
+	}
 	resp, err := s.engine.Decide(ctx, s.opts.Now(), req)
 	if err != nil {
 		var re *RequestError
@@ -133,10 +143,56 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) 
 	return s.toProto(resp), nil
 }
 
+// Requests with at most inlineDescriptors descriptors of at most
+// inlineEntries entries in all are converted without allocating beyond the
+// requestBlock.
+const (
+	inlineDescriptors = 4
+	inlineEntries     = 8
+)
+
+// requestBlock holds a converted request and, for small ones, its
+// descriptors, entries and hits. ShouldRateLimit takes blocks from
+// requestPool, so that converting a request allocates nothing: nothing the
+// engine returns points into the request.
+type requestBlock struct {
+	req     Request
+	descs   [inlineDescriptors]Descriptor
+	entries [inlineEntries]envoyconf.Entry
+	hits    [inlineDescriptors]uint64
+}
+
+var requestPool = sync.Pool{New: func() any { return new(requestBlock) }}
+
+// release clears rb, so that the pool keeps no strings of the request
+// alive, and puts it back.
+func (rb *requestBlock) release() {
+	*rb = requestBlock{}
+	requestPool.Put(rb)
+}
+
 func fromProto(in *pb.RateLimitRequest) (*Request, error) {
-	req := &Request{Domain: in.GetDomain(), Hits: in.GetHitsAddend()}
-	req.Descriptors = make([]Descriptor, len(in.GetDescriptors()))
-	for i, d := range in.GetDescriptors() {
+	return new(requestBlock).fromProto(in)
+}
+
+func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*Request, error) {
+	req := &rb.req
+	req.Domain, req.Hits = in.GetDomain(), in.GetHitsAddend()
+	pds := in.GetDescriptors()
+	n := 0
+	for _, d := range pds {
+		n += len(d.GetEntries())
+	}
+	if len(pds) <= inlineDescriptors {
+		req.Descriptors = rb.descs[:len(pds)]
+	} else {
+		req.Descriptors = make([]Descriptor, len(pds))
+	}
+	entries := rb.entries[:0:inlineEntries]
+	if n > inlineEntries {
+		entries = make([]envoyconf.Entry, 0, n)
+	}
+	for i, d := range pds {
 		if d == nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: empty", i)
 		}
@@ -144,45 +200,83 @@ func fromProto(in *pb.RateLimitRequest) (*Request, error) {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
 		}
 		out := &req.Descriptors[i]
-		out.Entries = make([]envoyconf.Entry, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
-			out.Entries[j] = envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		start := len(entries)
+		for _, e := range d.GetEntries() {
+			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
+		out.Entries = entries[start:len(entries):len(entries)]
 		if l := d.GetLimit(); l != nil {
 			out.Override = &Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			v := h.GetValue()
-			out.Hits = &v
+			if i < inlineDescriptors {
+				rb.hits[i] = v
+				out.Hits = &rb.hits[i]
+			} else {
+				out.Hits = &v
+			}
 		}
 	}
 	return req, nil
 }
 
+// responseBlock holds a protobuf response with up to inlineStatuses
+// statuses and its headers: one allocation for the whole answer.
+type responseBlock struct {
+	out      pb.RateLimitResponse
+	statuses [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
+	sts      [inlineStatuses]pb.RateLimitResponse_DescriptorStatus
+	limits   [inlineStatuses]pb.RateLimitResponse_RateLimit
+	durs     [inlineStatuses]durationpb.Duration
+	headers  [maxHeaders]*corev3.HeaderValue
+	hvs      [maxHeaders]corev3.HeaderValue
+}
+
 func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
-	out := &pb.RateLimitResponse{
-		OverallCode: pb.RateLimitResponse_Code(r.Code),
-		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(r.Statuses)),
+	n := len(r.Statuses)
+	blk := new(responseBlock)
+	out := &blk.out
+	out.OverallCode = pb.RateLimitResponse_Code(r.Code)
+	var (
+		sts    []pb.RateLimitResponse_DescriptorStatus
+		limits []pb.RateLimitResponse_RateLimit
+		durs   []durationpb.Duration
+	)
+	if n <= inlineStatuses {
+		out.Statuses, sts, limits, durs = blk.statuses[:n], blk.sts[:n], blk.limits[:n], blk.durs[:n]
+	} else {
+		out.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
+		sts = make([]pb.RateLimitResponse_DescriptorStatus, n)
+		limits = make([]pb.RateLimitResponse_RateLimit, n)
+		durs = make([]durationpb.Duration, n)
 	}
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
-		ps := &pb.RateLimitResponse_DescriptorStatus{
-			Code:           pb.RateLimitResponse_Code(st.Code),
-			LimitRemaining: uint32(min(max(st.Remaining, 0), math.MaxUint32)),
-		}
+		ps := &sts[i]
+		ps.Code = pb.RateLimitResponse_Code(st.Code)
+		ps.LimitRemaining = uint32(min(max(st.Remaining, 0), math.MaxUint32))
 		if l := st.Limit; l != nil {
-			ps.CurrentLimit = &pb.RateLimitResponse_RateLimit{
-				Name:            l.PolicyName(),
-				RequestsPerUnit: l.RequestsPerUnit,
-				Unit:            pb.RateLimitResponse_RateLimit_Unit(l.Unit),
-			}
-			ps.DurationUntilReset = durationpb.New(st.ResetAfter)
+			cl := &limits[i]
+			cl.Name, cl.RequestsPerUnit, cl.Unit = l.PolicyName(), l.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(l.Unit)
+			ps.CurrentLimit = cl
+			// As durationpb.New: whole seconds and the nanoseconds left.
+			d := &durs[i]
+			d.Seconds, d.Nanos = int64(st.ResetAfter/time.Second), int32(st.ResetAfter%time.Second)
+			ps.DurationUntilReset = d
 		}
 		out.Statuses[i] = ps
 	}
 	if !s.opts.NoHeaders {
-		for _, h := range r.Headers() {
-			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
+		var buf [maxHeaders]Header
+		hs := r.appendHeaders(buf[:0])
+		if len(hs) > 0 {
+			out.ResponseHeadersToAdd = blk.headers[:len(hs)]
+			for i, h := range hs {
+				hv := &blk.hvs[i]
+				hv.Key, hv.Value = h.Name, h.Value
+				out.ResponseHeadersToAdd[i] = hv
+			}
 		}
 	}
 	return out
@@ -192,7 +286,7 @@ func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
 // (SERVING for "" and ServiceName) and server reflection registered, and
 // the health server so that the caller can flip it on shutdown.
 func NewServer(svc *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(DefaultServerOptions(), opts...)...)
 	pb.RegisterRateLimitServiceServer(g, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -200,6 +294,19 @@ func NewServer(svc *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.S
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	return g, hs
+}
+
+// DefaultServerOptions are the options NewServer and Serve start from (the
+// caller's come after them and win): a pool of 16 stream workers per
+// GOMAXPROCS, so that most calls run on a goroutine whose stack has already
+// grown instead of on a new goroutine per stream (gRPC still starts one
+// when every worker is busy, so a slow store never queues calls), and write
+// buffers shared between connections, released when idle.
+func DefaultServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
+		grpc.SharedWriteBuffer(true),
+	}
 }
 
 // Serve runs svc on lis until ctx is done, then stops gracefully: health

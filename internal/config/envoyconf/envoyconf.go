@@ -54,6 +54,7 @@ package envoyconf
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -157,6 +158,74 @@ type RateLimit struct {
 	// MaxCost is the largest cost one request can have under Rule; a larger
 	// hits_addend is over the limit, as in envoyproxy/ratelimit.
 	MaxCost int64
+
+	// quotedName and policyItem are QuotedName and PolicyItem, computed
+	// once when the limit is built (see precompute) so that the doors do
+	// not format static header text on every request.
+	quotedName, policyItem string
+}
+
+// precompute fills the header forms of r; call it once r is complete.
+func (r *RateLimit) precompute() {
+	r.quotedName = string(AppendSFString(nil, r.PolicyName()))
+	r.policyItem = string(r.appendPolicyItem(nil))
+}
+
+// QuotedName returns PolicyName as a Structured Field String (RFC 9651),
+// the form RateLimit and RateLimit-Policy headers name the limit by.
+func (r *RateLimit) QuotedName() string {
+	if r.quotedName != "" {
+		return r.quotedName
+	}
+	return string(AppendSFString(nil, r.PolicyName()))
+}
+
+// PolicyItem returns the limit's item in a RateLimit-Policy header
+// (draft-ietf-httpapi-ratelimit-headers-11): QuotedName, then
+// ";q=" requests_per_unit, ";w=" the unit in seconds and, for a Portero
+// algorithm with a burst, ";portero-burst=" the burst. It never changes for
+// a given limit, so it is formatted once.
+func (r *RateLimit) PolicyItem() string {
+	if r.policyItem != "" {
+		return r.policyItem
+	}
+	return string(r.appendPolicyItem(nil))
+}
+
+func (r *RateLimit) appendPolicyItem(b []byte) []byte {
+	if r.quotedName != "" {
+		b = append(b, r.quotedName...)
+	} else {
+		b = AppendSFString(b, r.PolicyName())
+	}
+	b = append(b, ";q="...)
+	b = strconv.AppendUint(b, uint64(r.RequestsPerUnit), 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, int64(r.Unit.Duration()/time.Second), 10)
+	if burst := r.Rule.Limit.Burst; burst > 0 {
+		b = append(b, ";portero-burst="...)
+		b = strconv.AppendInt(b, burst, 10)
+	}
+	return b
+}
+
+// AppendSFString appends s as a Structured Field String (RFC 9651): quoted,
+// with '"' and '\' escaped; characters outside printable ASCII, which an
+// SF String cannot hold, become '?'.
+func AppendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 // PolicyName returns the name used in RateLimit-Policy headers and
@@ -381,7 +450,9 @@ func OverrideRule(domain string, entries []Entry, rpu uint32, unit Unit) (*RateL
 	if err != nil {
 		return nil, fmt.Errorf("limit override: %w", err)
 	}
-	return &RateLimit{FullKey: name, Unit: unit, RequestsPerUnit: rpu, Rule: r, MaxCost: max}, nil
+	rl := &RateLimit{FullKey: name, Unit: unit, RequestsPerUnit: rpu, Rule: r, MaxCost: max}
+	rl.precompute()
+	return rl, nil
 }
 
 // DescriptorKey formats entries as envoyproxy/ratelimit does in its stats:

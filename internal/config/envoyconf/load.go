@@ -552,6 +552,7 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string) *RateLimit {
 		}
 		r.Rule, r.MaxCost = rule, max
 	}
+	r.precompute()
 	return r
 }
 
