@@ -38,6 +38,16 @@
 // another caller takes the last unit in between, the call is refused and the
 // slots already counted keep their count (stricter, never looser).
 //
+// # Cost
+//
+// A call of one hit, the common case, runs the algorithm's one-hit script:
+// one GET, the decision, one SET with the expiry when admitted. Calls of
+// several hits, and the sliding log, run the multi-hit driver. State is
+// three packed doubles in a string. Optionally (Config.OverLimitCache) a key
+// that Redis refused is decided locally from its stored state until it
+// would admit again: exactly Redis's decisions with CallerClock, never a
+// refusal that Redis would not make with ServerClock.
+//
 // # Failure
 //
 // Every Redis call has a deadline (Config.Timeout), and a circuit breaker
