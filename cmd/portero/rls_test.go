@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"strings"
@@ -77,14 +78,28 @@ func TestRLSAndCheck(t *testing.T) {
 	g, h := startRLS(t)
 	for _, server := range []string{"grpc://" + g, "http://" + h} {
 		t.Run(strings.SplitN(server, ":", 2)[0], func(t *testing.T) {
-			ip := "remote_address=10.0.0." + map[bool]string{true: "1", false: "2"}[strings.HasPrefix(server, "grpc")]
-			for i := 0; i < 10; i++ {
-				out, err := runCheck(t, "--server", server, "--domain", "edge", "-d", ip)
-				if err != nil || !strings.HasPrefix(out, "OK") {
-					t.Fatalf("check %d: %v\n%s", i, err, out)
+			// The example's limit is 10 per clock-aligned second: the 11
+			// checks must fall in one second, so each try starts just after a
+			// second begins, and a try that a slow machine stretched over a
+			// boundary is repeated with a fresh address.
+			var out string
+			var err error
+			for try := 0; ; try++ {
+				ip := fmt.Sprintf("remote_address=10.%d.0.%d", try, map[bool]int{true: 1, false: 2}[strings.HasPrefix(server, "grpc")])
+				time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
+				start := time.Now()
+				for i := 0; i < 10; i++ {
+					out, err := runCheck(t, "--server", server, "--domain", "edge", "-d", ip)
+					if err != nil || !strings.HasPrefix(out, "OK") {
+						t.Fatalf("check %d: %v\n%s", i, err, out)
+					}
 				}
+				out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", ip)
+				if time.Now().Truncate(time.Second).Equal(start.Truncate(time.Second)) || try == 4 {
+					break
+				}
+				t.Logf("try %d crossed a second boundary; again", try)
 			}
-			out, err := runCheck(t, "--server", server, "--domain", "edge", "-d", ip)
 			if !errors.Is(err, errRefused) || exitCode(err) != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "Retry-After: ") {
 				t.Fatalf("11th check: %v\n%s", err, out)
 			}
