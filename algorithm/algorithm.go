@@ -18,6 +18,8 @@
 // windows and the log treat an instant earlier than the last one they saw as
 // that last instant; GCRA and the queue, which keep only a future timestamp,
 // become stricter by the size of the step until real time catches up.
+// RetryAfter and ResetAfter are always measured from the caller's now, so
+// they include the step.
 package algorithm
 
 import (
@@ -37,10 +39,11 @@ type State struct{ A, B int64 }
 type Decider interface {
 	// Decide returns the decision for a request of the given cost at now
 	// (Unix ns), given the key's state s (found is false when the key has no
-	// state), and the state to keep if the decision is committed. When the
-	// decision is a refusal the returned state is s brought up to date, and
-	// keeping it or the old one makes no difference to later decisions.
-	// The cost must have passed CheckCost.
+	// state), and the state to keep if the decision is committed. A store
+	// keeps s unchanged after a refusal: the returned state is then s brought
+	// up to date, which decides the same while time goes forward but would
+	// forget an earlier instant if the clock later stepped back. The cost
+	// must have passed CheckCost.
 	Decide(s State, found bool, now, cost int64) (State, portero.Decision)
 	// Expiry returns the instant (Unix ns) from which s is equivalent to no
 	// state at all, so that a store may drop it (and a TTL may end).

@@ -281,54 +281,70 @@ func TestRetryAfterIsExact(t *testing.T) {
 	refusals := 0
 	for _, alg := range portero.Algorithms {
 		for li, l := range randomLimits {
-			k := newKeyed(t, alg, l)
-			keys, at, costs := randomTrace(r, 300, k.maxCost(), 3*l.Window)
-			for i := range keys {
-				d := k.decide(keys[i], at[i], costs[i])
-				if d.Remaining < 0 {
-					t.Fatalf("%s limit %d request %d: Remaining %d < 0", alg, li, i, d.Remaining)
-				}
-				if d.Allowed {
-					if d.RetryAfter != 0 {
-						t.Fatalf("%s: allowed with RetryAfter %v", alg, d.RetryAfter)
-					}
-					continue
-				}
-				refusals++
-				if d.RetryAfter <= 0 {
-					t.Fatalf("%s limit %d request %d: refused with RetryAfter %v", alg, li, i, d.RetryAfter)
-				}
-				at1 := at[i] + int64(d.RetryAfter)
-				if got := k.peek(keys[i], at1, costs[i]); !got.Allowed {
-					t.Fatalf("%s limit %v request %d cost %d at %d: RetryAfter %v, but refused then: %+v", alg, l, i, costs[i], at[i], d.RetryAfter, got)
-				}
-				if got := k.peek(keys[i], at1-1, costs[i]); got.Allowed {
-					t.Fatalf("%s limit %v request %d: RetryAfter %v, but admitted 1ns earlier", alg, l, i, d.RetryAfter)
-				}
-			}
-			// Remaining: exactly that many cost-1 requests pass now.
-			for _, key := range []string{"k0", "k1", "k2"} {
-				now := at[len(at)-1]
-				d := k.peek(key, now, 1)
-				want := d.Remaining
-				if d.Allowed {
-					want++
-				}
-				got := int64(0)
-				for k.decide(key, now, 1).Allowed {
-					got++
-					if got > l.Capacity()+l.Count {
-						break
-					}
-				}
-				if got != want {
-					t.Fatalf("%s limit %v key %s: peek said %+v, but %d cost-1 requests passed", alg, l, key, d, got)
-				}
+			for _, jumps := range []bool{false, true} {
+				testRetryAfter(t, r, alg, li, l, jumps, &refusals)
 			}
 		}
 	}
-	if refusals < 100 {
+	if refusals < 200 {
 		t.Fatalf("only %d refusals: the traces do not exercise RetryAfter", refusals)
+	}
+}
+
+// testRetryAfter runs one random trace; with jumps, one request in eight
+// comes from a clock up to two windows behind, and RetryAfter must still be
+// exact when measured from that clock.
+func testRetryAfter(t *testing.T, r *rand.Rand, alg portero.Algorithm, li int, l portero.Limit, jumps bool, refusals *int) {
+	k := newKeyed(t, alg, l)
+	keys, at, costs := randomTrace(r, 300, k.maxCost(), 3*l.Window)
+	if jumps {
+		for i := range at {
+			if r.IntN(8) == 0 {
+				at[i] -= r.Int64N(2*int64(l.Window)/1000) * 1000
+			}
+		}
+	}
+	for i := range keys {
+		d := k.decide(keys[i], at[i], costs[i])
+		if d.Remaining < 0 {
+			t.Fatalf("%s limit %d request %d: Remaining %d < 0", alg, li, i, d.Remaining)
+		}
+		if d.Allowed {
+			if d.RetryAfter != 0 {
+				t.Fatalf("%s: allowed with RetryAfter %v", alg, d.RetryAfter)
+			}
+			continue
+		}
+		*refusals++
+		if d.RetryAfter <= 0 {
+			t.Fatalf("%s limit %d request %d: refused with RetryAfter %v", alg, li, i, d.RetryAfter)
+		}
+		at1 := at[i] + int64(d.RetryAfter)
+		if got := k.peek(keys[i], at1, costs[i]); !got.Allowed {
+			t.Fatalf("%s limit %v jumps %v request %d cost %d at %d: RetryAfter %v, but refused then: %+v", alg, l, jumps, i, costs[i], at[i], d.RetryAfter, got)
+		}
+		if got := k.peek(keys[i], at1-1, costs[i]); got.Allowed {
+			t.Fatalf("%s limit %v jumps %v request %d: RetryAfter %v, but admitted 1ns earlier", alg, l, jumps, i, d.RetryAfter)
+		}
+	}
+	// Remaining: exactly that many cost-1 requests pass now.
+	for _, key := range []string{"k0", "k1", "k2"} {
+		now := at[len(at)-1]
+		d := k.peek(key, now, 1)
+		want := d.Remaining
+		if d.Allowed {
+			want++
+		}
+		got := int64(0)
+		for k.decide(key, now, 1).Allowed {
+			got++
+			if got > l.Capacity()+l.Count {
+				break
+			}
+		}
+		if got != want {
+			t.Fatalf("%s limit %v key %s: peek said %+v, but %d cost-1 requests passed", alg, l, key, d, got)
+		}
 	}
 }
 

@@ -50,15 +50,16 @@ func (a *TokenBucket) Decide(s State, found bool, now, cost int64) (State, porte
 		}
 	}
 	need := cost * a.interval
+	lag := last - now // > 0 when the caller's clock is behind the bucket's
 	d := portero.Decision{Limit: a.capacity}
 	if credit >= need {
 		credit -= need
 		d.Allowed = true
 	} else {
-		d.RetryAfter = dur(need - credit)
+		d.RetryAfter = dur(need - credit + lag)
 	}
 	d.Remaining = credit / a.interval
-	d.ResetAfter = dur(a.tau - credit)
+	d.ResetAfter = dur(a.tau - credit + lag)
 	return State{A: credit, B: last}, d
 }
 
@@ -89,15 +90,16 @@ func (a *LeakyMeter) Decide(s State, found bool, now, cost int64) (State, porter
 		}
 	}
 	need := cost * a.interval
+	lag := last - now // > 0 when the caller's clock is behind the meter's
 	d := portero.Decision{Limit: a.capacity}
 	if level <= a.tau-need {
 		level += need
 		d.Allowed = true
 	} else {
-		d.RetryAfter = dur(level - (a.tau - need))
+		d.RetryAfter = dur(level - (a.tau - need) + lag)
 	}
 	d.Remaining = (a.tau - level) / a.interval
-	d.ResetAfter = dur(level)
+	d.ResetAfter = dur(level + lag)
 	return State{A: level, B: last}, d
 }
 
@@ -129,7 +131,9 @@ func (a *GCRA) Decide(s State, found bool, now, cost int64) (State, portero.Deci
 	} else {
 		d.RetryAfter = dur(tat - now - (a.tau - need))
 	}
-	d.Remaining = (a.tau - (tat - now)) / a.interval
+	// After a clock step back the level can exceed the bucket: nothing
+	// remains, it does not go below zero.
+	d.Remaining = max(0, (a.tau-(tat-now))/a.interval)
 	d.ResetAfter = dur(tat - now)
 	return State{A: tat}, d
 }
@@ -168,7 +172,7 @@ func (a *LeakyQueue) Decide(s State, found bool, now, cost int64) (State, porter
 		// last − (now+δ) ≤ (capacity−cost)·T.
 		d.RetryAfter = dur(last - now - (a.capacity-cost)*a.interval)
 	}
-	d.Remaining = a.capacity - taken
+	d.Remaining = max(0, a.capacity-taken) // taken can exceed it after a clock step back
 	d.ResetAfter = dur(last - now)
 	return State{A: last}, d
 }

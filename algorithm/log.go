@@ -58,13 +58,20 @@ func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
 // all-or-nothing call): they count as entries logged at now, the newest.
 // With pending 0 it is Decide. A cost above L is refused, never admitted.
 func (a *SlidingLog) DecideAfter(l *Log, now, pending, cost int64) portero.Decision {
+	var lag int64 // > 0 when the caller's clock is behind the log's
 	if l.n > 0 && now < l.latest {
+		lag = l.latest - now
 		now = l.latest // time went back: the latest instant stands
 	}
 	l.latest = now
 	for l.n > 0 && l.at(0) <= now-a.window {
 		l.head = (l.head + 1) % len(l.ring)
 		l.n--
+	}
+	if l.n == 0 {
+		// An empty log equals no log: nothing holds the clock forward, and
+		// Record logs at the caller's instant.
+		now, lag = now-lag, 0
 	}
 	d := portero.Decision{Limit: a.count}
 	n := int64(l.n) + pending
@@ -80,7 +87,7 @@ func (a *SlidingLog) DecideAfter(l *Log, now, pending, cost int64) portero.Decis
 		if i < int64(l.n) {
 			expires = l.at(int(i)) + a.window
 		}
-		d.RetryAfter = dur(expires - now)
+		d.RetryAfter = dur(expires - now + lag)
 	}
 	d.Remaining = max(0, a.count-n)
 	if n > 0 {
@@ -88,7 +95,7 @@ func (a *SlidingLog) DecideAfter(l *Log, now, pending, cost int64) portero.Decis
 		if !d.Allowed && pending == 0 {
 			newest = l.at(l.n - 1)
 		}
-		d.ResetAfter = dur(newest + a.window - now)
+		d.ResetAfter = dur(newest + a.window - now + lag)
 	}
 	return d
 }

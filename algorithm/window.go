@@ -148,15 +148,16 @@ func (a *SlidingCounter) admits(est float64, cost int64) bool {
 
 // Decide implements Decider.
 func (a *SlidingCounter) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
-	c, now := a.at(s, found, now)
-	est := a.estimate(c, now)
+	c, at := a.at(s, found, now)
+	lag := at - now // > 0 when the caller's clock went back to an earlier window
+	est := a.estimate(c, at)
 	d := portero.Decision{Limit: a.count}
 	if a.admits(est, cost) {
 		d.Allowed = true
 		c.cur += cost
 		est += float64(cost)
 	} else {
-		d.RetryAfter = dur(a.retryAfter(c, now, cost))
+		d.RetryAfter = dur(a.retryAfter(c, at, cost) + lag)
 	}
 	d.Remaining = a.remaining(est)
 	if c.cur > 0 {

@@ -12,5 +12,8 @@ ALG['gcra'] = function(t, tau, _, cost, ts, tn)
     level = level + need
     return true, quo(tau - level, t), 0, level, 0, level, ts, tn, 0
   end
-  return false, quo(tau - level, t), level - (tau - need), level, 0, level, ts, tn, 0
+  -- After a clock step back the level can exceed the bucket: nothing remains.
+  local rem = 0
+  if level < tau then rem = quo(tau - level, t) end
+  return false, rem, level - (tau - need), level, 0, level, ts, tn, 0
 end

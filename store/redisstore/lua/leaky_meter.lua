@@ -13,13 +13,15 @@ ALG['leaky-meter'] = function(t, tau, _, cost, level, ls, ln)
     end
   end
   local need = cost * t
+  -- lag > 0 when the caller's clock is behind the meter's.
+  local lag = tsub(ls, ln, NOW_S, NOW_N)
   local allowed, retry = false, 0
   if level <= tau - need then
     level = level + need
     allowed = true
   else
-    retry = level - (tau - need)
+    retry = level - (tau - need) + lag
   end
-  local ttl = tsub(ls, ln, NOW_S, NOW_N) + level
-  return allowed, quo(tau - level, t), retry, level, 0, ttl, level, ls, ln
+  local ttl = lag + level
+  return allowed, quo(tau - level, t), retry, level + lag, 0, ttl, level, ls, ln
 end

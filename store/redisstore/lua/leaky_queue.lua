@@ -13,5 +13,7 @@ ALG['leaky-queue'] = function(t, tau, cap, cost, ls, ln)
     taken = taken + cost
     return true, cap - taken, 0, gap, gap, gap, ls, ln, 0
   end
-  return false, cap - taken, gap - (cap - cost) * t, gap, 0, gap, ls, ln, 0
+  local rem = cap - taken -- taken can exceed cap after a clock step back
+  if rem < 0 then rem = 0 end
+  return false, rem, gap - (cap - cost) * t, gap, 0, gap, ls, ln, 0
 end

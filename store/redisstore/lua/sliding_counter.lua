@@ -63,11 +63,13 @@ end
 
 ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
   local k, rem = tdiv(NOW_S, NOW_N, w)
-  local elapsed = rem
+  local elapsed, lag = rem, 0
   if ck == nil then
     ck, prev, cur = k, 0, 0
   elseif k < ck then
-    elapsed = 0 -- time went back: stay at the start of the last window
+    -- Time went back: stay at the start of the last window; waits are
+    -- measured from the caller's now, lag earlier.
+    elapsed, lag = 0, (ck - k) * w - rem
   elseif k == ck + 1 then
     ck, prev, cur = k, cur, 0
   elseif k > ck + 1 then
@@ -80,12 +82,12 @@ ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
     cur = cur + cost
     est = est + cost
   else
-    retry = sc_retry(w, limit, prev, cur, elapsed, cost)
+    retry = sc_retry(w, limit, prev, cur, elapsed, cost) + lag
   end
   if cur > 0 then
-    reset = 2 * w - elapsed
+    reset = 2 * w - elapsed + lag
   elseif prev > 0 then
-    reset = w - elapsed
+    reset = w - elapsed + lag
   end
   -- The state equals no state from (ck+2)W on (cur > 0 after admitting).
   local ttl = (ck - k) * w + 2 * w - rem

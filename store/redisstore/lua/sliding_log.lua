@@ -83,6 +83,9 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
     redis.call('ZADD', key, fmt(off), '~')
     if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
   end
+  -- lag > 0 when the caller's clock is behind the log's latest instant:
+  -- waits are measured from the caller's now.
+  local lag = off - realoff
   -- at returns the offset of the i-th oldest entry (0-based).
   local function at(i)
     local r = redis.call('ZRANGE', key, i + 1, i + 1, 'WITHSCORES')
@@ -95,30 +98,30 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
       allowed = true
       m = n + cost
     else
-      retry = at(n + cost - limit - 1) + w - off
+      retry = at(n + cost - limit - 1) + w - off + lag
     end
     remaining = limit - m
     if m > 0 then
       local newest = off
       if not allowed then newest = at(n - 1) end
-      reset = newest + w - off
+      reset = newest + w - off + lag
     end
   elseif pending + cost > limit then
     -- Only the pending units could make room; they expire one window on.
     remaining = limit - n - pending
     if remaining < 0 then remaining = 0 end
-    retry, reset = w, w
+    retry, reset = w + lag, w + lag
   else
     local c = pending + cost
     if n + c <= limit then
       allowed = true
       remaining = limit - n - c
     else
-      retry = at(n + c - limit - 1) + w - off
+      retry = at(n + c - limit - 1) + w - off + lag
       remaining = limit - n - pending
       if remaining < 0 then remaining = 0 end
     end
-    reset = w
+    reset = w + lag
   end
   local newstate = { units = pending + cost }
   local ttl = off + w - realoff

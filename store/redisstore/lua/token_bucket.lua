@@ -15,13 +15,16 @@ ALG['token-bucket'] = function(t, tau, _, cost, credit, ls, ln)
     end
   end
   local need = cost * t
+  -- lag > 0 when the caller's clock is behind the bucket's: waits are
+  -- measured from the caller's now.
+  local lag = tsub(ls, ln, NOW_S, NOW_N)
   local allowed, retry = false, 0
   if credit >= need then
     credit = credit - need
     allowed = true
   else
-    retry = need - credit
+    retry = need - credit + lag
   end
-  local ttl = tsub(ls, ln, NOW_S, NOW_N) + (tau - credit)
-  return allowed, quo(credit, t), retry, tau - credit, 0, ttl, credit, ls, ln
+  local ttl = lag + (tau - credit)
+  return allowed, quo(credit, t), retry, tau - credit + lag, 0, ttl, credit, ls, ln
 end
