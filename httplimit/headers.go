@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/sfv"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -204,7 +205,7 @@ func (hs *headerSet) verdict(v *policy.Verdict, legacy bool, pre *prepared) (ret
 			hs.buf = append(hs.buf, ", "...)
 		}
 		first = false
-		hs.buf = appendSFString(hs.buf, res.Rule.Name)
+		hs.buf = sfv.AppendString(hs.buf, res.Rule.Name)
 		hs.buf = append(hs.buf, ";r="...)
 		hs.buf = strconv.AppendInt(hs.buf, max(res.Decision.Remaining, 0), 10)
 		hs.buf = append(hs.buf, ";t="...)
@@ -229,25 +230,11 @@ func (hs *headerSet) verdict(v *policy.Verdict, legacy bool, pre *prepared) (ret
 	return retry
 }
 
-// appendSFString appends name as a Structured Field String. Rule names are
-// letters, digits and -_.:/ (policy.ValidName), which need no escaping, but
-// a name that did would still be quoted correctly.
-func appendSFString(b []byte, name string) []byte {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x7f {
-			return strconv.AppendQuote(b, name)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, name...)
-	return append(b, '"')
-}
-
 // appendPolicyMember appends the RateLimit-Policy member of rule r, such as
 // "per-ip";q=100;w=60.
 func appendPolicyMember(b []byte, r *policy.Rule) []byte {
 	q, w := r.Quota()
-	b = appendSFString(b, r.Name)
+	b = sfv.AppendString(b, r.Name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, q, 10)
 	if u := r.Cost.Unit(); u != "" {

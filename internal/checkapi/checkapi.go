@@ -71,6 +71,7 @@ import (
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/sfv"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -405,14 +406,14 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 	d := decs[0]
 	q, win := rule.Quota()
 	hd := w.Header()
-	hd.Set("RateLimit-Policy", string(appendQuoted(nil, rule.Name))+";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(max(ceilSec(win), 1), 10))
+	hd.Set("RateLimit-Policy", string(sfv.AppendString(nil, rule.Name))+";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(max(ceilSec(win), 1), 10))
 	t := ceilSec(d.ResetAfter)
 	if !d.Allowed {
 		t = max(ceilSec(d.RetryAfter), 1)
 		hd.Set("Retry-After", strconv.FormatInt(t, 10))
 		hd.Set("Cache-Control", "no-store")
 	}
-	hd.Set("RateLimit", string(appendQuoted(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	hd.Set("RateLimit", string(sfv.AppendString(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
 	out := CheckResponse{Allowed: d.Allowed, Code: rls.OK.String(), Rule: rule.Name, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds()}
 	if !d.Allowed {
@@ -429,22 +430,6 @@ func ceilSec(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-func appendQuoted(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
 
 func setHeaders(h http.Header, resp *rls.Response) {

@@ -790,10 +790,6 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// appendSFString appends s as a Structured Field String (RFC 9651); see
-// envoyconf.AppendSFString.
-func appendSFString(b []byte, s string) []byte { return envoyconf.AppendSFString(b, s) }
-
 // Decision summarises resp the way the HTTP doors report it: the status
 // that decided (the refusing one with the longest wait, or when allowed the
 // one closest to exhaustion), or nil when no limit applied.

@@ -603,9 +603,3 @@ func TestNewEngineNeedsStore(t *testing.T) {
 		t.Error("badRequest is not a *RequestError")
 	}
 }
-
-func TestSFString(t *testing.T) {
-	if got := string(appendSFString(nil, "a\"b\\c\x01é")); got != `"a\"b\\c???"` {
-		t.Errorf("appendSFString = %s", got)
-	}
-}

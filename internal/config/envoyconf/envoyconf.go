@@ -59,6 +59,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/sfv"
 )
 
 // Unit is the time unit of a rate limit, numbered as in Envoy's
@@ -167,7 +168,7 @@ type RateLimit struct {
 
 // precompute fills the header forms of r; call it once r is complete.
 func (r *RateLimit) precompute() {
-	r.quotedName = string(AppendSFString(nil, r.PolicyName()))
+	r.quotedName = string(sfv.AppendString(nil, r.PolicyName()))
 	r.policyItem = string(r.appendPolicyItem(nil))
 }
 
@@ -177,7 +178,7 @@ func (r *RateLimit) QuotedName() string {
 	if r.quotedName != "" {
 		return r.quotedName
 	}
-	return string(AppendSFString(nil, r.PolicyName()))
+	return string(sfv.AppendString(nil, r.PolicyName()))
 }
 
 // PolicyItem returns the limit's item in a RateLimit-Policy header
@@ -196,7 +197,7 @@ func (r *RateLimit) appendPolicyItem(b []byte) []byte {
 	if r.quotedName != "" {
 		b = append(b, r.quotedName...)
 	} else {
-		b = AppendSFString(b, r.PolicyName())
+		b = sfv.AppendString(b, r.PolicyName())
 	}
 	b = append(b, ";q="...)
 	b = strconv.AppendUint(b, uint64(r.RequestsPerUnit), 10)
@@ -207,25 +208,6 @@ func (r *RateLimit) appendPolicyItem(b []byte) []byte {
 		b = strconv.AppendInt(b, burst, 10)
 	}
 	return b
-}
-
-// AppendSFString appends s as a Structured Field String (RFC 9651): quoted,
-// with '"' and '\' escaped; characters outside printable ASCII, which an
-// SF String cannot hold, become '?'.
-func AppendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
 
 // PolicyName returns the name used in RateLimit-Policy headers and

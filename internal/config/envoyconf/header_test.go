@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/sfv"
 )
 
 // refPolicyItem formats a RateLimit-Policy item independently of
@@ -53,7 +54,7 @@ func TestPrecomputedHeaderForms(t *testing.T) {
 			if got, want := r.PolicyItem(), refPolicyItem(r); got != want {
 				t.Errorf("PolicyItem = %q, want %q", got, want)
 			}
-			if got, want := r.QuotedName(), string(AppendSFString(nil, r.PolicyName())); got != want {
+			if got, want := r.QuotedName(), string(sfv.AppendString(nil, r.PolicyName())); got != want {
 				t.Errorf("QuotedName = %q, want %q", got, want)
 			}
 		})
