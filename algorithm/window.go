@@ -27,15 +27,20 @@ func (a *FixedWindow) Decide(s State, found bool, now, cost int64) (State, porte
 		s = State{A: k}
 	}
 	// A clock that went back into an earlier window stays in the last one.
-	end := (s.A + 1) * a.window
-	d := portero.Decision{Limit: a.count}
-	if s.B+cost <= a.count {
+	return countIn(s, (s.A+1)*a.window, a.count, now, cost)
+}
+
+// countIn is the rule both fixed windows share once they know the window
+// (its count in s.B, its end): admit while count + cost ≤ L, then count.
+func countIn(s State, end, limit, now, cost int64) (State, portero.Decision) {
+	d := portero.Decision{Limit: limit}
+	if s.B+cost <= limit {
 		s.B += cost
 		d.Allowed = true
 	} else {
 		d.RetryAfter = dur(end - now)
 	}
-	d.Remaining = a.count - s.B
+	d.Remaining = limit - s.B
 	if s.B > 0 {
 		d.ResetAfter = dur(end - now)
 	}
@@ -69,19 +74,7 @@ func (a *AnchoredWindow) Decide(s State, found bool, now, cost int64) (State, po
 	if !found || now >= s.A+a.window {
 		s = State{A: now}
 	}
-	end := s.A + a.window
-	d := portero.Decision{Limit: a.count}
-	if s.B+cost <= a.count {
-		s.B += cost
-		d.Allowed = true
-	} else {
-		d.RetryAfter = dur(end - now)
-	}
-	d.Remaining = a.count - s.B
-	if s.B > 0 {
-		d.ResetAfter = dur(end - now)
-	}
-	return s, d
+	return countIn(s, s.A+a.window, a.count, now, cost)
 }
 
 // Expiry implements Decider: the end of the window.
