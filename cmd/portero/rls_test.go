@@ -5,38 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/portero-rl/portero/internal/testenv"
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startRLS runs `portero rls` on loopback ports and returns its gRPC and
 // HTTP addresses; the server stops at the end of the test.
 func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 	args := append([]string{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, out, errOut) }()

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,29 +16,12 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero/internal/server"
+	"github.com/portero-rl/portero/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type running struct {
 	gateway, admin string
-	logs           *syncBuffer
+	logs           *testenv.Buffer
 	stop           func() error
 }
 
@@ -49,7 +31,7 @@ var addrRE = regexp.MustCompile(`portero: (gateway|admin) listening on (http://\
 // addresses.
 func start(t *testing.T, opts server.Options) *running {
 	t.Helper()
-	out, logs := &syncBuffer{}, &syncBuffer{}
+	out, logs := &testenv.Buffer{}, &testenv.Buffer{}
 	opts.Stdout = out
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if opts.Listen == "" {

@@ -13,26 +13,9 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/internal/testenv"
 	"github.com/portero-rl/portero/store/redisstore"
 )
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // failureRig is a store with one rule per policy on a server the test can
 // kill, freeze and restart.
@@ -41,7 +24,7 @@ type failureRig struct {
 	store               *redisstore.Store
 	open, closed, local portero.Rule
 	fallbacks           atomic.Int64
-	log                 *syncBuffer
+	log                 *testenv.Buffer
 }
 
 const (
@@ -51,7 +34,7 @@ const (
 )
 
 func newFailureRig(t *testing.T) *failureRig {
-	r := &failureRig{srv: redistest.Start(t), log: &syncBuffer{}}
+	r := &failureRig{srv: redistest.Start(t), log: &testenv.Buffer{}}
 	lim := portero.Limit{Count: 10, Window: time.Hour}
 	r.open = portero.Rule{Name: "open", Algorithm: portero.FixedWindow, Limit: lim}
 	r.closed = portero.Rule{Name: "closed", Algorithm: portero.TokenBucket, Limit: lim}
