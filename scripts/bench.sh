@@ -106,6 +106,11 @@ Portero's memory store (\`store/memstore\`) beside other Go rate limiters, each
 measured the same way. This file is written by \`make bench\`
 (\`scripts/bench.sh\`); do not edit it by hand.
 
+The other measurements: the gateway beside a bare reverse proxy and nginx in
+[benchmarks-gateway.md](benchmarks-gateway.md), the Envoy rate limit service beside
+gubernator in [benchmarks-rls.md](benchmarks-rls.md), and the Redis store beside
+redis_rate and redis-benchmark in [distributed.md](distributed.md).
+
 ## How
 
 \`\`\`
