@@ -563,7 +563,10 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 			return nil, err
 		}
 		all, err = s.decode(res, cs, c, out)
-		if err == nil && len(res) == 11 && s.over != nil {
+		// Only a call that counts fills the over-limit cache: a peek
+		// (Peek) and the first, deciding pass over several slots leave it
+		// alone.
+		if err == nil && commit && len(res) == 11 && s.over != nil {
 			s.remember(cs[c.idx[0]], c.keys[0], hits[c.idx[0]].Rule.Algorithm, res[6:], sent)
 		}
 		return nil, err

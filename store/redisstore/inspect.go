@@ -1,0 +1,88 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/portero-rl/portero"
+)
+
+// Peek returns the decision that a request of cost 1 from key under rule
+// would get, without counting it: the Decision AllowAll would return for
+// that one hit, with Allowed saying whether it would pass and Remaining
+// what it would leave. It runs the rule's script in its decide-only mode
+// (ARGV 4 "0", which writes no state and sets no expiry), so that Redis
+// answers exactly as for a real call and exactly as memstore's Peek does
+// on the same state; a key with no state answers as a fresh one. As with
+// a refused call, a sliding log is pruned of the entries that have expired
+// and its latest instant moved to now (which changes no decision while
+// time goes forward); nothing is logged. The instant is now with
+// CallerClock and Redis's own with ServerClock. Peek neither reads nor
+// fills the over-limit cache, and no failure policy applies: when Redis
+// does not answer the error wraps portero.ErrStoreUnavailable. Other
+// errors wrap portero.ErrClosed, portero.ErrInvalidLimit,
+// portero.ErrUnknownAlgorithm or ErrScript.
+//
+// Peek and Reset serve the gateway's admin API (GET and DELETE on
+// /api/keys), for an operator inspecting or forgiving one client.
+func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+	if s.closed.Load() {
+		return portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	c, err := s.compiled(rule)
+	if err != nil {
+		return portero.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
+	hits := []portero.Hit{{Rule: rule, Key: key, Cost: 1}}
+	one := call{idx: []int{0}, keys: []string{s.key(c, hits[0])}, algs: []portero.Algorithm{rule.Algorithm}}
+	out := make([]portero.Decision, 1)
+	if _, err := s.run(ctx, now, []*compiled{c}, hits, one, false, out); err != nil {
+		return portero.Decision{}, err
+	}
+	return out[0], nil
+}
+
+// Reset forgets key's state under rule: it deletes the one Redis key that
+// holds it (Key: the prefix, the hash tag, the rule's fingerprint), which
+// lives in one cluster slot, so a single DEL serves a cluster too. Resetting
+// a key that has no state is not an error. It also forgets the key in this
+// store's over-limit cache and in the memory the FailLocal policy decides
+// in; the over-limit caches of other instances keep a refusal until it
+// would lapse anyway (the gateway does not turn that cache on). Errors
+// wrap portero.ErrStoreUnavailable when Redis does not answer, and
+// portero.ErrClosed, portero.ErrInvalidLimit or portero.ErrUnknownAlgorithm.
+func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	c, err := s.compiled(rule)
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	k := s.key(c, portero.Hit{Rule: rule, Key: key, Cost: 1})
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+	}
+	err = s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error()
+	if s.over != nil {
+		s.over.drop(k)
+	}
+	s.local.forget(rule, key)
+	if err != nil {
+		if unavailable(err) {
+			return &unavailableError{err: fmt.Errorf("reset key %q (redis key %q): %w", key, k, err)}
+		}
+		return fmt.Errorf("redisstore: reset key %q (redis key %q): %w", key, k, err)
+	}
+	return nil
+}
+
+// forget drops key's local state under rule.
+func (ls *localStore) forget(rule portero.Rule, key string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	delete(ls.state, localKey{rule, key})
+}
