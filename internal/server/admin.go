@@ -80,7 +80,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // keys: GET /api/keys?rule=R&key=K shows a key's state, DELETE resets it,
-// when the store supports it (501 otherwise).
+// when the store supports it (501 otherwise). The state is the decision a
+// request of cost 1 from the key would get now, without counting it:
+// whether it would pass, what it would leave (remaining), how long until
+// such a request passes (retry_after_seconds, 0 when it would) and until
+// the key is full again (reset_after_seconds).
 func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	name, key := q.Get("rule"), q.Get("key")
@@ -106,8 +110,8 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"rule": name, "key": key, "limit": d.Limit, "remaining": d.Remaining,
-			"reset_after_seconds": d.ResetAfter.Seconds()})
+		writeJSON(w, http.StatusOK, map[string]any{"rule": name, "key": key, "allowed": d.Allowed, "limit": d.Limit,
+			"remaining": d.Remaining, "retry_after_seconds": d.RetryAfter.Seconds(), "reset_after_seconds": d.ResetAfter.Seconds()})
 	case http.MethodDelete:
 		rs, ok := store.(Resetter)
 		if !ok {
