@@ -10,6 +10,9 @@
 #   RESULTS    where the raw results are kept (default bench/results), so
 #              that later runs can be compared with benchstat
 #   REPORT_ONLY=1 writes the report from the kept results without running
+#   REDIS      1 (the default when redis-server is installed) also runs the
+#              Redis store's report (bench/redis_test.go, about a minute)
+#              and keeps its tables in $RESULTS/redis.md; 0 skips it
 #
 # The rounds are interleaved (every benchmark once, then again), so that a
 # machine whose load changes meanwhile slows every subject alike.
@@ -44,6 +47,15 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 	done
 	echo "load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >>"$tmp/meta"
 	cp "$tmp"/hot.txt "$tmp"/random.txt "$tmp"/memory.txt "$tmp"/meta "$RESULTS"/
+	if [ "${REDIS:-$(command -v redis-server >/dev/null && echo 1 || echo 0)}" = 1 ]; then
+		echo "the Redis store's report" >&2
+		{
+			echo "Run: $(date -u +%Y-%m-%dT%H:%MZ), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+			echo
+			(cd bench && PORTERO_BENCH_REDIS=1 go test -run '^TestRedisReport$' -v -count=1 .) | grep '^|' |
+				awk '/^\| subject|^\| algorithm/ && NR > 1 { print "" } { print }'
+		} >"$RESULTS/redis.md"
+	fi
 fi
 # shellcheck disable=SC1091
 . "$RESULTS/meta"
@@ -230,6 +242,20 @@ are three cache misses, and Portero adds no others.
   state that has returned to full, a thousand slots per lock hold, so memory
   follows the keys that are active.
 MD
+	if [ -f "$RESULTS/redis.md" ]; then
+		cat <<MD
+
+## The Redis store
+
+\`store/redisstore\` beside go-redis/redis_rate and a raw \`redis-benchmark\`
+EVALSHA of the same script, against a local redis-server sharing the two cores
+(\`cd bench && PORTERO_BENCH_REDIS=1 go test -run TestRedisReport -v .\`; kept in
+\`$RESULTS/redis.md\`). The targets and the account of them are in
+[distributed.md](distributed.md), "Against the targets, honestly".
+
+MD
+		cat "$RESULTS/redis.md"
+	fi
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 echo "wrote $OUT" >&2
