@@ -42,16 +42,8 @@ type redisSubject struct {
 
 func redisSubjects() []redisSubject {
 	return []redisSubject{
-		{name: "portero redisstore (rueidis, auto-pipelining)", open: func(t testing.TB, addr string) (func(context.Context, string) error, func()) {
-			s, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return func(ctx context.Context, key string) error {
-				_, err := s.AllowAll(ctx, time.Time{}, []portero.Hit{{Rule: redisRule, Key: key, Cost: 1}})
-				return err
-			}, func() { s.Close(context.Background()) }
-		}},
+		{name: "portero redisstore, unbatched (Batch: -1)", open: openStore(-1)},
+		{name: "portero redisstore (rueidis, auto-pipelining, batching)", open: openStore(0)},
 		{name: "same script through go-redis EVALSHA", open: func(t testing.TB, addr string) (func(context.Context, string) error, func()) {
 			c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 128})
 			script := goredis.NewScript(redisstore.HitSource(portero.GCRA))
@@ -77,6 +69,20 @@ func redisSubjects() []redisSubject {
 				return err
 			}, func() { c.Close() }
 		}},
+	}
+}
+
+// openStore opens the store with Config.Batch set to batch.
+func openStore(batch int) func(t testing.TB, addr string) (func(context.Context, string) error, func()) {
+	return func(t testing.TB, addr string) (func(context.Context, string) error, func()) {
+		s, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, Timeout: 5 * time.Second, Batch: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context, key string) error {
+			_, err := s.AllowAll(ctx, time.Time{}, []portero.Hit{{Rule: redisRule, Key: key, Cost: 1}})
+			return err
+		}, func() { s.Close(context.Background()) }
 	}
 }
 
@@ -194,7 +200,7 @@ func TestRedisReport(t *testing.T) {
 	// Redis time per decision, independent of the client and (mostly) of
 	// the machine's load: INFO commandstats after 20,000 one-hit decisions
 	// per algorithm through the store, pipelined by 64 callers.
-	rs, err := redisstore.New(redisstore.Config{Addrs: []string{srv.Addr()}, Prefix: "cost:", Timeout: 5 * time.Second})
+	rs, err := redisstore.New(redisstore.Config{Addrs: []string{srv.Addr()}, Prefix: "cost:", Timeout: 5 * time.Second, Batch: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

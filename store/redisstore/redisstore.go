@@ -42,7 +42,10 @@
 //
 // A call of one hit, the common case, runs the algorithm's one-hit script:
 // one GET, the decision, one SET with the expiry when admitted. Calls of
-// several hits, and the sliding log, run the multi-hit driver. State is
+// several hits, and the sliding log, run the multi-hit driver. One-hit
+// calls that queue up while two others are in flight are sent together, up
+// to Config.Batch of them, in one script that decides each exactly as the
+// one-hit script would (natural batching; not on a cluster). State is
 // three packed doubles in a string. Optionally (Config.OverLimitCache) a key
 // that Redis refused is decided locally from its stored state until it
 // would admit again: exactly Redis's decisions with CallerClock, never a
@@ -95,6 +98,7 @@ const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpen     = time.Second
 	DefaultMaxFlushDelay   = 20 * time.Microsecond
+	DefaultBatch           = 64
 )
 
 // ErrScript reports a script that Redis refused to run to the end: a key
@@ -126,6 +130,11 @@ type Config struct {
 	// default (log2 of GOMAXPROCS, at most 2: 1 to 4 connections; 1 for a
 	// cluster); negative means one connection.
 	PipelineMultiplex int
+	// Batch is the most one-hit calls decided in one script: one-hit calls
+	// that queue up while others are in flight are sent together, each decided exactly as alone (see Cost in
+	// the package documentation and docs/distributed.md). DefaultBatch
+	// when zero; 1 or negative for none. Never on a cluster.
+	Batch int
 	// Prefix starts every key; DefaultPrefix when empty.
 	Prefix string
 	// Clock chooses the clock; ServerClock when zero.
@@ -195,6 +204,9 @@ type Stats struct {
 	OverLimit uint64
 	// Errors counts calls that returned an error.
 	Errors uint64
+	// Batches counts batch scripts run (Config.Batch) and Batched the
+	// one-hit calls they decided.
+	Batches, Batched uint64
 	// Degraded reports whether the last call fell back.
 	Degraded bool
 	// Breaker is the circuit breaker's state: closed, half-open or open.
@@ -215,10 +227,11 @@ type Store struct {
 	log       *slog.Logger
 	local     *localStore
 	over      *overCache // nil when Config.OverLimitCache is 0
+	batch     *batcher   // nil when batching is off (Config.Batch, cluster)
 	closed    atomic.Bool
 	degraded  atomic.Bool
 
-	calls, redisCalls, fallbacks, errs, overHits atomic.Uint64
+	calls, redisCalls, fallbacks, errs, overHits, batches, batched atomic.Uint64
 }
 
 var _ portero.Store = (*Store)(nil)
@@ -241,6 +254,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.BreakerOpen == 0 {
 		cfg.BreakerOpen = DefaultBreakerOpen
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
 	}
 	if cfg.LocalShare == 0 {
 		cfg.LocalShare = 1
@@ -316,6 +332,9 @@ func New(cfg Config) (*Store, error) {
 		s.client, s.ownClient = c, true
 	}
 	s.cluster = s.client.Mode() == rueidis.ClientModeCluster
+	if cfg.Batch > 1 && !s.cluster {
+		s.batch = newBatcher(cfg.Batch)
+	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
 		Name:        "redisstore",
 		MaxRequests: 1,
@@ -362,6 +381,8 @@ func (s *Store) Stats() Stats {
 		Fallbacks: s.fallbacks.Load(),
 		OverLimit: s.overHits.Load(),
 		Errors:    s.errs.Load(),
+		Batches:   s.batches.Load(),
+		Batched:   s.batched.Load(),
 		Degraded:  s.degraded.Load(),
 		Breaker:   s.breaker.State().String(),
 	}
@@ -448,7 +469,9 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		calls = s.split(cs, hits)
 	}
 	var err error
-	if len(calls) == 1 {
+	if s.batch != nil && len(hits) == 1 && hits[0].Rule.Algorithm != portero.SlidingLog {
+		err = s.batch.do(ctx, s, now, cs, hits, calls[0], out)
+	} else if len(calls) == 1 {
 		_, err = s.run(ctx, now, cs, hits, calls[0], true, out)
 	} else {
 		err = s.runSlots(ctx, now, cs, hits, calls, out)
@@ -622,6 +645,11 @@ func (s *Store) remember(c *compiled, key string, alg portero.Algorithm, x []rue
 		}
 		v[i] = n
 	}
+	s.rememberState(c, key, alg, v, sent)
+}
+
+// rememberState is remember with the five numbers decoded.
+func (s *Store) rememberState(c *compiled, key string, alg portero.Algorithm, v [5]int64, sent time.Time) {
 	st, ok := cacheState(alg, v[0], v[1], v[2])
 	if !ok {
 		return

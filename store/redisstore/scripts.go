@@ -84,13 +84,30 @@ type scripts struct {
 	hit map[portero.Algorithm]*rueidis.Lua
 	one map[portero.Algorithm]*rueidis.Lua
 	all *rueidis.Lua
+	// batch decides a batch of independent one-hit calls (batch.lua).
+	batch *rueidis.Lua
+}
+
+// BatchSource returns the Lua source of the script that decides a batch of
+// independent one-hit calls, each exactly as HitSource's script would, in
+// order (see Config.Batch): the prelude, every algorithm but the sliding
+// log, and the batch driver.
+func BatchSource() string {
+	var algs []portero.Algorithm
+	for _, a := range portero.Algorithms {
+		if a != portero.SlidingLog {
+			algs = append(algs, a)
+		}
+	}
+	return assemble(algs, "batch.lua")
 }
 
 func newScripts() *scripts {
 	s := &scripts{
-		hit: map[portero.Algorithm]*rueidis.Lua{},
-		one: map[portero.Algorithm]*rueidis.Lua{},
-		all: rueidis.NewLuaScript(Source()),
+		hit:   map[portero.Algorithm]*rueidis.Lua{},
+		one:   map[portero.Algorithm]*rueidis.Lua{},
+		all:   rueidis.NewLuaScript(Source()),
+		batch: rueidis.NewLuaScript(BatchSource()),
 	}
 	for _, a := range portero.Algorithms {
 		s.hit[a] = rueidis.NewLuaScript(HitSource(a))
