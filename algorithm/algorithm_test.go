@@ -387,9 +387,10 @@ func TestBackwardsTimeCreatesNothing(t *testing.T) {
 	}
 }
 
-// TestResetAfterMatchesExpiry: ResetAfter is when the state is full again,
-// which is when a store may drop it.
-func TestResetAfterMatchesExpiry(t *testing.T) {
+// TestResetAfterIsExact: ResetAfter is when the whole limit is back — a
+// request of the rule's largest cost passes then and not 1 ns before — and
+// never after Expiry, from which a store may drop the state.
+func TestResetAfterIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, alg := range portero.Algorithms {
 		if alg == portero.SlidingLog {
@@ -409,8 +410,17 @@ func TestResetAfterMatchesExpiry(t *testing.T) {
 					continue
 				}
 				s, found = next, true
-				if exp := dec.Expiry(s); exp != at[i]+int64(d.ResetAfter) {
-					t.Fatalf("%s %v: Expiry %d, now+ResetAfter %d", alg, l, exp, at[i]+int64(d.ResetAfter))
+				full := at[i] + int64(d.ResetAfter)
+				if exp := dec.Expiry(s); full > exp {
+					t.Fatalf("%s %v: now+ResetAfter %d after Expiry %d", alg, l, full, exp)
+				}
+				if _, dd := dec.Decide(s, true, full, dec.MaxCost()); !dd.Allowed {
+					t.Fatalf("%s %v: ResetAfter %v, but cost %d refused then: %+v", alg, l, d.ResetAfter, dec.MaxCost(), dd)
+				}
+				if d.ResetAfter > 0 {
+					if _, dd := dec.Decide(s, true, full-1, dec.MaxCost()); dd.Allowed {
+						t.Fatalf("%s %v: ResetAfter %v, but cost %d admitted 1 ns before", alg, l, d.ResetAfter, dec.MaxCost())
+					}
 				}
 				// At its expiry the state decides like no state at all.
 				exp := dec.Expiry(s)

@@ -153,10 +153,10 @@ func (a *SlidingCounter) Decide(s State, found bool, now, cost int64) (State, po
 		d.RetryAfter = dur(a.retryAfter(c, at, cost) + lag)
 	}
 	d.Remaining = a.remaining(est)
-	if c.cur > 0 {
-		d.ResetAfter = dur(c.start + 2*a.window - now)
-	} else if c.prev > 0 {
-		d.ResetAfter = dur(c.start + a.window - now)
+	// The whole limit is back when a request of cost L would pass
+	// (estimate < 1): sooner than the state's Expiry, which waits for 0.
+	if !a.admits(est, a.count) {
+		d.ResetAfter = dur(a.retryAfter(c, at, a.count) + lag)
 	}
 	return State{A: c.k, B: c.prev<<32 | c.cur}, d
 }

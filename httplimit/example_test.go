@@ -45,7 +45,7 @@ func Example() {
 		fmt.Println(resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 	// Output:
-	// 200 "per-ip";r=99;t=120, "login";r=1;t=60
-	// 200 "per-ip";r=98;t=120, "login";r=0;t=60
+	// 200 "per-ip";r=99;t=61, "login";r=1;t=60
+	// 200 "per-ip";r=98;t=91, "login";r=0;t=60
 	// 429 "login";r=0;t=60
 }

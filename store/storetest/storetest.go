@@ -163,12 +163,14 @@ func Tables() []Table {
 			Name: "sliding-counter L=100 W=60s: prev=80, cur=30 at 15 s estimates 90 and admits",
 			Rule: rule(portero.SlidingCounter, portero.Limit{Count: 100, Window: time.Minute}),
 			Steps: []Step{
-				{At: 0, Cost: 80, Allowed: true, Remaining: 20, ResetAfter: sec(120), CheckReset: true, Note: "prev window: 80"},
+				{At: 0, Cost: 80, Allowed: true, Remaining: 20, ResetAfter: ms(119250) + 1, CheckReset: true,
+					Note: "prev window: 80; the whole limit is back when 80·(1−e/60) < 1 in the next window: e > 59.25 s"},
 				{At: sec(70), Cost: 30, Allowed: true, Note: "est 80·(1−10/60) = 66.67, +29 < 100",
 					// 80·(5/6)+30 = 96.67 after: room 3.33, so 4 more cost-1 requests.
 					Remaining: 4},
 				{At: sec(75), Allowed: true, Remaining: 9, Note: "the seed: 80·0.75 + 30 = 90 < 100",
-					ResetAfter: sec(105), CheckReset: true},
+					// Whole again when 31·(1−e/60) < 1 in [120,180): e > 58.0645… s.
+					ResetAfter: 103064516130, CheckReset: true},
 				{At: sec(75), Cost: 10, Remaining: 9, RetryAfter: 1, Note: "91 + 9 = 100 is not below 100; below it 1 ns later"},
 				{At: sec(75), Cost: 11, Remaining: 9, RetryAfter: 750*time.Millisecond + 1, Note: "needs 80·(1−e/60) < 59: e > 15.75 s"},
 				{At: sec(110), Cost: 7, Allowed: true, Remaining: 49, Note: "80·(1−50/60) + 31 = 44.33, +6 < 100; then 51.33: 49 more"},

@@ -84,12 +84,14 @@ ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
   else
     retry = sc_retry(w, limit, prev, cur, elapsed, cost) + lag
   end
-  if cur > 0 then
-    reset = 2 * w - elapsed + lag
-  elseif prev > 0 then
-    reset = w - elapsed + lag
+  -- The whole limit is back when a request of cost L would pass
+  -- (estimate < 1): sooner than the TTL, which waits for 0.
+  if not sc_admits(est, limit, limit) then
+    reset = sc_retry(w, limit, prev, cur, elapsed, limit) + lag
   end
-  -- The state equals no state from (ck+2)W on (cur > 0 after admitting).
-  local ttl = (ck - k) * w + 2 * w - rem
+  -- The key may go once the estimate is below 1: a fraction of one
+  -- request never changes a decision (costs are whole), so from then on
+  -- the state decides like no state. That is when the whole limit is back.
+  local ttl = reset
   return allowed, sc_remaining(est, limit), retry, reset, 0, ttl, ck, prev, cur
 end
