@@ -6,18 +6,31 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// FixedWindow counts in clock-aligned windows: window k is [kW, (k+1)W), so
-// an instant exactly at kW belongs to the window that starts there. It admits
-// while count + cost ≤ L, then counts. State: A = k, B = count admitted in
-// window k.
-type FixedWindow struct {
+// windowed holds what the window algorithms share: L and W (in ns).
+type windowed struct {
 	limit  portero.Limit
 	count  int64
 	window int64
 }
 
+func newWindowed(l portero.Limit) windowed {
+	return windowed{limit: l, count: l.Count, window: int64(l.Window)}
+}
+
+// MaxCost implements Decider: L.
+func (a *windowed) MaxCost() int64 { return a.count }
+
+// Limit implements Decider.
+func (a *windowed) Limit() portero.Limit { return a.limit }
+
+// FixedWindow counts in clock-aligned windows: window k is [kW, (k+1)W), so
+// an instant exactly at kW belongs to the window that starts there. It admits
+// while count + cost ≤ L, then counts. State: A = k, B = count admitted in
+// window k.
+type FixedWindow struct{ windowed }
+
 func newFixedWindow(l portero.Limit) *FixedWindow {
-	return &FixedWindow{limit: l, count: l.Count, window: int64(l.Window)}
+	return &FixedWindow{newWindowed(l)}
 }
 
 // Decide implements Decider.
@@ -50,23 +63,13 @@ func countIn(s State, end, limit, now, cost int64) (State, portero.Decision) {
 // Expiry implements Decider: the end of the stored window.
 func (a *FixedWindow) Expiry(s State) int64 { return (s.A + 1) * a.window }
 
-// MaxCost implements Decider.
-func (a *FixedWindow) MaxCost() int64 { return a.count }
-
-// Limit implements Decider.
-func (a *FixedWindow) Limit() portero.Limit { return a.limit }
-
 // AnchoredWindow is the fixed window that starts at the first request of an
 // absent or expired key and lasts W: the seed's INCR + EXPIRE form. State:
 // A = start of the window, B = count admitted in it.
-type AnchoredWindow struct {
-	limit  portero.Limit
-	count  int64
-	window int64
-}
+type AnchoredWindow struct{ windowed }
 
 func newAnchoredWindow(l portero.Limit) *AnchoredWindow {
-	return &AnchoredWindow{limit: l, count: l.Count, window: int64(l.Window)}
+	return &AnchoredWindow{newWindowed(l)}
 }
 
 // Decide implements Decider.
@@ -80,12 +83,6 @@ func (a *AnchoredWindow) Decide(s State, found bool, now, cost int64) (State, po
 // Expiry implements Decider: the end of the window.
 func (a *AnchoredWindow) Expiry(s State) int64 { return s.A + a.window }
 
-// MaxCost implements Decider.
-func (a *AnchoredWindow) MaxCost() int64 { return a.count }
-
-// Limit implements Decider.
-func (a *AnchoredWindow) Limit() portero.Limit { return a.limit }
-
 // SlidingCounter estimates the requests of the last W seconds from two fixed
 // windows: estimate = prev·(1 − elapsed/W) + cur, where elapsed is the time
 // since the current window began. The estimate is computed before counting
@@ -96,14 +93,10 @@ func (a *AnchoredWindow) Limit() portero.Limit { return a.limit }
 //
 // The estimate is computed in float64 exactly as written above (the Redis
 // script does the same IEEE operations), so both stores agree.
-type SlidingCounter struct {
-	limit  portero.Limit
-	count  int64
-	window int64
-}
+type SlidingCounter struct{ windowed }
 
 func newSlidingCounter(l portero.Limit) *SlidingCounter {
-	return &SlidingCounter{limit: l, count: l.Count, window: int64(l.Window)}
+	return &SlidingCounter{newWindowed(l)}
 }
 
 type counterState struct{ k, prev, cur, start int64 }
@@ -246,9 +239,3 @@ func (a *SlidingCounter) Expiry(s State) int64 {
 	}
 	return s.A * a.window
 }
-
-// MaxCost implements Decider.
-func (a *SlidingCounter) MaxCost() int64 { return a.count }
-
-// Limit implements Decider.
-func (a *SlidingCounter) Limit() portero.Limit { return a.limit }
