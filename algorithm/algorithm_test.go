@@ -389,7 +389,8 @@ func TestBackwardsTimeCreatesNothing(t *testing.T) {
 
 // TestResetAfterIsExact: ResetAfter is when the whole limit is back — a
 // request of the rule's largest cost passes then and not 1 ns before — and
-// never after Expiry, from which a store may drop the state.
+// that is Expiry, from which a store may drop the state (which then decides
+// like no state, checked below).
 func TestResetAfterIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, alg := range portero.Algorithms {
@@ -411,8 +412,8 @@ func TestResetAfterIsExact(t *testing.T) {
 				}
 				s, found = next, true
 				full := at[i] + int64(d.ResetAfter)
-				if exp := dec.Expiry(s); full > exp {
-					t.Fatalf("%s %v: now+ResetAfter %d after Expiry %d", alg, l, full, exp)
+				if exp := dec.Expiry(s); full != exp {
+					t.Fatalf("%s %v: now+ResetAfter %d, Expiry %d", alg, l, full, exp)
 				}
 				if _, dd := dec.Decide(s, true, full, dec.MaxCost()); !dd.Allowed {
 					t.Fatalf("%s %v: ResetAfter %v, but cost %d refused then: %+v", alg, l, d.ResetAfter, dec.MaxCost(), dd)

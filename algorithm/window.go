@@ -229,13 +229,15 @@ func (a *SlidingCounter) retryAfter(c counterState, now, cost int64) int64 {
 	return hi
 }
 
-// Expiry implements Decider: once both windows have passed the estimate is 0.
+// Expiry implements Decider: the instant the estimate drops below 1, as
+// ResetAfter says. A fraction of one request never changes a decision
+// (costs are whole: est + c − 1 < L holds with est = cur + f, f < 1, exactly
+// when it holds with est = cur), so from then on the state decides like no
+// state; the Redis script lets the key expire at the same instant.
 func (a *SlidingCounter) Expiry(s State) int64 {
-	switch {
-	case s.B&math.MaxUint32 != 0:
-		return (s.A + 2) * a.window
-	case s.B != 0:
-		return (s.A + 1) * a.window
+	c := counterState{k: s.A, prev: s.B >> 32, cur: s.B & math.MaxUint32, start: s.A * a.window}
+	if !a.admits(a.estimate(c, c.start), a.count) {
+		return c.start + a.retryAfter(c, c.start, a.count)
 	}
-	return s.A * a.window
+	return c.start
 }
