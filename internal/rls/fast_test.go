@@ -158,35 +158,37 @@ func (s *countingStore) AllowAll(ctx context.Context, now time.Time, hits []port
 // counted descriptors, one check-only descriptor, a refused request; two
 // only when it mixes counted and check-only descriptors.
 func TestOneStoreCallPerRequest(t *testing.T) {
-	st := &countingStore{Store: newMemStore(t)}
-	e := start(t, setup{store: st})
-	for _, tt := range []struct {
-		name  string
-		ds    []*commonv3.RateLimitDescriptor
-		calls int64
-	}{
-		{"one descriptor", []*commonv3.RateLimitDescriptor{desc("remote_address", "10.3.0.1")}, 1},
-		{"two descriptors", []*commonv3.RateLimitDescriptor{desc("remote_address", "10.3.0.2"), desc("api_key", "k", "plan", "gold")}, 1},
-		{"check only", []*commonv3.RateLimitDescriptor{withHits(desc("remote_address", "10.3.0.3"), 0)}, 1},
-		{"no limit", []*commonv3.RateLimitDescriptor{desc("nothing", "here")}, 0},
-		{"counted and check only", []*commonv3.RateLimitDescriptor{desc("remote_address", "10.3.0.4"), withHits(desc("api_key", "k", "plan", "gold"), 0)}, 2},
-	} {
-		before := st.calls.Load()
-		e.call(t, "edge", 1, tt.ds...)
-		if got := st.calls.Load() - before; got != tt.calls {
-			t.Errorf("%s: %d store calls, want %d", tt.name, got, tt.calls)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		st := &countingStore{Store: newMemStore(t)}
+		e := start(t, setup{transport: transport, store: st})
+		for _, tt := range []struct {
+			name  string
+			ds    []*commonv3.RateLimitDescriptor
+			calls int64
+		}{
+			{"one descriptor", []*commonv3.RateLimitDescriptor{desc("remote_address", "10.3.0.1")}, 1},
+			{"two descriptors", []*commonv3.RateLimitDescriptor{desc("remote_address", "10.3.0.2"), desc("api_key", "k", "plan", "gold")}, 1},
+			{"check only", []*commonv3.RateLimitDescriptor{withHits(desc("remote_address", "10.3.0.3"), 0)}, 1},
+			{"no limit", []*commonv3.RateLimitDescriptor{desc("nothing", "here")}, 0},
+			{"counted and check only", []*commonv3.RateLimitDescriptor{desc("remote_address", "10.3.0.4"), withHits(desc("api_key", "k", "plan", "gold"), 0)}, 2},
+		} {
+			before := st.calls.Load()
+			e.call(t, "edge", 1, tt.ds...)
+			if got := st.calls.Load() - before; got != tt.calls {
+				t.Errorf("%s: %d store calls, want %d", tt.name, got, tt.calls)
+			}
 		}
-	}
-	// Refused: still one call.
-	ip := desc("remote_address", "10.3.0.5")
-	for i := 0; i < 10; i++ {
-		e.call(t, "edge", 1, ip)
-	}
-	before := st.calls.Load()
-	if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("11th call: %v", resp)
-	}
-	if got := st.calls.Load() - before; got != 1 {
-		t.Errorf("refused: %d store calls, want 1", got)
-	}
+		// Refused: still one call.
+		ip := desc("remote_address", "10.3.0.5")
+		for i := 0; i < 10; i++ {
+			e.call(t, "edge", 1, ip)
+		}
+		before := st.calls.Load()
+		if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("11th call: %v", resp)
+		}
+		if got := st.calls.Load() - before; got != 1 {
+			t.Errorf("refused: %d store calls, want 1", got)
+		}
+	})
 }

@@ -52,11 +52,13 @@ type env struct {
 }
 
 type setup struct {
-	store   portero.Store
-	eng     Options
-	svc     ServiceOptions
-	limits  *envoyconf.Config
-	noLimit bool
+	// transport is "grpc-go" (Serve) or "lean" (ServeLean).
+	transport string
+	store     portero.Store
+	eng       Options
+	svc       ServiceOptions
+	limits    *envoyconf.Config
+	noLimit   bool
 }
 
 func newMemStore(t testing.TB) portero.Store {
@@ -69,7 +71,18 @@ func newMemStore(t testing.TB) portero.Store {
 	return s
 }
 
-// start runs the service on a real grpc.Server on 127.0.0.1:0 and dials it.
+// transports are the two gRPC servers every RLS test runs against.
+var transports = []string{"grpc-go", "lean"}
+
+// forEachTransport runs f as a subtest per transport.
+func forEachTransport(t *testing.T, f func(t *testing.T, transport string)) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { f(t, tr) })
+	}
+}
+
+// start runs the service on a real server of s.transport on 127.0.0.1:0
+// and dials it with grpc-go's client.
 func start(t *testing.T, s setup) *env {
 	t.Helper()
 	if s.store == nil {
@@ -97,7 +110,15 @@ func start(t *testing.T, s setup) *env {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, lis, NewService(eng, s.svc), time.Second) }()
+	svc := NewService(eng, s.svc)
+	switch s.transport {
+	case "lean":
+		go func() { done <- ServeLean(ctx, lis, svc, time.Second) }()
+	case "grpc-go":
+		go func() { done <- Serve(ctx, lis, svc, time.Second) }()
+	default:
+		t.Fatalf("unknown transport %q", s.transport)
+	}
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -147,317 +168,335 @@ func header(resp *pb.RateLimitResponse, name string) string {
 }
 
 func TestFixedWindowPerAddress(t *testing.T) {
-	e := start(t, setup{})
-	ip := desc("remote_address", "10.0.0.1")
-	for i := 1; i <= 10; i++ {
-		resp := e.call(t, "edge", 0, ip) // hits_addend 0 means 1
-		st := resp.Statuses[0]
-		if resp.OverallCode != pb.RateLimitResponse_OK || st.LimitRemaining != uint32(10-i) {
-			t.Fatalf("request %d: %v remaining %d, want OK remaining %d", i, resp.OverallCode, st.LimitRemaining, 10-i)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		ip := desc("remote_address", "10.0.0.1")
+		for i := 1; i <= 10; i++ {
+			resp := e.call(t, "edge", 0, ip) // hits_addend 0 means 1
+			st := resp.Statuses[0]
+			if resp.OverallCode != pb.RateLimitResponse_OK || st.LimitRemaining != uint32(10-i) {
+				t.Fatalf("request %d: %v remaining %d, want OK remaining %d", i, resp.OverallCode, st.LimitRemaining, 10-i)
+			}
+			if st.CurrentLimit.GetRequestsPerUnit() != 10 || st.CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_SECOND || st.CurrentLimit.GetName() != "edge.remote_address" {
+				t.Fatalf("current_limit = %v", st.CurrentLimit)
+			}
+			if got := st.DurationUntilReset.AsDuration(); got != 900*time.Millisecond {
+				t.Fatalf("duration_until_reset = %v, want 900ms", got)
+			}
 		}
-		if st.CurrentLimit.GetRequestsPerUnit() != 10 || st.CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_SECOND || st.CurrentLimit.GetName() != "edge.remote_address" {
-			t.Fatalf("current_limit = %v", st.CurrentLimit)
+		if got, want := header(e.call(t, "edge", 1, ip), "RateLimit-Policy"), `"edge.remote_address";q=10;w=1`; got != want {
+			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
 		}
-		if got := st.DurationUntilReset.AsDuration(); got != 900*time.Millisecond {
-			t.Fatalf("duration_until_reset = %v, want 900ms", got)
+		resp := e.call(t, "edge", 1, ip)
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("11th request: %v", resp)
 		}
-	}
-	if got, want := header(e.call(t, "edge", 1, ip), "RateLimit-Policy"), `"edge.remote_address";q=10;w=1`; got != want {
-		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
-	}
-	resp := e.call(t, "edge", 1, ip)
-	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 0 {
-		t.Fatalf("11th request: %v", resp)
-	}
-	if got, want := header(resp, "RateLimit"), `"edge.remote_address";r=0;t=1`; got != want {
-		t.Errorf("RateLimit = %q, want %q", got, want)
-	}
-	if got := header(resp, "Retry-After"); got != "1" {
-		t.Errorf("Retry-After = %q, want 1", got)
-	}
-	// Another address has its own counter; the next window starts afresh.
-	if resp := e.call(t, "edge", 1, desc("remote_address", "10.0.0.2")); resp.OverallCode != pb.RateLimitResponse_OK {
-		t.Errorf("other address refused")
-	}
-	e.clock.Add(900 * time.Millisecond)
-	if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 9 {
-		t.Errorf("next window: %v", resp)
-	}
+		if got, want := header(resp, "RateLimit"), `"edge.remote_address";r=0;t=1`; got != want {
+			t.Errorf("RateLimit = %q, want %q", got, want)
+		}
+		if got := header(resp, "Retry-After"); got != "1" {
+			t.Errorf("Retry-After = %q, want 1", got)
+		}
+		// Another address has its own counter; the next window starts afresh.
+		if resp := e.call(t, "edge", 1, desc("remote_address", "10.0.0.2")); resp.OverallCode != pb.RateLimitResponse_OK {
+			t.Errorf("other address refused")
+		}
+		e.clock.Add(900 * time.Millisecond)
+		if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 9 {
+			t.Errorf("next window: %v", resp)
+		}
+	})
 }
 
 func TestMatchingOverGRPC(t *testing.T) {
-	e := start(t, setup{})
-	tests := []struct {
-		name  string
-		d     *commonv3.RateLimitDescriptor
-		code  pb.RateLimitResponse_Code
-		limit string // current_limit name, "" for none
-	}{
-		{"blocked address", desc("remote_address", "50.0.0.5"), pb.RateLimitResponse_OVER_LIMIT, "edge.remote_address_50.0.0.5"},
-		{"two levels", desc("api_key", "k", "plan", "gold"), pb.RateLimitResponse_OK, "gold"},
-		{"partial prefix", desc("api_key", "k"), pb.RateLimitResponse_OK, ""},
-		{"too deep", desc("remote_address", "1", "x", "y"), pb.RateLimitResponse_OK, ""},
-		{"no match", desc("nothing", "here"), pb.RateLimitResponse_OK, ""},
-		{"unlimited", desc("internal", "yes"), pb.RateLimitResponse_OK, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp := e.call(t, "edge", 1, tt.d)
-			st := resp.Statuses[0]
-			if resp.OverallCode != tt.code || st.Code != tt.code || st.CurrentLimit.GetName() != tt.limit {
-				t.Errorf("got %v/%v limit %q, want %v limit %q", resp.OverallCode, st.Code, st.CurrentLimit.GetName(), tt.code, tt.limit)
-			}
-		})
-	}
-	if st := e.call(t, "edge", 1, desc("internal", "yes")).Statuses[0]; st.LimitRemaining != 1<<32-1 {
-		t.Errorf("unlimited: limit_remaining = %d, want MaxUint32", st.LimitRemaining)
-	}
-	resp := e.call(t, "edge", 1, desc("remote_address", "50.0.0.5"))
-	if got := header(resp, "Retry-After"); got != "1" {
-		t.Errorf("blocked: Retry-After = %q", got)
-	}
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		tests := []struct {
+			name  string
+			d     *commonv3.RateLimitDescriptor
+			code  pb.RateLimitResponse_Code
+			limit string // current_limit name, "" for none
+		}{
+			{"blocked address", desc("remote_address", "50.0.0.5"), pb.RateLimitResponse_OVER_LIMIT, "edge.remote_address_50.0.0.5"},
+			{"two levels", desc("api_key", "k", "plan", "gold"), pb.RateLimitResponse_OK, "gold"},
+			{"partial prefix", desc("api_key", "k"), pb.RateLimitResponse_OK, ""},
+			{"too deep", desc("remote_address", "1", "x", "y"), pb.RateLimitResponse_OK, ""},
+			{"no match", desc("nothing", "here"), pb.RateLimitResponse_OK, ""},
+			{"unlimited", desc("internal", "yes"), pb.RateLimitResponse_OK, ""},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				resp := e.call(t, "edge", 1, tt.d)
+				st := resp.Statuses[0]
+				if resp.OverallCode != tt.code || st.Code != tt.code || st.CurrentLimit.GetName() != tt.limit {
+					t.Errorf("got %v/%v limit %q, want %v limit %q", resp.OverallCode, st.Code, st.CurrentLimit.GetName(), tt.code, tt.limit)
+				}
+			})
+		}
+		if st := e.call(t, "edge", 1, desc("internal", "yes")).Statuses[0]; st.LimitRemaining != 1<<32-1 {
+			t.Errorf("unlimited: limit_remaining = %d, want MaxUint32", st.LimitRemaining)
+		}
+		resp := e.call(t, "edge", 1, desc("remote_address", "50.0.0.5"))
+		if got := header(resp, "Retry-After"); got != "1" {
+			t.Errorf("blocked: Retry-After = %q", got)
+		}
+	})
 }
 
 // TestAllOrNothing: when one descriptor is over, no descriptor is counted.
 func TestAllOrNothing(t *testing.T) {
-	e := start(t, setup{})
-	ip, user := desc("remote_address", "10.9.9.9"), desc("api_key", "k", "plan", "free") // 10/s and 60/min
-	for i := 0; i < 10; i++ {
-		e.call(t, "edge", 1, ip, user)
-	}
-	// The address is spent: the next requests are refused and must not
-	// count against the plan.
-	for i := 0; i < 5; i++ {
-		resp := e.call(t, "edge", 1, ip, user)
-		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != pb.RateLimitResponse_OK {
-			t.Fatalf("refused request %d: %v", i, resp)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		ip, user := desc("remote_address", "10.9.9.9"), desc("api_key", "k", "plan", "free") // 10/s and 60/min
+		for i := 0; i < 10; i++ {
+			e.call(t, "edge", 1, ip, user)
 		}
-		if got := resp.Statuses[1].LimitRemaining; got != 50 {
-			t.Fatalf("plan remaining while refused = %d, want 50 (10 counted, refusals not)", got)
+		// The address is spent: the next requests are refused and must not
+		// count against the plan.
+		for i := 0; i < 5; i++ {
+			resp := e.call(t, "edge", 1, ip, user)
+			if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != pb.RateLimitResponse_OK {
+				t.Fatalf("refused request %d: %v", i, resp)
+			}
+			if got := resp.Statuses[1].LimitRemaining; got != 50 {
+				t.Fatalf("plan remaining while refused = %d, want 50 (10 counted, refusals not)", got)
+			}
+			// Only the refusing limit is in RateLimit; both in RateLimit-Policy.
+			if got := header(resp, "RateLimit"); got != `"edge.remote_address";r=0;t=1` {
+				t.Fatalf("RateLimit = %q", got)
+			}
+			if got := header(resp, "RateLimit-Policy"); got != `"edge.remote_address";q=10;w=1, "free";q=60;w=60` {
+				t.Fatalf("RateLimit-Policy = %q", got)
+			}
 		}
-		// Only the refusing limit is in RateLimit; both in RateLimit-Policy.
-		if got := header(resp, "RateLimit"); got != `"edge.remote_address";r=0;t=1` {
-			t.Fatalf("RateLimit = %q", got)
+		if st := e.call(t, "edge", 1, user).Statuses[0]; st.LimitRemaining != 49 {
+			t.Errorf("plan alone: remaining %d, want 49", st.LimitRemaining)
 		}
-		if got := header(resp, "RateLimit-Policy"); got != `"edge.remote_address";q=10;w=1, "free";q=60;w=60` {
-			t.Fatalf("RateLimit-Policy = %q", got)
+		// A blocked descriptor refuses without asking and counts nothing.
+		resp := e.call(t, "edge", 1, user, desc("remote_address", "50.0.0.5"))
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 49 {
+			t.Errorf("with a blocked descriptor: %v", resp)
 		}
-	}
-	if st := e.call(t, "edge", 1, user).Statuses[0]; st.LimitRemaining != 49 {
-		t.Errorf("plan alone: remaining %d, want 49", st.LimitRemaining)
-	}
-	// A blocked descriptor refuses without asking and counts nothing.
-	resp := e.call(t, "edge", 1, user, desc("remote_address", "50.0.0.5"))
-	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 49 {
-		t.Errorf("with a blocked descriptor: %v", resp)
-	}
-	if st := e.call(t, "edge", 1, user).Statuses[0]; st.LimitRemaining != 48 {
-		t.Errorf("after the blocked request: remaining %d, want 48", st.LimitRemaining)
-	}
+		if st := e.call(t, "edge", 1, user).Statuses[0]; st.LimitRemaining != 48 {
+			t.Errorf("after the blocked request: remaining %d, want 48", st.LimitRemaining)
+		}
+	})
 }
 
 func TestHitsAddend(t *testing.T) {
-	e := start(t, setup{})
-	ip := desc("remote_address", "10.1.1.1")
-	if st := e.call(t, "edge", 4, ip).Statuses[0]; st.LimitRemaining != 6 {
-		t.Fatalf("hits_addend 4: remaining %d, want 6", st.LimitRemaining)
-	}
-	// Per-descriptor hits_addend overrides the request's.
-	d := desc("remote_address", "10.1.1.1")
-	d.HitsAddend = wrapperspb.UInt64(3)
-	if st := e.call(t, "edge", 4, d).Statuses[0]; st.LimitRemaining != 3 {
-		t.Fatalf("descriptor hits_addend 3: remaining %d, want 3", st.LimitRemaining)
-	}
-	// 0 checks without counting.
-	check := desc("remote_address", "10.1.1.1")
-	check.HitsAddend = wrapperspb.UInt64(0)
-	for i := 0; i < 3; i++ {
-		resp := e.call(t, "edge", 1, check)
-		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 3 {
-			t.Fatalf("check-only %d: %v", i, resp)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		ip := desc("remote_address", "10.1.1.1")
+		if st := e.call(t, "edge", 4, ip).Statuses[0]; st.LimitRemaining != 6 {
+			t.Fatalf("hits_addend 4: remaining %d, want 6", st.LimitRemaining)
 		}
-	}
-	// A cost larger than what is left is refused and not counted.
-	if resp := e.call(t, "edge", 4, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 3 {
-		t.Fatalf("cost 4 with 3 left: %v", resp)
-	}
-	// A cost larger than the limit itself is over, as in envoyproxy/ratelimit.
-	if resp := e.call(t, "edge", 1000, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || header(resp, "Retry-After") == "" {
-		t.Fatalf("cost 1000 on 10/s: %v", resp)
-	}
-	e.call(t, "edge", 3, ip)
-	// Now spent: a check-only descriptor is over, still not counted.
-	resp := e.call(t, "edge", 1, check)
-	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 0 {
-		t.Fatalf("check-only when spent: %v", resp)
-	}
-	// Check-only beside a counted descriptor: only the other one counts.
-	other := desc("remote_address", "10.1.1.2")
-	free := desc("remote_address", "10.1.1.3")
-	free.HitsAddend = wrapperspb.UInt64(0)
-	resp = e.call(t, "edge", 2, other, free)
-	if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 8 || resp.Statuses[1].LimitRemaining != 10 {
-		t.Fatalf("counted + check-only: %v", resp)
-	}
+		// Per-descriptor hits_addend overrides the request's.
+		d := desc("remote_address", "10.1.1.1")
+		d.HitsAddend = wrapperspb.UInt64(3)
+		if st := e.call(t, "edge", 4, d).Statuses[0]; st.LimitRemaining != 3 {
+			t.Fatalf("descriptor hits_addend 3: remaining %d, want 3", st.LimitRemaining)
+		}
+		// 0 checks without counting.
+		check := desc("remote_address", "10.1.1.1")
+		check.HitsAddend = wrapperspb.UInt64(0)
+		for i := 0; i < 3; i++ {
+			resp := e.call(t, "edge", 1, check)
+			if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 3 {
+				t.Fatalf("check-only %d: %v", i, resp)
+			}
+		}
+		// A cost larger than what is left is refused and not counted.
+		if resp := e.call(t, "edge", 4, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 3 {
+			t.Fatalf("cost 4 with 3 left: %v", resp)
+		}
+		// A cost larger than the limit itself is over, as in envoyproxy/ratelimit.
+		if resp := e.call(t, "edge", 1000, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || header(resp, "Retry-After") == "" {
+			t.Fatalf("cost 1000 on 10/s: %v", resp)
+		}
+		e.call(t, "edge", 3, ip)
+		// Now spent: a check-only descriptor is over, still not counted.
+		resp := e.call(t, "edge", 1, check)
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("check-only when spent: %v", resp)
+		}
+		// Check-only beside a counted descriptor: only the other one counts.
+		other := desc("remote_address", "10.1.1.2")
+		free := desc("remote_address", "10.1.1.3")
+		free.HitsAddend = wrapperspb.UInt64(0)
+		resp = e.call(t, "edge", 2, other, free)
+		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 8 || resp.Statuses[1].LimitRemaining != 10 {
+			t.Fatalf("counted + check-only: %v", resp)
+		}
+	})
 }
 
 func TestLimitOverride(t *testing.T) {
-	e := start(t, setup{})
-	d := desc("remote_address", "10.2.2.2")
-	d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
-	for i := 0; i < 2; i++ {
-		resp := e.call(t, "edge", 1, d)
-		st := resp.Statuses[0]
-		if resp.OverallCode != pb.RateLimitResponse_OK || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_MINUTE {
-			t.Fatalf("override %d: %v", i, resp)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		d := desc("remote_address", "10.2.2.2")
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
+		for i := 0; i < 2; i++ {
+			resp := e.call(t, "edge", 1, d)
+			st := resp.Statuses[0]
+			if resp.OverallCode != pb.RateLimitResponse_OK || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_MINUTE {
+				t.Fatalf("override %d: %v", i, resp)
+			}
 		}
-	}
-	resp := e.call(t, "edge", 1, d)
-	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("third under 2/min: %v", resp)
-	}
-	if got, want := resp.Statuses[0].DurationUntilReset.AsDuration(), 20*time.Minute/20-100*time.Millisecond; got != want {
-		t.Errorf("duration_until_reset = %v, want %v", got, want)
-	}
-	// An override works in a domain that is not configured.
-	d2 := desc("k", "v")
-	d2.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
-	if resp := e.call(t, "elsewhere", 1, d2); resp.OverallCode != pb.RateLimitResponse_OK {
-		t.Errorf("override in unknown domain: %v", resp)
-	}
+		resp := e.call(t, "edge", 1, d)
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("third under 2/min: %v", resp)
+		}
+		if got, want := resp.Statuses[0].DurationUntilReset.AsDuration(), 20*time.Minute/20-100*time.Millisecond; got != want {
+			t.Errorf("duration_until_reset = %v, want %v", got, want)
+		}
+		// An override works in a domain that is not configured.
+		d2 := desc("k", "v")
+		d2.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+		if resp := e.call(t, "elsewhere", 1, d2); resp.OverallCode != pb.RateLimitResponse_OK {
+			t.Errorf("override in unknown domain: %v", resp)
+		}
+	})
 }
 
 func TestShadowReplacesExtension(t *testing.T) {
-	e := start(t, setup{})
-	// Shadow mode: 100/hour, never refuses.
-	exp := desc("path", "/api/v1/export")
-	for i := 0; i < 101; i++ {
-		e.call(t, "edge", 1, exp)
-	}
-	resp := e.call(t, "edge", 1, exp, desc("remote_address", "10.3.3.3"))
-	if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].Code != pb.RateLimitResponse_OK {
-		t.Fatalf("shadow over its limit refused: %v", resp)
-	}
-	if resp.Statuses[1].LimitRemaining != 9 {
-		t.Errorf("enforced beside a refusing shadow rule: remaining %d, want 9 (counted)", resp.Statuses[1].LimitRemaining)
-	}
-	if h := header(resp, "RateLimit-Policy"); strings.Contains(h, "export") {
-		t.Errorf("shadow rule announced: %q", h)
-	}
-	// replaces: bulk_sender replaces all_senders when both match.
-	resp = e.call(t, "messaging", 1, desc("sender", "bulk-1"), desc("sender", "alice"))
-	if resp.Statuses[0].CurrentLimit.GetName() != "bulk_sender" || resp.Statuses[1].CurrentLimit != nil {
-		t.Errorf("replaces: %v", resp.Statuses)
-	}
-	if resp := e.call(t, "messaging", 1, desc("sender", "alice")); resp.Statuses[0].CurrentLimit.GetName() != "all_senders" {
-		t.Errorf("without the replacing limit: %v", resp.Statuses)
-	}
-	// Token bucket with burst 40 from the portero extension.
-	u := desc("user", "u1")
-	for i := 0; i < 40; i++ {
-		if resp := e.call(t, "api", 1, u); resp.OverallCode != pb.RateLimitResponse_OK {
-			t.Fatalf("token bucket request %d refused", i)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		// Shadow mode: 100/hour, never refuses.
+		exp := desc("path", "/api/v1/export")
+		for i := 0; i < 101; i++ {
+			e.call(t, "edge", 1, exp)
 		}
-	}
-	resp = e.call(t, "api", 1, u)
-	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("41st request in a burst of 40: %v", resp)
-	}
-	if got := header(resp, "RateLimit-Policy"); got != `"per_user";q=10;w=1;portero-burst=40` {
-		t.Errorf("RateLimit-Policy = %q", got)
-	}
-	e.clock.Add(100 * time.Millisecond) // one token at 10/s
-	if resp := e.call(t, "api", 1, u); resp.OverallCode != pb.RateLimitResponse_OK {
-		t.Errorf("after 100ms at 10/s: %v", resp)
-	}
+		resp := e.call(t, "edge", 1, exp, desc("remote_address", "10.3.3.3"))
+		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].Code != pb.RateLimitResponse_OK {
+			t.Fatalf("shadow over its limit refused: %v", resp)
+		}
+		if resp.Statuses[1].LimitRemaining != 9 {
+			t.Errorf("enforced beside a refusing shadow rule: remaining %d, want 9 (counted)", resp.Statuses[1].LimitRemaining)
+		}
+		if h := header(resp, "RateLimit-Policy"); strings.Contains(h, "export") {
+			t.Errorf("shadow rule announced: %q", h)
+		}
+		// replaces: bulk_sender replaces all_senders when both match.
+		resp = e.call(t, "messaging", 1, desc("sender", "bulk-1"), desc("sender", "alice"))
+		if resp.Statuses[0].CurrentLimit.GetName() != "bulk_sender" || resp.Statuses[1].CurrentLimit != nil {
+			t.Errorf("replaces: %v", resp.Statuses)
+		}
+		if resp := e.call(t, "messaging", 1, desc("sender", "alice")); resp.Statuses[0].CurrentLimit.GetName() != "all_senders" {
+			t.Errorf("without the replacing limit: %v", resp.Statuses)
+		}
+		// Token bucket with burst 40 from the portero extension.
+		u := desc("user", "u1")
+		for i := 0; i < 40; i++ {
+			if resp := e.call(t, "api", 1, u); resp.OverallCode != pb.RateLimitResponse_OK {
+				t.Fatalf("token bucket request %d refused", i)
+			}
+		}
+		resp = e.call(t, "api", 1, u)
+		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("41st request in a burst of 40: %v", resp)
+		}
+		if got := header(resp, "RateLimit-Policy"); got != `"per_user";q=10;w=1;portero-burst=40` {
+			t.Errorf("RateLimit-Policy = %q", got)
+		}
+		e.clock.Add(100 * time.Millisecond) // one token at 10/s
+		if resp := e.call(t, "api", 1, u); resp.OverallCode != pb.RateLimitResponse_OK {
+			t.Errorf("after 100ms at 10/s: %v", resp)
+		}
+	})
 }
 
 func TestBadInput(t *testing.T) {
-	e := start(t, setup{})
-	long := strings.Repeat("x", 2000)
-	neg := desc("remote_address", "1")
-	neg.IsNegativeHits = true
-	huge := desc("remote_address", "1")
-	huge.HitsAddend = wrapperspb.UInt64(1 << 40)
-	badUnit := desc("remote_address", "1")
-	badUnit.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
-	many := make([]*commonv3.RateLimitDescriptor, 65)
-	for i := range many {
-		many[i] = desc("k", "v")
-	}
-	tests := []struct {
-		name string
-		req  *pb.RateLimitRequest
-		code codes.Code
-		msg  string
-	}{
-		{"empty domain", &pb.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, codes.InvalidArgument, "domain is required"},
-		{"no descriptors", &pb.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument, "at least one descriptor"},
-		{"no entries", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{}}}, codes.InvalidArgument, "descriptor 0: at least one entry"},
-		{"empty key", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("", "v")}}, codes.InvalidArgument, "empty key"},
-		{"long value", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("k", long)}}, codes.InvalidArgument, "longer than"},
-		{"too many", &pb.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument, "at most 64"},
-		{"absurd hits", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{huge}}, codes.InvalidArgument, "hits_addend 1099511627776"},
-		{"negative hits", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{neg}}, codes.InvalidArgument, "is_negative_hits"},
-		{"override unit", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{badUnit}}, codes.InvalidArgument, "limit override"},
-		{"unknown domain", &pb.RateLimitRequest{Domain: "nope", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, codes.NotFound, `unknown domain "nope" (configured: api, edge, messaging)`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.client.ShouldRateLimit(context.Background(), tt.req)
-			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
-				t.Errorf("err = %v, want %v containing %q", err, tt.code, tt.msg)
-			}
-		})
-	}
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		long := strings.Repeat("x", 2000)
+		neg := desc("remote_address", "1")
+		neg.IsNegativeHits = true
+		huge := desc("remote_address", "1")
+		huge.HitsAddend = wrapperspb.UInt64(1 << 40)
+		badUnit := desc("remote_address", "1")
+		badUnit.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+		many := make([]*commonv3.RateLimitDescriptor, 65)
+		for i := range many {
+			many[i] = desc("k", "v")
+		}
+		tests := []struct {
+			name string
+			req  *pb.RateLimitRequest
+			code codes.Code
+			msg  string
+		}{
+			{"empty domain", &pb.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, codes.InvalidArgument, "domain is required"},
+			{"no descriptors", &pb.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument, "at least one descriptor"},
+			{"no entries", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{}}}, codes.InvalidArgument, "descriptor 0: at least one entry"},
+			{"empty key", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("", "v")}}, codes.InvalidArgument, "empty key"},
+			{"long value", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("k", long)}}, codes.InvalidArgument, "longer than"},
+			{"too many", &pb.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument, "at most 64"},
+			{"absurd hits", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{huge}}, codes.InvalidArgument, "hits_addend 1099511627776"},
+			{"negative hits", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{neg}}, codes.InvalidArgument, "is_negative_hits"},
+			{"override unit", &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{badUnit}}, codes.InvalidArgument, "limit override"},
+			{"unknown domain", &pb.RateLimitRequest{Domain: "nope", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, codes.NotFound, `unknown domain "nope" (configured: api, edge, messaging)`},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				_, err := e.client.ShouldRateLimit(context.Background(), tt.req)
+				if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
+					t.Errorf("err = %v, want %v containing %q", err, tt.code, tt.msg)
+				}
+			})
+		}
+	})
 }
 
 func TestUnknownDomainAllowed(t *testing.T) {
-	e := start(t, setup{eng: Options{AllowUnknownDomains: true}})
-	resp := e.call(t, "nope", 1, desc("a", "b"))
-	if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
-		t.Errorf("unknown domain with AllowUnknownDomains: %v", resp)
-	}
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport, eng: Options{AllowUnknownDomains: true}})
+		resp := e.call(t, "nope", 1, desc("a", "b"))
+		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
+			t.Errorf("unknown domain with AllowUnknownDomains: %v", resp)
+		}
+	})
 }
 
 func TestStoreFailurePolicies(t *testing.T) {
-	boom := fmt.Errorf("redis down: %w", portero.ErrStoreUnavailable)
-	for _, tt := range []struct {
-		policy FailurePolicy
-		code   codes.Code
-		answer pb.RateLimitResponse_Code
-	}{
-		{FailError, codes.Unavailable, 0},
-		{FailOpen, codes.OK, pb.RateLimitResponse_OK},
-		{FailClosed, codes.OK, pb.RateLimitResponse_OVER_LIMIT},
-	} {
-		t.Run(tt.policy.String(), func(t *testing.T) {
-			st := &policytest.Store{}
-			st.SetErr(boom)
-			e := start(t, setup{store: st, svc: ServiceOptions{OnStoreError: tt.policy}})
-			resp, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "1"), desc("nothing", "x")}})
-			if status.Code(err) != tt.code {
-				t.Fatalf("err = %v, want %v", err, tt.code)
-			}
-			if err != nil {
-				if !strings.Contains(err.Error(), "redis down") {
-					t.Errorf("error hides the cause: %v", err)
+	forEachTransport(t, func(t *testing.T, transport string) {
+		boom := fmt.Errorf("redis down: %w", portero.ErrStoreUnavailable)
+		for _, tt := range []struct {
+			policy FailurePolicy
+			code   codes.Code
+			answer pb.RateLimitResponse_Code
+		}{
+			{FailError, codes.Unavailable, 0},
+			{FailOpen, codes.OK, pb.RateLimitResponse_OK},
+			{FailClosed, codes.OK, pb.RateLimitResponse_OVER_LIMIT},
+		} {
+			t.Run(tt.policy.String(), func(t *testing.T) {
+				st := &policytest.Store{}
+				st.SetErr(boom)
+				e := start(t, setup{transport: transport, store: st, svc: ServiceOptions{OnStoreError: tt.policy}})
+				resp, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "1"), desc("nothing", "x")}})
+				if status.Code(err) != tt.code {
+					t.Fatalf("err = %v, want %v", err, tt.code)
 				}
-				return
-			}
-			if resp.OverallCode != tt.answer {
-				t.Errorf("overall_code = %v, want %v", resp.OverallCode, tt.answer)
-			}
-			if tt.policy == FailClosed && (resp.Statuses[1].Code != pb.RateLimitResponse_OK || header(resp, "Retry-After") != "1") {
-				t.Errorf("closed: unmatched descriptor or Retry-After wrong: %v", resp)
-			}
-			// Bad input is still an error, not a policy answer.
-			_, err = e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "nope", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}})
-			if status.Code(err) != codes.NotFound {
-				t.Errorf("unknown domain under %v: %v", tt.policy, err)
-			}
-		})
-	}
+				if err != nil {
+					if !strings.Contains(err.Error(), "redis down") {
+						t.Errorf("error hides the cause: %v", err)
+					}
+					return
+				}
+				if resp.OverallCode != tt.answer {
+					t.Errorf("overall_code = %v, want %v", resp.OverallCode, tt.answer)
+				}
+				if tt.policy == FailClosed && (resp.Statuses[1].Code != pb.RateLimitResponse_OK || header(resp, "Retry-After") != "1") {
+					t.Errorf("closed: unmatched descriptor or Retry-After wrong: %v", resp)
+				}
+				// Bad input is still an error, not a policy answer.
+				_, err = e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "nope", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}})
+				if status.Code(err) != codes.NotFound {
+					t.Errorf("unknown domain under %v: %v", tt.policy, err)
+				}
+			})
+		}
+	})
 }
 
 // slowStore blocks until the call's context ends.
@@ -469,19 +508,21 @@ func (slowStore) AllowAll(ctx context.Context, _ time.Time, _ []portero.Hit) ([]
 }
 
 func TestDeadlines(t *testing.T) {
-	e := start(t, setup{store: slowStore{}, svc: ServiceOptions{CallTimeout: 50 * time.Millisecond}})
-	req := &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "1")}}
-	begin := time.Now()
-	_, err := e.client.ShouldRateLimit(context.Background(), req)
-	if status.Code(err) != codes.Unavailable || time.Since(begin) > 2*time.Second {
-		t.Errorf("server-side timeout: %v after %v, want UNAVAILABLE after ~50ms", err, time.Since(begin))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond) // Envoy's default
-	defer cancel()
-	_, err = e.client.ShouldRateLimit(ctx, req)
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Errorf("client deadline: %v, want DEADLINE_EXCEEDED", err)
-	}
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport, store: slowStore{}, svc: ServiceOptions{CallTimeout: 50 * time.Millisecond}})
+		req := &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "1")}}
+		begin := time.Now()
+		_, err := e.client.ShouldRateLimit(context.Background(), req)
+		if status.Code(err) != codes.Unavailable || time.Since(begin) > 2*time.Second {
+			t.Errorf("server-side timeout: %v after %v, want UNAVAILABLE after ~50ms", err, time.Since(begin))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond) // Envoy's default
+		defer cancel()
+		_, err = e.client.ShouldRateLimit(ctx, req)
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("client deadline: %v, want DEADLINE_EXCEEDED", err)
+		}
+	})
 }
 
 func TestHealthReflectionGracefulStop(t *testing.T) {
@@ -542,48 +583,52 @@ func TestHealthReflectionGracefulStop(t *testing.T) {
 }
 
 func TestConcurrentCallsExact(t *testing.T) {
-	// 200 concurrent calls on one 10/s key: exactly 10 pass.
-	e := start(t, setup{})
-	var mu sync.Mutex
-	ok := 0
-	var wg sync.WaitGroup
-	for i := 0; i < 200; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "10.7.7.7")}})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if resp.OverallCode == pb.RateLimitResponse_OK {
-				mu.Lock()
-				ok++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if ok != 10 {
-		t.Errorf("%d of 200 concurrent calls passed a 10/s limit, want 10", ok)
-	}
+	forEachTransport(t, func(t *testing.T, transport string) {
+		// 200 concurrent calls on one 10/s key: exactly 10 pass.
+		e := start(t, setup{transport: transport})
+		var mu sync.Mutex
+		ok := 0
+		var wg sync.WaitGroup
+		for i := 0; i < 200; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "10.7.7.7")}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.OverallCode == pb.RateLimitResponse_OK {
+					mu.Lock()
+					ok++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if ok != 10 {
+			t.Errorf("%d of 200 concurrent calls passed a 10/s limit, want 10", ok)
+		}
+	})
 }
 
 func TestReload(t *testing.T) {
-	e := start(t, setup{})
-	c, err := envoyconf.Parse([]envoyconf.Source{{Name: "new.yaml", Data: []byte("domain: edge\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 1}}\n")}}, envoyconf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.engine.SetLimits(c)
-	ip := desc("remote_address", "10.8.8.8")
-	e.call(t, "edge", 1, ip)
-	if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-		t.Errorf("after reload to 1/s: %v", resp)
-	}
-	if _, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}); status.Code(err) != codes.NotFound {
-		t.Errorf("removed domain: %v", err)
-	}
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport})
+		c, err := envoyconf.Parse([]envoyconf.Source{{Name: "new.yaml", Data: []byte("domain: edge\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 1}}\n")}}, envoyconf.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.engine.SetLimits(c)
+		ip := desc("remote_address", "10.8.8.8")
+		e.call(t, "edge", 1, ip)
+		if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("after reload to 1/s: %v", resp)
+		}
+		if _, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}); status.Code(err) != codes.NotFound {
+			t.Errorf("removed domain: %v", err)
+		}
+	})
 }
 
 func TestNewEngineNeedsStore(t *testing.T) {

@@ -1,0 +1,913 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+)
+
+const (
+	// maxWindow is the largest flow-control window RFC 9113 allows.
+	maxWindow = 1<<31 - 1
+	// defaultWindow is every window before SETTINGS or WINDOW_UPDATE.
+	defaultWindow = 65535
+	// maxReadFrame is the largest frame read: the default
+	// SETTINGS_MAX_FRAME_SIZE, which this server does not raise.
+	maxReadFrame = 16384
+	// maxMessageLen bounds grpc-message so that a trailer block always
+	// fits in one frame.
+	maxMessageLen = 1024
+	// keptBuffer is the largest write buffer kept between flushes.
+	keptBuffer = 256 << 10
+)
+
+// conn is one client connection. Its reader goroutine (serve) owns the
+// Framer that reads and every stream until the stream is dispatched; its
+// writer goroutine (writeLoop) owns the socket's write side. Frames are
+// queued under mu into out by whoever produces them (the reader's
+// acknowledgements, the workers' answers) and the writer sends all that is
+// queued in one Write.
+type conn struct {
+	srv *Server
+	nc  net.Conn
+	br  *bufio.Reader // reader only
+	fr  *http2.Framer // reader only, reads br
+	// ctx is cancelled when the connection ends: every call's context
+	// derives from it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Reader only.
+	connRecvAvail   int64  // bytes the peer may still send on the connection
+	connRecvUnacked uint32 // bytes consumed and not yet granted back
+
+	mu                sync.Mutex
+	streams           map[uint32]*stream
+	maxStreamID       uint32 // highest stream the client opened
+	active            uint32 // streams counted against MaxConcurrentStreams
+	out, spare        []byte // frames for the writer, and its other buffer
+	wfr               *http2.Framer
+	henc              *hpack.Encoder
+	hbuf              bytes.Buffer
+	data              []byte // scratch DATA payload
+	sendWindow        int64  // connection send window
+	peerInitialWindow int64
+	peerMaxFrame      uint32
+	blocked           []*stream // answers waiting for window, in order
+	wakePending       bool
+	goingAway         bool // GOAWAY sent: no new streams
+	closing           bool // the writer ends once out is flushed
+	dead              bool // the connection is gone: answers are dropped
+	wake              chan struct{}
+	writerDone        chan struct{}
+}
+
+// outWriter appends the write Framer's frames to conn.out (mu held).
+type outWriter struct{ c *conn }
+
+func (w outWriter) Write(p []byte) (int, error) {
+	w.c.out = append(w.c.out, p...)
+	return len(p), nil
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{
+		srv:               s,
+		nc:                nc,
+		streams:           map[uint32]*stream{},
+		sendWindow:        defaultWindow,
+		peerInitialWindow: defaultWindow,
+		peerMaxFrame:      maxReadFrame,
+		connRecvAvail:     connRecvWindow,
+		wake:              make(chan struct{}, 1),
+		writerDone:        make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.br = bufio.NewReaderSize(nc, 32<<10)
+	c.fr = http2.NewFramer(nil, c.br)
+	c.fr.SetMaxReadFrameSize(maxReadFrame)
+	c.fr.SetReuseFrames()
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = s.opts.MaxHeaderListSize
+	c.wfr = http2.NewFramer(outWriter{c}, nil)
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	// The server's preface, queued before anything else can be.
+	c.wfr.WriteSettings(
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: s.opts.MaxConcurrentStreams},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: recvWindow},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: s.opts.MaxHeaderListSize},
+	)
+	c.wfr.WriteWindowUpdate(0, connRecvWindow-defaultWindow)
+	return c
+}
+
+// serve is the reader goroutine.
+func (c *conn) serve() {
+	go c.writeLoop()
+	c.mu.Lock()
+	c.signalLocked()
+	c.mu.Unlock()
+	defer c.finish()
+	if err := c.handshake(); err != nil {
+		c.fail(err)
+		return
+	}
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.mu.Lock()
+				if se.StreamID > c.maxStreamID && se.StreamID%2 == 1 {
+					c.maxStreamID = se.StreamID
+				}
+				c.mu.Unlock()
+				c.resetStream(se.StreamID, se.Code)
+				continue
+			}
+			c.fail(err)
+			return
+		}
+		if err := c.process(f); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// handshake reads the client preface and the client's first SETTINGS.
+func (c *conn) handshake() error {
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, preface[:]); err != nil {
+		return err
+	}
+	if string(preface[:]) != http2.ClientPreface {
+		return errBadPreface
+	}
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		return err
+	}
+	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	return c.process(f)
+}
+
+var errBadPreface = errors.New("h2grpc: not an HTTP/2 client preface (only h2c with prior knowledge is served)")
+
+// fail ends the connection after err: protocol errors are answered with
+// GOAWAY and their code, I/O errors just close.
+func (c *conn) fail(err error) {
+	code, ok := http2.ErrCode(0), false
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &ce):
+		code, ok = http2.ErrCode(ce), true
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		code, ok = http2.ErrCodeFrameSize, true
+	}
+	if !ok {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			c.srv.opts.Logger.Debug("h2grpc: connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	var debug []byte
+	if d := c.fr.ErrorDetail(); d != nil {
+		debug = []byte(d.Error())
+	}
+	c.srv.opts.Logger.Debug("h2grpc: protocol error", "remote", c.nc.RemoteAddr().String(), "code", code.String(), "detail", string(debug))
+	c.mu.Lock()
+	c.wfr.WriteGoAway(c.maxStreamID, code, debug)
+	c.signalLocked()
+	c.mu.Unlock()
+}
+
+// finish runs when the reader stops: it lets the writer flush what is
+// queued (GOAWAY included), closes the socket and cancels every call.
+func (c *conn) finish() {
+	c.mu.Lock()
+	c.closing = true
+	c.signalLocked()
+	c.mu.Unlock()
+	t := time.NewTimer(time.Second)
+	select {
+	case <-c.writerDone:
+	case <-t.C:
+	}
+	t.Stop()
+	c.nc.Close()
+	c.cancel()
+	c.mu.Lock()
+	c.dead = true
+	for id, st := range c.streams {
+		delete(c.streams, id)
+		st.reset = true
+	}
+	c.blocked = nil
+	c.mu.Unlock()
+	c.srv.forget(c)
+}
+
+// writeLoop sends everything queued each time it is woken.
+func (c *conn) writeLoop() {
+	defer close(c.writerDone)
+	for range c.wake {
+		c.mu.Lock()
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
+		c.wakePending = false
+		c.mu.Unlock()
+		if len(buf) > 0 {
+			if _, err := c.nc.Write(buf); err != nil {
+				c.nc.Close()
+				return
+			}
+		}
+		c.mu.Lock()
+		if cap(buf) <= keptBuffer {
+			c.spare = buf[:0]
+		}
+		done := c.closing && len(c.out) == 0
+		c.mu.Unlock()
+		if done {
+			// Half-close, so that the client reads everything sent
+			// (GOAWAY, the last answers) before it sees the connection
+			// end; the reader then sees EOF, or gives up after a second.
+			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+				c.nc.SetReadDeadline(time.Now().Add(time.Second))
+			} else {
+				c.nc.Close()
+			}
+			return
+		}
+	}
+}
+
+// signalLocked wakes the writer; c.mu held. A peer that lets more than
+// maxPendingWrite bytes pile up is not reading: the connection is closed.
+func (c *conn) signalLocked() {
+	if len(c.out) > maxPendingWrite {
+		c.nc.Close()
+		return
+	}
+	if !c.wakePending {
+		c.wakePending = true
+		c.wake <- struct{}{}
+	}
+}
+
+// process handles one frame; an error ends the connection.
+func (c *conn) process(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			c.mu.Lock()
+			c.wfr.WritePing(true, f.Data)
+			c.signalLocked()
+			c.mu.Unlock()
+		}
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	case *http2.GoAwayFrame:
+		// The client opens no more streams; those in flight are answered.
+	}
+	return nil
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - c.peerInitialWindow
+			c.peerInitialWindow = int64(s.Val)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+				if st.sendWindow > maxWindow {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerMaxFrame = s.Val
+		case http2.SettingHeaderTableSize:
+			c.henc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.wfr.WriteSettingsAck()
+	c.flushBlockedLocked()
+	c.signalLocked()
+	return nil
+}
+
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.mu.Lock()
+	if st := c.streams[id]; st != nil {
+		c.mu.Unlock()
+		if st.remoteEnded {
+			return http2.ConnectionError(http2.ErrCodeStreamClosed)
+		}
+		// The client's trailers: they must end the stream.
+		if !f.StreamEnded() {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		c.endRemote(st)
+		return nil
+	}
+	if id <= c.maxStreamID {
+		c.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.maxStreamID = id
+	refuse := c.goingAway || c.active >= c.srv.opts.MaxConcurrentStreams
+	c.mu.Unlock()
+	ended := f.StreamEnded()
+	switch {
+	case f.HasPriority() && f.Priority.StreamDep == id:
+		c.resetStream(id, http2.ErrCodeProtocol)
+		return nil
+	case refuse:
+		c.resetStream(id, http2.ErrCodeRefusedStream)
+		return nil
+	case f.Truncated:
+		c.answerHTTP(id, "431", ended)
+		return nil
+	}
+	method, path := f.PseudoValue("method"), f.PseudoValue("path")
+	if method == "" || path == "" || f.PseudoValue("scheme") == "" {
+		c.resetStream(id, http2.ErrCodeProtocol)
+		return nil
+	}
+	var contentType, timeout, encoding string
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "content-type":
+			contentType = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		case "grpc-encoding":
+			encoding = hf.Value
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			// Connection-specific fields are malformed in HTTP/2.
+			c.resetStream(id, http2.ErrCodeProtocol)
+			return nil
+		case "te":
+			if hf.Value != "trailers" {
+				c.resetStream(id, http2.ErrCodeProtocol)
+				return nil
+			}
+		}
+	}
+	if method != "POST" {
+		c.answerHTTP(id, "405", ended)
+		return nil
+	}
+	if !isGRPC(contentType) {
+		c.answerHTTP(id, "415", ended)
+		return nil
+	}
+	h := c.srv.handlers[path]
+	st := &stream{c: c, id: id, handler: h, recvAvail: recvWindow}
+	switch {
+	case h == nil:
+		c.answerStatus(id, codes.Unimplemented, "unknown method "+path, ended)
+		return nil
+	case encoding != "" && encoding != "identity":
+		c.answerStatus(id, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", encoding), ended)
+		return nil
+	case timeout != "":
+		d, ok := parseTimeout(timeout)
+		if !ok {
+			c.answerStatus(id, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", timeout), ended)
+			return nil
+		}
+		st.timeout, st.hasTimeout = d, true
+	}
+	c.mu.Lock()
+	st.sendWindow = c.peerInitialWindow
+	c.streams[id] = st
+	c.active++
+	c.mu.Unlock()
+	if ended {
+		c.endRemote(st)
+	}
+	return nil
+}
+
+// isGRPC reports whether a content-type is gRPC's: application/grpc,
+// alone or with a "+codec" or ";parameters" suffix.
+func isGRPC(ct string) bool {
+	const base = "application/grpc"
+	if len(ct) < len(base) || !equalFoldASCII(ct[:len(base)], base) {
+		return false
+	}
+	return len(ct) == len(base) || ct[len(base)] == '+' || ct[len(base)] == ';'
+}
+
+func equalFoldASCII(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// parseTimeout reads grpc-timeout: at most 8 digits and a unit.
+func parseTimeout(s string) (time.Duration, bool) {
+	if len(s) < 2 || len(s) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, false
+	}
+	const maxD = time.Duration(1<<63 - 1)
+	if n > uint64(maxD/unit) {
+		return maxD, true
+	}
+	return time.Duration(n) * unit, true
+}
+
+func (c *conn) onData(f *http2.DataFrame) error {
+	n := int64(f.Header().Length)
+	c.connRecvAvail -= n
+	if c.connRecvAvail < 0 {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	// Data is consumed as it arrives: grant the connection window back in
+	// batches.
+	c.connRecvUnacked += uint32(n)
+	if c.connRecvUnacked >= connRecvWindow/2 {
+		c.mu.Lock()
+		c.wfr.WriteWindowUpdate(0, c.connRecvUnacked)
+		c.signalLocked()
+		c.mu.Unlock()
+		c.connRecvAvail += int64(c.connRecvUnacked)
+		c.connRecvUnacked = 0
+	}
+	id := f.StreamID
+	c.mu.Lock()
+	st, idle := c.streams[id], id > c.maxStreamID
+	c.mu.Unlock()
+	switch {
+	case st == nil && idle:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	case st == nil || st.remoteEnded:
+		c.resetStream(id, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	st.recvAvail -= n
+	if st.recvAvail < 0 {
+		c.resetStream(id, http2.ErrCodeFlowControl)
+		return nil
+	}
+	data := f.Data()
+	if len(st.msg)+len(data) > 5+c.srv.opts.MaxRecvMsgSize {
+		c.drop(st)
+		c.answerStatus(id, codes.ResourceExhausted, fmt.Sprintf("request message larger than max (%d bytes)", c.srv.opts.MaxRecvMsgSize), f.StreamEnded())
+		return nil
+	}
+	if st.msg == nil {
+		st.msg = make([]byte, 0, len(data))
+	}
+	st.msg = append(st.msg, data...)
+	if f.StreamEnded() {
+		c.endRemote(st)
+		return nil
+	}
+	st.recvUnacked += uint32(n)
+	if st.recvUnacked >= recvWindow/2 {
+		c.mu.Lock()
+		c.wfr.WriteWindowUpdate(id, st.recvUnacked)
+		c.signalLocked()
+		c.mu.Unlock()
+		st.recvAvail += int64(st.recvUnacked)
+		st.recvUnacked = 0
+	}
+	return nil
+}
+
+// endRemote runs when the client has sent its whole request: the message
+// is checked and the call dispatched.
+func (c *conn) endRemote(st *stream) {
+	st.remoteEnded = true
+	code, msg := codes.OK, ""
+	switch {
+	case len(st.msg) < 5:
+		code, msg = codes.Internal, "request has no message"
+	case st.msg[0] != 0:
+		code, msg = codes.Internal, "compressed flag set without a supported grpc-encoding"
+	case uint64(binary.BigEndian.Uint32(st.msg[1:5])) != uint64(len(st.msg)-5):
+		code, msg = codes.Internal, "request must carry exactly one message"
+	}
+	if code != codes.OK {
+		c.drop(st)
+		c.answerStatus(st.id, code, msg, true)
+		return
+	}
+	if st.hasTimeout {
+		st.ctx, st.cancel = context.WithTimeout(c.ctx, st.timeout)
+	} else {
+		st.ctx, st.cancel = context.WithCancel(c.ctx)
+	}
+	c.mu.Lock()
+	if st.reset {
+		c.mu.Unlock()
+		st.cancel()
+		return
+	}
+	st.dispatched = true
+	c.mu.Unlock()
+	c.srv.dispatch(st)
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	inc := int64(f.Increment)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		c.sendWindow += inc
+		if c.sendWindow > maxWindow {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+	} else {
+		st := c.streams[f.StreamID]
+		if st == nil {
+			if f.StreamID > c.maxStreamID {
+				return http2.ConnectionError(http2.ErrCodeProtocol)
+			}
+			return nil
+		}
+		st.sendWindow += inc
+		if st.sendWindow > maxWindow {
+			c.resetLocked(st.id, http2.ErrCodeFlowControl)
+			return nil
+		}
+	}
+	c.flushBlockedLocked()
+	c.signalLocked()
+	return nil
+}
+
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID > c.maxStreamID {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if st := c.streams[f.StreamID]; st != nil {
+		c.forgetLocked(st)
+	}
+	return nil
+}
+
+// resetStream sends RST_STREAM with code and forgets the stream.
+func (c *conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	c.resetLocked(id, code)
+	c.signalLocked()
+	c.mu.Unlock()
+}
+
+func (c *conn) resetLocked(id uint32, code http2.ErrCode) {
+	c.wfr.WriteRSTStream(id, code)
+	if st := c.streams[id]; st != nil {
+		c.forgetLocked(st)
+	}
+}
+
+// forgetLocked removes st: its handler, if running, is cancelled and its
+// answer dropped; if not dispatched, it stops counting against
+// MaxConcurrentStreams now.
+func (c *conn) forgetLocked(st *stream) {
+	delete(c.streams, st.id)
+	st.reset = true
+	if st.dispatched {
+		st.cancel()
+	} else {
+		c.releaseLocked()
+	}
+}
+
+// drop forgets a stream answered before dispatch.
+func (c *conn) drop(st *stream) {
+	c.mu.Lock()
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+		c.releaseLocked()
+	}
+	st.reset = true
+	c.mu.Unlock()
+}
+
+// releaseLocked ends one stream's share of MaxConcurrentStreams.
+func (c *conn) releaseLocked() {
+	c.active--
+	c.drainCheckLocked()
+}
+
+// drainCheckLocked lets the writer close a connection that was sent
+// GOAWAY once nothing is left to answer.
+func (c *conn) drainCheckLocked() {
+	if c.goingAway && c.active == 0 && len(c.blocked) == 0 {
+		c.closing = true
+		c.signalLocked()
+	}
+}
+
+// goAway starts a graceful shutdown of the connection.
+func (c *conn) goAway() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.goingAway {
+		return
+	}
+	c.goingAway = true
+	c.wfr.WriteGoAway(c.maxStreamID, http2.ErrCodeNo, nil)
+	c.signalLocked()
+	c.drainCheckLocked()
+}
+
+// answerHTTP answers a request that is not gRPC with a bare HTTP status.
+func (c *conn) answerHTTP(id uint32, status string, ended bool) {
+	c.mu.Lock()
+	c.writeHeadersLocked(id, true, hpack.HeaderField{Name: ":status", Value: status})
+	if !ended {
+		c.wfr.WriteRSTStream(id, http2.ErrCodeNo)
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+}
+
+// answerStatus answers a call that never reached its handler with a
+// trailers-only response. When the client was still sending, RST_STREAM
+// NO_ERROR tells it to stop (RFC 9113 §8.1).
+func (c *conn) answerStatus(id uint32, code codes.Code, msg string, ended bool) {
+	c.mu.Lock()
+	c.writeStatusLocked(id, true, code, msg)
+	if !ended {
+		c.wfr.WriteRSTStream(id, http2.ErrCodeNo)
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+}
+
+var (
+	fieldStatus200 = hpack.HeaderField{Name: ":status", Value: "200"}
+	fieldGRPCType  = hpack.HeaderField{Name: "content-type", Value: "application/grpc"}
+	fieldStatusOK  = hpack.HeaderField{Name: "grpc-status", Value: "0"}
+)
+
+// writeStatusLocked writes the trailers of a call: after its message, or
+// alone (trailers-only, with :status and content-type).
+func (c *conn) writeStatusLocked(id uint32, trailersOnly bool, code codes.Code, msg string) {
+	c.hbuf.Reset()
+	if trailersOnly {
+		c.henc.WriteField(fieldStatus200)
+		c.henc.WriteField(fieldGRPCType)
+	}
+	if code == codes.OK {
+		c.henc.WriteField(fieldStatusOK)
+	} else {
+		c.henc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: strconv.Itoa(int(code))})
+		if msg != "" {
+			c.henc.WriteField(hpack.HeaderField{Name: "grpc-message", Value: encodeMessage(msg)})
+		}
+	}
+	c.writeBlockLocked(id, true)
+}
+
+func (c *conn) writeHeadersLocked(id uint32, end bool, fields ...hpack.HeaderField) {
+	c.hbuf.Reset()
+	for _, f := range fields {
+		c.henc.WriteField(f)
+	}
+	c.writeBlockLocked(id, end)
+}
+
+// writeBlockLocked sends the header block in c.hbuf as HEADERS and, if it
+// exceeds the peer's frame size, CONTINUATION frames.
+func (c *conn) writeBlockLocked(id uint32, end bool) {
+	block := c.hbuf.Bytes()
+	max := int(c.peerMaxFrame)
+	first := block[:min(len(block), max)]
+	block = block[len(first):]
+	c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: end, EndHeaders: len(block) == 0})
+	for len(block) > 0 {
+		frag := block[:min(len(block), max)]
+		block = block[len(frag):]
+		c.wfr.WriteContinuation(id, len(block) == 0, frag)
+	}
+}
+
+// encodeMessage percent-encodes grpc-message as the gRPC HTTP/2 protocol
+// says (bytes outside printable ASCII, and '%'), cut to maxMessageLen.
+func encodeMessage(msg string) string {
+	if len(msg) > maxMessageLen {
+		msg = msg[:maxMessageLen]
+	}
+	plain := true
+	for i := 0; i < len(msg); i++ {
+		if b := msg[i]; b < 0x20 || b > 0x7e || b == '%' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return msg
+	}
+	const hex = "0123456789ABCDEF"
+	var sb []byte
+	for i := 0; i < len(msg); i++ {
+		b := msg[i]
+		if b < 0x20 || b > 0x7e || b == '%' {
+			sb = append(sb, '%', hex[b>>4], hex[b&15])
+		} else {
+			sb = append(sb, b)
+		}
+	}
+	return string(sb)
+}
+
+// respond sends a handler's answer (worker goroutine).
+func (c *conn) respond(st *stream, out []byte, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active--
+	defer c.drainCheckLocked()
+	if c.dead || st.reset {
+		return
+	}
+	if err != nil {
+		code, msg := errorStatus(err)
+		if code == codes.OK {
+			code = codes.Unknown
+		}
+		c.writeStatusLocked(st.id, true, code, msg)
+		delete(c.streams, st.id)
+		c.signalLocked()
+		return
+	}
+	c.writeHeadersLocked(st.id, false, fieldStatus200, fieldGRPCType)
+	var prefix [5]byte
+	binary.BigEndian.PutUint32(prefix[1:], uint32(len(out)))
+	c.data = append(append(c.data[:0], prefix[:]...), out...)
+	st.pending = c.data
+	if !c.sendLocked(st) {
+		st.pending = bytes.Clone(st.pending)
+		c.blocked = append(c.blocked, st)
+	}
+	if cap(c.data) > keptBuffer {
+		c.data = nil
+	}
+	c.signalLocked()
+}
+
+// sendLocked sends as much of st's answer as the flow-control windows
+// allow, then its trailers; it reports whether the answer is complete.
+func (c *conn) sendLocked(st *stream) bool {
+	for len(st.pending) > 0 {
+		n := min(int64(len(st.pending)), c.sendWindow, st.sendWindow, int64(c.peerMaxFrame))
+		if n <= 0 {
+			return false
+		}
+		c.wfr.WriteData(st.id, false, st.pending[:n])
+		st.pending = st.pending[n:]
+		c.sendWindow -= n
+		st.sendWindow -= n
+	}
+	c.writeStatusLocked(st.id, false, codes.OK, "")
+	delete(c.streams, st.id)
+	return true
+}
+
+// flushBlockedLocked sends the answers that waited for window, in order.
+func (c *conn) flushBlockedLocked() {
+	kept := c.blocked[:0]
+	for _, st := range c.blocked {
+		if st.reset || c.sendLocked(st) {
+			continue
+		}
+		kept = append(kept, st)
+	}
+	clear(c.blocked[len(kept):])
+	c.blocked = kept
+	c.drainCheckLocked()
+}
+
+// stream is one call.
+type stream struct {
+	c       *conn
+	id      uint32
+	handler Handler
+
+	// Reader only, until dispatched; then the worker reads msg and ctx.
+	msg         []byte // gRPC length-prefixed request
+	recvAvail   int64
+	recvUnacked uint32
+	remoteEnded bool
+	timeout     time.Duration
+	hasTimeout  bool
+	ctx         context.Context
+	cancel      context.CancelFunc
+
+	// c.mu.
+	dispatched bool
+	reset      bool // forgotten: reset by either side, or the conn ended
+	sendWindow int64
+	pending    []byte // answer DATA not yet sent
+}
+
+var outPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// run calls the handler and sends its answer (worker goroutine). A
+// panicking handler answers INTERNAL instead of ending the process.
+func (st *stream) run() {
+	bp := outPool.Get().(*[]byte)
+	out, err := st.call((*bp)[:0])
+	st.c.respond(st, out, err)
+	st.cancel()
+	if cap(out) <= keptBuffer {
+		*bp = out[:0]
+	}
+	outPool.Put(bp)
+}
+
+func (st *stream) call(out []byte) (res []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			st.c.srv.opts.Logger.Error("h2grpc: handler panicked", "stream", st.id, "panic", p)
+			res, err = nil, errInternal
+		}
+	}()
+	return st.handler(st.ctx, st.msg[5:], out)
+}
+
+var errInternal = statusError(codes.Internal, "internal error")
