@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -228,6 +229,9 @@ func (c *conn) finish() {
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	for range c.wake {
+		// Let the calls that are running finish first, so that one
+		// system call carries all their answers.
+		runtime.Gosched()
 		c.mu.Lock()
 		buf := c.out
 		c.out, c.spare = c.spare[:0], nil

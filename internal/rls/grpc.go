@@ -108,6 +108,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) 
 	if err != nil {
 		return nil, err
 	}
+	resp, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.toProto(resp), nil
+}
+
+// decide is ShouldRateLimit on the engine's types, shared by both
+// transports; its errors are gRPC statuses.
+func (s *Service) decide(ctx context.Context, req *Request) (*Response, error) {
 	parent := ctx
 	// Bound the call by CallTimeout unless the caller's deadline (Envoy
 	// always sends one) already comes first: then a second timer would
@@ -140,7 +150,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) 
 			return nil, status.Errorf(codes.Unavailable, "store unavailable: %v", err)
 		}
 	}
-	return s.toProto(resp), nil
+	return resp, nil
 }
 
 // Requests with at most inlineDescriptors descriptors of at most

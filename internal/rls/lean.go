@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -49,17 +48,20 @@ func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(out, &healthpb.HealthCheckResponse{Status: st})
 }
 
-// shouldRateLimitWire is ShouldRateLimit on protobuf bytes.
+// shouldRateLimitWire is ShouldRateLimit on protobuf bytes, decoded and
+// encoded without the generated types (wire.go).
 func (s *Service) shouldRateLimitWire(ctx context.Context, msg, out []byte) ([]byte, error) {
-	in := new(pb.RateLimitRequest)
-	if err := proto.Unmarshal(msg, in); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitRequest: %v", err)
-	}
-	resp, err := s.ShouldRateLimit(ctx, in)
+	rb := requestPool.Get().(*requestBlock)
+	defer rb.release()
+	req, err := rb.decode(msg)
 	if err != nil {
 		return nil, err
 	}
-	return proto.MarshalOptions{}.MarshalAppend(out, resp)
+	resp, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.appendResponse(out, resp), nil
 }
 
 // NewLeanServer returns an h2grpc server with ShouldRateLimit and the
