@@ -140,9 +140,9 @@ func TestWireDecodeEdgeCases(t *testing.T) {
 	entry := []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}
 	cases := map[string][]byte{
 		"empty hits_addend message is check-only": desc(&commonv3.RateLimitDescriptor{Entries: entry, HitsAddend: &wrapperspb.UInt64Value{}}),
-		"negative hits":                           desc(&commonv3.RateLimitDescriptor{Entries: entry, IsNegativeHits: true}),
-		"empty descriptor":                        enc(&pb.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{}}}),
-		"invalid UTF-8 key":                       desc(&commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "\xff"}}}),
+		"negative hits":     desc(&commonv3.RateLimitDescriptor{Entries: entry, IsNegativeHits: true}),
+		"empty descriptor":  enc(&pb.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{}}}),
+		"invalid UTF-8 key": desc(&commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "\xff"}}}),
 		"beyond inline storage": enc(&pb.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
 			{Entries: entry}, {Entries: entry}, {Entries: entry}, {Entries: entry},
 			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "a"}, {Key: "b"}, {Key: "c"}, {Key: "d"}, {Key: "e"}}, HitsAddend: wrapperspb.UInt64(3)},
