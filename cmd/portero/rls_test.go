@@ -33,7 +33,7 @@ func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 			t.Error("portero rls did not stop")
 		}
 	})
-	re := regexp.MustCompile(`gRPC on (\S+)\n[\s\S]*HTTP on (\S+)\n`)
+	re := regexp.MustCompile(`gRPC on (\S+) \(\S+\)\n[\s\S]*HTTP on (\S+)\n`)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
@@ -57,8 +57,18 @@ func runCheck(t *testing.T, args ...string) (string, error) {
 }
 
 func TestRLSAndCheck(t *testing.T) {
-	g, h := startRLS(t)
-	for _, server := range []string{"grpc://" + g, "http://" + h} {
+	for _, transport := range []string{"lean", "grpc-go"} {
+		t.Run(transport, func(t *testing.T) { testRLSAndCheck(t, transport) })
+	}
+}
+
+func testRLSAndCheck(t *testing.T, transport string) {
+	g, h := startRLS(t, "--grpc-transport", transport)
+	servers := []string{"grpc://" + g, "http://" + h}
+	if transport != "lean" {
+		servers = servers[:1] // the HTTP door does not depend on the gRPC transport
+	}
+	for _, server := range servers {
 		t.Run(strings.SplitN(server, ":", 2)[0], func(t *testing.T) {
 			// The example's limit is 10 per clock-aligned second: the 11
 			// checks must fall in one second, so each try starts just after a
@@ -131,6 +141,7 @@ func TestRLSUsage(t *testing.T) {
 		{"rls", "--config", "../../examples/envoy/config", "--store", "floppy", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off"},
 		{"rls", "--config", "no/such/dir"},
 		{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "off", "--http-listen", "off"},
+		{"rls", "--config", "../../examples/envoy/config", "--grpc-transport", "quic", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off"},
 	} {
 		err := run(context.Background(), args, io.Discard, io.Discard)
 		if exitCode(err) != 2 {
