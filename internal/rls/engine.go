@@ -691,16 +691,39 @@ func (r *Response) Headers() []Header { return r.appendHeaders(nil) }
 // maxHeaders is the most headers appendHeaders adds.
 const maxHeaders = 3
 
-// appendHeaders appends Headers to hs. The RateLimit-Policy value of a
-// single limit is the limit's precomputed PolicyItem, so an allowed request
-// under one limit formats only its RateLimit value.
+// appendHeaders appends Headers to hs.
 func (r *Response) appendHeaders(hs []Header) []Header {
+	var tb [maxHeaders]headerText
+	var vb [256]byte
+	ts, _ := r.appendHeaderText(tb[:0], vb[:0])
+	for _, t := range ts {
+		v := t.str
+		if t.bytes != nil {
+			v = string(t.bytes)
+		}
+		hs = append(hs, Header{t.name, v})
+	}
+	return hs
+}
+
+// headerText is a header whose value is either static text (str, formatted
+// once when the configuration was loaded) or bytes formatted for this
+// response into a caller's buffer, so that a door writing them straight
+// onto the wire allocates nothing.
+type headerText struct {
+	name, str string
+	bytes     []byte
+}
+
+// appendHeaderText appends the headers of Headers to hs, formatting the
+// values that change per response into buf.
+func (r *Response) appendHeaderText(hs []headerText, buf []byte) ([]headerText, []byte) {
 	type entry struct {
 		lim *envoyconf.RateLimit
 		st  *Status
 	}
-	var buf [4]entry
-	ents := buf[:0]
+	var ebuf [4]entry
+	ents := ebuf[:0]
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
 		if st.Limit == nil || st.Shadow || st.Unlimited {
@@ -721,28 +744,25 @@ func (r *Response) appendHeaders(hs []Header) []Header {
 	}
 	if len(ents) == 0 {
 		if r.Code == OverLimit {
-			return append(hs, Header{"Retry-After", "1"})
+			return append(hs, headerText{name: "Retry-After", str: "1"}), buf
 		}
-		return hs
+		return hs, buf
 	}
-	var pol string
-	if len(ents) == 1 {
-		pol = ents[0].st.Limit.PolicyItem()
-	} else {
-		var pb [256]byte
-		b := pb[:0]
+	// A single limit's RateLimit-Policy is its precomputed item.
+	pol := headerText{name: "RateLimit-Policy", str: ents[0].st.Limit.PolicyItem()}
+	if len(ents) > 1 {
+		start := len(buf)
 		for i, en := range ents {
 			if i > 0 {
-				b = append(b, ", "...)
+				buf = append(buf, ", "...)
 			}
 			// The limit of the state announced, as when the value was
 			// formatted per request.
-			b = append(b, en.st.Limit.PolicyItem()...)
+			buf = append(buf, en.st.Limit.PolicyItem()...)
 		}
-		pol = string(b)
+		pol = headerText{name: pol.name, bytes: buf[start:len(buf):len(buf)]}
 	}
-	var cb [128]byte
-	cur := cb[:0]
+	start := len(buf)
 	var retry int64
 	for _, en := range ents {
 		refused := en.st.Code == OverLimit
@@ -754,23 +774,25 @@ func (r *Response) appendHeaders(hs []Header) []Header {
 			t = max(ceilSeconds(en.st.RetryAfter), 1)
 			retry = max(retry, t)
 		}
-		if len(cur) > 0 {
-			cur = append(cur, ", "...)
+		if len(buf) > start {
+			buf = append(buf, ", "...)
 		}
-		cur = append(cur, en.st.Limit.QuotedName()...)
-		cur = append(cur, ";r="...)
-		cur = strconv.AppendInt(cur, max(en.st.Remaining, 0), 10)
-		cur = append(cur, ";t="...)
-		cur = strconv.AppendInt(cur, t, 10)
+		buf = append(buf, en.st.Limit.QuotedName()...)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, max(en.st.Remaining, 0), 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, t, 10)
 	}
-	hs = append(hs, Header{"RateLimit-Policy", pol})
-	if len(cur) > 0 {
-		hs = append(hs, Header{"RateLimit", string(cur)})
+	hs = append(hs, pol)
+	if len(buf) > start {
+		hs = append(hs, headerText{name: "RateLimit", bytes: buf[start:len(buf):len(buf)]})
 	}
 	if r.Code == OverLimit {
-		hs = append(hs, Header{"Retry-After", strconv.FormatInt(max(retry, 1), 10)})
+		start := len(buf)
+		buf = strconv.AppendInt(buf, max(retry, 1), 10)
+		hs = append(hs, headerText{name: "Retry-After", bytes: buf[start:len(buf):len(buf)]})
 	}
-	return hs
+	return hs, buf
 }
 
 // worse reports whether a is a more telling state than b: refused beats

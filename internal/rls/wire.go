@@ -344,13 +344,23 @@ func (s *Service) appendResponse(b []byte, r *Response) []byte {
 		b = appendStatus(b, st)
 	}
 	if !s.opts.NoHeaders {
-		var buf [maxHeaders]Header
-		for _, h := range r.appendHeaders(buf[:0]) {
-			n := sizeString(headerKey, h.Name) + sizeString(headerValue, h.Value)
+		var tb [maxHeaders]headerText
+		var vb [256]byte
+		hs, _ := r.appendHeaderText(tb[:0], vb[:0])
+		for _, h := range hs {
+			v := len(h.str) + len(h.bytes)
+			n := sizeString(headerKey, h.name)
+			if v > 0 {
+				n += protowire.SizeTag(headerValue) + protowire.SizeBytes(v)
+			}
 			b = protowire.AppendTag(b, respHeaders, protowire.BytesType)
 			b = protowire.AppendVarint(b, uint64(n))
-			b = appendString(b, headerKey, h.Name)
-			b = appendString(b, headerValue, h.Value)
+			b = appendString(b, headerKey, h.name)
+			if v > 0 {
+				b = protowire.AppendTag(b, headerValue, protowire.BytesType)
+				b = protowire.AppendVarint(b, uint64(v))
+				b = append(append(b, h.str...), h.bytes...)
+			}
 		}
 	}
 	return b
