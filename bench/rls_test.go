@@ -2,7 +2,8 @@ package bench
 
 // The RLS benchmark: Portero's Envoy rate limit service (gRPC
 // ShouldRateLimit over loopback, over one HTTP/2 connection and over four,
-// as Envoy keeps one per worker thread; N concurrent streams) with the
+// as Envoy keeps one per worker thread; N concurrent streams) on grpc-go's
+// server (rls.Serve) and on the lean transport (rls.ServeLean), with the
 // memory store and with the Redis store, beside gubernator v2.13.0 as a
 // single node (its own gRPC GetRateLimits over loopback, dialled the same
 // way), and beside the Redis store's own AllowAll figure at the same
@@ -18,9 +19,17 @@ package bench
 // depends on what else runs on the machine.
 //
 // The report is a test so that it can print a table; it runs only with
-// PORTERO_BENCH_RLS=1 (about 80 seconds; Redis rows need redis-server):
+// PORTERO_BENCH_RLS=1 (about 140 seconds; Redis rows need redis-server):
 //
 //	cd bench && PORTERO_BENCH_RLS=1 go test -run TestRLSReport -v -count=1 .
+//
+// Two clients stand for Envoy: grpc-go's (1 or 4 connections, a goroutine
+// per call in flight), and a raw HTTP/2 client (h2client_test.go, 1
+// connection, one goroutine keeping N calls in flight), whose CPU per call
+// is a fraction of grpc-go's (5-10 µs against 30-45 µs at 64 streams) and
+// closer to Envoy's C++ codec, so that calls/s on this 2-core machine
+// depend less on the client's share of the cores.
+// PORTERO_BENCH_RLS_CLIENT picks them: grpc, h2 or both (the default).
 //
 // PORTERO_BENCH_RLS_SECONDS sets the seconds per row (default 3);
 // PORTERO_BENCH_RLS_ONLY runs only the subjects whose name contains it.
@@ -31,6 +40,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -55,6 +65,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
@@ -81,15 +93,17 @@ var rlsKeyNames = func() []string {
 	return ks
 }()
 
-// rlsSubject makes one decision per call of its func, for a key index.
+// rlsSubject is one server (or the store alone) driven by one client.
 type rlsSubject struct {
 	name string
+	// client is the load generator: "grpc-go", "raw h2", or "-" for the
+	// subject without gRPC.
+	client string
 	// conns is the number of gRPC connections the client spreads its calls
 	// over; 0 for the subject without gRPC.
 	conns int
-	// open starts the subject; pid is its server's process (0 when it
-	// runs in this process).
-	open func(t testing.TB) (call func(ctx context.Context, k int) error, pid int, close func())
+	// open starts the subject; run measures conc calls in flight for d.
+	open func(t testing.TB) (run func(conc int, d time.Duration) rlsRow, close func())
 }
 
 // dialAll opens n plaintext connections to addr, as Envoy does (one per
@@ -159,8 +173,9 @@ func spawn(t testing.TB, kind string) (string, int, func()) {
 }
 
 // TestRLSServe is the child side of spawn: it serves PORTERO_BENCH_RLS_SERVE
-// ("memory", "redis=<addr>" or "gubernator") on 127.0.0.1, prints
-// "RLS-ADDR <addr>" and serves until its stdin closes.
+// ("memory", "redis=<addr>", "gubernator", or "portero-lean-memory" and
+// "portero-lean-redis=<addr>" for Portero on rls.ServeLean) on 127.0.0.1,
+// prints "RLS-ADDR <addr>" and serves until its stdin closes.
 func TestRLSServe(t *testing.T) {
 	kind := os.Getenv("PORTERO_BENCH_RLS_SERVE")
 	if kind == "" {
@@ -168,19 +183,26 @@ func TestRLSServe(t *testing.T) {
 	}
 	var addr string
 	var stop func()
+	porteroKind, serve := kind, serveGRPCGo
+	if k, ok := strings.CutPrefix(kind, "portero-lean-"); ok {
+		if serveLean == nil {
+			t.Fatalf("server %q: rls.ServeLean is not wired in (see serveLean)", kind)
+		}
+		porteroKind, serve = k, serveLean
+	}
 	switch {
-	case kind == "memory":
+	case porteroKind == "memory":
 		st, err := memstore.New(memstore.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr, stop = servePortero(t, st)
-	case strings.HasPrefix(kind, "redis="):
-		st, err := redisstore.New(redisstore.Config{Addrs: []string{strings.TrimPrefix(kind, "redis=")}, Timeout: 5 * time.Second})
+		addr, stop = startRLS(t, st, rlsConfig, rls.ServiceOptions{}, serve)
+	case strings.HasPrefix(porteroKind, "redis="):
+		st, err := redisstore.New(redisstore.Config{Addrs: []string{strings.TrimPrefix(porteroKind, "redis=")}, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr, stop = servePortero(t, st)
+		addr, stop = startRLS(t, st, rlsConfig, rls.ServiceOptions{}, serve)
 	case kind == "gubernator":
 		addr, stop = serveGubernator(t)
 	default:
@@ -209,9 +231,26 @@ func TestRLSServe(t *testing.T) {
 	stop()
 }
 
-func servePortero(t testing.TB, st portero.Store) (string, func()) {
+// rlsServeFunc runs svc on lis until ctx is done, then stops gracefully
+// within grace: rls.Serve without options, or rls.ServeLean.
+type rlsServeFunc func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error
+
+// serveGRPCGo is Portero's RLS on grpc-go's server.
+func serveGRPCGo(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
+	return rls.Serve(ctx, lis, svc, grace)
+}
+
+// serveLean is Portero's RLS on its lean HTTP/2 transport (internal/h2grpc),
+// with the same semantics as rls.Serve. Set it to nil to leave the
+// portero-lean subjects and test cases out.
+var serveLean rlsServeFunc = rls.ServeLean
+
+// startRLS runs Portero's RLS with store st, the envoyproxy/ratelimit YAML
+// config and service options so on 127.0.0.1 with serve, and returns its
+// address and a func that stops it and closes st.
+func startRLS(t testing.TB, st portero.Store, config string, so rls.ServiceOptions, serve rlsServeFunc) (string, func()) {
 	t.Helper()
-	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "bench.yaml", Data: []byte(rlsConfig)}}, envoyconf.Options{})
+	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "bench.yaml", Data: []byte(config)}}, envoyconf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +264,16 @@ func servePortero(t testing.TB, st portero.Store) (string, func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rls.Serve(ctx, lis, rls.NewService(eng, rls.ServiceOptions{}), time.Second) }()
+	go func() { done <- serve(ctx, lis, rls.NewService(eng, so), time.Second) }()
+	var once sync.Once
 	return lis.Addr().String(), func() {
-		cancel()
-		<-done
-		st.Close(context.Background())
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serving the RLS: %v", err)
+			}
+			st.Close(context.Background())
+		})
 	}
 }
 
@@ -259,6 +303,22 @@ func serveGubernator(t testing.TB) (string, func()) {
 	return grpcAddr, d.Close
 }
 
+// porteroRequest is the ShouldRateLimit request for key index k.
+func porteroRequest(k int) *pb.RateLimitRequest {
+	return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: rlsKeyNames[k]}}},
+	}}
+}
+
+// gubernatorRequest is the GetRateLimits request for key index k: the same
+// limit as rlsConfig's.
+func gubernatorRequest(k int) *gubernator.GetRateLimitsReq {
+	return &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
+		Name: "bench_client", UniqueKey: rlsKeyNames[k], Hits: 1, Limit: 1000, Duration: 1000,
+		Algorithm: gubernator.Algorithm_TOKEN_BUCKET,
+	}}}
+}
+
 // porteroClient returns a ShouldRateLimit caller over conns connections to
 // the Portero server kind.
 func porteroClient(t testing.TB, kind string, conns int) (func(context.Context, int) error, int, func()) {
@@ -270,9 +330,7 @@ func porteroClient(t testing.TB, kind string, conns int) (func(context.Context, 
 	}
 	pick := roundRobin(conns)
 	return func(ctx context.Context, k int) error {
-			resp, err := clients[pick()].ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
-				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: rlsKeyNames[k]}}},
-			}})
+			resp, err := clients[pick()].ShouldRateLimit(ctx, porteroRequest(k))
 			if err != nil {
 				return err
 			}
@@ -300,10 +358,7 @@ func gubernatorClient(t testing.TB, conns int) (func(context.Context, int) error
 	}
 	pick := roundRobin(conns)
 	return func(ctx context.Context, k int) error {
-			resp, err := clients[pick()].GetRateLimits(ctx, &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
-				Name: "bench_client", UniqueKey: rlsKeyNames[k], Hits: 1, Limit: 1000, Duration: 1000,
-				Algorithm: gubernator.Algorithm_TOKEN_BUCKET,
-			}}})
+			resp, err := clients[pick()].GetRateLimits(ctx, gubernatorRequest(k))
 			if err != nil {
 				return err
 			}
@@ -319,42 +374,203 @@ func gubernatorClient(t testing.TB, conns int) (func(context.Context, int) error
 		}
 }
 
-// rlsConns are the connection counts the gRPC subjects are measured with:
+// grpcGoRun returns the run func of a subject driven by grpc-go's client.
+func grpcGoRun(call func(context.Context, int) error, pid int) func(int, time.Duration) rlsRow {
+	return func(conc int, d time.Duration) rlsRow { return drive(call, pid, conc, d) }
+}
+
+// rawBodies returns the request bodies (gRPC prefix and protobuf message)
+// of every key, built once: the raw client then only picks one per call.
+func rawBodies[M proto.Message](t testing.TB, req func(k int) M) [][]byte {
+	bodies := make([][]byte, rlsKeys)
+	for k := range bodies {
+		b, err := proto.Marshal(req(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies[k] = grpcFrame(b)
+	}
+	return bodies
+}
+
+// porteroCheck accepts a ShouldRateLimit response whose overall_code is OK
+// or OVER_LIMIT (UNKNOWN, the zero value, is absent from the wire).
+func porteroCheck(msg []byte) error {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		msg = msg[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(msg)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			if v != uint64(pb.RateLimitResponse_OK) && v != uint64(pb.RateLimitResponse_OVER_LIMIT) {
+				return fmt.Errorf("overall_code %d", v)
+			}
+			return nil
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
+			return protowire.ParseError(n)
+		}
+		msg = msg[n:]
+	}
+	return errors.New("overall_code UNKNOWN")
+}
+
+// gubernatorCheck accepts a GetRateLimits response whose first response
+// has no error.
+func gubernatorCheck(msg []byte) error {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		msg = msg[n:]
+		if num == 1 && typ == protowire.BytesType {
+			r, n := protowire.ConsumeBytes(msg)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			for len(r) > 0 {
+				num, typ, n := protowire.ConsumeTag(r)
+				if n < 0 {
+					return protowire.ParseError(n)
+				}
+				r = r[n:]
+				if num == 5 && typ == protowire.BytesType {
+					e, n := protowire.ConsumeBytes(r)
+					if n < 0 {
+						return protowire.ParseError(n)
+					}
+					if len(e) > 0 {
+						return fmt.Errorf("gubernator: %s", e)
+					}
+				}
+				if n = protowire.ConsumeFieldValue(num, typ, r); n < 0 {
+					return protowire.ParseError(n)
+				}
+				r = r[n:]
+			}
+			return nil
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
+			return protowire.ParseError(n)
+		}
+		msg = msg[n:]
+	}
+	return errors.New("gubernator: no response")
+}
+
+// rawSubject returns the open func of a subject driven by the raw HTTP/2
+// client over one connection to server kind, calling method with bodies.
+func rawSubject(kind, method string, bodies func(testing.TB) [][]byte, check func([]byte) error) func(testing.TB) (func(int, time.Duration) rlsRow, func()) {
+	return func(t testing.TB) (func(int, time.Duration) rlsRow, func()) {
+		bs := bodies(t)
+		addr, pid, stop := spawn(t, kind)
+		c, err := h2Dial(addr, method, h2Options{})
+		if err != nil {
+			stop()
+			t.Fatal(err)
+		}
+		return func(conc int, d time.Duration) rlsRow {
+				r := rand.New(rand.NewPCG(uint64(conc), 42))
+				row, err := driveRaw(c, func() []byte { return bs[r.IntN(rlsKeys)] }, check, pid, conc, d)
+				if err != nil {
+					t.Errorf("%s, raw h2 at %d: %v", kind, conc, err)
+				}
+				return row
+			}, func() {
+				c.Close()
+				stop()
+			}
+	}
+}
+
+// rlsClients are the clients PORTERO_BENCH_RLS_CLIENT asks for.
+func rlsClients() (grpcGo, raw bool) {
+	switch v := os.Getenv("PORTERO_BENCH_RLS_CLIENT"); v {
+	case "grpc":
+		return true, false
+	case "h2":
+		return false, true
+	case "", "both":
+		return true, true
+	default:
+		panic("PORTERO_BENCH_RLS_CLIENT=" + v + ": want grpc, h2 or both")
+	}
+}
+
+// rlsConns are the connection counts grpc-go's client is measured with:
 // one, as a single-threaded Envoy keeps, and four, as an Envoy with four
-// worker threads keeps (one per worker).
+// worker threads keeps (one per worker). The raw client keeps one.
 var rlsConns = []int{1, 4}
 
+const (
+	nameMemory     = "portero rls, memory store"
+	nameRedis      = "portero rls, redis store"
+	nameLeanMemory = "portero lean rls, memory store"
+	nameLeanRedis  = "portero lean rls, redis store"
+	nameGubernator = "gubernator v2.13.0, single node"
+	nameStoreAlone = "redis store AllowAll alone (no gRPC)"
+)
+
 func rlsSubjects(redisAddr string) []rlsSubject {
+	grpcGo, raw := rlsClients()
+	porteroBodies := func(t testing.TB) [][]byte { return rawBodies(t, porteroRequest) }
+	gubernatorBodies := func(t testing.TB) [][]byte { return rawBodies(t, gubernatorRequest) }
 	var subs []rlsSubject
-	for _, n := range rlsConns {
-		subs = append(subs,
-			rlsSubject{name: "portero rls, memory store", conns: n, open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
-				return porteroClient(t, "memory", n)
-			}},
-			rlsSubject{name: "gubernator v2.13.0, single node", conns: n, open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
-				return gubernatorClient(t, n)
-			}},
-		)
+	// addPortero adds the subjects of Portero server kind under name.
+	addPortero := func(name, kind string) {
+		if grpcGo {
+			for _, n := range rlsConns {
+				subs = append(subs, rlsSubject{name: name, client: "grpc-go", conns: n, open: func(t testing.TB) (func(int, time.Duration) rlsRow, func()) {
+					call, pid, stop := porteroClient(t, kind, n)
+					return grpcGoRun(call, pid), stop
+				}})
+			}
+		}
+		if raw {
+			subs = append(subs, rlsSubject{name: name, client: "raw h2", conns: 1,
+				open: rawSubject(kind, pb.RateLimitService_ShouldRateLimit_FullMethodName, porteroBodies, porteroCheck)})
+		}
+	}
+	addPortero(nameMemory, "memory")
+	if serveLean != nil {
+		addPortero(nameLeanMemory, "portero-lean-memory")
+	}
+	if grpcGo {
+		for _, n := range rlsConns {
+			subs = append(subs, rlsSubject{name: nameGubernator, client: "grpc-go", conns: n, open: func(t testing.TB) (func(int, time.Duration) rlsRow, func()) {
+				call, pid, stop := gubernatorClient(t, n)
+				return grpcGoRun(call, pid), stop
+			}})
+		}
+	}
+	if raw {
+		subs = append(subs, rlsSubject{name: nameGubernator, client: "raw h2", conns: 1,
+			open: rawSubject("gubernator", gubernator.V1_GetRateLimits_FullMethodName, gubernatorBodies, gubernatorCheck)})
 	}
 	if redisAddr == "" {
 		return subs
 	}
-	for _, n := range rlsConns {
-		subs = append(subs, rlsSubject{name: "portero rls, redis store", conns: n, open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
-			return porteroClient(t, "redis="+redisAddr, n)
-		}})
+	addPortero(nameRedis, "redis="+redisAddr)
+	if serveLean != nil {
+		addPortero(nameLeanRedis, "portero-lean-redis="+redisAddr)
 	}
 	return append(subs,
-		rlsSubject{name: "redis store AllowAll alone (no gRPC)", open: func(t testing.TB) (func(context.Context, int) error, int, func()) {
+		rlsSubject{name: nameStoreAlone, client: "-", open: func(t testing.TB) (func(int, time.Duration) rlsRow, func()) {
 			st, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}, Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			rule := portero.Rule{Name: "bench.client", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 1000, Window: time.Second}}
-			return func(ctx context.Context, k int) error {
+			return grpcGoRun(func(ctx context.Context, k int) error {
 				_, err := st.AllowAll(ctx, time.Now(), []portero.Hit{{Rule: rule, Key: "bench|client=" + rlsKeyNames[k], Cost: 1}})
 				return err
-			}, 0, func() { st.Close(context.Background()) }
+			}, 0), func() { st.Close(context.Background()) }
 		}},
 	)
 }
@@ -477,6 +693,32 @@ func drive(call func(context.Context, int) error, pid, conc int, d time.Duration
 	return row
 }
 
+// driveRaw keeps conc calls in flight on the raw client c for d, with
+// bodies from next and responses checked by check, and measures as drive
+// does.
+func driveRaw(c *h2Client, next func() []byte, check func([]byte) error, pid, conc int, d time.Duration) (rlsRow, error) {
+	self0, server0, redis0 := selfCPU(), procCPU(pid), procCPU(redisPID)
+	begin := time.Now()
+	res, err := c.Run(conc, d, next, check)
+	elapsed := time.Since(begin)
+	self, server, redis := selfCPU()-self0, procCPU(pid)-server0, procCPU(redisPID)-redis0
+	all := res.Lats
+	slices.Sort(all)
+	row := rlsRow{calls: float64(len(all)) / elapsed.Seconds(), errs: res.Errs}
+	if err != nil && row.errs == 0 {
+		row.errs = 1
+	}
+	if n := time.Duration(len(all)); n > 0 {
+		row.p50 = all[len(all)/2]
+		row.p99 = all[len(all)*99/100]
+		row.server, row.client, row.redis = server/n, self/n, redis/n
+	}
+	if err == nil && res.FirstErr != nil {
+		err = res.FirstErr
+	}
+	return row, err
+}
+
 func micros(d time.Duration) string {
 	if d <= 0 {
 		return "-"
@@ -507,16 +749,16 @@ func TestRLSReport(t *testing.T) {
 	}
 	fmt.Printf("\nShouldRateLimit-equivalent decisions, %d s per row, GOMAXPROCS=%d, keys=%d, limit 1000/s per key;\n", secs, runtime.GOMAXPROCS(0), rlsKeys)
 	fmt.Printf("CPU µs per call of the server process, of the client (for the store alone: client and store) and of redis-server\n\n")
-	fmt.Printf("| subject | conns | streams | calls/s | p50 | p99 | server CPU | client CPU | redis CPU | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("| subject | client | conns | streams | calls/s | p50 | p99 | server CPU | client CPU | redis CPU | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	only := os.Getenv("PORTERO_BENCH_RLS_ONLY")
-	at64 := map[string]rlsRow{} // "name/conns" → the row at 64 streams
+	at64 := map[string]rlsRow{} // rowKey(name, client, conns) → the row at 64 streams
 	for _, s := range rlsSubjects(redisAddr) {
 		if only != "" && !strings.Contains(s.name, only) {
 			continue
 		}
-		call, pid, closeFn := s.open(t)
+		run, closeFn := s.open(t)
 		// Warm up: connections, tables, scripts.
-		drive(call, pid, 8, 300*time.Millisecond)
+		run(8, 300*time.Millisecond)
 		concs := []int{1, 16, 64}
 		if s.conns > 1 {
 			concs = []int{16, 64} // one stream uses one connection
@@ -526,34 +768,58 @@ func TestRLSReport(t *testing.T) {
 			conns = strconv.Itoa(s.conns)
 		}
 		for _, conc := range concs {
-			r := drive(call, pid, conc, time.Duration(secs)*time.Second)
-			fmt.Printf("| %s | %s | %d | %.0f | %v | %v | %s | %s | %s | %d |\n", s.name, conns, conc, r.calls,
+			r := run(conc, time.Duration(secs)*time.Second)
+			fmt.Printf("| %s | %s | %s | %d | %.0f | %v | %v | %s | %s | %s | %d |\n", s.name, s.client, conns, conc, r.calls,
 				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), micros(r.server), micros(r.client), micros(r.redis), r.errs)
 			if r.errs > 0 {
-				t.Errorf("%s (%s conns) at %d: %d errors", s.name, conns, conc, r.errs)
+				t.Errorf("%s (%s, %s conns) at %d: %d errors", s.name, s.client, conns, conc, r.errs)
 			}
 			if conc == 64 {
-				at64[s.name+"/"+conns] = r
+				at64[rowKey(s.name, s.client, conns)] = r
 			}
 		}
 		closeFn()
 	}
 	fmt.Printf("\nAt 64 streams:\n\n")
+	type clientConns struct{ client, conns string }
+	var ccs []clientConns
 	for _, n := range rlsConns {
-		c := strconv.Itoa(n)
-		if m, g := at64["portero rls, memory store/"+c], at64["gubernator v2.13.0, single node/"+c]; m.calls > 0 && g.calls > 0 {
-			fmt.Printf("* %s conn(s), portero memory vs gubernator: %.2f× the calls/s, %.2f× fewer server CPU per call (target ≥ 4× the calls/s)\n",
-				c, m.calls/g.calls, ratio(g.server, m.server))
+		ccs = append(ccs, clientConns{"grpc-go", strconv.Itoa(n)})
+	}
+	ccs = append(ccs, clientConns{"raw h2", "1"})
+	for _, cc := range ccs {
+		for _, p := range []string{nameMemory, nameLeanMemory} {
+			if m, g := at64[rowKey(p, cc.client, cc.conns)], at64[rowKey(nameGubernator, cc.client, cc.conns)]; m.calls > 0 && g.calls > 0 {
+				fmt.Printf("* %s, %s conn(s): %s vs gubernator: %.2f× the calls/s, %.2f× fewer server CPU per call (target ≥ 4× the calls/s)\n",
+					cc.client, cc.conns, p, m.calls/g.calls, ratio(g.server, m.server))
+			}
 		}
 	}
-	for _, n := range rlsConns {
-		c := strconv.Itoa(n)
-		if r, a := at64["portero rls, redis store/"+c], at64["redis store AllowAll alone (no gRPC)/-"]; r.calls > 0 && a.calls > 0 {
-			fmt.Printf("* %s conn(s), portero redis vs the redis store alone: %.0f%% of the calls/s; CPU per call beside redis-server's: %s+%s µs vs %s+%s µs (target ≥ 80%% of the calls/s)\n",
-				c, 100*r.calls/a.calls, micros(r.server), micros(r.redis), micros(a.client), micros(a.redis))
+	for _, cc := range ccs {
+		for _, p := range []string{nameRedis, nameLeanRedis} {
+			if r, a := at64[rowKey(p, cc.client, cc.conns)], at64[rowKey(nameStoreAlone, "-", "-")]; r.calls > 0 && a.calls > 0 {
+				fmt.Printf("* %s, %s conn(s): %s vs the redis store alone: %.0f%% of the calls/s; CPU per call beside redis-server's: %s+%s µs vs %s+%s µs (target ≥ 80%% of the calls/s)\n",
+					cc.client, cc.conns, p, 100*r.calls/a.calls, micros(r.server), micros(r.redis), micros(a.client), micros(a.redis))
+			}
+		}
+	}
+	for _, cc := range ccs {
+		for _, pair := range [][2]string{{nameLeanMemory, nameMemory}, {nameLeanRedis, nameRedis}} {
+			if l, g := at64[rowKey(pair[0], cc.client, cc.conns)], at64[rowKey(pair[1], cc.client, cc.conns)]; l.calls > 0 && g.calls > 0 {
+				fmt.Printf("* %s, %s conn(s): %s vs on grpc-go's server: %.2f× the calls/s, server CPU per call %s vs %s µs\n",
+					cc.client, cc.conns, pair[0], l.calls/g.calls, micros(l.server), micros(g.server))
+			}
+		}
+	}
+	for _, p := range []string{nameMemory, nameLeanMemory, nameGubernator, nameRedis, nameLeanRedis} {
+		if r, g := at64[rowKey(p, "raw h2", "1")], at64[rowKey(p, "grpc-go", "1")]; r.calls > 0 && g.calls > 0 {
+			fmt.Printf("* %s, 1 conn: raw h2 vs grpc-go client: client CPU per call %s vs %s µs, %.2f× the calls/s, server CPU per call %s vs %s µs\n",
+				p, micros(r.client), micros(g.client), r.calls/g.calls, micros(r.server), micros(g.server))
 		}
 	}
 }
+
+func rowKey(name, client, conns string) string { return name + "/" + client + "/" + conns }
 
 // ratio returns a/b, 0 when b is 0.
 func ratio(a, b time.Duration) float64 {
