@@ -32,6 +32,11 @@ const (
 	maxMessageLen = 1024
 	// keptBuffer is the largest write buffer kept between flushes.
 	keptBuffer = 256 << 10
+	// maxQueuedData bounds the DATA queued for the writer: the rest of an
+	// answer waits, as for flow-control window, until the writer has taken
+	// what is queued. Large answers to a client that reads slowly then
+	// neither pile up in memory nor trip maxPendingWrite.
+	maxQueuedData = 128 << 10
 )
 
 // conn is one client connection. Its reader goroutine (serve) owns the
@@ -58,6 +63,7 @@ type conn struct {
 	streams           map[uint32]*stream
 	maxStreamID       uint32 // highest stream the client opened
 	active            uint32 // streams counted against MaxConcurrentStreams
+	held              int    // request bytes buffered by counted streams, at most srv.maxHeld
 	out, spare        []byte // frames for the writer, and its other buffer
 	wfr               *http2.Framer
 	henc              *hpack.Encoder
@@ -67,12 +73,18 @@ type conn struct {
 	peerInitialWindow int64
 	peerMaxFrame      uint32
 	blocked           []*stream // answers waiting for window, in order
+	queueFull         bool      // an answer waits for room in out (maxQueuedData)
 	wakePending       bool
 	goingAway         bool // GOAWAY sent: no new streams
 	closing           bool // the writer ends once out is flushed
 	dead              bool // the connection is gone: answers are dropped
 	wake              chan struct{}
 	writerDone        chan struct{}
+	// The last streams this side reset (c.mu): frames the client sent on
+	// them before it saw the reset are ignored (RFC 9113 §5.1), not
+	// answered with more resets or, for trailers, a connection error.
+	resetIDs  [64]uint32
+	resetNext uint8
 }
 
 // outWriter appends the write Framer's frames to conn.out (mu held).
@@ -130,13 +142,24 @@ func (c *conn) serve() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				c.mu.Lock()
-				if se.StreamID > c.maxStreamID && se.StreamID%2 == 1 {
-					c.maxStreamID = se.StreamID
+				if se.Cause != nil && se.StreamID%2 == 1 {
+					// A malformed header block, decoded in full (HPACK
+					// stays in sync): the stream it opened, or the one it
+					// ended, is reset.
+					c.mu.Lock()
+					if se.StreamID > c.maxStreamID {
+						c.maxStreamID = se.StreamID
+					}
+					c.mu.Unlock()
+					c.resetStream(se.StreamID, se.Code)
+					continue
 				}
-				c.mu.Unlock()
-				c.resetStream(se.StreamID, se.Code)
-				continue
+				// The Framer's other stream errors are a HEADERS frame
+				// whose padding is too long (its header block was never
+				// decoded: HPACK would be out of sync) and a zero
+				// WINDOW_UPDATE increment: they end the connection, as
+				// RFC 9113 §5.4.1 allows for any stream error.
+				err = http2.ConnectionError(se.Code)
 			}
 			c.fail(err)
 			return
@@ -165,7 +188,12 @@ func (c *conn) handshake() error {
 	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
-	c.nc.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	// Once closing, the writer sets the deadline that ends the reader.
+	if !c.closing {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	c.mu.Unlock()
 	return c.process(f)
 }
 
@@ -183,6 +211,15 @@ func (c *conn) fail(err error) {
 		code, ok = http2.ErrCodeFrameSize, true
 	}
 	if !ok {
+		c.mu.Lock()
+		closing := c.closing
+		c.mu.Unlock()
+		var ne net.Error
+		if closing && errors.As(err, &ne) && ne.Timeout() {
+			// The writer's deadline after a graceful close: the client
+			// did not close its side within a second.
+			return
+		}
 		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 			c.srv.opts.Logger.Debug("h2grpc: connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
 		}
@@ -236,6 +273,15 @@ func (c *conn) writeLoop() {
 		buf := c.out
 		c.out, c.spare = c.spare[:0], nil
 		c.wakePending = false
+		if c.queueFull {
+			// Answers wait for room in out: queue the next batch now,
+			// while this one is being written.
+			c.queueFull = false
+			c.flushBlockedLocked()
+			if len(c.out) > 0 {
+				c.signalLocked()
+			}
+		}
 		c.mu.Unlock()
 		if len(buf) > 0 {
 			if _, err := c.nc.Write(buf); err != nil {
@@ -248,28 +294,33 @@ func (c *conn) writeLoop() {
 			c.spare = buf[:0]
 		}
 		done := c.closing && len(c.out) == 0
-		c.mu.Unlock()
 		if done {
 			// Half-close, so that the client reads everything sent
 			// (GOAWAY, the last answers) before it sees the connection
 			// end; the reader then sees EOF, or gives up after a second.
+			// (Under mu: the handshake clears the read deadline only
+			// before closing is set.)
 			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 				cw.CloseWrite()
 				c.nc.SetReadDeadline(time.Now().Add(time.Second))
 			} else {
 				c.nc.Close()
 			}
+		}
+		c.mu.Unlock()
+		if done {
 			return
 		}
 	}
 }
 
 // signalLocked wakes the writer; c.mu held. A peer that lets more than
-// maxPendingWrite bytes pile up is not reading: the connection is closed.
+// maxPendingWrite bytes pile up is not reading: the connection is closed,
+// and the writer still woken so that it fails on the closed socket and
+// ends (an unwoken writer would wait forever).
 func (c *conn) signalLocked() {
 	if len(c.out) > maxPendingWrite {
 		c.nc.Close()
-		return
 	}
 	if !c.wakePending {
 		c.wakePending = true
@@ -356,15 +407,24 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		if st.remoteEnded {
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
 		}
-		// The client's trailers: they must end the stream.
+		// The client's trailers: they must end the stream, and carry no
+		// pseudo-header (RFC 9113 §8.1).
 		if !f.StreamEnded() {
 			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		if len(f.PseudoFields()) > 0 {
+			c.resetStream(id, http2.ErrCodeProtocol)
+			return nil
 		}
 		c.endRemote(st)
 		return nil
 	}
 	if id <= c.maxStreamID {
+		ignore := c.wasResetLocked(id)
 		c.mu.Unlock()
+		if ignore {
+			return nil
+		}
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	c.maxStreamID = id
@@ -378,62 +438,76 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	case refuse:
 		c.resetStream(id, http2.ErrCodeRefusedStream)
 		return nil
-	case f.Truncated:
-		c.answerHTTP(id, "431", ended)
-		return nil
 	}
-	method, path := f.PseudoValue("method"), f.PseudoValue("path")
-	if method == "" || path == "" || f.PseudoValue("scheme") == "" {
-		c.resetStream(id, http2.ErrCodeProtocol)
-		return nil
-	}
-	var contentType, timeout, encoding string
-	for _, hf := range f.RegularFields() {
-		switch hf.Name {
-		case "content-type":
-			contentType = hf.Value
-		case "grpc-timeout":
-			timeout = hf.Value
-		case "grpc-encoding":
-			encoding = hf.Value
-		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			// Connection-specific fields are malformed in HTTP/2.
+	st := &stream{c: c, id: id, recvAvail: recvWindow, lenLeft: -1}
+	if f.Truncated {
+		st.status = 431
+	} else {
+		method, path := f.PseudoValue("method"), f.PseudoValue("path")
+		if method == "" || path == "" || f.PseudoValue("scheme") == "" {
 			c.resetStream(id, http2.ErrCodeProtocol)
 			return nil
-		case "te":
-			if hf.Value != "trailers" {
+		}
+		var contentType, timeout, encoding string
+		for _, hf := range f.RegularFields() {
+			switch hf.Name {
+			case "content-type":
+				contentType = hf.Value
+			case "grpc-timeout":
+				timeout = hf.Value
+			case "grpc-encoding":
+				encoding = hf.Value
+			case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+				// Connection-specific fields are malformed in HTTP/2.
 				c.resetStream(id, http2.ErrCodeProtocol)
 				return nil
+			case "te":
+				if hf.Value != "trailers" {
+					c.resetStream(id, http2.ErrCodeProtocol)
+					return nil
+				}
+			case "content-length":
+				// gRPC clients do not send it, but when sent it must
+				// match the DATA (RFC 9113 §8.1.1).
+				n, err := strconv.ParseInt(hf.Value, 10, 64)
+				if err != nil || n < 0 || st.lenLeft >= 0 && n != st.lenLeft {
+					c.resetStream(id, http2.ErrCodeProtocol)
+					return nil
+				}
+				st.lenLeft = n
 			}
 		}
-	}
-	if method != "POST" {
-		c.answerHTTP(id, "405", ended)
-		return nil
-	}
-	if !isGRPC(contentType) {
-		c.answerHTTP(id, "415", ended)
-		return nil
-	}
-	h := c.srv.handlers[path]
-	st := &stream{c: c, id: id, handler: h, recvAvail: recvWindow}
-	switch {
-	case h == nil:
-		c.answerStatus(id, codes.Unimplemented, "unknown method "+path, ended)
-		return nil
-	case encoding != "" && encoding != "identity":
-		c.answerStatus(id, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", encoding), ended)
-		return nil
-	case timeout != "":
-		d, ok := parseTimeout(timeout)
-		if !ok {
-			c.answerStatus(id, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", timeout), ended)
-			return nil
+		switch {
+		case method != "POST":
+			st.status = 405
+		case !isGRPC(contentType):
+			st.status = 415
+		default:
+			h := c.srv.handlers[path]
+			switch {
+			case h == nil:
+				c.answerStatus(id, codes.Unimplemented, "unknown method "+path, ended)
+				return nil
+			case encoding != "" && encoding != "identity":
+				c.answerStatus(id, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", encoding), ended)
+				return nil
+			case timeout != "":
+				d, ok := parseTimeout(timeout)
+				if !ok {
+					c.answerStatus(id, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", timeout), ended)
+					return nil
+				}
+				st.timeout, st.hasTimeout = d, true
+			}
+			st.handler = h
 		}
-		st.timeout, st.hasTimeout = d, true
 	}
+	// A request that is not a gRPC call is answered with an HTTP error
+	// when it ends (its body, if any, is read and dropped): until then it
+	// is an open stream like any other, under the same limits.
 	c.mu.Lock()
 	st.sendWindow = c.peerInitialWindow
+	st.counted = true
 	c.streams[id] = st
 	c.active++
 	c.mu.Unlock()
@@ -516,9 +590,22 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.connRecvAvail += int64(c.connRecvUnacked)
 		c.connRecvUnacked = 0
 	}
-	id := f.StreamID
+	id, data := f.StreamID, f.Data()
 	c.mu.Lock()
-	st, idle := c.streams[id], id > c.maxStreamID
+	st := c.streams[id]
+	idle := id > c.maxStreamID
+	if st == nil && !idle && c.wasResetLocked(id) {
+		c.mu.Unlock()
+		return nil
+	}
+	// A call's request bytes count against the connection's budget from
+	// the moment they are buffered until its handler returns.
+	held := false
+	if st != nil && !st.remoteEnded && st.status == 0 && c.held+len(data) <= c.srv.maxHeld {
+		c.held += len(data)
+		st.held += len(data)
+		held = true
+	}
 	c.mu.Unlock()
 	switch {
 	case st == nil && idle:
@@ -527,21 +614,44 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.resetStream(id, http2.ErrCodeStreamClosed)
 		return nil
 	}
-	st.recvAvail -= n
+	st.recvAvail -= int32(n)
 	if st.recvAvail < 0 {
 		c.resetStream(id, http2.ErrCodeFlowControl)
 		return nil
 	}
-	data := f.Data()
-	if len(st.msg)+len(data) > 5+c.srv.opts.MaxRecvMsgSize {
+	if st.lenLeft >= 0 {
+		if st.lenLeft -= int64(len(data)); st.lenLeft < 0 {
+			c.resetStream(id, http2.ErrCodeProtocol)
+			return nil
+		}
+	}
+	switch {
+	case st.status != 0:
+		// The body of a request that is not a call is dropped, and its
+		// window never granted back: a body longer than the window is
+		// answered before its end, then reset.
+		switch {
+		case f.StreamEnded():
+			c.endRemote(st)
+		case st.recvAvail < maxReadFrame:
+			c.drop(st)
+			c.answerHTTP(id, strconv.Itoa(int(st.status)), false)
+		}
+		return nil
+	case len(st.msg)+len(data) > 5+c.srv.opts.MaxRecvMsgSize:
 		c.drop(st)
 		c.answerStatus(id, codes.ResourceExhausted, fmt.Sprintf("request message larger than max (%d bytes)", c.srv.opts.MaxRecvMsgSize), f.StreamEnded())
 		return nil
+	case !held:
+		c.drop(st)
+		c.answerStatus(id, codes.ResourceExhausted, "the server buffers too many request bytes for this connection; retry later", f.StreamEnded())
+		return nil
+	default:
+		if st.msg == nil {
+			st.msg = make([]byte, 0, len(data))
+		}
+		st.msg = append(st.msg, data...)
 	}
-	if st.msg == nil {
-		st.msg = make([]byte, 0, len(data))
-	}
-	st.msg = append(st.msg, data...)
 	if f.StreamEnded() {
 		c.endRemote(st)
 		return nil
@@ -552,16 +662,28 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.wfr.WriteWindowUpdate(id, st.recvUnacked)
 		c.signalLocked()
 		c.mu.Unlock()
-		st.recvAvail += int64(st.recvUnacked)
+		st.recvAvail += int32(st.recvUnacked)
 		st.recvUnacked = 0
 	}
 	return nil
 }
 
 // endRemote runs when the client has sent its whole request: the message
-// is checked and the call dispatched.
+// is checked and the call dispatched, or the HTTP error answered.
 func (c *conn) endRemote(st *stream) {
 	st.remoteEnded = true
+	if st.lenLeft > 0 {
+		c.resetStream(st.id, http2.ErrCodeProtocol)
+		return
+	}
+	if st.status != 0 {
+		c.mu.Lock()
+		if !st.reset {
+			c.answerPlainLocked(st)
+		}
+		c.mu.Unlock()
+		return
+	}
 	code, msg := codes.OK, ""
 	switch {
 	case len(st.msg) < 5:
@@ -612,6 +734,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		st.sendWindow += inc
 		if st.sendWindow > maxWindow {
 			c.resetLocked(st.id, http2.ErrCodeFlowControl)
+			c.signalLocked()
 			return nil
 		}
 	}
@@ -642,21 +765,39 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 
 func (c *conn) resetLocked(id uint32, code http2.ErrCode) {
 	c.wfr.WriteRSTStream(id, code)
+	c.noteResetLocked(id)
 	if st := c.streams[id]; st != nil {
 		c.forgetLocked(st)
 	}
 }
 
+// noteResetLocked remembers that this side reset stream id.
+func (c *conn) noteResetLocked(id uint32) {
+	c.resetIDs[c.resetNext%uint8(len(c.resetIDs))] = id
+	c.resetNext++
+}
+
+// wasResetLocked reports whether this side reset stream id lately.
+func (c *conn) wasResetLocked(id uint32) bool {
+	for _, r := range c.resetIDs {
+		if r == id {
+			return true
+		}
+	}
+	return false
+}
+
 // forgetLocked removes st: its handler, if running, is cancelled and its
-// answer dropped; if not dispatched, it stops counting against
-// MaxConcurrentStreams now.
+// answer dropped; otherwise it stops counting against the limits now (a
+// running handler's stream counts until the handler returns, so that a
+// client resetting streams cannot pile up work).
 func (c *conn) forgetLocked(st *stream) {
 	delete(c.streams, st.id)
 	st.reset = true
-	if st.dispatched {
+	if st.dispatched && !st.answered {
 		st.cancel()
 	} else {
-		c.releaseLocked()
+		c.releaseLocked(st)
 	}
 }
 
@@ -665,22 +806,31 @@ func (c *conn) drop(st *stream) {
 	c.mu.Lock()
 	if c.streams[st.id] == st {
 		delete(c.streams, st.id)
-		c.releaseLocked()
 	}
 	st.reset = true
+	c.releaseLocked(st)
 	c.mu.Unlock()
 }
 
-// releaseLocked ends one stream's share of MaxConcurrentStreams.
-func (c *conn) releaseLocked() {
+// releaseLocked ends st's share of MaxConcurrentStreams and of the
+// connection's request bytes; it runs once per stream, when its answer is
+// completely queued or it is forgotten.
+func (c *conn) releaseLocked(st *stream) {
+	if !st.counted {
+		return
+	}
+	st.counted = false
 	c.active--
+	c.held -= st.held
+	st.held = 0
 	c.drainCheckLocked()
 }
 
 // drainCheckLocked lets the writer close a connection that was sent
-// GOAWAY once nothing is left to answer.
+// GOAWAY once nothing is left to answer (answers waiting for window
+// count as active).
 func (c *conn) drainCheckLocked() {
-	if c.goingAway && c.active == 0 && len(c.blocked) == 0 {
+	if c.goingAway && c.active == 0 {
 		c.closing = true
 		c.signalLocked()
 	}
@@ -699,15 +849,32 @@ func (c *conn) goAway() {
 	c.drainCheckLocked()
 }
 
-// answerHTTP answers a request that is not gRPC with a bare HTTP status.
+// answerHTTP answers a request that is not gRPC with a bare HTTP status
+// before its end, then resets it (RFC 9113 §8.1).
 func (c *conn) answerHTTP(id uint32, status string, ended bool) {
 	c.mu.Lock()
 	c.writeHeadersLocked(id, true, hpack.HeaderField{Name: ":status", Value: status})
 	if !ended {
 		c.wfr.WriteRSTStream(id, http2.ErrCodeNo)
+		c.noteResetLocked(id)
 	}
 	c.signalLocked()
 	c.mu.Unlock()
+}
+
+// answerPlainLocked answers a complete request that is not a gRPC call:
+// its HTTP status and a line of text, sent under flow control like any
+// answer.
+func (c *conn) answerPlainLocked(st *stream) {
+	c.writeHeadersLocked(st.id, false, hpack.HeaderField{Name: ":status", Value: strconv.Itoa(int(st.status))}, fieldTextType)
+	st.pending = plainBody
+	if st.status == 431 {
+		st.pending = plainBody431
+	}
+	if !c.sendLocked(st) {
+		c.blocked = append(c.blocked, st)
+	}
+	c.signalLocked()
 }
 
 // answerStatus answers a call that never reached its handler with a
@@ -718,6 +885,7 @@ func (c *conn) answerStatus(id uint32, code codes.Code, msg string, ended bool) 
 	c.writeStatusLocked(id, true, code, msg)
 	if !ended {
 		c.wfr.WriteRSTStream(id, http2.ErrCodeNo)
+		c.noteResetLocked(id)
 	}
 	c.signalLocked()
 	c.mu.Unlock()
@@ -727,6 +895,11 @@ var (
 	fieldStatus200 = hpack.HeaderField{Name: ":status", Value: "200"}
 	fieldGRPCType  = hpack.HeaderField{Name: "content-type", Value: "application/grpc"}
 	fieldStatusOK  = hpack.HeaderField{Name: "grpc-status", Value: "0"}
+	fieldTextType  = hpack.HeaderField{Name: "content-type", Value: "text/plain; charset=utf-8"}
+
+	// The bodies of HTTP errors; never modified.
+	plainBody    = []byte("h2grpc: this server answers gRPC calls only (HTTP/2 POST, content-type application/grpc)\n")
+	plainBody431 = []byte("h2grpc: request header fields too large\n")
 )
 
 // writeStatusLocked writes the trailers of a call: after its message, or
@@ -804,9 +977,13 @@ func encodeMessage(msg string) string {
 func (c *conn) respond(st *stream, out []byte, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.active--
-	defer c.drainCheckLocked()
+	st.answered = true
+	// The request is no longer needed.
+	st.msg = nil
+	c.held -= st.held
+	st.held = 0
 	if c.dead || st.reset {
+		c.releaseLocked(st)
 		return
 	}
 	if err != nil {
@@ -816,6 +993,7 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 		}
 		c.writeStatusLocked(st.id, true, code, msg)
 		delete(c.streams, st.id)
+		c.releaseLocked(st)
 		c.signalLocked()
 		return
 	}
@@ -834,11 +1012,17 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 	c.signalLocked()
 }
 
-// sendLocked sends as much of st's answer as the flow-control windows
-// allow, then its trailers; it reports whether the answer is complete.
+// sendLocked sends as much of st's answer as the flow-control windows and
+// maxQueuedData allow, then its end (a call's trailers, or an empty DATA
+// frame ending an HTTP error); it reports whether the answer is complete.
 func (c *conn) sendLocked(st *stream) bool {
 	for len(st.pending) > 0 {
-		n := min(int64(len(st.pending)), c.sendWindow, st.sendWindow, int64(c.peerMaxFrame))
+		room := maxQueuedData - len(c.out)
+		if room <= 0 {
+			c.queueFull = true
+			return false
+		}
+		n := min(int64(len(st.pending)), c.sendWindow, st.sendWindow, int64(c.peerMaxFrame), int64(room))
 		if n <= 0 {
 			return false
 		}
@@ -847,12 +1031,18 @@ func (c *conn) sendLocked(st *stream) bool {
 		c.sendWindow -= n
 		st.sendWindow -= n
 	}
-	c.writeStatusLocked(st.id, false, codes.OK, "")
+	if st.status == 0 {
+		c.writeStatusLocked(st.id, false, codes.OK, "")
+	} else {
+		c.wfr.WriteData(st.id, true, nil)
+	}
 	delete(c.streams, st.id)
+	c.releaseLocked(st)
 	return true
 }
 
-// flushBlockedLocked sends the answers that waited for window, in order.
+// flushBlockedLocked sends the answers that waited for window or room, in
+// order.
 func (c *conn) flushBlockedLocked() {
 	kept := c.blocked[:0]
 	for _, st := range c.blocked {
@@ -863,30 +1053,42 @@ func (c *conn) flushBlockedLocked() {
 	}
 	clear(c.blocked[len(kept):])
 	c.blocked = kept
-	c.drainCheckLocked()
 }
 
-// stream is one call.
+// stream is one call, or one request that is not a call. Its fields are
+// ordered to keep it small: it is the one allocation per call of the
+// reader.
 type stream struct {
 	c       *conn
-	id      uint32
 	handler Handler
 
 	// Reader only, until dispatched; then the worker reads msg and ctx.
-	msg         []byte // gRPC length-prefixed request
-	recvAvail   int64
-	recvUnacked uint32
-	remoteEnded bool
-	timeout     time.Duration
-	hasTimeout  bool
-	ctx         context.Context
-	cancel      context.CancelFunc
+	msg     []byte // gRPC length-prefixed request
+	lenLeft int64  // content-length minus the DATA received; -1 without content-length
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	// c.mu.
-	dispatched bool
-	reset      bool // forgotten: reset by either side, or the conn ended
+	held       int // bytes of msg counted in c.held
 	sendWindow int64
 	pending    []byte // answer DATA not yet sent
+
+	id uint32
+	// Reader only.
+	recvAvail   int32
+	recvUnacked uint32
+	// status is the HTTP status answering a request that is not a gRPC
+	// call (405, 415, 431), 0 for a call.
+	status      uint16
+	remoteEnded bool
+	hasTimeout  bool
+
+	// c.mu.
+	counted    bool // in c.active, and its held bytes in c.held
+	dispatched bool // its handler was started
+	answered   bool // its handler returned
+	reset      bool // forgotten: reset by either side, or the conn ended
 }
 
 var outPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

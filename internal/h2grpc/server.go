@@ -22,12 +22,19 @@
 // stays on the grpc-go transport), no compression (a request compressed with
 // anything but identity is answered UNIMPLEMENTED, which gRPC clients treat
 // as "retry uncompressed" only if configured to; Envoy does not compress its
-// rate limit calls), no interceptors, no HTTP/1.1. Protocol errors are
-// answered as RFC 9113 says (GOAWAY or RST_STREAM with the error code);
-// resource limits are MaxConcurrentStreams (counted until each handler
-// returns, so a client resetting streams cannot pile up work), the message
-// and header list sizes, and a bound on the bytes waiting for a peer that
-// does not read.
+// rate limit calls), no interceptors, no HTTP/1.1. Other HTTP/2 requests
+// are answered 405 (not POST) or 415 (not application/grpc) with a line of
+// text. Protocol errors are answered as RFC 9113 says (GOAWAY or RST_STREAM
+// with the error code; h2spec's whole suite passes, see h2spec_test.go);
+// resource limits are MaxConcurrentStreams (a stream counts until its
+// answer is completely queued, waiting for flow-control window included, and
+// a reset call until its handler returns, so a client resetting streams or
+// granting no window cannot pile up work or answers), the message and
+// header list sizes, the request bytes one connection may buffer (64 MiB,
+// or 4 × MaxRecvMsgSize), a bound on the answer bytes queued for the socket
+// (128 KiB of DATA; the rest waits in the answers) and one on all bytes
+// queued for a peer that does not read (8 MiB, past which the connection
+// is closed).
 package h2grpc
 
 import (
@@ -52,11 +59,16 @@ type Handler func(ctx context.Context, msg, out []byte) ([]byte, error)
 // Options bound the server. The zero value is usable.
 type Options struct {
 	// MaxConcurrentStreams is advertised in SETTINGS and enforced: calls
-	// beyond it are refused with REFUSED_STREAM, which clients retry. 0
-	// means 1024.
+	// beyond it are refused with REFUSED_STREAM, which clients retry. A
+	// call counts until its answer is completely queued (or it is reset;
+	// a reset call whose handler runs counts until the handler returns).
+	// 0 means 1024.
 	MaxConcurrentStreams uint32
 	// MaxRecvMsgSize bounds a request message; larger ones are answered
-	// RESOURCE_EXHAUSTED. 0 means 4 MiB, grpc-go's default.
+	// RESOURCE_EXHAUSTED. 0 means 4 MiB, grpc-go's default. The requests
+	// one connection has buffered, received or being handled, are bounded
+	// by 64 MiB or 4 × MaxRecvMsgSize, whichever is larger; a call past
+	// that is answered RESOURCE_EXHAUSTED too.
 	MaxRecvMsgSize int
 	// MaxHeaderListSize bounds a request's decoded headers (SETTINGS
 	// MAX_HEADER_LIST_SIZE); larger ones get HTTP 431. 0 means 16 KiB.
@@ -86,6 +98,13 @@ const (
 	// maxPendingWrite bounds the bytes queued for a peer that does not
 	// read (answers, acknowledgements); past it the connection is closed.
 	maxPendingWrite = 8 << 20
+	// minConnRecvBuffer bounds the request bytes one connection may have
+	// buffered (messages being received, and those whose handler runs),
+	// unless 4 × MaxRecvMsgSize is larger. A call that would exceed it is
+	// answered RESOURCE_EXHAUSTED. Without it a client could pin
+	// MaxConcurrentStreams × MaxRecvMsgSize (4 GiB by default) per
+	// connection by never ending its requests.
+	minConnRecvBuffer = 64 << 20
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -95,10 +114,12 @@ var ErrServerClosed = errors.New("h2grpc: server closed")
 type Server struct {
 	opts     Options
 	handlers map[string]Handler
+	maxHeld  int // request bytes a connection may buffer
 
 	work      chan *stream
-	quit      chan struct{}
+	quit      chan struct{} // closed once, by stopWorkers, to end the workers
 	startOnce sync.Once
+	stopOnce  sync.Once
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -129,6 +150,7 @@ func NewServer(o Options) *Server {
 	}
 	return &Server{
 		opts:      o,
+		maxHeld:   max(minConnRecvBuffer, 4*(o.MaxRecvMsgSize+5)),
 		handlers:  map[string]Handler{},
 		work:      make(chan *stream),
 		quit:      make(chan struct{}),
@@ -160,20 +182,21 @@ func (s *Server) Serve(lis net.Listener) error {
 		if err != nil {
 			s.mu.Lock()
 			closing := s.closing
-			delete(s.listeners, lis)
 			s.mu.Unlock()
 			if closing {
 				return ErrServerClosed
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				// The listener stays registered while Serve waits, so
+				// that Shutdown or Close still closes it.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				time.Sleep(backoff)
-				s.mu.Lock()
-				s.listeners[lis] = struct{}{}
-				s.mu.Unlock()
 				continue
 			}
+			s.mu.Lock()
+			delete(s.listeners, lis)
+			s.mu.Unlock()
 			return err
 		}
 		backoff = 0
@@ -258,7 +281,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	select {
 	case <-done:
-		close(s.quit)
+		s.stopWorkers()
 		return nil
 	case <-ctx.Done():
 		s.Close()
@@ -279,13 +302,13 @@ func (s *Server) Close() error {
 	for _, c := range conns {
 		c.nc.Close()
 	}
-	select {
-	case <-s.quit:
-	default:
-		close(s.quit)
-	}
+	s.stopWorkers()
 	return nil
 }
+
+// stopWorkers ends the permanent workers (and idle others); Shutdown and
+// Close may both call it, any number of times and concurrently.
+func (s *Server) stopWorkers() { s.stopOnce.Do(func() { close(s.quit) }) }
 
 // beginClose marks the server closing and closes its listeners; s.mu held.
 func (s *Server) beginClose() {
