@@ -50,6 +50,13 @@ type conn struct {
 	nc  net.Conn
 	br  *bufio.Reader // reader only
 	fr  *http2.Framer // reader only, reads br
+	// The header block being read (reader only): HEADERS and its
+	// CONTINUATION frames are decoded into hdr as they arrive.
+	hdec       *hpack.Decoder
+	hdr        requestHeaders
+	hdrStream  uint32
+	hdrEnded   bool // the HEADERS frame had END_STREAM
+	hdrSelfDep bool // the HEADERS frame made the stream depend on itself
 	// ctx is cancelled when the connection ends: every call's context
 	// derives from it.
 	ctx    context.Context
@@ -112,8 +119,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
 	c.fr.SetReuseFrames()
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = s.opts.MaxHeaderListSize
+	c.hdec = hpack.NewDecoder(4096, c.hdr.emit)
+	c.hdec.SetMaxStringLength(int(s.opts.MaxHeaderListSize))
 	c.wfr = http2.NewFramer(outWriter{c}, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	// The server's preface, queued before anything else can be.
@@ -333,8 +340,14 @@ func (c *conn) process(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
 		return c.onSettings(f)
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
+	case *http2.HeadersFrame:
+		c.hdr.reset(c.srv.opts.MaxHeaderListSize)
+		c.hdrStream, c.hdrEnded = f.StreamID, f.StreamEnded()
+		c.hdrSelfDep = f.HasPriority() && f.Priority.StreamDep == f.StreamID
+		return c.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded())
+	case *http2.ContinuationFrame:
+		// The Framer has checked that it continues c.hdrStream's block.
+		return c.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded())
 	case *http2.DataFrame:
 		return c.onData(f)
 	case *http2.WindowUpdateFrame:
@@ -396,8 +409,36 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	return nil
 }
 
-func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+// headerFragment decodes one fragment of the header block of
+// c.hdrStream; the last one hands the block to onHeaders.
+func (c *conn) headerFragment(frag []byte, end bool) error {
+	h := &c.hdr
+	// As x/net's Framer: after a malformed or oversized field nothing more
+	// is worth decoding, and a fragment far beyond what is left of the
+	// budget is a flood; both end the connection.
+	if h.blockBytes > 0 && (h.malformed || h.tooLarge) {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if !h.tooLarge && int64(len(frag)) > 4*int64(h.maxSize-min(h.size, h.maxSize)) {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	h.blockBytes += len(frag)
+	if _, err := c.hdec.Write(frag); err != nil {
+		return http2.ConnectionError(http2.ErrCodeCompression)
+	}
+	if !end {
+		return nil
+	}
+	if err := c.hdec.Close(); err != nil {
+		return http2.ConnectionError(http2.ErrCodeCompression)
+	}
+	return c.onHeaders()
+}
+
+// onHeaders takes a whole header block, c.hdr, of stream c.hdrStream.
+func (c *conn) onHeaders() error {
+	h := &c.hdr
+	id := c.hdrStream
 	if id%2 == 0 {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -409,10 +450,10 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 		// The client's trailers: they must end the stream, and carry no
 		// pseudo-header (RFC 9113 §8.1).
-		if !f.StreamEnded() {
+		if !c.hdrEnded {
 			return http2.ConnectionError(http2.ErrCodeProtocol)
 		}
-		if len(f.PseudoFields()) > 0 {
+		if h.malformed || h.pseudo != 0 {
 			c.resetStream(id, http2.ErrCodeProtocol)
 			return nil
 		}
@@ -430,9 +471,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.maxStreamID = id
 	refuse := c.goingAway || c.active >= c.srv.opts.MaxConcurrentStreams
 	c.mu.Unlock()
-	ended := f.StreamEnded()
+	ended := c.hdrEnded
 	switch {
-	case f.HasPriority() && f.Priority.StreamDep == id:
+	case h.malformed:
+		// A malformed request, decoded in full (HPACK stays in sync): the
+		// stream it opened is reset.
+		c.resetStream(id, http2.ErrCodeProtocol)
+		return nil
+	case c.hdrSelfDep:
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return nil
 	case refuse:
@@ -440,66 +486,46 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	st := &stream{c: c, id: id, recvAvail: recvWindow, lenLeft: -1}
-	if f.Truncated {
+	if h.tooLarge {
 		st.status = 431
 	} else {
-		method, path := f.PseudoValue("method"), f.PseudoValue("path")
-		if method == "" || path == "" || f.PseudoValue("scheme") == "" {
+		if h.method == "" || h.path == "" || h.scheme == "" {
 			c.resetStream(id, http2.ErrCodeProtocol)
 			return nil
 		}
-		var contentType, timeout, encoding string
-		for _, hf := range f.RegularFields() {
-			switch hf.Name {
-			case "content-type":
-				contentType = hf.Value
-			case "grpc-timeout":
-				timeout = hf.Value
-			case "grpc-encoding":
-				encoding = hf.Value
-			case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-				// Connection-specific fields are malformed in HTTP/2.
+		if h.contentLength != "" {
+			// gRPC clients do not send it, but when sent it must match
+			// the DATA (RFC 9113 §8.1.1).
+			n, err := strconv.ParseInt(h.contentLength, 10, 64)
+			if err != nil || n < 0 {
 				c.resetStream(id, http2.ErrCodeProtocol)
 				return nil
-			case "te":
-				if hf.Value != "trailers" {
-					c.resetStream(id, http2.ErrCodeProtocol)
-					return nil
-				}
-			case "content-length":
-				// gRPC clients do not send it, but when sent it must
-				// match the DATA (RFC 9113 §8.1.1).
-				n, err := strconv.ParseInt(hf.Value, 10, 64)
-				if err != nil || n < 0 || st.lenLeft >= 0 && n != st.lenLeft {
-					c.resetStream(id, http2.ErrCodeProtocol)
-					return nil
-				}
-				st.lenLeft = n
 			}
+			st.lenLeft = n
 		}
 		switch {
-		case method != "POST":
+		case h.method != "POST":
 			st.status = 405
-		case !isGRPC(contentType):
+		case !isGRPC(h.contentType):
 			st.status = 415
 		default:
-			h := c.srv.handlers[path]
+			hd := c.srv.handlers[h.path]
 			switch {
-			case h == nil:
-				c.answerStatus(id, codes.Unimplemented, "unknown method "+path, ended)
+			case hd == nil:
+				c.answerStatus(id, codes.Unimplemented, "unknown method "+h.path, ended)
 				return nil
-			case encoding != "" && encoding != "identity":
-				c.answerStatus(id, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", encoding), ended)
+			case h.encoding != "" && h.encoding != "identity":
+				c.answerStatus(id, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", h.encoding), ended)
 				return nil
-			case timeout != "":
-				d, ok := parseTimeout(timeout)
+			case h.timeout != "":
+				d, ok := parseTimeout(h.timeout)
 				if !ok {
-					c.answerStatus(id, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", timeout), ended)
+					c.answerStatus(id, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", h.timeout), ended)
 					return nil
 				}
 				st.timeout, st.hasTimeout = d, true
 			}
-			st.handler = h
+			st.handler = hd
 		}
 	}
 	// A request that is not a gRPC call is answered with an HTTP error
@@ -698,15 +724,11 @@ func (c *conn) endRemote(st *stream) {
 		c.answerStatus(st.id, code, msg, true)
 		return
 	}
-	if st.hasTimeout {
-		st.ctx, st.cancel = context.WithTimeout(c.ctx, st.timeout)
-	} else {
-		st.ctx, st.cancel = context.WithCancel(c.ctx)
-	}
+	st.ctx.init(c.ctx, st.timeout, st.hasTimeout)
 	c.mu.Lock()
 	if st.reset {
 		c.mu.Unlock()
-		st.cancel()
+		st.ctx.cancel()
 		return
 	}
 	st.dispatched = true
@@ -795,7 +817,7 @@ func (c *conn) forgetLocked(st *stream) {
 	delete(c.streams, st.id)
 	st.reset = true
 	if st.dispatched && !st.answered {
-		st.cancel()
+		st.ctx.cancel()
 	} else {
 		c.releaseLocked(st)
 	}
@@ -1066,8 +1088,7 @@ type stream struct {
 	msg     []byte // gRPC length-prefixed request
 	lenLeft int64  // content-length minus the DATA received; -1 without content-length
 	timeout time.Duration
-	ctx     context.Context
-	cancel  context.CancelFunc
+	ctx     callCtx
 
 	// c.mu.
 	held       int // bytes of msg counted in c.held
@@ -1099,7 +1120,7 @@ func (st *stream) run() {
 	bp := outPool.Get().(*[]byte)
 	out, err := st.call((*bp)[:0])
 	st.c.respond(st, out, err)
-	st.cancel()
+	st.ctx.cancel()
 	if cap(out) <= keptBuffer {
 		*bp = out[:0]
 	}
@@ -1113,7 +1134,7 @@ func (st *stream) call(out []byte) (res []byte, err error) {
 			res, err = nil, errInternal
 		}
 	}()
-	return st.handler(st.ctx, st.msg[5:], out)
+	return st.handler(&st.ctx, st.msg[5:], out)
 }
 
 var errInternal = statusError(codes.Internal, "internal error")
