@@ -149,19 +149,8 @@ func (c *conn) serve() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				if se.Cause != nil && se.StreamID%2 == 1 {
-					// A malformed header block, decoded in full (HPACK
-					// stays in sync): the stream it opened, or the one it
-					// ended, is reset.
-					c.mu.Lock()
-					if se.StreamID > c.maxStreamID {
-						c.maxStreamID = se.StreamID
-					}
-					c.mu.Unlock()
-					c.resetStream(se.StreamID, se.Code)
-					continue
-				}
-				// The Framer's other stream errors are a HEADERS frame
+				// The Framer's stream errors (header blocks are decoded
+				// here, not by the Framer) are a HEADERS frame
 				// whose padding is too long (its header block was never
 				// decoded: HPACK would be out of sync) and a zero
 				// WINDOW_UPDATE increment: they end the connection, as
@@ -469,23 +458,28 @@ func (c *conn) onHeaders() error {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	c.maxStreamID = id
-	refuse := c.goingAway || c.active >= c.srv.opts.MaxConcurrentStreams
-	c.mu.Unlock()
-	ended := c.hdrEnded
-	switch {
-	case h.malformed:
-		// A malformed request, decoded in full (HPACK stays in sync): the
-		// stream it opened is reset.
-		c.resetStream(id, http2.ErrCodeProtocol)
-		return nil
-	case c.hdrSelfDep:
-		c.resetStream(id, http2.ErrCodeProtocol)
-		return nil
-	case refuse:
-		c.resetStream(id, http2.ErrCodeRefusedStream)
+	if c.goingAway || c.active >= c.srv.opts.MaxConcurrentStreams {
+		c.resetLocked(id, http2.ErrCodeRefusedStream)
+		c.signalLocked()
+		c.mu.Unlock()
 		return nil
 	}
-	st := &stream{c: c, id: id, recvAvail: recvWindow, lenLeft: -1}
+	// Admitted: the stream counts from here, in the same critical section
+	// that raised maxStreamID, so that a GOAWAY covering it (sent by
+	// Shutdown at any moment) never finds the connection idle and closes
+	// it before the stream is answered. Every way out below releases it:
+	// a reset forgets it, an early answer drops it.
+	st := &stream{c: c, id: id, recvAvail: recvWindow, lenLeft: -1, sendWindow: c.peerInitialWindow, counted: true}
+	c.streams[id] = st
+	c.active++
+	c.mu.Unlock()
+	ended := c.hdrEnded
+	if h.malformed || c.hdrSelfDep {
+		// A malformed request, decoded in full (HPACK stays in sync), or
+		// one depending on itself: the stream it opened is reset.
+		c.resetStream(id, http2.ErrCodeProtocol)
+		return nil
+	}
 	if h.tooLarge {
 		st.status = 431
 	} else {
@@ -512,15 +506,15 @@ func (c *conn) onHeaders() error {
 			hd := c.srv.handlers[h.path]
 			switch {
 			case hd == nil:
-				c.answerStatus(id, codes.Unimplemented, "unknown method "+h.path, ended)
+				c.answerStatus(st, codes.Unimplemented, "unknown method "+h.path, ended)
 				return nil
 			case h.encoding != "" && h.encoding != "identity":
-				c.answerStatus(id, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", h.encoding), ended)
+				c.answerStatus(st, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", h.encoding), ended)
 				return nil
 			case h.timeout != "":
 				d, ok := parseTimeout(h.timeout)
 				if !ok {
-					c.answerStatus(id, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", h.timeout), ended)
+					c.answerStatus(st, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", h.timeout), ended)
 					return nil
 				}
 				st.timeout, st.hasTimeout = d, true
@@ -531,12 +525,6 @@ func (c *conn) onHeaders() error {
 	// A request that is not a gRPC call is answered with an HTTP error
 	// when it ends (its body, if any, is read and dropped): until then it
 	// is an open stream like any other, under the same limits.
-	c.mu.Lock()
-	st.sendWindow = c.peerInitialWindow
-	st.counted = true
-	c.streams[id] = st
-	c.active++
-	c.mu.Unlock()
 	if ended {
 		c.endRemote(st)
 	}
@@ -660,17 +648,14 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		case f.StreamEnded():
 			c.endRemote(st)
 		case st.recvAvail < maxReadFrame:
-			c.drop(st)
-			c.answerHTTP(id, strconv.Itoa(int(st.status)), false)
+			c.answerHTTP(st, strconv.Itoa(int(st.status)), false)
 		}
 		return nil
 	case len(st.msg)+len(data) > 5+c.srv.opts.MaxRecvMsgSize:
-		c.drop(st)
-		c.answerStatus(id, codes.ResourceExhausted, fmt.Sprintf("request message larger than max (%d bytes)", c.srv.opts.MaxRecvMsgSize), f.StreamEnded())
+		c.answerStatus(st, codes.ResourceExhausted, fmt.Sprintf("request message larger than max (%d bytes)", c.srv.opts.MaxRecvMsgSize), f.StreamEnded())
 		return nil
 	case !held:
-		c.drop(st)
-		c.answerStatus(id, codes.ResourceExhausted, "the server buffers too many request bytes for this connection; retry later", f.StreamEnded())
+		c.answerStatus(st, codes.ResourceExhausted, "the server buffers too many request bytes for this connection; retry later", f.StreamEnded())
 		return nil
 	default:
 		if st.msg == nil {
@@ -720,8 +705,7 @@ func (c *conn) endRemote(st *stream) {
 		code, msg = codes.Internal, "request must carry exactly one message"
 	}
 	if code != codes.OK {
-		c.drop(st)
-		c.answerStatus(st.id, code, msg, true)
+		c.answerStatus(st, code, msg, true)
 		return
 	}
 	st.ctx.init(c.ctx, st.timeout, st.hasTimeout)
@@ -823,15 +807,13 @@ func (c *conn) forgetLocked(st *stream) {
 	}
 }
 
-// drop forgets a stream answered before dispatch.
-func (c *conn) drop(st *stream) {
-	c.mu.Lock()
+// dropLocked forgets a stream answered before dispatch.
+func (c *conn) dropLocked(st *stream) {
 	if c.streams[st.id] == st {
 		delete(c.streams, st.id)
 	}
 	st.reset = true
 	c.releaseLocked(st)
-	c.mu.Unlock()
 }
 
 // releaseLocked ends st's share of MaxConcurrentStreams and of the
@@ -872,14 +854,17 @@ func (c *conn) goAway() {
 }
 
 // answerHTTP answers a request that is not gRPC with a bare HTTP status
-// before its end, then resets it (RFC 9113 §8.1).
-func (c *conn) answerHTTP(id uint32, status string, ended bool) {
+// before its end, then resets it (RFC 9113 §8.1), and drops the stream.
+// The answer is queued before the stream stops counting, in one critical
+// section, so that a draining connection cannot close in between.
+func (c *conn) answerHTTP(st *stream, status string, ended bool) {
 	c.mu.Lock()
-	c.writeHeadersLocked(id, true, hpack.HeaderField{Name: ":status", Value: status})
+	c.writeHeadersLocked(st.id, true, hpack.HeaderField{Name: ":status", Value: status})
 	if !ended {
-		c.wfr.WriteRSTStream(id, http2.ErrCodeNo)
-		c.noteResetLocked(id)
+		c.wfr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		c.noteResetLocked(st.id)
 	}
+	c.dropLocked(st)
 	c.signalLocked()
 	c.mu.Unlock()
 }
@@ -900,15 +885,17 @@ func (c *conn) answerPlainLocked(st *stream) {
 }
 
 // answerStatus answers a call that never reached its handler with a
-// trailers-only response. When the client was still sending, RST_STREAM
-// NO_ERROR tells it to stop (RFC 9113 §8.1).
-func (c *conn) answerStatus(id uint32, code codes.Code, msg string, ended bool) {
+// trailers-only response, and drops the stream (answer first, in the same
+// critical section, as answerHTTP). When the client was still sending,
+// RST_STREAM NO_ERROR tells it to stop (RFC 9113 §8.1).
+func (c *conn) answerStatus(st *stream, code codes.Code, msg string, ended bool) {
 	c.mu.Lock()
-	c.writeStatusLocked(id, true, code, msg)
+	c.writeStatusLocked(st.id, true, code, msg)
 	if !ended {
-		c.wfr.WriteRSTStream(id, http2.ErrCodeNo)
-		c.noteResetLocked(id)
+		c.wfr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		c.noteResetLocked(st.id)
 	}
+	c.dropLocked(st)
 	c.signalLocked()
 	c.mu.Unlock()
 }

@@ -23,6 +23,7 @@ type callCtx struct {
 	inner    context.Context // the standard context, once made
 	stop     context.CancelFunc
 	canceled bool
+	err      error // the first non-nil Err, which Err then keeps returning
 }
 
 func (c *callCtx) init(parent context.Context, timeout time.Duration, hasTimeout bool) {
@@ -37,7 +38,7 @@ func (c *callCtx) std() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.inner == nil {
-		if c.hasDeadline {
+		if c.hasDeadline && !c.canceled {
 			c.inner, c.stop = context.WithDeadline(c.parent, c.deadline)
 		} else {
 			c.inner, c.stop = context.WithCancel(c.parent)
@@ -50,8 +51,16 @@ func (c *callCtx) std() context.Context {
 }
 
 // cancel ends the context: the stream was reset, or its handler returned.
+// Past the deadline the context stays DeadlineExceeded, as a standard one
+// whose timer has fired would.
 func (c *callCtx) cancel() {
 	c.mu.Lock()
+	if c.err == nil && c.inner == nil {
+		c.err = c.errLocked()
+		if c.err == nil {
+			c.err = context.Canceled
+		}
+	}
 	c.canceled = true
 	stop := c.stop
 	c.mu.Unlock()
@@ -68,12 +77,19 @@ func (c *callCtx) Value(key any) any { return c.std().Value(key) }
 
 func (c *callCtx) Err() error {
 	c.mu.Lock()
-	inner, canceled := c.inner, c.canceled
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = c.errLocked()
+	}
+	return c.err
+}
+
+// errLocked is the context's state now; c.mu held.
+func (c *callCtx) errLocked() error {
 	switch {
-	case inner != nil:
-		return inner.Err()
-	case canceled:
+	case c.inner != nil:
+		return c.inner.Err()
+	case c.canceled:
 		return context.Canceled
 	}
 	if err := c.parent.Err(); err != nil {

@@ -50,6 +50,27 @@ func TestCallCtx(t *testing.T) {
 		if err := d.Err(); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Err = %v", err)
 		}
+
+		// Err never changes once set: past the deadline, a reset or the
+		// connection ending leave it DeadlineExceeded, Done asked or not.
+		for _, asked := range []bool{false, true} {
+			conn, end := context.WithCancel(context.Background())
+			defer end()
+			var e callCtx
+			e.init(conn, time.Millisecond, true)
+			time.Sleep(time.Millisecond)
+			if asked {
+				if err := e.Err(); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Err past the deadline = %v", err)
+				}
+			}
+			e.cancel()
+			end()
+			<-e.Done()
+			if err := e.Err(); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Err asked=%v after the deadline, a reset and the connection's end = %v", asked, err)
+			}
+		}
 	})
 }
 

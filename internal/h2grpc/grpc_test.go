@@ -213,6 +213,11 @@ func TestDeadline(t *testing.T) {
 	s.Handle("/test.Test/Block", b.handler())
 	ts := startServer(t, s)
 	cc := dial(t, ts)
+	// Connect first: a 50ms deadline must not be spent dialling on a
+	// loaded machine, or the call never reaches the handler.
+	if _, err := call(testCtx(t), cc, methodEcho, "warm up"); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -222,8 +227,13 @@ func TestDeadline(t *testing.T) {
 	}
 	// The handler saw grpc-timeout as its context's deadline and its
 	// context ended: by its deadline, or by the client's RST_STREAM.
-	if d := <-b.deadline; d.Before(start) || d.After(start.Add(time.Second)) {
-		t.Errorf("handler deadline %v, call started %v with a 50ms timeout", d, start)
+	select {
+	case d := <-b.deadline:
+		if d.Before(start) || d.After(start.Add(time.Second)) {
+			t.Errorf("handler deadline %v, call started %v with a 50ms timeout", d, start)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the call never reached the handler")
 	}
 	if err := b.waitEnded(t); err == nil {
 		t.Error("handler released instead of cancelled")

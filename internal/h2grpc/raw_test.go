@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func TestBadPreface(t *testing.T) {
 }
 
 func TestHandshakeTimeout(t *testing.T) {
-	ts := startServer(t, newServer(Options{HandshakeTimeout: 100 * time.Millisecond}))
+	ts := startServer(t, newServer(Options{HandshakeTimeout: 500 * time.Millisecond}))
 	// Nothing sent at all.
 	rc := dialRaw(t, ts.addr)
 	rc.expectClosed()
@@ -407,5 +408,50 @@ func TestConnectionErrors(t *testing.T) {
 			tc.send(rc)
 			rc.expectGoAway(tc.code)
 		})
+	}
+}
+
+// TestShutdownAnswersAdmittedStreams: a stream the GOAWAY covers is
+// answered before the connection closes, also when the answer is an early
+// error and the stream was the last one open (the answer is queued before
+// the stream stops counting, so the draining connection cannot close in
+// between), and also for a stream that only finished its request after
+// the GOAWAY.
+func TestShutdownAnswersAdmittedStreams(t *testing.T) {
+	s := newServer(Options{})
+	ts := startServer(t, s)
+	rc := dialRaw(t, ts.addr)
+	rc.handshake()
+	rc.writeHeaders(1, false, rc.grpcHeaders(methodEcho))
+	rc.writeHeaders(3, false, rc.grpcHeaders(methodEcho))
+	// Both streams are open on the server once a PING sent after them
+	// comes back.
+	rc.check(rc.fr.WritePing(false, [8]byte{7}))
+	rc.readUntil(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(testCtx(t)) }()
+	ga := rc.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	if ga.LastStreamID != 3 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("GOAWAY last stream %d %v, want 3 NO_ERROR", ga.LastStreamID, ga.ErrCode)
+	}
+	// Stream 1 completes normally; stream 3, the last one open, carries a
+	// bad length prefix and is answered INTERNAL.
+	rc.check(rc.fr.WriteData(1, true, grpcMessage("one")))
+	checkOK(t, rc.readResponse(1, nil), grpcMessage("one"))
+	bad := grpcMessage("three")
+	bad[4]++
+	rc.check(rc.fr.WriteData(3, true, bad))
+	r := rc.readResponse(3, nil)
+	if got := r.field("grpc-status"); got != strconv.Itoa(int(codes.Internal)) {
+		t.Fatalf("stream 3: grpc-status %q (%s), want INTERNAL", got, fieldsString(r.trailers))
+	}
+	rc.expectClosed()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown = %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Shutdown did not return")
 	}
 }
