@@ -332,6 +332,8 @@ func Serve(ctx context.Context, lis net.Listener, svc *Service, grace time.Durat
 	go func() { errc <- g.Serve(lis) }()
 	select {
 	case err := <-errc:
+		// The listener failed: end the connections it left too.
+		g.Stop()
 		return err
 	case <-ctx.Done():
 	}

@@ -87,6 +87,8 @@ func ServeLean(ctx context.Context, lis net.Listener, svc *Service, grace time.D
 	go func() { errc <- srv.Serve(lis) }()
 	select {
 	case err := <-errc:
+		// The listener failed: end the connections it left too.
+		srv.Close()
 		return err
 	case <-ctx.Done():
 	}
