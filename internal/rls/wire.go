@@ -276,48 +276,40 @@ func (d *wireDecoder) entry(msg []byte, start int) (envoyconf.Entry, error) {
 
 // decodeOverride merges a RateLimitOverride into o.
 func decodeOverride(b []byte, o *Override) error {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return errWire
+	return decodeVarints(b, func(num protowire.Number, x uint64) {
+		switch num {
+		case overrideRequestsPerUnit:
+			o.RequestsPerUnit = uint32(x)
+		case overrideUnit:
+			o.Unit = envoyconf.Unit(int32(x))
 		}
-		b = b[n:]
-		if (num == overrideRequestsPerUnit || num == overrideUnit) && typ == protowire.VarintType {
-			x, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return errWire
-			}
-			if num == overrideRequestsPerUnit {
-				o.RequestsPerUnit = uint32(x)
-			} else {
-				o.Unit = envoyconf.Unit(int32(x))
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return errWire
-		}
-		b = b[n:]
-	}
-	return nil
+	})
 }
 
 // decodeUint64Value merges a google.protobuf.UInt64Value into v.
 func decodeUint64Value(b []byte, v *uint64) error {
+	return decodeVarints(b, func(num protowire.Number, x uint64) {
+		if num == wrapperValue {
+			*v = x
+		}
+	})
+}
+
+// decodeVarints walks a message whose known fields are all varints,
+// passing each varint field to set and skipping every other field.
+func decodeVarints(b []byte, set func(num protowire.Number, x uint64)) error {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return errWire
 		}
 		b = b[n:]
-		if num == wrapperValue && typ == protowire.VarintType {
+		if typ == protowire.VarintType {
 			x, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return errWire
 			}
-			*v = x
+			set(num, x)
 			b = b[n:]
 			continue
 		}
