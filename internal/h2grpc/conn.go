@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -535,23 +536,10 @@ func (c *conn) onHeaders() error {
 // alone or with a "+codec" or ";parameters" suffix.
 func isGRPC(ct string) bool {
 	const base = "application/grpc"
-	if len(ct) < len(base) || !equalFoldASCII(ct[:len(base)], base) {
+	if len(ct) < len(base) || !strings.EqualFold(ct[:len(base)], base) {
 		return false
 	}
 	return len(ct) == len(base) || ct[len(base)] == '+' || ct[len(base)] == ';'
-}
-
-func equalFoldASCII(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // parseTimeout reads grpc-timeout: at most 8 digits and a unit.

@@ -1,6 +1,8 @@
 package h2grpc
 
 import (
+	"strings"
+
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
@@ -105,14 +107,5 @@ func (h *requestHeaders) emit(f hpack.HeaderField) {
 // validFieldName reports whether name is a token without upper case, as
 // HTTP/2 requires field names on the wire.
 func validFieldName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if 'A' <= c && c <= 'Z' || !httpguts.IsTokenRune(rune(c)) {
-			return false
-		}
-	}
-	return true
+	return httpguts.ValidHeaderFieldName(name) && strings.ToLower(name) == name
 }

@@ -207,7 +207,7 @@ func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*Request, error) {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: empty", i)
 		}
 		if d.GetIsNegativeHits() {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
+			return nil, errNegativeHits(i)
 		}
 		out := &req.Descriptors[i]
 		start := len(entries)
@@ -229,6 +229,12 @@ func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// errNegativeHits refuses descriptor i's is_negative_hits, on both
+// transports.
+func errNegativeHits(i int) error {
+	return status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
 }
 
 // responseBlock holds a protobuf response with up to inlineStatuses
@@ -310,12 +316,11 @@ func NewServer(svc *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.S
 // caller's come after them and win): a pool of 16 stream workers per
 // GOMAXPROCS, so that most calls run on a goroutine whose stack has already
 // grown instead of on a new goroutine per stream (gRPC still starts one
-// when every worker is busy, so a slow store never queues calls), and write
-// buffers shared between connections, released when idle.
+// when every worker is busy, so a slow store never queues calls). Write
+// buffers shared between connections are grpc-go's default.
 func DefaultServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
-		grpc.SharedWriteBuffer(true),
 	}
 }
 

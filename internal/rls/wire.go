@@ -119,7 +119,7 @@ func (rb *requestBlock) decode(msg []byte) (*Request, error) {
 	}
 	for i := range req.Descriptors {
 		if d.negative[i] {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
+			return nil, errNegativeHits(i)
 		}
 	}
 	return req, nil
