@@ -66,7 +66,7 @@ type Server struct {
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    portero.Store
 	redis    atomic.Pointer[redisstore.Store] // store, when it is a Redis store: read per request without mu
-	storeKey string
+	storeKey storeSettings
 	retired  []portero.Store // replaced by a reload; closed when Run returns
 }
 
@@ -90,8 +90,25 @@ func OpenStore(cfg *config.Config) (portero.Store, error) {
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
 }
 
-func storeKey(cfg *config.Config) string {
-	return fmt.Sprintf("%s|%s|%d", cfg.StoreType, cfg.StoreURL, cfg.MaxKeys)
+// storeSettings are the settings OpenStore builds a store from. A reload
+// opens a new store when they change and keeps the running one, with its
+// counters, otherwise. The Redis store applies on_error, local_share and
+// timeout itself, so for it they are part of the key; a memory store leaves
+// on_error to the middleware, so changing it keeps the store.
+type storeSettings struct {
+	typ, url   string
+	maxKeys    int
+	onError    string
+	localShare float64
+	timeout    time.Duration
+}
+
+func storeKey(cfg *config.Config) storeSettings {
+	k := storeSettings{typ: cfg.StoreType, url: cfg.StoreURL, maxKeys: cfg.MaxKeys}
+	if cfg.StoreType != "memory" {
+		k.onError, k.localShare, k.timeout = cfg.OnError, cfg.LocalShare, cfg.StoreTimeout
+	}
+	return k
 }
 
 func (s *Server) load() (*config.Config, error) {
@@ -117,7 +134,7 @@ func (s *Server) degraded() bool {
 }
 
 // setStore makes st the current store; s.mu is held or no request runs yet.
-func (s *Server) setStore(st portero.Store, key string) {
+func (s *Server) setStore(st portero.Store, key storeSettings) {
 	s.store, s.storeKey = st, key
 	rs, _ := st.(*redisstore.Store)
 	s.redis.Store(rs)

@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/testenv"
+	"github.com/portero-rl/portero/store/memstore"
 )
 
 type running struct {
@@ -342,5 +345,60 @@ func TestBadConfig(t *testing.T) {
 	writeFile(t, path2, "store: {type: redis, url: 'redis://127.0.0.1:1/0'}\nupstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n")
 	if err := server.Run(context.Background(), server.Options{ConfigPath: path2, Listen: "127.0.0.1:0"}); err == nil {
 		t.Error("redis store with nothing listening: no error")
+	}
+}
+
+// TestReloadReopensStore: a reload opens a new store exactly when a setting
+// the store is built from changes (for Redis the failure policy, its share
+// and the timeout too, which live inside the store), and keeps the store,
+// with its counters, otherwise.
+func TestReloadReopensStore(t *testing.T) {
+	var mu sync.Mutex
+	var opened []string
+	open := func(cfg *config.Config) (portero.Store, error) {
+		mu.Lock()
+		opened = append(opened, fmt.Sprintf("%s %s %v %v", cfg.StoreType, cfg.OnError, cfg.LocalShare, cfg.StoreTimeout))
+		mu.Unlock()
+		return memstore.New(memstore.Config{}) // stands in for either type
+	}
+	opens := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(opened)
+	}
+	path := filepath.Join(t.TempDir(), "portero.yaml")
+	const rest = "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules: [{name: r, key: ip, limit: %s}]\n"
+	redis := func(store, limit string) string {
+		return "store: {type: redis, url: 'redis://127.0.0.1:1/0', " + store + "}\n" + fmt.Sprintf(rest, limit)
+	}
+	memory := func(store, limit string) string {
+		return "store: {type: memory" + store + "}\n" + fmt.Sprintf(rest, limit)
+	}
+	writeFile(t, path, redis("on_error: allow", "10/min"))
+	reload := make(chan struct{})
+	r := start(t, server.Options{ConfigPath: path, Reload: reload, OpenStore: open})
+	for i, tt := range []struct {
+		file  string
+		opens int
+	}{
+		{redis("on_error: allow", "20/min"), 1}, // rules only
+		{redis("on_error: deny", "20/min"), 2},
+		{redis("on_error: local", "20/min"), 3},
+		{redis("on_error: local, local_share: 0.5", "20/min"), 4},
+		{redis("on_error: local, local_share: 0.5, timeout: 1s", "20/min"), 5},
+		{redis("on_error: local, local_share: 0.5, timeout: 1s", "30/min"), 5},
+		{memory("", "30/min"), 6},
+		{memory(", on_error: deny", "30/min"), 6}, // the middleware answers 503; the memory store is the same
+		{memory(", on_error: deny, max_keys: 10", "30/min"), 7},
+	} {
+		writeFile(t, path, tt.file)
+		reloads := strings.Count(r.logs.String(), "configuration reloaded")
+		reload <- struct{}{}
+		waitFor(t, "the reload", func() bool { return strings.Count(r.logs.String(), "configuration reloaded") > reloads })
+		if got := opens(); got != tt.opens {
+			mu.Lock()
+			t.Errorf("reload %d: %d stores opened, want %d: %q", i, got, tt.opens, opened)
+			mu.Unlock()
+		}
 	}
 }
