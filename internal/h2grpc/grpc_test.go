@@ -361,15 +361,7 @@ func TestShutdownGraceful(t *testing.T) {
 	done := leakCheck(t)
 	b := newBlocker()
 	defer b.unblock()
-	s := newServer(Options{})
-	s.Handle("/test.Test/Block", b.handler())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{Server: s, addr: lis.Addr().String()}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.Serve(lis) }()
+	s, ts, serveErr := serveBlocking(t, b)
 	cc := dial(t, ts)
 	ctx := testCtx(t)
 	if _, err := call(ctx, cc, methodEcho, "warm"); err != nil {
@@ -438,15 +430,7 @@ func TestShutdownExpired(t *testing.T) {
 	done := leakCheck(t)
 	b := newBlocker()
 	defer b.unblock()
-	s := newServer(Options{})
-	s.Handle("/test.Test/Block", b.handler())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{Server: s, addr: lis.Addr().String()}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.Serve(lis) }()
+	s, ts, serveErr := serveBlocking(t, b)
 	cc := dial(t, ts)
 	callErr := make(chan error, 1)
 	go func() {
@@ -477,15 +461,7 @@ func TestClose(t *testing.T) {
 	done := leakCheck(t)
 	b := newBlocker()
 	defer b.unblock()
-	s := newServer(Options{})
-	s.Handle("/test.Test/Block", b.handler())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{Server: s, addr: lis.Addr().String()}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.Serve(lis) }()
+	s, ts, serveErr := serveBlocking(t, b)
 	cc := dial(t, ts)
 	const n = 4
 	callErr := make(chan error, n)
@@ -550,4 +526,19 @@ func TestServeManyListeners(t *testing.T) {
 		}
 	}
 	done()
+}
+
+// serveBlocking serves b's handler at /test.Test/Block on loopback, for the
+// tests that stop the server themselves and check what Serve returned.
+func serveBlocking(t *testing.T, b *blocker) (*Server, *testServer, chan error) {
+	t.Helper()
+	s := newServer(Options{})
+	s.Handle("/test.Test/Block", b.handler())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.Serve(lis) }()
+	return s, &testServer{Server: s, addr: lis.Addr().String()}, serveErr
 }
