@@ -6,16 +6,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 const testURL = "http://api.test/v1/things"
@@ -264,6 +268,8 @@ func TestNonIdempotent(t *testing.T) {
 	})
 }
 
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
 func TestIdempotencyKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// A caller's own key makes POST retryable, and is sent unchanged.
@@ -293,6 +299,9 @@ func TestIdempotencyKey(t *testing.T) {
 		}
 		if !strings.HasPrefix(cs[0].key, `"`) || len(cs[0].key) != 38 {
 			t.Errorf("generated key %s, want a quoted UUID", cs[0].key)
+		}
+		if it, err := httpsfv.UnmarshalItem([]string{cs[0].key}); err != nil || !uuidV4.MatchString(fmt.Sprint(it.Value)) {
+			t.Errorf("generated key %s: %v, %v: want an sf-string holding a UUIDv4", cs[0].key, it.Value, err)
 		}
 		if req.Header.Get("Idempotency-Key") != "" {
 			t.Error("the caller's request was modified")
