@@ -39,6 +39,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -396,72 +397,54 @@ func rawBodies[M proto.Message](t testing.TB, req func(k int) M) [][]byte {
 // porteroCheck accepts a ShouldRateLimit response whose overall_code is OK
 // or OVER_LIMIT (UNKNOWN, the zero value, is absent from the wire).
 func porteroCheck(msg []byte) error {
-	for len(msg) > 0 {
-		num, typ, n := protowire.ConsumeTag(msg)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		msg = msg[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(msg)
-			if n < 0 {
-				return protowire.ParseError(n)
-			}
-			if v != uint64(pb.RateLimitResponse_OK) && v != uint64(pb.RateLimitResponse_OVER_LIMIT) {
-				return fmt.Errorf("overall_code %d", v)
-			}
-			return nil
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
-			return protowire.ParseError(n)
-		}
-		msg = msg[n:]
+	raw, ok, err := findField(msg, 1, protowire.VarintType)
+	if err != nil || !ok {
+		return cmp.Or(err, errors.New("overall_code UNKNOWN"))
 	}
-	return errors.New("overall_code UNKNOWN")
+	v, _ := protowire.ConsumeVarint(raw)
+	if v != uint64(pb.RateLimitResponse_OK) && v != uint64(pb.RateLimitResponse_OVER_LIMIT) {
+		return fmt.Errorf("overall_code %d", v)
+	}
+	return nil
 }
 
 // gubernatorCheck accepts a GetRateLimits response whose first response
 // has no error.
 func gubernatorCheck(msg []byte) error {
-	for len(msg) > 0 {
-		num, typ, n := protowire.ConsumeTag(msg)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		msg = msg[n:]
-		if num == 1 && typ == protowire.BytesType {
-			r, n := protowire.ConsumeBytes(msg)
-			if n < 0 {
-				return protowire.ParseError(n)
-			}
-			for len(r) > 0 {
-				num, typ, n := protowire.ConsumeTag(r)
-				if n < 0 {
-					return protowire.ParseError(n)
-				}
-				r = r[n:]
-				if num == 5 && typ == protowire.BytesType {
-					e, n := protowire.ConsumeBytes(r)
-					if n < 0 {
-						return protowire.ParseError(n)
-					}
-					if len(e) > 0 {
-						return fmt.Errorf("gubernator: %s", e)
-					}
-				}
-				if n = protowire.ConsumeFieldValue(num, typ, r); n < 0 {
-					return protowire.ParseError(n)
-				}
-				r = r[n:]
-			}
-			return nil
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
-			return protowire.ParseError(n)
-		}
-		msg = msg[n:]
+	raw, ok, err := findField(msg, 1, protowire.BytesType)
+	if err != nil || !ok {
+		return cmp.Or(err, errors.New("gubernator: no response"))
 	}
-	return errors.New("gubernator: no response")
+	resp, _ := protowire.ConsumeBytes(raw)
+	raw, ok, err = findField(resp, 5, protowire.BytesType)
+	if err != nil {
+		return err
+	}
+	if e, _ := protowire.ConsumeBytes(raw); ok && len(e) > 0 {
+		return fmt.Errorf("gubernator: %s", e)
+	}
+	return nil
+}
+
+// findField returns the encoded value (a varint, or a length and its
+// bytes) of the first field num of wire type typ in msg.
+func findField(msg []byte, num protowire.Number, typ protowire.Type) ([]byte, bool, error) {
+	for len(msg) > 0 {
+		fnum, ftyp, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return nil, false, protowire.ParseError(n)
+		}
+		msg = msg[n:]
+		m := protowire.ConsumeFieldValue(fnum, ftyp, msg)
+		if m < 0 {
+			return nil, false, protowire.ParseError(m)
+		}
+		if fnum == num && ftyp == typ {
+			return msg[:m], true, nil
+		}
+		msg = msg[m:]
+	}
+	return nil, false, nil
 }
 
 // rawSubject returns the open func of a subject driven by the raw HTTP/2
