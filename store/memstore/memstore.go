@@ -380,22 +380,25 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		hash := t.hash(h.Key)
 		work = append(work, pending{t: t, h: hash, sh: t.shard(hash)})
 	}
-	// Lock each shard once, in (table, shard) order.
-	var lbuf [4]*pending
+	// Lock each shard once, in (table, shard) order. The order is kept as
+	// indices into work, not pointers: a slice of pointers that outgrew lbuf
+	// would move work (and buf) to the heap on every call.
+	var lbuf [4]int
 	locks := lbuf[:0]
 	for i := range work {
-		locks = append(locks, &work[i])
+		locks = append(locks, i)
 	}
-	slices.SortFunc(locks, func(a, b *pending) int {
+	slices.SortFunc(locks, func(i, j int) int {
+		a, b := &work[i], &work[j]
 		return cmp.Or(cmp.Compare(a.t.id, b.t.id), cmp.Compare(a.h>>a.t.shift, b.h>>b.t.shift))
 	})
-	locks = slices.CompactFunc(locks, func(a, b *pending) bool { return a.sh == b.sh })
-	for _, p := range locks {
-		p.sh.mu.Lock()
+	locks = slices.CompactFunc(locks, func(i, j int) bool { return work[i].sh == work[j].sh })
+	for _, i := range locks {
+		work[i].sh.mu.Lock()
 	}
 	defer func() {
-		for _, p := range locks {
-			p.sh.mu.Unlock()
+		for _, i := range locks {
+			work[i].sh.mu.Unlock()
 		}
 	}()
 

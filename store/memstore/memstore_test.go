@@ -165,6 +165,24 @@ func TestAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per decision on an existing key, want 0", a, n)
 		}
 	}
+	// AllowAll allocates the decisions it returns, and nothing else for a
+	// call of up to four hits on existing keys.
+	r1 := portero.Rule{Name: "one", Algorithm: portero.GCRA, Limit: portero.PerSecond(1000)}
+	r2 := portero.Rule{Name: "two", Algorithm: portero.FixedWindow, Limit: portero.PerSecond(1000)}
+	for _, hits := range [][]portero.Hit{
+		{{Rule: r1, Key: "hot", Cost: 1}},
+		{{Rule: r1, Key: "hot", Cost: 1}, {Rule: r2, Key: "hot", Cost: 1}, {Rule: r2, Key: "warm", Cost: 1}, {Rule: r1, Key: "hot", Cost: 1}},
+	} {
+		now := storetest.Base
+		s.AllowAll(ctx, now, hits)
+		n := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			s.AllowAll(ctx, now, hits)
+		})
+		if n != 1 {
+			t.Errorf("AllowAll of %d hits: %v allocations per call, want 1 (the decisions)", len(hits), n)
+		}
+	}
 }
 
 // Concurrent decisions on one key lose no update: exactly the limit passes.
