@@ -360,17 +360,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				done(nil)
 			}
 		}
-		var ra time.Duration
+		var ra, rawRA time.Duration // Retry-After capped at MaxRetryAfter, and as sent
 		var hasRA bool
 		if resp == nil && hs.pacer != nil {
 			hs.pacer.Observe(received, nil, nil)
 		}
 		if resp != nil {
 			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-				ra, hasRA = RetryAfter(resp.Header, received)
-				if hasRA && ra > t.cfg.MaxRetryAfter {
-					ra = t.cfg.MaxRetryAfter
-				}
+				rawRA, hasRA = RetryAfter(resp.Header, received)
+				ra = min(rawRA, t.cfg.MaxRetryAfter)
 			}
 			if hs.pacer != nil {
 				pols, lims := parseHeaderFields(resp.Header)
@@ -407,7 +405,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Choose the wait: Retry-After if usable, else full-jitter backoff.
 		wait, reason := ra, WaitRetryAfter
 		if hasRA {
-			if raw, _ := RetryAfter(resp.Header, received); raw > ra {
+			if rawRA > ra {
 				reason = WaitRetryAfterCapped
 			}
 		} else {
