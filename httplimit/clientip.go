@@ -53,7 +53,8 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-func (c *ClientIP) trusted(a netip.Addr) bool {
+// Trusted reports whether a is inside one of the TrustedProxies.
+func (c *ClientIP) Trusted(a netip.Addr) bool {
 	for _, p := range c.TrustedProxies {
 		if p.Contains(a) {
 			return true
@@ -71,7 +72,7 @@ func (c *ClientIP) Resolve(r *http.Request) netip.Addr {
 	if !ok {
 		return netip.Addr{}
 	}
-	if len(c.TrustedProxies) == 0 || !c.trusted(peer) {
+	if len(c.TrustedProxies) == 0 || !c.Trusted(peer) {
 		return peer
 	}
 	name := c.Header
@@ -96,7 +97,7 @@ func (c *ClientIP) Resolve(r *http.Request) netip.Addr {
 			// address we know is the proxy that reported it.
 			return last
 		}
-		if !c.trusted(a) {
+		if !c.Trusted(a) {
 			return a
 		}
 		last = a

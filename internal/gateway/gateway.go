@@ -236,14 +236,9 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 			// the incoming chain only when it came from a trusted proxy, then
 			// append the peer.
 			if len(trusted.TrustedProxies) > 0 {
-				if peer, ok := httplimit.ParseHop(pr.In.RemoteAddr); ok {
-					for _, p := range trusted.TrustedProxies {
-						if p.Contains(peer) {
-							if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
-								pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
-							}
-							break
-						}
+				if peer, ok := httplimit.ParseHop(pr.In.RemoteAddr); ok && trusted.Trusted(peer) {
+					if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
+						pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 					}
 				}
 			}
