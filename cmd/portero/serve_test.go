@@ -1,41 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/portero-rl/portero/internal/testenv"
 )
-
-// serveBuffer is a bytes.Buffer safe for the server's goroutines.
-type serveBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *serveBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *serveBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestServeEndToEnd runs `portero serve` with no config through run(), on
 // free ports read from its output, as the README's session does with curl.
 func TestServeEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, errb := &serveBuffer{}, &serveBuffer{}
+	out, errb := &testenv.Buffer{}, &testenv.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, out, errb)
