@@ -5,7 +5,8 @@
 //
 // When redis-server is not on the PATH the tests that need it are skipped
 // with a hint on how to install it, except when PORTERO_REQUIRE_REDIS=1 or
-// CI=true, where they fail: a CI run must never pass by skipping.
+// CI=true, where they fail: a CI run must never pass by skipping
+// (testenv.NeedCommand).
 package redistest
 
 import (
@@ -23,30 +24,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/portero-rl/portero/internal/testenv"
 )
-
-// InstallHint says how to get redis-server on a Debian machine.
-const InstallHint = "redis-server not found on PATH: install it with `apt-get install -y redis-server redis-tools` (Debian), or set PORTERO_REQUIRE_REDIS=1 to make this a failure"
-
-// Required reports whether a missing redis-server must fail the test rather
-// than skip it: PORTERO_REQUIRE_REDIS=1 or CI=true.
-func Required() bool {
-	return os.Getenv("PORTERO_REQUIRE_REDIS") == "1" || os.Getenv("CI") == "true"
-}
-
-// Binary returns the path of redis-server, or skips (or fails, see Required)
-// the test when there is none.
-func Binary(t testing.TB) string {
-	t.Helper()
-	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		if Required() {
-			t.Fatalf("redistest: %s", InstallHint)
-		}
-		t.Skipf("redistest: %s", InstallHint)
-	}
-	return p
-}
 
 // Server is one redis-server process. Its methods are safe for concurrent
 // use; the test's cleanup stops the process.
@@ -66,7 +46,7 @@ type Server struct {
 // command line (for example "--cluster-enabled", "yes").
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin := Binary(t)
+	bin := testenv.NeedCommand(t, "redis-server")
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
