@@ -41,7 +41,7 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 	// calls but the hash, the lock and the algorithm: each extra layer that
 	// passes a Decision through costs a few ns.
 	t := l.t
-	if cost <= 0 || cost > t.max || t.closed.Load() {
+	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return portero.Decision{}, t.badCall(cost)
 	}
 	ns := now.UnixNano()
@@ -151,7 +151,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 		return err
 	}
 	now := t.store.now()
-	if cost <= 0 || cost > t.max || t.closed.Load() {
+	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return t.badCall(cost)
 	}
 	h := t.hash(key)

@@ -181,7 +181,6 @@ type table struct {
 	shift  uint   // 64 − shard bits
 	mask   uint64 // shards − 1
 	shards []shard
-	closed *atomic.Bool // the store's
 	store  *Store
 }
 
@@ -193,7 +192,7 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 	if err := rule.Validate(); err != nil {
 		return nil, err
 	}
-	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, mask: 1<<s.shardBits - 1, closed: &s.closed, store: s}
+	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, mask: 1<<s.shardBits - 1, store: s}
 	if rule.Algorithm == portero.SlidingLog {
 		l, err := algorithm.NewSlidingLog(rule.Limit)
 		if err != nil {
