@@ -9,18 +9,14 @@ import (
 // L: an entry exactly W old has expired, and only admitted requests are
 // logged. So at most L are admitted in any such interval. Its state, a Log,
 // grows to L entries per key.
-type SlidingLog struct {
-	limit  portero.Limit
-	count  int64
-	window int64
-}
+type SlidingLog struct{ windowed }
 
 // NewSlidingLog returns the sliding log for l.
 func NewSlidingLog(l portero.Limit) (*SlidingLog, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	return &SlidingLog{limit: l, count: l.Count, window: int64(l.Window)}, nil
+	return &SlidingLog{newWindowed(l)}, nil
 }
 
 // Log is one key's sliding-log state: a ring of admitted instants, oldest
@@ -138,9 +134,3 @@ func (a *SlidingLog) Expiry(l *Log) int64 {
 	}
 	return l.at(l.n-1) + a.window
 }
-
-// MaxCost returns L.
-func (a *SlidingLog) MaxCost() int64 { return a.count }
-
-// Limit returns the limit.
-func (a *SlidingLog) Limit() portero.Limit { return a.limit }

@@ -6,7 +6,8 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// windowed holds what the window algorithms share: L and W (in ns).
+// windowed holds what the window algorithms and the sliding log share: L
+// and W (in ns).
 type windowed struct {
 	limit  portero.Limit
 	count  int64
@@ -17,10 +18,10 @@ func newWindowed(l portero.Limit) windowed {
 	return windowed{limit: l, count: l.Count, window: int64(l.Window)}
 }
 
-// MaxCost implements Decider: L.
+// MaxCost returns L (Decider.MaxCost of the windows).
 func (a *windowed) MaxCost() int64 { return a.count }
 
-// Limit implements Decider.
+// Limit returns the limit (Decider.Limit of the windows).
 func (a *windowed) Limit() portero.Limit { return a.limit }
 
 // FixedWindow counts in clock-aligned windows: window k is [kW, (k+1)W), so
