@@ -33,13 +33,16 @@ func (c *ClientIP) Validate() error {
 			return errors.New("trusted proxies: invalid prefix")
 		}
 	}
-	if c.Header != "" && !validHeaderName(c.Header) {
+	if c.Header != "" && !ValidHeaderName(c.Header) {
 		return fmt.Errorf("header %q: not a header name", c.Header)
 	}
 	return nil
 }
 
-func validHeaderName(s string) bool {
+// ValidHeaderName reports whether s can name the headers the middleware
+// reads (ClientIP.Header, Config.UserHeader, Config.TenantHeader): letters,
+// digits, '-' and '_', at least one.
+func ValidHeaderName(s string) bool {
 	if s == "" {
 		return false
 	}

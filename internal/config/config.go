@@ -484,7 +484,7 @@ func (p *parser) validate(f *File) *Config {
 		c.ClientIP.TrustedProxies = append(c.ClientIP.TrustedProxies, pfx...)
 	}
 	c.ClientIP.Header = f.ClientIP.Header
-	if f.ClientIP.Header != "" && !validHeader(f.ClientIP.Header) {
+	if f.ClientIP.Header != "" && !httplimit.ValidHeaderName(f.ClientIP.Header) {
 		p.errorf(at("client_ip", "header"), "%q: not a header name", f.ClientIP.Header)
 	}
 	if f.ClientIP.Header != "" && len(f.ClientIP.TrustedProxies) == 0 {
@@ -497,7 +497,7 @@ func (p *parser) validate(f *File) *Config {
 		p.errorf(at("client_ip", "ipv4_prefix"), "%d: want 1 to 32 (default 32)", v)
 	}
 	for _, h := range []struct{ v, name string }{{f.Identity.UserHeader, "user_header"}, {f.Identity.TenantHeader, "tenant_header"}} {
-		if h.v != "" && !validHeader(h.v) {
+		if h.v != "" && !httplimit.ValidHeaderName(h.v) {
 			p.errorf(at("identity", h.name), "%q: not a header name", h.v)
 		}
 	}
@@ -682,16 +682,6 @@ func (p *parser) address(a string, path []any) {
 	if port, err := strconv.Atoi(a[i+1:]); err != nil || port < 0 || port > 65535 {
 		p.errorf(path, "%q: port %q: want 0 to 65535", a, a[i+1:])
 	}
-}
-
-func validHeader(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // redactURL hides a password in a URL for error messages and the admin API.
