@@ -115,20 +115,17 @@ func (s *Store) runBatch(items []*batchItem) {
 	if len(items) == 1 {
 		it := items[0]
 		out := make([]portero.Decision, 1)
-		_, it.err = s.run(context.Background(), it.now, []*compiled{it.c}, []portero.Hit{it.hit},
-			call{idx: []int{0}, keys: []string{it.key}, algs: []portero.Algorithm{it.hit.Rule.Algorithm}}, true, out)
+		_, it.err = s.run(context.Background(), it.now, []*compiled{it.c}, []portero.Hit{it.hit}, oneCall(it.key, it.hit.Rule.Algorithm), true, out)
 		it.d = out[0]
 		return
 	}
 	keys := make([]string, len(items))
 	args := make([]string, 5, 5+7*len(items))
+	args[0] = "server"
 	if s.cfg.Clock == CallerClock {
 		args[0] = "caller"
-		args[4] = strconv.FormatInt(int64((s.cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
-	} else {
-		args[0], args[4] = "server", "0"
 	}
-	args[1], args[2], args[3] = "0", "0", "1"
+	args[1], args[2], args[3], args[4] = "0", "0", "1", s.minTTL
 	for i, it := range items {
 		keys[i] = it.key
 		a := &it.c.args

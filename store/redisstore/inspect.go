@@ -35,9 +35,8 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 		return portero.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	hits := []portero.Hit{{Rule: rule, Key: key, Cost: 1}}
-	one := call{idx: []int{0}, keys: []string{s.key(c, hits[0])}, algs: []portero.Algorithm{rule.Algorithm}}
 	out := make([]portero.Decision, 1)
-	if _, err := s.run(ctx, now, []*compiled{c}, hits, one, false, out); err != nil {
+	if _, err := s.run(ctx, now, []*compiled{c}, hits, oneCall(s.key(c, hits[0]), rule.Algorithm), false, out); err != nil {
 		return portero.Decision{}, err
 	}
 	return out[0], nil

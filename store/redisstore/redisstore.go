@@ -230,6 +230,9 @@ type Store struct {
 	batch     *batcher   // nil when batching is off (Config.Batch, cluster)
 	closed    atomic.Bool
 	degraded  atomic.Bool
+	// minTTL is the scripts' ARGV 5, the TTL floor in ms: Config.MinTTL
+	// rounded up with CallerClock, "0" with ServerClock.
+	minTTL string
 
 	calls, redisCalls, fallbacks, errs, overHits, batches, batched atomic.Uint64
 }
@@ -291,7 +294,10 @@ func New(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("rule %q: %w", name, err)
 		}
 	}
-	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare)}
+	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare), minTTL: "0"}
+	if cfg.Clock == CallerClock {
+		s.minTTL = strconv.FormatInt(int64((cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
+	}
 	if cfg.OverLimitCache > 0 {
 		s.over = newOverCache(cfg.OverLimitCache)
 	}
@@ -423,6 +429,11 @@ type call struct {
 	algs []portero.Algorithm
 }
 
+// oneCall is the call of a single hit on key.
+func oneCall(key string, alg portero.Algorithm) call {
+	return call{idx: []int{0}, keys: []string{key}, algs: []portero.Algorithm{alg}}
+}
+
 // AllowAll implements portero.Store: it decides every hit at one instant
 // (Redis's, or now with CallerClock), all-or-nothing. See the package
 // documentation for hits in several cluster slots and for failures.
@@ -464,7 +475,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 				return out, nil
 			}
 		}
-		calls = []call{{idx: []int{0}, keys: []string{key}, algs: []portero.Algorithm{hits[0].Rule.Algorithm}}}
+		calls = []call{oneCall(key, hits[0].Rule.Algorithm)}
 	} else {
 		calls = s.split(cs, hits)
 	}
@@ -557,10 +568,10 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 		args[0] = "caller"
 		args[1] = strconv.FormatInt(now.Unix(), 10)
 		args[2] = strconv.Itoa(now.Nanosecond())
-		args[4] = strconv.FormatInt(int64((s.cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
 	} else {
-		args[0], args[1], args[2], args[4] = "server", "0", "0", "0"
+		args[0], args[1], args[2] = "server", "0", "0"
 	}
+	args[4] = s.minTTL
 	args[3] = "0"
 	if commit {
 		args[3] = "1"
