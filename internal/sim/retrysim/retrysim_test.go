@@ -216,3 +216,43 @@ func TestHerdCapacityServesMoreWithJitter(t *testing.T) {
 		t.Errorf("Series = %v, %d times, %d values", names, len(ts), len(vals[0]))
 	}
 }
+
+// TestDocFigures pins the figures docs/client.md quotes that the tests above
+// only bound: the retry storm's request counts and amplification (seed 1,
+// the default of `portero sim retry-storm`), and the clients served by the
+// herd against a service of 50/s. Change the docs with them.
+func TestDocFigures(t *testing.T) {
+	r, err := RunRetryStorm(StormConfig{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		s                         Strategy
+		amp                       string
+		succeeded, failed, unsent int
+	}{
+		{Immediate, "3.70", 3300, 2700, 0},
+		{PerRequest, "3.52", 3520, 2480, 0},
+		{Portero, "0.10", 4290, 0, 1710},
+	} {
+		got := summary(t, r, want.s)
+		if amp := fixed(got.Amplification, 2); amp != want.amp || got.Succeeded != want.succeeded || got.Failed != want.failed || got.Unsent != want.unsent {
+			t.Errorf("%s: %s× demand, ok/failed/unsent %d/%d/%d; want %s×, %d/%d/%d (docs/client.md)",
+				want.s, amp, got.Succeeded, got.Failed, got.Unsent, want.amp, want.succeeded, want.failed, want.unsent)
+		}
+	}
+	// "full jitter about 184" is seed 0, HerdConfig's zero value; the
+	// command's default seed 1 serves 186.
+	for _, tc := range []struct {
+		seed       uint64
+		nj, served int
+	}{{0, 15, 184}, {1, 15, 186}} {
+		h, err := RunHerd(HerdConfig{Capacity: 50, Seed: tc.seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nj, fj := h.Variants[0].Served, h.Variants[1].Served; nj != tc.nj || fj != tc.served {
+			t.Errorf("herd, capacity 50, seed %d: served %d without jitter, %d with; want %d and %d (docs/client.md)", tc.seed, nj, fj, tc.nj, tc.served)
+		}
+	}
+}
