@@ -58,3 +58,20 @@ func TestSimInstances(t *testing.T) {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// TestSimInstancesDoc is the session docs/distributed.md shows, verbatim.
+func TestSimInstancesDoc(t *testing.T) {
+	out, errOut, code := runCmd(t, "sim", "instances", "--instances", "4", "--format", "table")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := `instances  limit  requests  admitted
+1          50     400       50
+2          50     400       100
+3          50     400       150
+4          50     400       200
+`
+	if out != want {
+		t.Errorf("portero sim instances --instances 4 --format table printed\n%s\nwant (docs/distributed.md)\n%s", out, want)
+	}
+}
