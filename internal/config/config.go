@@ -26,6 +26,7 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/config/fileerr"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -216,20 +217,7 @@ type FieldError struct {
 	Msg   string
 }
 
-func (e *FieldError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+func (e *FieldError) Error() string { return fileerr.Format(e.File, e.Line, 0, e.Field, e.Msg) }
 
 // Errors lists every problem of a configuration, in file order.
 type Errors []*FieldError
