@@ -35,9 +35,8 @@ import (
 var redisRule = portero.Rule{Name: "bench", Algorithm: portero.GCRA, Limit: portero.Limit{Count: 1_000_000, Window: time.Second}}
 
 type redisSubject struct {
-	name  string
-	open  func(t testing.TB, addr string) (decide func(ctx context.Context, key string) error, close func())
-	limit string
+	name string
+	open func(t testing.TB, addr string) (decide func(ctx context.Context, key string) error, close func())
 }
 
 func redisSubjects() []redisSubject {
