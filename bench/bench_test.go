@@ -224,15 +224,22 @@ var keys = sync.OnceValues(func() ([]string, []uint32) {
 
 var base = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// startHot builds s, decides once for the key "hot" so that it exists, and
+// starts the measurement: the hot-key benchmarks' common setup.
+func startHot(b *testing.B, s subject) (allowFunc, func()) {
+	allow, done := s.make(b)
+	allow("hot", base)
+	b.ReportAllocs()
+	b.ResetTimer()
+	return allow, done
+}
+
 // BenchmarkHotKey: one key, one goroutine.
 func BenchmarkHotKey(b *testing.B) {
 	for _, s := range subjects() {
 		b.Run(s.name, func(b *testing.B) {
-			allow, done := s.make(b)
+			allow, done := startHot(b, s)
 			defer done()
-			allow("hot", base)
-			b.ReportAllocs()
-			b.ResetTimer()
 			if !s.takesNow() {
 				for range b.N {
 					allow("hot", time.Time{})
@@ -250,11 +257,8 @@ func BenchmarkHotKey(b *testing.B) {
 func BenchmarkHotKeyParallel(b *testing.B) {
 	for _, s := range subjects() {
 		b.Run(s.name, func(b *testing.B) {
-			allow, done := s.make(b)
+			allow, done := startHot(b, s)
 			defer done()
-			allow("hot", base)
-			b.ReportAllocs()
-			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
