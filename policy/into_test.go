@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/policy"
@@ -54,6 +55,9 @@ func TestEvaluateIntoReuse(t *testing.T) {
 	var v policy.Verdict
 	if err := p.EvaluateInto(ctx, store, t0, req("POST", "/login", "192.0.2.1"), &v); err != nil || !v.Allowed || len(v.Results) != 2 {
 		t.Fatalf("first login: %v %+v", err, v)
+	}
+	if k0, k1 := v.Results[0].Key, v.Results[1].Key; k0 != k1 || unsafe.StringData(k0) != unsafe.StringData(k1) {
+		t.Errorf("first login: keys %q and %q are two strings, want one shared", k0, k1)
 	}
 	if err := p.EvaluateInto(ctx, store, t0, req("POST", "/login", "192.0.2.1"), &v); err != nil || v.Allowed || len(v.Violated) != 1 {
 		t.Fatalf("second login: %v %+v, want refused by login", err, v)
