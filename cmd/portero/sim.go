@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,7 @@ decision is printed.`,
 			if err != nil {
 				return usageErr(fmt.Errorf("--algorithm: %w", err))
 			}
-			if !validFormat(format, sim.Formats) {
+			if !slices.Contains(sim.Formats, format) {
 				return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(sim.Formats, ", ")))
 			}
 			rule := portero.Rule{Name: "replay", Algorithm: alg, Limit: portero.Limit{Count: count, Window: window, Burst: burst, Rate: rate}}
@@ -206,15 +207,6 @@ func writeBurst(w io.Writer, format string, res []sim.BurstResult) error {
 		rows[i] = []string{string(r.Algorithm), strconv.Itoa(r.Max)}
 	}
 	return sim.WriteRows(w, format, header, rows)
-}
-
-func validFormat(f string, formats []string) bool {
-	for _, x := range formats {
-		if f == x {
-			return true
-		}
-	}
-	return false
 }
 
 func joinAlgorithms(algs []portero.Algorithm) string {

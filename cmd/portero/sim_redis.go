@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -113,11 +112,8 @@ on a virtual clock and needs no Redis.`,
 
 // openRedisStore opens a Redis store in caller-clock mode for a --store
 // flag of the form redis://HOST:PORT[/DB], as the simulations need (their
-// clock is virtual). openStore in sim.go can call it for that prefix.
+// clock is virtual). openStore in sim.go has checked the scheme.
 func openRedisStore(spec string) (portero.Store, error) {
-	if !strings.HasPrefix(spec, "redis://") && !strings.HasPrefix(spec, "rediss://") {
-		return nil, usageErr(fmt.Errorf("--store %q: want redis://HOST:PORT[/DB]", spec))
-	}
 	return redisstore.New(redisstore.Config{
 		URL:   spec,
 		Clock: redisstore.CallerClock,
