@@ -205,7 +205,7 @@ func (ls *localStore) allowAll(now time.Time, hits []portero.Hit) []portero.Deci
 				e = &localEntry{log: new(algorithm.Log)}
 				ls.state[k] = e
 			}
-			d := lr.log.Decide(e.log, ns, pending[k]+h.Cost)
+			d := lr.log.DecideAfter(e.log, ns, pending[k], h.Cost)
 			if d.Allowed {
 				pending[k] += h.Cost
 			}
