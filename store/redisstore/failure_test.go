@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -134,18 +135,34 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 	}
 	took := time.Since(start)
 	for _, rule := range []portero.Rule{r.open, r.closed, r.local} {
-		n := 0
-		for i := 0; i < 15; i++ {
-			d, err, _ := r.call(t, rule, "after-"+key)
-			if err != nil {
-				t.Fatalf("%s after recovery: %v", rule.Name, err)
+		// A call that misses the deadline on a loaded machine is rightly
+		// decided by the failure policy; such a round says nothing about
+		// the shared store, so it is repeated on a fresh key (Stats counts
+		// the fallbacks). The round that Redis decided alone must be exact.
+		exact := false
+		for try := 0; try < 3 && !exact; try++ {
+			before := r.store.Stats().Fallbacks
+			n := 0
+			for i := 0; i < 15; i++ {
+				d, err, _ := r.call(t, rule, fmt.Sprintf("after-%s-%d", key, try))
+				if err != nil {
+					t.Fatalf("%s after recovery: %v", rule.Name, err)
+				}
+				if d.Allowed {
+					n++
+				}
 			}
-			if d.Allowed {
-				n++
+			if fb := r.store.Stats().Fallbacks - before; fb > 0 {
+				t.Logf("%s after recovery, try %d: %d of 15 calls missed the deadline and fell back; again", rule.Name, try, fb)
+				continue
+			}
+			exact = true
+			if n != 10 {
+				t.Errorf("%s after recovery admitted %d of 15, want exactly 10", rule.Name, n)
 			}
 		}
-		if n != 10 {
-			t.Errorf("%s after recovery admitted %d of 15, want exactly 10", rule.Name, n)
+		if !exact {
+			t.Errorf("%s after recovery: every round had fallback decisions", rule.Name)
 		}
 	}
 	return took
