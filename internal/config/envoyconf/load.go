@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/config/fileerr"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -29,21 +30,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-		if e.Column > 0 {
-			fmt.Fprintf(&b, ":%d", e.Column)
-		}
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
+	return fileerr.Format(e.File, e.Line, e.Column, e.Field, e.Msg)
 }
 
 // Source is one configuration file's name and contents.
