@@ -128,7 +128,7 @@ func (s *Server) currentStore() portero.Store {
 // (the Redis store's fallback).
 func (s *Server) degraded() bool {
 	if rs := s.redis.Load(); rs != nil {
-		return rs.Stats().Degraded
+		return rs.Degraded()
 	}
 	return false
 }

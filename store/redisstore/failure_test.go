@@ -116,6 +116,9 @@ func (r *failureRig) checkPolicies(t *testing.T, key string) {
 	if st := r.store.Stats(); !st.Degraded || st.Breaker != "open" {
 		t.Errorf("stats while down: %+v, want degraded with the breaker open", st)
 	}
+	if !r.store.Degraded() {
+		t.Error("Degraded() = false while Redis is down")
+	}
 }
 
 // waitExact waits until Redis decides again and then checks that a fresh
@@ -126,6 +129,9 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 	for {
 		_, err, _ := r.call(t, r.closed, "probe-"+key)
 		if err == nil && !r.store.Stats().Degraded {
+			if r.store.Degraded() {
+				t.Error("Degraded() = true after a call Redis decided")
+			}
 			break
 		}
 		if time.Since(start) > 10*time.Second {

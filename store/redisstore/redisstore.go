@@ -379,6 +379,11 @@ func (s *Store) Close(context.Context) error {
 	return nil
 }
 
+// Degraded reports whether the last call was decided by a failure policy
+// (Stats.Degraded), at the cost of one atomic load: callers may ask on
+// every request, where Stats would also read the breaker under its lock.
+func (s *Store) Degraded() bool { return s.degraded.Load() }
+
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
