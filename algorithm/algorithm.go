@@ -98,6 +98,25 @@ func New(alg portero.Algorithm, l portero.Limit) (Decider, error) {
 	return nil, fmt.Errorf("%w %q", portero.ErrUnknownAlgorithm, string(alg))
 }
 
+// MaxCost returns the largest cost one request can have under alg with
+// limit l (the count for the window algorithms, the capacity for the
+// buckets, GCRA and the queue), for every algorithm, the sliding log
+// included; an invalid limit or algorithm is an error.
+func MaxCost(alg portero.Algorithm, l portero.Limit) (int64, error) {
+	if alg == portero.SlidingLog {
+		lg, err := NewSlidingLog(l)
+		if err != nil {
+			return 0, err
+		}
+		return lg.MaxCost(), nil
+	}
+	d, err := New(alg, l)
+	if err != nil {
+		return 0, err
+	}
+	return d.MaxCost(), nil
+}
+
 // floorDiv returns ⌊a/b⌋ for b > 0, also for negative a.
 func floorDiv(a, b int64) int64 {
 	q := a / b

@@ -225,19 +225,11 @@ func (r *Rule) prepare() error {
 	if err := r.store.Validate(); err != nil {
 		return err
 	}
-	if r.Algorithm == portero.SlidingLog {
-		d, err := algorithm.NewSlidingLog(r.Limit)
-		if err != nil {
-			return err
-		}
-		r.maxCost = d.MaxCost()
-	} else {
-		d, err := algorithm.New(r.Algorithm, r.Limit)
-		if err != nil {
-			return err
-		}
-		r.maxCost = d.MaxCost()
+	maxCost, err := algorithm.MaxCost(r.Algorithm, r.Limit)
+	if err != nil {
+		return err
 	}
+	r.maxCost = maxCost
 	if r.Cost.fixed > r.maxCost {
 		return fmt.Errorf("cost %d: %w: the rule admits at most %d at once", r.Cost.fixed, portero.ErrCostExceedsLimit, r.maxCost)
 	}

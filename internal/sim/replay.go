@@ -38,18 +38,7 @@ func MaxCost(rule portero.Rule) (int64, error) {
 	if err := rule.Validate(); err != nil {
 		return 0, err
 	}
-	if rule.Algorithm == portero.SlidingLog {
-		lg, err := algorithm.NewSlidingLog(rule.Limit)
-		if err != nil {
-			return 0, err
-		}
-		return lg.MaxCost(), nil
-	}
-	d, err := algorithm.New(rule.Algorithm, rule.Limit)
-	if err != nil {
-		return 0, err
-	}
-	return d.MaxCost(), nil
+	return algorithm.MaxCost(rule.Algorithm, rule.Limit)
 }
 
 // CheckTrace reports the first request whose cost the rule could never
