@@ -201,9 +201,9 @@ ratios, measured in interleaved rounds, more than the absolute times; run
 \`make bench\` on a quiet machine before quoting a number.
 
 What the design can and cannot reach: a decision on a known key is one
-maphash of the key (about 5 ns), one uncontended mutex (about 12 ns, a
-compare-and-swap and an atomic add) and the algorithm, so with the instant
-passed in it took 45–52 ns in quick runs at quieter moments here. x/time/rate behind a
+maphash of the key, one uncontended mutex (a compare-and-swap and an atomic
+add) and the algorithm; the hot-key table above gives what that costs with
+the instant passed in. x/time/rate behind a
 \`sync.Map\` is the same shape (a lock-free map lookup, then one mutex and
 some float arithmetic), which is why Portero's lead over it with the instant
 passed in is small; a 2× lead would need a decision without a lock. Reading
