@@ -241,8 +241,8 @@ func TestDocFigures(t *testing.T) {
 				want.s, amp, got.Succeeded, got.Failed, got.Unsent, want.amp, want.succeeded, want.failed, want.unsent)
 		}
 	}
-	// "full jitter about 184" is seed 0, HerdConfig's zero value; the
-	// command's default seed 1 serves 186.
+	// docs/client.md: full jitter serves 186 with the command's default
+	// seed 1, 184 with seed 0 (HerdConfig's zero value).
 	for _, tc := range []struct {
 		seed       uint64
 		nj, served int
