@@ -313,8 +313,9 @@ const sweepChunk = 1024
 // Sweep drops every state that has expired at now (returned to "full", so
 // that dropping it changes no decision) and returns how many keys it
 // dropped. The background sweeper calls it with Config.Now; a program that
-// turned the sweeper off may call it itself. It locks one shard at a time,
-// for at most a thousand or so slots.
+// turned the sweeper off may call it itself. It locks one shard at a time:
+// for the fixed-size algorithms, sweepChunk slots at a time; for a sliding
+// log, the shard's whole map of logs at once.
 func (s *Store) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	dropped := 0
