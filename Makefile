@@ -17,12 +17,14 @@ test: deps vet
 vet:
 	$(GO) vet ./...
 
-## deps: install what the tests start (Debian's redis-server and nginx) when missing and we are root.
+## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze)
+## when missing and we are root.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing$$missing from Debian"; \
