@@ -230,9 +230,13 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Load reads and parses the file at path.
+// Load reads and parses the file at path. A file larger than
+// fileerr.MaxSize (16 MiB) is refused unread.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileerr.Read(path)
+	if errors.Is(err, fileerr.ErrTooLarge) {
+		return nil, Errors{{File: path, Msg: fileerr.ErrTooLarge.Error()}}
+	}
 	if err != nil {
 		return nil, err
 	}

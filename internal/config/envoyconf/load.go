@@ -47,12 +47,11 @@ type Options struct {
 	MergeDomains bool
 }
 
-// maxFileSize bounds one configuration file, maxDepth the nesting of
-// descriptors, so that a hostile file cannot exhaust memory or the stack.
+// maxDepth bounds the nesting of descriptors (and fileerr.MaxSize one
+// file), so that a hostile file cannot exhaust memory or the stack.
 const (
-	maxFileSize = 16 << 20
-	maxDepth    = 32
-	maxErrors   = 20
+	maxDepth  = 32
+	maxErrors = 20
 	// maxNodes bounds the descriptors of one file after YAML aliases are
 	// expanded (an alias can repeat a subtree exponentially).
 	maxNodes = 100_000
@@ -126,17 +125,12 @@ func Load(path string, opts Options) (*Config, error) {
 }
 
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := fileerr.Read(path)
+	if errors.Is(err, fileerr.ErrTooLarge) {
+		return nil, &Error{File: path, Msg: fileerr.ErrTooLarge.Error()}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("envoy ratelimit config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("envoy ratelimit config: %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("file larger than %d bytes", maxFileSize)}
 	}
 	return data, nil
 }

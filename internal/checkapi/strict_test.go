@@ -1,0 +1,50 @@
+package checkapi
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestCheckStrictBody: /v1/check reads only application/json (with an
+// optional charset=utf-8), and a JSON object that names a member twice is
+// refused, at any depth, instead of the last value silently winning.
+func TestCheckStrictBody(t *testing.T) {
+	f := newFixture(t, nil)
+	ok := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`
+	for _, tt := range []struct {
+		name, ctype, body string
+		status            int
+		detail            string
+	}{
+		{"json", "application/json", ok, 200, ""},
+		{"charset", "application/json; charset=utf-8", ok, 200, ""},
+		{"upper case", "Application/JSON", ok, 200, ""},
+		{"jsonx", "application/jsonx", ok, 415, "application/json"},
+		{"json-seq", "application/json-seq", ok, 415, "application/json"},
+		{"latin1", "application/json; charset=latin1", ok, 415, "charset"},
+		{"malformed type", "application/json; =", ok, 415, "Content-Type"},
+		{"duplicate domain", "application/json", `{"domain":"nope","domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`, 400, `duplicate member \"domain\"`},
+		{"duplicate nested", "application/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1","value":"2"}]}]}`, 400, `duplicate member \"value\" in descriptors[0].entries[0]`},
+		{"duplicate in limit", "application/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"unit":"second","unit":"day","requests_per_unit":1}}]}`, 400, `duplicate member \"unit\" in descriptors[0].limit`},
+		{"same name in siblings", "application/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"},{"key":"x","value":"2"}]}]}`, 200, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", f.srv.URL+"/v1/check", strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", tt.ctype)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.status || !strings.Contains(string(raw), tt.detail) {
+				t.Errorf("POST (%s) = %d %s, want %d containing %q", tt.ctype, resp.StatusCode, raw, tt.status, tt.detail)
+			}
+			if tt.status != 200 && resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("refusal Content-Type = %q, want application/problem+json", resp.Header.Get("Content-Type"))
+			}
+		})
+	}
+}
