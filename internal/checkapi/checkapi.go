@@ -513,7 +513,9 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		hd.Set("Retry-After", strconv.FormatInt(t, 10))
 		hd.Set("Cache-Control", "no-store")
 	}
-	hd.Set("RateLimit", string(sfv.AppendString(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	if err == nil && !d.Degraded { // a failure policy's answer has no values to tell
+		hd.Set("RateLimit", string(sfv.AppendString(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	}
 	out := CheckResponse{Allowed: d.Allowed, Code: rls.OK.String(), Rule: rule.Name, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds()}
 	if !d.Allowed {

@@ -1,10 +1,16 @@
 package checkapi
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/policy"
+	"github.com/portero-rl/portero/policy/policytest"
 )
 
 // TestCheckStrictBody: /v1/check reads only application/json (with an
@@ -46,5 +52,35 @@ func TestCheckStrictBody(t *testing.T) {
 				t.Errorf("refusal Content-Type = %q, want application/problem+json", resp.Header.Get("Content-Type"))
 			}
 		})
+	}
+}
+
+// TestCheckFailurePolicyHeaders: when the failure policy answers (the store
+// failed), /v1/check keeps RateLimit-Policy but sends no RateLimit values,
+// which would be made up, for domain and for policy requests alike.
+func TestCheckFailurePolicyHeaders(t *testing.T) {
+	rules := []policy.Rule{{Name: "api", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")}}
+	p, err := policy.New(rules, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fp := range []rls.FailurePolicy{rls.FailOpen, rls.FailClosed} {
+		st := &policytest.Store{}
+		st.SetErr(fmt.Errorf("down: %w", portero.ErrStoreUnavailable))
+		f := newFixture(t, func(c *Config) {
+			c.Store, c.OnStoreError, c.Policy = st, fp, func() *policy.Policy { return p }
+		})
+		for _, body := range []string{`{"policy":"api","key":"alice"}`, `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`} {
+			resp, out, raw := f.post(t, body)
+			if resp.StatusCode != 200 || out.Degraded == "" {
+				t.Fatalf("%s %s: %d %s", fp, body, resp.StatusCode, raw)
+			}
+			if v, ok := resp.Header["Ratelimit"]; ok {
+				t.Errorf("%s %s: RateLimit = %q, want none", fp, body, v)
+			}
+			if strings.HasPrefix(body, `{"policy"`) && resp.Header.Get("RateLimit-Policy") == "" {
+				t.Errorf("%s %s: no RateLimit-Policy", fp, body)
+			}
+		}
 	}
 }

@@ -78,6 +78,10 @@ type Status struct {
 	CheckOnly bool
 	// Counted reports that the descriptor's hits were committed to the store.
 	Counted bool
+	// Degraded reports that the store's failure policy decided this
+	// descriptor (portero.Decision.Degraded): Remaining and ResetAfter are
+	// no shared count, and no RateLimit item is sent for it.
+	Degraded bool
 	// Cost is the hits the descriptor asked for.
 	Cost int64
 	// Remaining is what is left under the limit now, in hits (MaxUint32
@@ -566,6 +570,7 @@ func (e *Engine) peek(ctx context.Context, now time.Time, resp *Response, items 
 	for j, it := range items {
 		d := decs[j]
 		st := &resp.Statuses[it.idx]
+		st.Degraded = d.Degraded
 		if d.Allowed {
 			d.Remaining = min(d.Remaining+peekCost(it), d.Limit) // nothing was taken
 		}
@@ -600,6 +605,7 @@ func peekCost(it item) int64 {
 // says whether the store counted the call.
 func fill(st *Status, it item, d portero.Decision, now time.Time, committed bool) {
 	st.Counted = committed && d.Allowed
+	st.Degraded = d.Degraded
 	st.Remaining = d.Remaining
 	if d.Allowed && !committed {
 		st.Remaining = min(d.Remaining+it.cost, d.Limit) // nothing was taken
@@ -682,8 +688,9 @@ type Header struct{ Name, Value string }
 // draft-ietf-httpapi-ratelimit-headers-11: RateLimit-Policy with every
 // enforced limit that applied ("name";q=requests_per_unit;w=unit seconds),
 // RateLimit with their current state ("name";r=remaining;t=seconds) — only
-// the refusing ones when the request is refused — and, when refused,
-// Retry-After in whole seconds (rounded up, at least 1). Shadow and
+// the refusing ones when the request is refused, and none for a limit a
+// failure policy decided (Response.Degraded, Status.Degraded) — and, when
+// refused, Retry-After in whole seconds (rounded up, at least 1). Shadow and
 // unlimited rules are not announced. Several descriptors under one rule
 // are announced once, with the state closest to exhaustion.
 func (r *Response) Headers() []Header { return r.appendHeaders(nil) }
@@ -773,6 +780,9 @@ func (r *Response) appendHeaderText(hs []headerText, buf []byte) ([]headerText, 
 		if refused {
 			t = max(ceilSeconds(en.st.RetryAfter), 1)
 			retry = max(retry, t)
+		}
+		if r.Degraded != nil || en.st.Degraded {
+			continue // a failure policy decided: no values to announce
 		}
 		if len(buf) > start {
 			buf = append(buf, ", "...)
