@@ -246,6 +246,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty replace", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n", "replaces[0].name: empty name"},
 		{"bad bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", `descriptors[0].shadow_mode: want true or false, found "maybe"`},
 		{"bad algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {algorithm: magic}}\n", `rate_limit.portero.algorithm: unknown algorithm "magic"`},
+		{"queue", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {algorithm: leaky-queue}}\n", "x.yaml:4:75: descriptors[0].rate_limit.portero.algorithm: leaky-queue delays requests, which an Envoy rate limit service cannot do"},
 		{"burst on window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {burst: 5}}\n", "portero.burst: burst applies to token-bucket"},
 		{"share without wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n", "share_threshold: only valid with a wildcard"},
 		{"quota_mode", "domain: d\ndescriptors:\n  - {key: k, quota_mode: true}\n", "descriptors[0].quota_mode: not supported by Portero"},

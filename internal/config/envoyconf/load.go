@@ -587,6 +587,12 @@ func (p *parser) extension(n *yaml.Node, field string) (portero.Algorithm, int64
 				p.errorf(v, f, "%v", err)
 				return
 			}
+			if a == portero.LeakyQueue {
+				// An RLS answer is OK or OVER_LIMIT now: accepting a queue
+				// would admit at once what it should delay.
+				p.errorf(v, f, "leaky-queue delays requests, which an Envoy rate limit service cannot do (it answers at once); use leaky-meter or gcra for the same admissions without the delay")
+				return
+			}
 			alg = a
 		case "burst":
 			burst = int64(p.uint(v, f, math.MaxUint32))
