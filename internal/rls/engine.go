@@ -207,7 +207,20 @@ type Options struct {
 	// RetryAfterOnFailure is the Retry-After of a FailClosed answer
 	// (default 1s).
 	RetryAfterOnFailure time.Duration
+	// MaxOverrides caps the distinct limit overrides (domain, descriptor
+	// keys, requests_per_unit and unit) the engine turns into store rules
+	// over its life; DefaultMaxOverrides when zero. Descriptor values do not
+	// count: they are keys of the override's rule, bounded by the store's
+	// max_keys and expiring with its window. A store keeps every rule it
+	// was asked about, so a request with a new override beyond the cap is
+	// refused as invalid rather than growing memory.
+	MaxOverrides int
 }
+
+// DefaultMaxOverrides is the default of Options.MaxOverrides: far more
+// distinct override limits than an Envoy route configuration produces, and
+// at most a few megabytes of store rules.
+const DefaultMaxOverrides = 1024
 
 // Engine decides RLS requests against an envoyproxy/ratelimit configuration
 // and a portero.Store. It is safe for concurrent use; the configuration can
@@ -215,6 +228,17 @@ type Options struct {
 type Engine struct {
 	opts   Options
 	limits atomic.Pointer[envoyconf.Config]
+
+	ovMu      sync.RWMutex
+	overrides map[overrideKey]*envoyconf.RateLimit // at most opts.MaxOverrides
+}
+
+// overrideKey identifies the rule of a limit override: its values are
+// store keys under it, not part of it.
+type overrideKey struct {
+	domain, keys string
+	rpu          uint32
+	unit         envoyconf.Unit
 }
 
 // NewEngine validates o and returns an engine.
@@ -234,7 +258,10 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.RetryAfterOnFailure <= 0 {
 		o.RetryAfterOnFailure = time.Second
 	}
-	e := &Engine{opts: o}
+	if o.MaxOverrides <= 0 {
+		o.MaxOverrides = DefaultMaxOverrides
+	}
+	e := &Engine{opts: o, overrides: map[overrideKey]*envoyconf.RateLimit{}}
 	e.limits.Store(o.Limits)
 	return e, nil
 }
@@ -296,7 +323,7 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 	}
 	cfg := e.limits.Load()
 	dom := cfg.Domain(req.Domain)
-	if dom == nil && !e.opts.AllowUnknownDomains && !allOverridden(req) {
+	if dom == nil && !e.opts.AllowUnknownDomains {
 		return nil, &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %q (configured: %s)", req.Domain, strings.Join(cfg.Domains(), ", "))}
 	}
 	reqHits := int64(req.Hits)
@@ -313,10 +340,11 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 		var rl *envoyconf.RateLimit
 		var m envoyconf.Match
 		shadow := false
-		if d.Override != nil {
+		if dom != nil && d.Override != nil {
+			// In an unknown domain (AllowUnknownDomains) an override is
+			// ignored, as envoyproxy/ratelimit ignores it: no rule is made.
 			var err error
-			rl, err = envoyconf.OverrideRule(req.Domain, d.Entries, d.Override.RequestsPerUnit, d.Override.Unit)
-			if err != nil {
+			if rl, err = e.override(req.Domain, d); err != nil {
 				return nil, badRequest("descriptor %d: %v", i, err)
 			}
 		} else if dom != nil {
@@ -401,13 +429,31 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 	return resp, nil
 }
 
-func allOverridden(req *Request) bool {
-	for i := range req.Descriptors {
-		if req.Descriptors[i].Override == nil {
-			return false
-		}
+// override returns the rule of d's limit override, one per distinct
+// overrideKey, made once and kept (a store keeps its rules too), at most
+// MaxOverrides of them.
+func (e *Engine) override(domain string, d *Descriptor) (*envoyconf.RateLimit, error) {
+	k := overrideKey{domain: domain, keys: envoyconf.DescriptorKeys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
+	e.ovMu.RLock()
+	rl := e.overrides[k]
+	e.ovMu.RUnlock()
+	if rl != nil {
+		return rl, nil
 	}
-	return true
+	rl, err := envoyconf.OverrideRule(domain, d.Entries, k.rpu, k.unit)
+	if err != nil {
+		return nil, err
+	}
+	e.ovMu.Lock()
+	defer e.ovMu.Unlock()
+	if old := e.overrides[k]; old != nil {
+		return old, nil
+	}
+	if len(e.overrides) >= e.opts.MaxOverrides {
+		return nil, fmt.Errorf("limit override %d/%s: more than %d distinct limit overrides (domain, keys, requests_per_unit, unit) since start; each is a rule the store keeps", k.rpu, k.unit, e.opts.MaxOverrides)
+	}
+	e.overrides[k] = rl
+	return rl, nil
 }
 
 // applyReplaces drops, in place, the limits that another matched limit
@@ -663,8 +709,8 @@ func (e *Engine) FailureResponse(req *Request, p FailurePolicy, err error) *Resp
 		}
 		d := &req.Descriptors[i]
 		var rl *envoyconf.RateLimit
-		if d.Override != nil {
-			rl, _ = envoyconf.OverrideRule(req.Domain, d.Entries, d.Override.RequestsPerUnit, d.Override.Unit)
+		if dom != nil && d.Override != nil {
+			rl, _ = e.override(req.Domain, d)
 		} else if dom != nil {
 			m := dom.Match(d.Entries)
 			rl = m.Limit

@@ -328,7 +328,7 @@ func TestOverrideRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PolicyName() != "edge.a_1.b" || r.Rule.Limit != (portero.Limit{Count: 7, Window: time.Hour}) || r.Rule.Algorithm != portero.FixedWindow {
+	if r.PolicyName() != "edge.a.b" || r.Rule.Limit != (portero.Limit{Count: 7, Window: time.Hour}) || r.Rule.Algorithm != portero.FixedWindow {
 		t.Errorf("OverrideRule = %+v", r)
 	}
 	if _, err := OverrideRule("edge", entries("a", "1"), 7, UnitUnknown); err == nil {
