@@ -78,17 +78,17 @@ routes:
 		t.Fatalf("err = %v, want Errors", err)
 	}
 	want := []string{
-		"bad.yaml:2: server.listen: \"nowhere\": want host:port",
-		"bad.yaml:3: server.read_timeout: \"soon\"",
-		"bad.yaml:5: store.url: required for type redis",
-		"bad.yaml:10: rules[1].name: \"a\": already used by rules[0]",
-		"bad.yaml:11: rules[1].key: key \"cookie\": unknown part",
-		"bad.yaml:15: rules[2].limit: 0/min: invalid limit: count 0: must be positive",
-		"bad.yaml:19: rules[3].algorithm: unknown algorithm \"magic\"",
-		"bad.yaml:20: rules[3].mode: \"dry-run\": want enforce or shadow",
-		"bad.yaml:23: rules[3].match.path: \"login\": a path pattern starts with /",
-		"bad.yaml:25: rules[4]: cost 6: cost exceeds limit",
-		"bad.yaml:30: routes[0].upstream: \"nope\": no such upstream",
+		"bad.yaml:2:11: server.listen: \"nowhere\": want host:port",
+		"bad.yaml:3:17: server.read_timeout: \"soon\"",
+		"bad.yaml:5:3: store.url: required for type redis",
+		"bad.yaml:10:11: rules[1].name: \"a\": already used by rules[0]",
+		"bad.yaml:11:10: rules[1].key: key \"cookie\": unknown part",
+		"bad.yaml:15:12: rules[2].limit: 0/min: invalid limit: count 0: must be positive",
+		"bad.yaml:19:16: rules[3].algorithm: unknown algorithm \"magic\"",
+		"bad.yaml:20:11: rules[3].mode: \"dry-run\": want enforce or shadow",
+		"bad.yaml:23:13: rules[3].match.path: \"login\": a path pattern starts with /",
+		"bad.yaml:25:5: rules[4]: cost 6: cost exceeds limit",
+		"bad.yaml:30:15: routes[0].upstream: \"nope\": no such upstream",
 	}
 	got := err.Error()
 	for _, w := range want {
@@ -116,11 +116,11 @@ func TestSyntaxErrors(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), "x.yaml:") {
 			t.Errorf("%s: %q does not start with the file name", name, err)
 		}
-		if name == "unknown field" && !strings.Contains(err.Error(), "x.yaml:2: field listn not found") {
+		if name == "unknown field" && !strings.Contains(err.Error(), "x.yaml:2:3: server.listn: unknown field; did you mean listen?") {
 			t.Errorf("unknown field: %v", err)
 		}
 	}
-	if _, err := config.Parse("empty.yaml", nil); err == nil || !strings.Contains(err.Error(), "routes") {
+	if _, err := config.Parse("empty.yaml", nil); err == nil || !strings.Contains(err.Error(), "empty.yaml:1:1: routes") {
 		t.Errorf("empty file: %v, want missing routes", err)
 	}
 }
