@@ -175,6 +175,26 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Add([]byte("rules: [{name: x, key: ip, limit: 0/min}]"))
+	// Small files that reach one path each, so that the fuzzer starts from
+	// them rather than minimising the examples (see make fuzz).
+	for _, src := range []string{
+		"upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n",
+		"server: {listn: x, max_in_flight: many}\n",
+		"server: [1]\nadmin: 5\nstore: {type: redis}\n",
+		"store: {type: redis, url: 'redis://h:1/0', on_error: local, local_share: 0.5, timeout: 5ms, max_keys: -1}\n",
+		"client_ip: {trusted_proxies: [10.0.0.0/8, x], header: X-Real-IP, ipv6_prefix: 48, ipv4_prefix: 40}\nidentity: {user_header: 'a b'}\n",
+		"admin: {listen: 'off', token: t, token_env: T}\nheaders: {legacy: yes}\n",
+		"upstreams: {a: {url: 'http://127.0.0.1:1', timeout: 1s, dial_timeout: x, preserve_host: true, max_idle_conns: -1, flush_interval: 1s}}\nroutes: [{name: r, upstream: a, strip_prefix: /api, match: {path: '/api/**', host: h, methods: [get], headers: {X-A: b}}}]\n",
+		"upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules:\n  - {name: a, key: 'header:X-Key+ip', limit: 10/s burst 20, algorithm: token-bucket, cost: 'header:X-Cost', mode: shadow}\n  - {name: a, kye: ip, limit: 5/10min, algorithm: leaky-queue, match: {path: /x/{id}}}\n",
+		"base: &b {key: ip, limit: 1/s}\nupstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules: [{<<: *b, name: x}, {<<: [*b], name: y, limit: 2/s}]\n",
+		"a: &a [x, x]\nrules: [*a, *a]\nroutes: *a\n",
+		"rules:\n  - name: x\n    name: y\n    {a: b}: c\n",
+		"- a\n- b\n",
+		"",
+		"server:\n\tlisten: x\n",
+	} {
+		f.Add([]byte(src))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := config.Parse("fuzz.yaml", data)
 		if err != nil {

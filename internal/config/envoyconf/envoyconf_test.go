@@ -364,6 +364,23 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("domain: d\ndescriptors:\n  - &a {key: k, descriptors: [*a]}\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - {key: k, value: '*a*', share_threshold: true, rate_limit: {unit: day}}\n"))
+	// Small files that reach one path each, so that the fuzzer starts from
+	// them rather than minimising the examples (see make fuzz).
+	for _, src := range []string{
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"domain: d\ndescriptors:\n  - {key: k, value: v, shadow_mode: true, detailed_metric: yes, value_to_metric: no, rate_limit: {name: n, unit: MINUTE, requests_per_unit: 0x10}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true}}\n  - {key: k, value: 'a*b', rate_limit: {unit: hour, requests_per_unit: 3, replaces: [{name: n}]}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5, portero: {algorithm: gcra, burst: 9}}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5, portero: {algorithm: leaky-queue}}}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors: [{key: c, rate_limit: {unit: week, requests_per_unit: 1}}]\n",
+		"domain: d\ndescriptors:\n  - {key: k}\n  - {key: k}\n  - {key: '', valeu: x, quota_mode: true}\n",
+		"domain: d\ndescriptors: {key: k}\nfoo: 1\n",
+		"domain: [d]\n---\ndomain: e\n",
+		"",
+		"descriptors: []\n",
+	} {
+		f.Add([]byte(src))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse([]Source{{Name: "f.yaml", Data: data}}, Options{})
 		if err != nil {
