@@ -114,25 +114,45 @@ func formatWindow(w time.Duration) string {
 	return w.String()
 }
 
+// windowUnits are the units a window may be written in, each with every
+// spelling ParseLimit accepts (plurals written out, so that no spelling can
+// be read as another unit plus a plural "s": "ms" is the millisecond, never
+// minutes). The first name is the one String prints. A new unit is one more
+// line here; TestParseLimitUnits reads every spelling back.
 var windowUnits = []struct {
 	names []string
 	d     time.Duration
 }{
-	{[]string{"s", "sec", "second"}, time.Second},
-	{[]string{"min", "m", "minute"}, time.Minute},
-	{[]string{"h", "hr", "hour"}, time.Hour},
-	{[]string{"d", "day"}, 24 * time.Hour},
-	{[]string{"ms", "millisecond"}, time.Millisecond},
+	{[]string{"ms", "msec", "msecs", "millisecond", "milliseconds"}, time.Millisecond},
+	{[]string{"s", "sec", "secs", "second", "seconds"}, time.Second},
+	{[]string{"min", "m", "mins", "minute", "minutes"}, time.Minute},
+	{[]string{"h", "hr", "hrs", "hour", "hours"}, time.Hour},
+	{[]string{"d", "day", "days"}, 24 * time.Hour},
 }
+
+// unitNames maps every spelling of windowUnits to its length.
+var unitNames = func() map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, u := range windowUnits {
+		for _, n := range u.names {
+			if _, dup := m[n]; dup {
+				panic("portero: window unit " + n + " spelled twice")
+			}
+			m[n] = u.d
+		}
+	}
+	return m
+}()
 
 // ParseLimit reads a limit such as "100/min", "5000/h", "10/s burst 20",
 // "300/5m" or "1/2s rate 0.5". The form is
 //
 //	COUNT "/" WINDOW [ "burst" B ] [ "rate" R ]
 //
-// where WINDOW is a unit (s, sec, second, min, m, minute, h, hr, hour, d,
-// day, ms; a trailing "s" of a plural is accepted) or a Go duration ("10s",
-// "1m30s"), B is a whole number and R a rate per second. Words are case
+// where WINDOW is a unit (ms, msec, millisecond; s, sec, second; m, min,
+// minute; h, hr, hour; d, day; each also as a plural), a whole number of
+// units ("250ms", "5m", "10min", "2days") or a Go duration ("1m30s",
+// "1.5h"), B is a whole number and R a rate per second. Words are case
 // insensitive. The result is validated; errors wrap ErrInvalidLimit and quote
 // the input.
 func ParseLimit(s string) (Limit, error) {
@@ -221,16 +241,24 @@ func parseWindow(w string) (time.Duration, error) {
 	if w == "" {
 		return 0, limitError("missing window after \"/\"")
 	}
-	for _, u := range windowUnits {
-		for _, name := range u.names {
-			if w == name || w == name+"s" {
-				return u.d, nil
-			}
+	if d, ok := unitNames[w]; ok {
+		return d, nil
+	}
+	// A whole number of units: "250ms", "10min", "2days".
+	i := 0
+	for i < len(w) && w[i] >= '0' && w[i] <= '9' {
+		i++
+	}
+	if d, ok := unitNames[w[i:]]; ok && i > 0 {
+		n, err := strconv.ParseInt(w[:i], 10, 64)
+		if err != nil || n > math.MaxInt64/int64(d) {
+			return 0, limitError(fmt.Sprintf("window %q: too long (at most %v)", w, time.Duration(math.MaxInt64)))
 		}
+		return time.Duration(n) * d, nil
 	}
 	d, err := time.ParseDuration(w)
 	if err != nil {
-		return 0, limitError(fmt.Sprintf("window %q: want a unit (s, min, h, d) or a duration such as 10s", w))
+		return 0, limitError(fmt.Sprintf("window %q: want a unit (ms, s, min, h, d), a number of them such as 10min, or a duration such as 1m30s", w))
 	}
 	return d, nil
 }

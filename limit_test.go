@@ -27,6 +27,7 @@ func TestParseLimit(t *testing.T) {
 		{"300/5m", portero.Limit{Count: 300, Window: 5 * time.Minute}},
 		{"1/2s rate 0.5", portero.Limit{Count: 1, Window: 2 * time.Second, Rate: 0.5}},
 		{"10/1m30s", portero.Limit{Count: 10, Window: 90 * time.Second}},
+		{"1/2d", portero.Limit{Count: 1, Window: 48 * time.Hour}},
 	}
 	for _, tt := range tests {
 		got, err := portero.ParseLimit(tt.in)
@@ -45,6 +46,61 @@ func TestParseLimit(t *testing.T) {
 	}
 }
 
+// TestParseLimitUnits reads every unit spelling, alone and after a count of
+// units: "10/ms" was read as ten per minute (m + plural s) before the
+// millisecond was tried, and "5/10min" was refused.
+func TestParseLimitUnits(t *testing.T) {
+	units := []struct {
+		names []string
+		d     time.Duration
+	}{
+		{[]string{"ms", "msec", "msecs", "millisecond", "milliseconds"}, time.Millisecond},
+		{[]string{"s", "sec", "secs", "second", "seconds"}, time.Second},
+		{[]string{"m", "min", "mins", "minute", "minutes"}, time.Minute},
+		{[]string{"h", "hr", "hrs", "hour", "hours"}, time.Hour},
+		{[]string{"d", "day", "days"}, 24 * time.Hour},
+	}
+	for _, u := range units {
+		for _, name := range u.names {
+			for _, n := range []int64{0, 1, 5, 250} {
+				in, want := "10/"+name, u.d
+				if n > 0 {
+					in, want = fmt.Sprintf("10/%d%s", n, name), time.Duration(n)*u.d
+				}
+				for _, s := range []string{in, strings.ToUpper(in)} {
+					got, err := portero.ParseLimit(s)
+					if err != nil {
+						t.Errorf("ParseLimit(%q) error %v", s, err)
+						continue
+					}
+					if got.Window != want || got.Count != 10 {
+						t.Errorf("ParseLimit(%q) = %+v, want 10 per %v", s, got, want)
+					}
+					again, err := portero.ParseLimit(got.String())
+					if err != nil || again != got {
+						t.Errorf("ParseLimit(%q.String() = %q) = %+v, %v; want %+v", s, got.String(), again, err, got)
+					}
+				}
+			}
+		}
+	}
+	for in, want := range map[string]time.Duration{
+		"5/250ms": 250 * time.Millisecond, "100/5m": 5 * time.Minute, "5/10min": 10 * time.Minute,
+		"5/10mins": 10 * time.Minute, "1/1.5s": 1500 * time.Millisecond, "3/90s": 90 * time.Second,
+	} {
+		if got, err := portero.ParseLimit(in); err != nil || got.Window != want {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want window %v", in, got, err, want)
+		}
+	}
+	// Windows that are no unit print as Go durations and read back.
+	for _, w := range []time.Duration{time.Millisecond, 250 * time.Millisecond, 90 * time.Second, 48 * time.Hour, 1500 * time.Microsecond} {
+		l := portero.Limit{Count: 1, Window: w}
+		if got, err := portero.ParseLimit(l.String()); err != nil || got != l {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want %+v", l.String(), got, err, l)
+		}
+	}
+}
+
 func TestParseLimitErrors(t *testing.T) {
 	tests := []struct{ in, mention string }{
 		{"", "empty"},
@@ -54,6 +110,9 @@ func TestParseLimitErrors(t *testing.T) {
 		{"abc/min", "count \"abc\""},
 		{"10/", "missing window"},
 		{"10/fortnight", "window \"fortnight\""},
+		{"10/5fortnights", "window \"5fortnights\""},
+		{"10/99999999999d", "too long"},
+		{"10/mss", "window \"mss\""},
 		{"10/-1s", "window -1s"},
 		{"10/0s", "window 0s"},
 		{"10/s burst", "needs a value"},
@@ -127,7 +186,8 @@ func TestParseAlgorithm(t *testing.T) {
 }
 
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"100/min", "10/s burst 20", "5000/h", "1/2s rate 0.5", "10/1m30s", "x/y", "10/s burst", " / ", "9/9ns rate 1e9"} {
+	for _, s := range []string{"100/min", "10/s burst 20", "5000/h", "1/2s rate 0.5", "10/1m30s", "x/y", "10/s burst", " / ", "9/9ns rate 1e9",
+		"10/ms", "5/250ms", "100/5m", "5/10min", "7/2days", "1/1ms burst 3", "10/1500us"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

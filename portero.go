@@ -63,6 +63,11 @@ type Decision struct {
 	// Delay is, for a queue (leaky-queue), how long an admitted request waits
 	// before it departs; zero for every other algorithm.
 	Delay time.Duration
+	// Degraded reports a decision made by the store's failure policy (fail
+	// open, or a local share of the limit) because its backend could not be
+	// asked: Limit, Remaining and ResetAfter then describe no shared count,
+	// so doors announce no quota values for the rule.
+	Degraded bool
 }
 
 // Limiter decides for keys under one rule (an algorithm and a limit).

@@ -57,7 +57,8 @@ func effectiveWindow(res *policy.Result) int64 {
 // -Remaining and -Reset (seconds from now). Policy names are Structured
 // Field Strings; RateLimit lists every enforced rule when the request is
 // allowed, and only the violated rules, with their own values, when it is
-// refused.
+// refused, leaving out the rules a store's failure policy decided
+// (portero.Decision.Degraded), whose values would be made up.
 func SetHeaders(h http.Header, v *policy.Verdict, legacy bool) {
 	var hs headerSet
 	hs.verdict(v, legacy, nil)
@@ -161,7 +162,7 @@ func (hs *headerSet) verdict(v *policy.Verdict, legacy bool, pre *prepared) (ret
 			all = false
 		}
 		n++
-		if !v.Allowed && res.Outcome != policy.Refused {
+		if (!v.Allowed && res.Outcome != policy.Refused) || res.Decision.Degraded {
 			continue
 		}
 		if pick == nil || (v.Allowed && closer(res, pick)) {
@@ -194,11 +195,13 @@ func (hs *headerSet) verdict(v *policy.Verdict, legacy bool, pre *prepared) (ret
 	}
 
 	// RateLimit: every enforced rule when allowed, the violated ones when
-	// refused, each with its own values.
+	// refused, each with its own values. A rule the store's failure policy
+	// decided (Decision.Degraded) has no values to tell: it stays in
+	// RateLimit-Policy and gets no RateLimit item.
 	start, first := len(hs.buf), true
 	for i := range v.Results {
 		res := &v.Results[i]
-		if res.Rule.Shadow() || (!v.Allowed && res.Outcome != policy.Refused) {
+		if res.Rule.Shadow() || (!v.Allowed && res.Outcome != policy.Refused) || res.Decision.Degraded {
 			continue
 		}
 		if !first {
@@ -211,7 +214,9 @@ func (hs *headerSet) verdict(v *policy.Verdict, legacy bool, pre *prepared) (ret
 		hs.buf = append(hs.buf, ";t="...)
 		hs.buf = strconv.AppendInt(hs.buf, effectiveWindow(res), 10)
 	}
-	hs.since(hRateLimit, start)
+	if !first {
+		hs.since(hRateLimit, start)
+	}
 
 	if !v.Allowed {
 		retry = 1

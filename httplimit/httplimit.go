@@ -18,6 +18,12 @@
 //   - a cost that cannot be used: 400, 411 or 413 naming the rule and header;
 //   - allowed: the handler runs, with RateLimit-Policy and RateLimit
 //     (draft-ietf-httpapi-ratelimit-headers-11) added to its response.
+//
+// A queue rule (leaky-queue) shapes: an admitted request is held for its
+// Decision.Delay, until its place in the queue departs, before the handler
+// runs. The request's context bounds the wait: a request whose deadline
+// would pass first is refused at once with the rule's 429, and one whose
+// context is canceled while it waits gets a 503.
 package httplimit
 
 import (
@@ -284,6 +290,14 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		return
 	}
 	v := &s.v
+	delay := time.Duration(0)
+	if v.Allowed {
+		delay = queueDelay(v)
+		if left, ok := budget(r.Context()); ok && delay > left {
+			refuseQueued(v, left) // the wait would outlast the request
+			delay = 0
+		}
+	}
 	if cfg.OnDecision != nil {
 		cfg.OnDecision(r, v, time.Since(start))
 	}
@@ -292,6 +306,10 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	if v.Allowed {
 		s.hs.apply(h)
 		s.release() // before the handler runs: it may take long
+		if delay > 0 && !hold(r.Context(), delay) {
+			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
+			return
+		}
 		next.ServeHTTP(w, r)
 		return
 	}

@@ -20,14 +20,16 @@ func newConfigCmd() *cobra.Command {
 		Use:   "validate FILE...",
 		Short: "Report every error of configuration files, with line and field",
 		Long: `validate reads each file as 'portero serve --config' would and reports
-every problem it finds, one a line, as FILE:LINE: FIELD: PROBLEM. The exit
-status is 0 when every file is valid and 2 otherwise.`,
+every problem it finds, one a line, as FILE:LINE:COLUMN: FIELD: PROBLEM. An
+environment variable the file names (admin.token_env) need not be set: it is
+listed as a need instead, so that files can be checked where the secrets
+are not (CI). The exit status is 0 when every file is valid and 2 otherwise.`,
 		Example: "  portero config validate portero.yaml examples/*.yaml",
 		Args:    func(cmd *cobra.Command, args []string) error { return usageErr(cobra.MinimumNArgs(1)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			failed := 0
 			for _, path := range args {
-				c, err := config.Load(path)
+				c, err := config.LoadWith(path, config.Options{AllowUnsetEnv: true})
 				if err != nil {
 					failed++
 					var ce config.Errors
@@ -41,6 +43,9 @@ status is 0 when every file is valid and 2 otherwise.`,
 					continue
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d rules, %d routes, %s store)\n", path, len(c.Policy.Rules()), len(c.Routes), c.StoreType)
+				for _, e := range c.Env {
+					fmt.Fprintln(cmd.OutOrStdout(), e)
+				}
 			}
 			if failed > 0 {
 				return usageErr(fmt.Errorf("config validate: %d of %d files invalid", failed, len(args)))

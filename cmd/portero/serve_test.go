@@ -79,7 +79,7 @@ func TestConfigCommands(t *testing.T) {
 	if code != 2 {
 		t.Errorf("validate bad: exit %d, want 2", code)
 	}
-	for _, want := range []string{"bad.yaml:6: rules[2].limit: 0/min: invalid limit: count 0: must be positive", "bad.yaml:7: rules[3].key"} {
+	for _, want := range []string{"bad.yaml:6:31: rules[2].limit: 0/min: invalid limit: count 0: must be positive", "bad.yaml:7:20: rules[3].key"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errs)
 		}

@@ -5,7 +5,9 @@
 //
 // # POST /v1/check
 //
-// Request (unknown fields are refused, bodies are at most MaxBody bytes):
+// Request (Content-Type application/json or none; unknown fields and a
+// member given twice in one object are refused; bodies are at most MaxBody
+// bytes):
 //
 //	{"domain": "edge",
 //	 "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}],
@@ -60,6 +62,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"mime"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -228,9 +231,11 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		problem(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-		return
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if msg := checkMediaType(ct); msg != "" {
+			problem(w, http.StatusUnsupportedMediaType, msg)
+			return
+		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	if err != nil {
@@ -240,6 +245,10 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		problem(w, http.StatusBadRequest, "reading body: "+err.Error())
+		return
+	}
+	if err := duplicateMembers(body); err != nil {
+		problem(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
 		return
 	}
 	var req CheckRequest
@@ -264,6 +273,97 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		h.checkDomain(ctx, w, &req)
 	default:
 		problem(w, http.StatusBadRequest, "give domain and descriptors, or policy and key")
+	}
+}
+
+// checkMediaType returns why a /v1/check Content-Type is refused, or "":
+// exactly application/json, with no parameter but charset=utf-8 (RFC 8259
+// JSON is UTF-8). A prefix test let application/jsonx through.
+func checkMediaType(ct string) string {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return fmt.Sprintf("Content-Type %q: %v; want application/json", ct, err)
+	}
+	if mt != "application/json" {
+		return fmt.Sprintf("Content-Type %q: want application/json", ct)
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return fmt.Sprintf("Content-Type %q: parameter %s=%s: want no parameter but charset=utf-8", ct, k, v)
+		}
+	}
+	return ""
+}
+
+// duplicateMembers reports the first object member named twice in the JSON
+// text body, with where it is (such as descriptors[0].limit): encoding/json
+// silently keeps the last, so {"domain":"a","domain":"b"} would be decided
+// for b while a log or a proxy that read the first saw a. Malformed JSON is
+// left for the decoder to report.
+func duplicateMembers(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type level struct {
+		obj  bool
+		seen map[string]bool
+		name string // the member or index this level is the value of
+		next int    // arrays: the index of the next element
+		key  bool   // objects: the next token is a member name
+	}
+	var stack []level
+	path := func() string {
+		var b strings.Builder
+		for i, l := range stack[1:] {
+			if strings.HasPrefix(l.name, "[") || i == 0 {
+				b.WriteString(l.name)
+			} else {
+				b.WriteString("." + l.name)
+			}
+		}
+		return b.String()
+	}
+	var member string
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF, or malformed: the decoder says which
+		}
+		if len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].key {
+			top := &stack[len(stack)-1]
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := tok.(string)
+			if top.seen[k] {
+				if where := path(); where != "" {
+					return fmt.Errorf("duplicate member %q in %s", k, where)
+				}
+				return fmt.Errorf("duplicate member %q", k)
+			}
+			top.seen[k] = true
+			top.key = false
+			member = k
+			continue
+		}
+		// n is what the value now starting is called in its parent.
+		var n string
+		if len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			if top.obj {
+				n, top.key = member, true
+			} else {
+				n = "[" + strconv.Itoa(top.next) + "]"
+				top.next++
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, level{obj: true, seen: map[string]bool{}, name: n, key: true})
+		case json.Delim('['):
+			stack = append(stack, level{name: n})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
 	}
 }
 
@@ -413,7 +513,9 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		hd.Set("Retry-After", strconv.FormatInt(t, 10))
 		hd.Set("Cache-Control", "no-store")
 	}
-	hd.Set("RateLimit", string(sfv.AppendString(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	if err == nil && !d.Degraded { // a failure policy's answer has no values to tell
+		hd.Set("RateLimit", string(sfv.AppendString(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	}
 	out := CheckResponse{Allowed: d.Allowed, Code: rls.OK.String(), Rule: rule.Name, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds()}
 	if !d.Allowed {

@@ -113,7 +113,7 @@ func TestCheckDomain(t *testing.T) {
 	}
 	// A limit override and no match.
 	_, out, raw = f.post(t, `{"domain":"edge","descriptors":[{"entries":[{"key":"x","value":"y"}],"limit":{"requests_per_unit":1,"unit":"hour"}},{"entries":[{"key":"none","value":"z"}]}]}`)
-	if !out.Allowed || out.Rule != "edge.x_y" || out.Descriptors[1].Rule != "" || out.Descriptors[1].Code != "OK" {
+	if !out.Allowed || out.Rule != "edge.x" || out.Descriptors[1].Rule != "" || out.Descriptors[1].Code != "OK" {
 		t.Fatalf("override: %s", raw)
 	}
 	_ = resp

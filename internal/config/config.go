@@ -4,9 +4,12 @@
 // YAML library.
 //
 // Loading never half-succeeds: Parse returns either a complete, validated
-// Config or an Errors value listing every problem found, each with the file,
-// line and field ("portero.yaml:12: rules[2].limit: ..."). The file format is
-// documented field by field in docs/configuration.md.
+// Config or an Errors value listing every problem found, each once, with
+// the file, line, column and field ("portero.yaml:12:12: rules[2].limit:
+// ..."). The YAML node tree is walked field by field (walk.go), so an
+// unknown field does not hide the other errors and a type error names its
+// field. The file format is documented field by field in
+// docs/configuration.md.
 package config
 
 import (
@@ -173,6 +176,9 @@ type Config struct {
 	StoreTimeout time.Duration
 	// MaxKeys caps the keys per rule of the memory store; 0 is its default.
 	MaxKeys int
+	// Env lists the environment variables the file reads (admin.token_env),
+	// each saying whether it was set.
+	Env []EnvVar
 	// Upstreams by name, and Routes in order.
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
@@ -211,13 +217,44 @@ const (
 
 // FieldError is one problem in a configuration file.
 type FieldError struct {
-	File  string
-	Line  int
-	Field string // such as rules[2].limit; empty for syntax errors
-	Msg   string
+	File         string
+	Line, Column int    // 1-based; Column 0 when unknown (YAML syntax errors)
+	Field        string // such as rules[2].limit; empty for syntax errors
+	Msg          string
 }
 
-func (e *FieldError) Error() string { return fileerr.Format(e.File, e.Line, 0, e.Field, e.Msg) }
+func (e *FieldError) Error() string {
+	return fileerr.Format(e.File, e.Line, e.Column, e.Field, e.Msg)
+}
+
+// Options tune ParseWith and LoadWith. The zero value is what Parse and
+// Load use: what `portero serve` runs.
+type Options struct {
+	// AllowUnsetEnv reports an environment variable the file names (such
+	// as admin.token_env) that is unset or empty in Config.Env instead of as
+	// an error: for `portero config validate`, which may run where the
+	// production secrets are not (CI).
+	AllowUnsetEnv bool
+}
+
+// EnvVar is an environment variable a configuration reads, and where.
+type EnvVar struct {
+	Name         string
+	File         string
+	Line, Column int
+	Field        string
+	// Set reports whether it had a value when the file was read.
+	Set bool
+}
+
+// String describes the need, as `config validate` prints it.
+func (e EnvVar) String() string {
+	state := "set here"
+	if !e.Set {
+		state = "unset here"
+	}
+	return fileerr.Format(e.File, e.Line, e.Column, e.Field, fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
+}
 
 // Errors lists every problem of a configuration, in file order.
 type Errors []*FieldError
@@ -230,39 +267,43 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Load reads and parses the file at path.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+// Load reads and parses the file at path. A file larger than
+// fileerr.MaxSize (16 MiB) is refused unread.
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
+
+// LoadWith is Load with options.
+func LoadWith(path string, opts Options) (*Config, error) {
+	data, err := fileerr.Read(path)
+	if errors.Is(err, fileerr.ErrTooLarge) {
+		return nil, Errors{{File: path, Msg: fileerr.ErrTooLarge.Error()}}
+	}
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	return ParseWith(path, data, opts)
 }
 
 // LoadDefault parses the embedded default configuration.
 func LoadDefault() (*Config, error) { return Parse(DefaultName, defaultYAML) }
 
 // Parse reads a configuration from data; name is used in error messages.
-// The error, when not nil, is an Errors value.
-func Parse(name string, data []byte) (*Config, error) {
-	p := &parser{file: name}
+// The error, when not nil, is an Errors value listing every problem of the
+// file, in file order, each with its line, column and field.
+func Parse(name string, data []byte) (*Config, error) { return ParseWith(name, data, Options{}) }
+
+// ParseWith is Parse with options.
+func ParseWith(name string, data []byte, opts Options) (*Config, error) {
+	p := &parser{file: name, opts: opts, walked: map[string]bool{}}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, p.yamlErrors(err)
 	}
-	var f File
-	if len(root.Content) > 0 {
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&f); err != nil {
-			return nil, p.yamlErrors(err)
-		}
-	}
 	p.root = &root
+	var f File
+	p.walk(&root, &f)
 	c := p.validate(&f)
 	if len(p.errs) > 0 {
-		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
-		return nil, p.errs
+		return nil, sortErrors(p.errs)
 	}
 	return c, nil
 }
@@ -280,8 +321,13 @@ func Marshal(f *File) ([]byte, error) {
 
 type parser struct {
 	file string
+	opts Options
 	root *yaml.Node
 	errs Errors
+	// walked holds the fields the walker reported (and the names its
+	// suggestions point to): validation says nothing more about them, since
+	// what it sees there is a zero value left by that first error.
+	walked map[string]bool
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -361,11 +407,43 @@ func fieldName(path []any) string {
 }
 
 func (p *parser) errorf(path []any, format string, args ...any) {
-	line := 0
-	if n := p.node(path...); n != nil {
-		line = n.Line
+	p.nodeErr(p.node(path...), path, false, format, args...)
+}
+
+// nodeErr reports a problem at node n (nil or an empty document: line 1,
+// column 1) in field path; walker errors also mark path as reported.
+func (p *parser) nodeErr(n *yaml.Node, path []any, walker bool, format string, args ...any) {
+	field := fieldName(path)
+	if !walker && p.reported(field) {
+		return
 	}
-	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Field: fieldName(path), Msg: fmt.Sprintf(format, args...)})
+	if walker {
+		p.walked[field] = true
+	}
+	line, col := 1, 1
+	if n != nil && n.Line > 0 {
+		line, col = n.Line, n.Column
+	}
+	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Column: col, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// reported reports whether the walker already reported field or a field
+// that contains it.
+func (p *parser) reported(field string) bool {
+	if p.walked[""] {
+		return true // the file is no mapping: nothing more to say
+	}
+	for f := field; f != ""; {
+		if p.walked[f] {
+			return true
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i < 0 {
+			break
+		}
+		f = f[:i]
+	}
+	return false
 }
 
 func at(path ...any) []any { return path }
@@ -411,12 +489,15 @@ func (p *parser) validate(f *File) *Config {
 	}
 	c.AdminToken = f.Admin.Token
 	if f.Admin.TokenEnv != "" {
+		path := at("admin", "token_env")
 		if f.Admin.Token != "" {
-			p.errorf(at("admin", "token_env"), "give token or token_env, not both")
+			p.errorf(path, "give token or token_env, not both")
 		}
 		c.AdminToken = os.Getenv(f.Admin.TokenEnv)
-		if c.AdminToken == "" {
-			p.errorf(at("admin", "token_env"), "environment variable %s is empty or unset", f.Admin.TokenEnv)
+		n := p.node(path...)
+		c.Env = append(c.Env, EnvVar{Name: f.Admin.TokenEnv, File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path), Set: c.AdminToken != ""})
+		if c.AdminToken == "" && !p.opts.AllowUnsetEnv {
+			p.errorf(path, "environment variable %s is empty or unset", f.Admin.TokenEnv)
 		}
 	}
 
@@ -582,7 +663,9 @@ func (p *parser) validate(f *File) *Config {
 		} else {
 			seen[r.Name] = i
 		}
+		before := len(p.errs)
 		pr.Match = p.match(r.Match, append(path, "match"))
+		ok = ok && len(p.errs) == before // reported once, not again below
 		if r.Key == "" {
 			bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
 		} else if k, err := policy.ParseKey(r.Key); err != nil {

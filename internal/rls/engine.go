@@ -78,6 +78,10 @@ type Status struct {
 	CheckOnly bool
 	// Counted reports that the descriptor's hits were committed to the store.
 	Counted bool
+	// Degraded reports that the store's failure policy decided this
+	// descriptor (portero.Decision.Degraded): Remaining and ResetAfter are
+	// no shared count, and no RateLimit item is sent for it.
+	Degraded bool
 	// Cost is the hits the descriptor asked for.
 	Cost int64
 	// Remaining is what is left under the limit now, in hits (MaxUint32
@@ -203,7 +207,20 @@ type Options struct {
 	// RetryAfterOnFailure is the Retry-After of a FailClosed answer
 	// (default 1s).
 	RetryAfterOnFailure time.Duration
+	// MaxOverrides caps the distinct limit overrides (domain, descriptor
+	// keys, requests_per_unit and unit) the engine turns into store rules
+	// over its life; DefaultMaxOverrides when zero. Descriptor values do not
+	// count: they are keys of the override's rule, bounded by the store's
+	// max_keys and expiring with its window. A store keeps every rule it
+	// was asked about, so a request with a new override beyond the cap is
+	// refused as invalid rather than growing memory.
+	MaxOverrides int
 }
+
+// DefaultMaxOverrides is the default of Options.MaxOverrides: far more
+// distinct override limits than an Envoy route configuration produces, and
+// at most a few megabytes of store rules.
+const DefaultMaxOverrides = 1024
 
 // Engine decides RLS requests against an envoyproxy/ratelimit configuration
 // and a portero.Store. It is safe for concurrent use; the configuration can
@@ -211,6 +228,17 @@ type Options struct {
 type Engine struct {
 	opts   Options
 	limits atomic.Pointer[envoyconf.Config]
+
+	ovMu      sync.RWMutex
+	overrides map[overrideKey]*envoyconf.RateLimit // at most opts.MaxOverrides
+}
+
+// overrideKey identifies the rule of a limit override: its values are
+// store keys under it, not part of it.
+type overrideKey struct {
+	domain, keys string
+	rpu          uint32
+	unit         envoyconf.Unit
 }
 
 // NewEngine validates o and returns an engine.
@@ -230,7 +258,10 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.RetryAfterOnFailure <= 0 {
 		o.RetryAfterOnFailure = time.Second
 	}
-	e := &Engine{opts: o}
+	if o.MaxOverrides <= 0 {
+		o.MaxOverrides = DefaultMaxOverrides
+	}
+	e := &Engine{opts: o, overrides: map[overrideKey]*envoyconf.RateLimit{}}
 	e.limits.Store(o.Limits)
 	return e, nil
 }
@@ -292,7 +323,7 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 	}
 	cfg := e.limits.Load()
 	dom := cfg.Domain(req.Domain)
-	if dom == nil && !e.opts.AllowUnknownDomains && !allOverridden(req) {
+	if dom == nil && !e.opts.AllowUnknownDomains {
 		return nil, &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %q (configured: %s)", req.Domain, strings.Join(cfg.Domains(), ", "))}
 	}
 	reqHits := int64(req.Hits)
@@ -309,10 +340,11 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 		var rl *envoyconf.RateLimit
 		var m envoyconf.Match
 		shadow := false
-		if d.Override != nil {
+		if dom != nil && d.Override != nil {
+			// In an unknown domain (AllowUnknownDomains) an override is
+			// ignored, as envoyproxy/ratelimit ignores it: no rule is made.
 			var err error
-			rl, err = envoyconf.OverrideRule(req.Domain, d.Entries, d.Override.RequestsPerUnit, d.Override.Unit)
-			if err != nil {
+			if rl, err = e.override(req.Domain, d); err != nil {
 				return nil, badRequest("descriptor %d: %v", i, err)
 			}
 		} else if dom != nil {
@@ -397,13 +429,31 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) (*Resp
 	return resp, nil
 }
 
-func allOverridden(req *Request) bool {
-	for i := range req.Descriptors {
-		if req.Descriptors[i].Override == nil {
-			return false
-		}
+// override returns the rule of d's limit override, one per distinct
+// overrideKey, made once and kept (a store keeps its rules too), at most
+// MaxOverrides of them.
+func (e *Engine) override(domain string, d *Descriptor) (*envoyconf.RateLimit, error) {
+	k := overrideKey{domain: domain, keys: envoyconf.DescriptorKeys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
+	e.ovMu.RLock()
+	rl := e.overrides[k]
+	e.ovMu.RUnlock()
+	if rl != nil {
+		return rl, nil
 	}
-	return true
+	rl, err := envoyconf.OverrideRule(domain, d.Entries, k.rpu, k.unit)
+	if err != nil {
+		return nil, err
+	}
+	e.ovMu.Lock()
+	defer e.ovMu.Unlock()
+	if old := e.overrides[k]; old != nil {
+		return old, nil
+	}
+	if len(e.overrides) >= e.opts.MaxOverrides {
+		return nil, fmt.Errorf("limit override %d/%s: more than %d distinct limit overrides (domain, keys, requests_per_unit, unit) since start; each is a rule the store keeps", k.rpu, k.unit, e.opts.MaxOverrides)
+	}
+	e.overrides[k] = rl
+	return rl, nil
 }
 
 // applyReplaces drops, in place, the limits that another matched limit
@@ -566,6 +616,7 @@ func (e *Engine) peek(ctx context.Context, now time.Time, resp *Response, items 
 	for j, it := range items {
 		d := decs[j]
 		st := &resp.Statuses[it.idx]
+		st.Degraded = d.Degraded
 		if d.Allowed {
 			d.Remaining = min(d.Remaining+peekCost(it), d.Limit) // nothing was taken
 		}
@@ -600,6 +651,7 @@ func peekCost(it item) int64 {
 // says whether the store counted the call.
 func fill(st *Status, it item, d portero.Decision, now time.Time, committed bool) {
 	st.Counted = committed && d.Allowed
+	st.Degraded = d.Degraded
 	st.Remaining = d.Remaining
 	if d.Allowed && !committed {
 		st.Remaining = min(d.Remaining+it.cost, d.Limit) // nothing was taken
@@ -657,8 +709,8 @@ func (e *Engine) FailureResponse(req *Request, p FailurePolicy, err error) *Resp
 		}
 		d := &req.Descriptors[i]
 		var rl *envoyconf.RateLimit
-		if d.Override != nil {
-			rl, _ = envoyconf.OverrideRule(req.Domain, d.Entries, d.Override.RequestsPerUnit, d.Override.Unit)
+		if dom != nil && d.Override != nil {
+			rl, _ = e.override(req.Domain, d)
 		} else if dom != nil {
 			m := dom.Match(d.Entries)
 			rl = m.Limit
@@ -682,8 +734,9 @@ type Header struct{ Name, Value string }
 // draft-ietf-httpapi-ratelimit-headers-11: RateLimit-Policy with every
 // enforced limit that applied ("name";q=requests_per_unit;w=unit seconds),
 // RateLimit with their current state ("name";r=remaining;t=seconds) — only
-// the refusing ones when the request is refused — and, when refused,
-// Retry-After in whole seconds (rounded up, at least 1). Shadow and
+// the refusing ones when the request is refused, and none for a limit a
+// failure policy decided (Response.Degraded, Status.Degraded) — and, when
+// refused, Retry-After in whole seconds (rounded up, at least 1). Shadow and
 // unlimited rules are not announced. Several descriptors under one rule
 // are announced once, with the state closest to exhaustion.
 func (r *Response) Headers() []Header { return r.appendHeaders(nil) }
@@ -773,6 +826,9 @@ func (r *Response) appendHeaderText(hs []headerText, buf []byte) ([]headerText, 
 		if refused {
 			t = max(ceilSeconds(en.st.RetryAfter), 1)
 			retry = max(retry, t)
+		}
+		if r.Degraded != nil || en.st.Degraded {
+			continue // a failure policy decided: no values to announce
 		}
 		if len(buf) > start {
 			buf = append(buf, ", "...)

@@ -349,11 +349,12 @@ func TestLimitOverride(t *testing.T) {
 		if got, want := resp.Statuses[0].DurationUntilReset.AsDuration(), 20*time.Minute/20-100*time.Millisecond; got != want {
 			t.Errorf("duration_until_reset = %v, want %v", got, want)
 		}
-		// An override works in a domain that is not configured.
+		// An override does not make an unknown domain known: NOT_FOUND, as
+		// for any request there (TestOverridesBounded has the rest).
 		d2 := desc("k", "v")
 		d2.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
-		if resp := e.call(t, "elsewhere", 1, d2); resp.OverallCode != pb.RateLimitResponse_OK {
-			t.Errorf("override in unknown domain: %v", resp)
+		if _, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "elsewhere", Descriptors: []*commonv3.RateLimitDescriptor{d2}}); status.Code(err) != codes.NotFound {
+			t.Errorf("override in unknown domain: %v, want NOT_FOUND", err)
 		}
 	})
 }

@@ -28,6 +28,10 @@ type metrics struct {
 	reloads      *prometheus.CounterVec
 	proxyErrors  *prometheus.CounterVec
 	configRules  prometheus.Gauge
+
+	// failurePolicy counts rule decisions made by the store's failure
+	// policy (portero.Decision.Degraded), by rule.
+	failurePolicy *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -45,6 +49,10 @@ func newMetrics() *metrics {
 		Name: "portero_store_errors_total",
 		Help: "Requests the store failed to decide (the failure policy then let them pass or answered 503).",
 	})
+	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_failure_policy_decisions_total",
+		Help: "Rule decisions made by the store's failure policy (on_error allow or local) instead of the shared count, by rule; their RateLimit values are not sent.",
+	}, []string{"rule"})
 	// A GaugeFunc, so that requests only write the flag when it changes
 	// (one shared cache line written by every request costs throughput).
 	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -68,7 +76,7 @@ func newMetrics() *metrics {
 		Name: "portero_config_rules",
 		Help: "Number of rules in the running configuration.",
 	})
-	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, fallback, m.reloads, m.proxyErrors, m.configRules,
+	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.reloads, m.proxyErrors, m.configRules,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -131,6 +139,9 @@ func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Dura
 	for i := range v.Results {
 		res := &v.Results[i]
 		o.decision(res).Inc()
+		if res.Decision.Degraded {
+			o.m.failurePolicy.WithLabelValues(res.Rule.Name).Inc()
+		}
 		switch res.Outcome {
 		case policy.Refused:
 			o.refused.add(res.Rule.Name, res.Key, false, o.now())

@@ -338,7 +338,7 @@ func TestBadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	writeFile(t, path, "routes: [{upstream: nope}]\nrules: [{name: x, key: ip, limit: 0/min}]\n")
 	err := server.Run(context.Background(), server.Options{ConfigPath: path, Listen: "127.0.0.1:0"})
-	if err == nil || !strings.Contains(err.Error(), "bad.yaml:2: rules[0].limit") || !strings.Contains(err.Error(), "bad.yaml:1: routes[0].upstream") {
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:2:35: rules[0].limit") || !strings.Contains(err.Error(), "bad.yaml:1:21: routes[0].upstream") {
 		t.Errorf("err = %v", err)
 	}
 	path2 := filepath.Join(t.TempDir(), "redis.yaml")

@@ -91,6 +91,9 @@ func (s *Store) fallback(ctx context.Context, now time.Time, cs []*compiled, hit
 			}
 		}
 	}
+	for i := range out {
+		out[i].Degraded = true // the policy decided, not the shared count
+	}
 	if s.cfg.OnFallback != nil {
 		s.cfg.OnFallback(Fallback{Hits: hits, Decisions: out, Err: cause})
 	}

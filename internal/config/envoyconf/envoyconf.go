@@ -420,14 +420,17 @@ func makeRule(name string, unit Unit, rpu uint32, alg portero.Algorithm, burst i
 
 // OverrideRule returns the rule for a descriptor's limit override (the
 // "limit" Envoy attaches to a descriptor): a fixed window of rpu per unit,
-// named after the descriptor as envoyproxy/ratelimit names it. It reports
-// an error for an unknown unit. A zero rpu yields a rule with a zero Limit:
-// every request is over the limit.
+// named after the domain and the descriptor's keys, without their values
+// ("edge.remote_address"): the values are store keys under the rule (see
+// StoreKey), so that a client sending a new value each time adds a key,
+// bounded and expiring like any key, and not a rule. It reports an error
+// for an unknown unit. A zero rpu yields a rule with a zero Limit: every
+// request is over the limit.
 func OverrideRule(domain string, entries []Entry, rpu uint32, unit Unit) (*RateLimit, error) {
 	if !unit.Valid() {
 		return nil, fmt.Errorf("limit override: invalid unit %d", int32(unit))
 	}
-	name := domain + "." + DescriptorKey(entries)
+	name := domain + "." + DescriptorKeys(entries)
 	r, max, err := makeRule(name, unit, rpu, portero.FixedWindow, 0)
 	if err != nil {
 		return nil, fmt.Errorf("limit override: %w", err)
@@ -450,6 +453,19 @@ func DescriptorKey(entries []Entry) string {
 			b.WriteByte('_')
 			b.WriteString(e.Value)
 		}
+	}
+	return b.String()
+}
+
+// DescriptorKeys formats the keys of entries, without their values, joined
+// by ".": the name of an override's rule.
+func DescriptorKeys(entries []Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
 	}
 	return b.String()
 }

@@ -246,6 +246,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty replace", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n", "replaces[0].name: empty name"},
 		{"bad bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", `descriptors[0].shadow_mode: want true or false, found "maybe"`},
 		{"bad algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {algorithm: magic}}\n", `rate_limit.portero.algorithm: unknown algorithm "magic"`},
+		{"queue", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {algorithm: leaky-queue}}\n", "x.yaml:4:75: descriptors[0].rate_limit.portero.algorithm: leaky-queue delays requests, which an Envoy rate limit service cannot do"},
 		{"burst on window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {burst: 5}}\n", "portero.burst: burst applies to token-bucket"},
 		{"share without wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n", "share_threshold: only valid with a wildcard"},
 		{"quota_mode", "domain: d\ndescriptors:\n  - {key: k, quota_mode: true}\n", "descriptors[0].quota_mode: not supported by Portero"},
@@ -327,7 +328,7 @@ func TestOverrideRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PolicyName() != "edge.a_1.b" || r.Rule.Limit != (portero.Limit{Count: 7, Window: time.Hour}) || r.Rule.Algorithm != portero.FixedWindow {
+	if r.PolicyName() != "edge.a.b" || r.Rule.Limit != (portero.Limit{Count: 7, Window: time.Hour}) || r.Rule.Algorithm != portero.FixedWindow {
 		t.Errorf("OverrideRule = %+v", r)
 	}
 	if _, err := OverrideRule("edge", entries("a", "1"), 7, UnitUnknown); err == nil {
@@ -363,6 +364,23 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("domain: d\ndescriptors:\n  - &a {key: k, descriptors: [*a]}\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - {key: k, value: '*a*', share_threshold: true, rate_limit: {unit: day}}\n"))
+	// Small files that reach one path each, so that the fuzzer starts from
+	// them rather than minimising the examples (see make fuzz).
+	for _, src := range []string{
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"domain: d\ndescriptors:\n  - {key: k, value: v, shadow_mode: true, detailed_metric: yes, value_to_metric: no, rate_limit: {name: n, unit: MINUTE, requests_per_unit: 0x10}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true}}\n  - {key: k, value: 'a*b', rate_limit: {unit: hour, requests_per_unit: 3, replaces: [{name: n}]}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5, portero: {algorithm: gcra, burst: 9}}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5, portero: {algorithm: leaky-queue}}}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors: [{key: c, rate_limit: {unit: week, requests_per_unit: 1}}]\n",
+		"domain: d\ndescriptors:\n  - {key: k}\n  - {key: k}\n  - {key: '', valeu: x, quota_mode: true}\n",
+		"domain: d\ndescriptors: {key: k}\nfoo: 1\n",
+		"domain: [d]\n---\ndomain: e\n",
+		"",
+		"descriptors: []\n",
+	} {
+		f.Add([]byte(src))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse([]Source{{Name: "f.yaml", Data: data}}, Options{})
 		if err != nil {

@@ -78,7 +78,7 @@ func TestPrecomputedHeaderForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := o.PolicyItem(), `"edge.remote_address_10.0.0.1";q=42;w=86400`; got != want {
+	if got, want := o.PolicyItem(), `"edge.remote_address";q=42;w=86400`; got != want {
 		t.Errorf("override PolicyItem = %q, want %q", got, want)
 	}
 }

@@ -47,12 +47,11 @@ type Options struct {
 	MergeDomains bool
 }
 
-// maxFileSize bounds one configuration file, maxDepth the nesting of
-// descriptors, so that a hostile file cannot exhaust memory or the stack.
+// maxDepth bounds the nesting of descriptors (and fileerr.MaxSize one
+// file), so that a hostile file cannot exhaust memory or the stack.
 const (
-	maxFileSize = 16 << 20
-	maxDepth    = 32
-	maxErrors   = 20
+	maxDepth  = 32
+	maxErrors = 20
 	// maxNodes bounds the descriptors of one file after YAML aliases are
 	// expanded (an alias can repeat a subtree exponentially).
 	maxNodes = 100_000
@@ -126,17 +125,12 @@ func Load(path string, opts Options) (*Config, error) {
 }
 
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := fileerr.Read(path)
+	if errors.Is(err, fileerr.ErrTooLarge) {
+		return nil, &Error{File: path, Msg: fileerr.ErrTooLarge.Error()}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("envoy ratelimit config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("envoy ratelimit config: %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("file larger than %d bytes", maxFileSize)}
 	}
 	return data, nil
 }
@@ -591,6 +585,12 @@ func (p *parser) extension(n *yaml.Node, field string) (portero.Algorithm, int64
 			a, err := portero.ParseAlgorithm(s)
 			if err != nil {
 				p.errorf(v, f, "%v", err)
+				return
+			}
+			if a == portero.LeakyQueue {
+				// An RLS answer is OK or OVER_LIMIT now: accepting a queue
+				// would admit at once what it should delay.
+				p.errorf(v, f, "leaky-queue delays requests, which an Envoy rate limit service cannot do (it answers at once); use leaky-meter or gcra for the same admissions without the delay")
 				return
 			}
 			alg = a

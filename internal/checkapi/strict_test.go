@@ -1,0 +1,86 @@
+package checkapi
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/policy"
+	"github.com/portero-rl/portero/policy/policytest"
+)
+
+// TestCheckStrictBody: /v1/check reads only application/json (with an
+// optional charset=utf-8), and a JSON object that names a member twice is
+// refused, at any depth, instead of the last value silently winning.
+func TestCheckStrictBody(t *testing.T) {
+	f := newFixture(t, nil)
+	ok := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`
+	for _, tt := range []struct {
+		name, ctype, body string
+		status            int
+		detail            string
+	}{
+		{"json", "application/json", ok, 200, ""},
+		{"charset", "application/json; charset=utf-8", ok, 200, ""},
+		{"upper case", "Application/JSON", ok, 200, ""},
+		{"jsonx", "application/jsonx", ok, 415, "application/json"},
+		{"json-seq", "application/json-seq", ok, 415, "application/json"},
+		{"latin1", "application/json; charset=latin1", ok, 415, "charset"},
+		{"malformed type", "application/json; =", ok, 415, "Content-Type"},
+		{"duplicate domain", "application/json", `{"domain":"nope","domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`, 400, `duplicate member \"domain\"`},
+		{"duplicate nested", "application/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1","value":"2"}]}]}`, 400, `duplicate member \"value\" in descriptors[0].entries[0]`},
+		{"duplicate in limit", "application/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"unit":"second","unit":"day","requests_per_unit":1}}]}`, 400, `duplicate member \"unit\" in descriptors[0].limit`},
+		{"same name in siblings", "application/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"},{"key":"x","value":"2"}]}]}`, 200, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", f.srv.URL+"/v1/check", strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", tt.ctype)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.status || !strings.Contains(string(raw), tt.detail) {
+				t.Errorf("POST (%s) = %d %s, want %d containing %q", tt.ctype, resp.StatusCode, raw, tt.status, tt.detail)
+			}
+			if tt.status != 200 && resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("refusal Content-Type = %q, want application/problem+json", resp.Header.Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// TestCheckFailurePolicyHeaders: when the failure policy answers (the store
+// failed), /v1/check keeps RateLimit-Policy but sends no RateLimit values,
+// which would be made up, for domain and for policy requests alike.
+func TestCheckFailurePolicyHeaders(t *testing.T) {
+	rules := []policy.Rule{{Name: "api", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")}}
+	p, err := policy.New(rules, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fp := range []rls.FailurePolicy{rls.FailOpen, rls.FailClosed} {
+		st := &policytest.Store{}
+		st.SetErr(fmt.Errorf("down: %w", portero.ErrStoreUnavailable))
+		f := newFixture(t, func(c *Config) {
+			c.Store, c.OnStoreError, c.Policy = st, fp, func() *policy.Policy { return p }
+		})
+		for _, body := range []string{`{"policy":"api","key":"alice"}`, `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`} {
+			resp, out, raw := f.post(t, body)
+			if resp.StatusCode != 200 || out.Degraded == "" {
+				t.Fatalf("%s %s: %d %s", fp, body, resp.StatusCode, raw)
+			}
+			if v, ok := resp.Header["Ratelimit"]; ok {
+				t.Errorf("%s %s: RateLimit = %q, want none", fp, body, v)
+			}
+			if strings.HasPrefix(body, `{"policy"`) && resp.Header.Get("RateLimit-Policy") == "" {
+				t.Errorf("%s %s: no RateLimit-Policy", fp, body)
+			}
+		}
+	}
+}

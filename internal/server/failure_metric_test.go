@@ -1,0 +1,40 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/policy"
+)
+
+// TestFailurePolicyMetric: a rule decided by the store's failure policy
+// (Decision.Degraded) is counted in portero_failure_policy_decisions_total
+// by rule; a rule decided by the store is not.
+func TestFailurePolicyMetric(t *testing.T) {
+	o := &observer{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), refused: &refusals{}, now: time.Now}
+	p, err := policy.New([]policy.Rule{
+		{Name: "a", Key: policy.MustParseKey("ip"), Limit: portero.MustParseLimit("10/s")},
+		{Name: "b", Key: policy.MustParseKey("ip"), Limit: portero.MustParseLimit("10/s")},
+	}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.setPolicy(p)
+	v := &policy.Verdict{Allowed: true, Results: []policy.Result{
+		{Rule: p.Rules()[0], Outcome: policy.Allowed, Decision: portero.Decision{Allowed: true, Degraded: true}},
+		{Rule: p.Rules()[1], Outcome: policy.Allowed, Decision: portero.Decision{Allowed: true}},
+	}}
+	for range 3 {
+		o.onDecision(httptest.NewRequest("GET", "/", nil), v, time.Microsecond)
+	}
+	if got := counterValue(t, o.m.failurePolicy.WithLabelValues("a")); got != 3 {
+		t.Errorf("failure_policy_decisions{rule=a} = %v, want 3", got)
+	}
+	if got := counterValue(t, o.m.failurePolicy.WithLabelValues("b")); got != 0 {
+		t.Errorf("failure_policy_decisions{rule=b} = %v, want 0", got)
+	}
+}
