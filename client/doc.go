@@ -4,13 +4,14 @@
 //
 // A [Transport] wraps another RoundTripper and, for every request:
 //
+//   - asks the per-host circuit breaker (github.com/sony/gobreaker/v2) for
+//     permission; an open breaker answers at once with [ErrCircuitOpen] or a
+//     caller-supplied fallback. It counts calls, not attempts: a call is one
+//     failure or one success, by its last attempt;
 //   - waits for the per-host pacer, a client-side token bucket fed by the
 //     draft-11 RateLimit-Policy and RateLimit response fields and by
 //     Retry-After, so that all goroutines sharing the Transport stay within
 //     the quota the server announced instead of discovering it by hitting it;
-//   - asks the per-host circuit breaker (github.com/sony/gobreaker/v2) for
-//     permission; an open breaker answers at once with [ErrCircuitOpen] or a
-//     caller-supplied fallback;
 //   - retries 429 and 503 responses (and, if asked, connection errors and
 //     timeouts) for idempotent requests only, waiting what Retry-After says or,
 //     without it, a fully jittered exponential backoff.

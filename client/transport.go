@@ -92,19 +92,26 @@ type Config struct {
 type BreakerConfig struct {
 	// Disabled turns breakers off.
 	Disabled bool
-	// Failures is how many consecutive failed attempts open the breaker;
-	// 0 means DefaultBreakerFailures (5).
+	// Failures is how many consecutive failed calls open the breaker;
+	// 0 means DefaultBreakerFailures (5). A call counts once, by its last
+	// attempt, however many times it was retried: one GET retried five
+	// times against a 503 is one failed call.
 	Failures int
 	// CoolDown is how long an open breaker refuses requests before letting
 	// one trial through; 0 means DefaultBreakerCoolDown (30 s).
 	CoolDown time.Duration
-	// IsFailure classifies an attempt. nil means: a transport error (other
-	// than the caller's cancellation) or status 500, 502, 503 or 504. A 429
-	// is not a failure: the host is healthy enough to say "slow down", and
-	// pacing and Retry-After deal with it.
+	// IsFailure classifies an attempt; a call is failed when its last
+	// attempt is. It is called after every attempt, before the response's
+	// body is read. nil means: a transport error or status 500, 502, 503 or
+	// 504. A 429 is not a failure: the host is healthy enough to say "slow
+	// down", and pacing and Retry-After deal with it. A call that sent
+	// nothing (the pacer's ErrBudgetExceeded) or whose last attempt ended in
+	// the caller's own cancellation is not counted at all.
 	IsFailure func(resp *http.Response, err error) bool
-	// Fallback answers requests that the breaker refuses; nil means they
-	// fail with an error wrapping ErrCircuitOpen.
+	// Fallback answers requests that the breaker refuses — at once, before
+	// the pacer is asked, and also a request whose next retry finds the
+	// breaker opened by other calls; nil means they fail with an error
+	// wrapping ErrCircuitOpen.
 	Fallback func(req *http.Request, err error) (*http.Response, error)
 }
 
@@ -326,6 +333,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		notRetryable = GiveUpBodyNotReplayable
 	}
 
+	// The breaker first: an open breaker answers at once, without waiting
+	// behind the pacer. It counts the call once, by its last attempt.
+	var sent, failed, excluded bool // of the last attempt
+	if hs.breaker != nil {
+		done, err := hs.breaker.Allow()
+		if err != nil {
+			closeBody(req)
+			return t.refuse(req, key, err)
+		}
+		defer func() {
+			switch {
+			case !sent || excluded:
+				done(errExcluded) // nothing went, or the caller gave up: says nothing about the host
+			case failed:
+				done(errFailure)
+			default:
+				done(nil)
+			}
+		}()
+	}
+
 	// Pace the first attempt.
 	if err := t.pace(ctx, hs, req, key, deadline, hasDeadline, 0, 0, nil); err != nil {
 		closeBody(req)
@@ -334,32 +362,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	attempt := req
 	for n := 1; ; n++ {
-		var done func(error)
-		if hs.breaker != nil {
-			var err error
-			if done, err = hs.breaker.Allow(); err != nil {
-				if hs.pacer != nil {
-					hs.pacer.Observe(time.Now(), nil, nil) // nothing went after all
-				}
-				closeBody(attempt)
-				return t.refuse(req, key, err)
-			}
-		}
 		if h := t.cfg.Hooks.OnAttempt; h != nil {
 			h(Attempt{Request: req, Host: key, N: n})
 		}
 		resp, err := t.next.RoundTrip(attempt)
 		received := time.Now()
-		if done != nil {
-			switch {
-			case err != nil && ctx.Err() != nil:
-				done(errExcluded) // the caller gave up; says nothing about the host
-			case t.cfg.Breaker.IsFailure(resp, err):
-				done(errFailure)
-			default:
-				done(nil)
-			}
-		}
+		sent, excluded = true, err != nil && ctx.Err() != nil
+		failed = !excluded && t.cfg.Breaker.IsFailure(resp, err)
 		var ra, rawRA time.Duration // Retry-After capped at MaxRetryAfter, and as sent
 		var hasRA bool
 		if resp == nil && hs.pacer != nil {
@@ -440,6 +449,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = resp.Body.Close()
 		}
 		serr := sleep(ctx, wait)
+		if serr == nil && hs.breaker != nil && hs.breaker.State() == gobreaker.StateOpen {
+			// Other calls opened it while this one waited: send nothing.
+			closeBody(next)
+			giveUp(GiveUpBreakerOpen)
+			return t.refuse(req, key, gobreaker.ErrOpenState)
+		}
 		if serr == nil {
 			serr = t.pace(ctx, hs, req, key, deadline, hasDeadline, n, status, err)
 		}
