@@ -29,8 +29,10 @@
 // Both forms of RFC 9110 §10.2.3 are honoured: delay-seconds, and an HTTP-date
 // in any of its three formats, measured against the response's Date field when
 // it has one (so clock skew between client and server does not matter).
-// Malformed values are ignored; absurd ones are capped at
-// [Config.MaxRetryAfter]. See [ParseRetryAfter].
+// Malformed values are ignored. A wait longer than [Config.MaxRetryAfter] is
+// not shortened, which would retry early: the request ends at once with a
+// [*RetryAfterError] carrying the response and the wait, and the host stays
+// held for all of it. See [ParseRetryAfter].
 //
 // # What is never retried
 //

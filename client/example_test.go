@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -42,6 +43,31 @@ func ExampleNewClient() {
 	// Output:
 	// retry 1: waiting 1s (retry-after, status 429)
 	// 200 hello after 2 attempts
+}
+
+// A server that asks for an hour: the client does not wait that long inside
+// one request, and does not retry early either.
+func ExampleRetryAfterError() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+
+	c, err := client.NewClient(client.Config{}) // MaxRetryAfter: 30 s
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.Get(srv.URL)
+	var rae *client.RetryAfterError
+	if errors.As(err, &rae) {
+		fmt.Println(rae.Response.StatusCode, "come back in", rae.Wait, "- the cap is", rae.Max)
+	}
+	_, err = c.Get(srv.URL) // the host is held for the whole hour
+	fmt.Println(errors.Is(err, client.ErrBudgetExceeded))
+	// Output:
+	// 429 come back in 1h0m0s - the cap is 30s
+	// true
 }
 
 func ExampleParseRetryAfter() {

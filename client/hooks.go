@@ -35,9 +35,6 @@ type WaitReason int
 const (
 	// WaitRetryAfter: the response's Retry-After, honoured as given.
 	WaitRetryAfter WaitReason = iota + 1
-	// WaitRetryAfterCapped: Retry-After was above Config.MaxRetryAfter and
-	// was cut to it.
-	WaitRetryAfterCapped
 	// WaitBackoff: no usable Retry-After; full-jitter exponential backoff.
 	WaitBackoff
 	// WaitPacing: the host's pacer (RateLimit fields, or a Retry-After
@@ -50,8 +47,6 @@ func (r WaitReason) String() string {
 	switch r {
 	case WaitRetryAfter:
 		return "retry-after"
-	case WaitRetryAfterCapped:
-		return "retry-after-capped"
 	case WaitBackoff:
 		return "backoff"
 	case WaitPacing:
@@ -89,6 +84,9 @@ const (
 	GiveUpBodyNotReplayable
 	// GiveUpBreakerOpen: the host's circuit breaker opened.
 	GiveUpBreakerOpen
+	// GiveUpRetryAfterTooLong: the response's Retry-After asked for more
+	// than Config.MaxRetryAfter; RoundTrip returns a *RetryAfterError.
+	GiveUpRetryAfterTooLong
 )
 
 // String returns the reason as used in logs, such as "max-attempts".
@@ -104,6 +102,8 @@ func (r GiveUpReason) String() string {
 		return "body-not-replayable"
 	case GiveUpBreakerOpen:
 		return "breaker-open"
+	case GiveUpRetryAfterTooLong:
+		return "retry-after-too-long"
 	}
 	return "unknown"
 }

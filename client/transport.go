@@ -31,6 +31,31 @@ var (
 	ErrBudgetExceeded = errors.New("wait for the host's quota would exceed the time budget")
 )
 
+// RetryAfterError is returned when a 429 or 503 carries a Retry-After longer
+// than Config.MaxRetryAfter: the server asked for a wait this client will not
+// make, and a shorter one would retry early. It comes at once, whatever the
+// request and its attempts left, and every request to the host is held
+// until Until. Callers find it with errors.As (http.Client wraps it in a
+// *url.Error).
+type RetryAfterError struct {
+	// Host is the pacer's and breaker's key, scheme://host[:port].
+	Host string
+	// Wait is what the server asked for, counted from when the response
+	// arrived; Until is that instant.
+	Wait  time.Duration
+	Until time.Time
+	// Max is Config.MaxRetryAfter.
+	Max time.Duration
+	// Response is the 429 or 503 with its status and header; its body has
+	// been closed and replaced by http.NoBody.
+	Response *http.Response
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("client: %s answered %d with Retry-After %v, above MaxRetryAfter %v: not retrying; the host is held until then",
+		e.Host, e.Response.StatusCode, e.Wait, e.Max)
+}
+
 // Defaults for the zero values of Config.
 const (
 	DefaultMaxAttempts     = 5
@@ -61,8 +86,10 @@ type Config struct {
 	// use the context for that). 0 means DefaultMaxElapsed (60 s); negative
 	// means only the context bounds it.
 	MaxElapsed time.Duration
-	// MaxRetryAfter caps a Retry-After: a larger value is cut to it. 0 means
-	// DefaultMaxRetryAfter (30 s).
+	// MaxRetryAfter is the longest Retry-After a request waits for before
+	// retrying. A longer one is never shortened (that would retry early):
+	// RoundTrip returns at once with a *RetryAfterError, and the host stays
+	// held for the whole wait. 0 means DefaultMaxRetryAfter (30 s).
 	MaxRetryAfter time.Duration
 	// RetryNetworkErrors also retries connection errors and timeouts
 	// (net.Error, unexpected EOF), never TLS certificate errors or the
@@ -304,9 +331,10 @@ func idempotent(method string) bool {
 
 // RoundTrip sends req, pacing, breaking and retrying as configured. It
 // returns the last response when it stops retrying (so a caller may still
-// read a final 429 and its Retry-After), an error wrapping ErrCircuitOpen or
-// ErrBudgetExceeded when nothing could be sent, or the context's error when
-// the context ends during a wait.
+// read a final 429 and its Retry-After), a *RetryAfterError when the server
+// asked for a longer wait than MaxRetryAfter, an error wrapping
+// ErrCircuitOpen or ErrBudgetExceeded when nothing (more) could be sent, or
+// the context's error when the context ends during a wait.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	start := time.Now()
@@ -369,21 +397,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		received := time.Now()
 		sent, excluded = true, err != nil && ctx.Err() != nil
 		failed = !excluded && t.cfg.Breaker.IsFailure(resp, err)
-		var ra, rawRA time.Duration // Retry-After capped at MaxRetryAfter, and as sent
+		var ra time.Duration // Retry-After, as the server asked
 		var hasRA bool
 		if resp == nil && hs.pacer != nil {
 			hs.pacer.Observe(received, nil, nil)
 		}
 		if resp != nil {
 			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-				rawRA, hasRA = RetryAfter(resp.Header, received)
-				ra = min(rawRA, t.cfg.MaxRetryAfter)
+				ra, hasRA = RetryAfter(resp.Header, received)
 			}
 			if hs.pacer != nil {
 				pols, lims := parseHeaderFields(resp.Header)
 				hs.pacer.Observe(received, pols, lims)
 				if hasRA {
-					hs.pacer.Block(received.Add(ra))
+					hs.pacer.Block(received.Add(ra)) // the full wait, even one this request will not make
 				}
 			}
 		}
@@ -401,6 +428,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return resp, err
 		}
+		if hasRA && ra > t.cfg.MaxRetryAfter {
+			// Waiting less than asked would retry early; waiting that long
+			// is not this request's to decide. Hand the 429 back at once.
+			giveUp(GiveUpRetryAfterTooLong)
+			_ = resp.Body.Close()
+			resp.Body = http.NoBody
+			return nil, &RetryAfterError{Host: key, Wait: ra, Until: received.Add(ra), Max: t.cfg.MaxRetryAfter, Response: resp}
+		}
 		if notRetryable != 0 {
 			return giveUp(notRetryable)
 		}
@@ -413,11 +448,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		// Choose the wait: Retry-After if usable, else full-jitter backoff.
 		wait, reason := ra, WaitRetryAfter
-		if hasRA {
-			if rawRA > ra {
-				reason = WaitRetryAfterCapped
-			}
-		} else {
+		if !hasRA {
 			wait, reason = FullJitter(Backoff(n, t.cfg.Base, t.cfg.Cap), t.uniform()), WaitBackoff
 		}
 		now := time.Now()

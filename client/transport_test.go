@@ -88,19 +88,65 @@ func TestRetryAfterHTTPDateForms(t *testing.T) {
 	}
 }
 
-func TestRetryAfterCapped(t *testing.T) {
+// TestRetryAfterAboveCap is issue 10's point 15: a Retry-After above
+// MaxRetryAfter is not shortened. The 429 comes back at once inside a
+// *RetryAfterError that says how long the server asked for, and the host
+// stays held for all of it (31 s, not the 30 s cap).
+func TestRetryAfterAboveCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRT{respond: script(r(429, "Retry-After", "1000000"), r(200))}
-		var reasons []WaitReason
-		tr := newTransport(t, f, Config{MaxRetryAfter: 5 * time.Second, Hooks: Hooks{OnWait: func(w Wait) { reasons = append(reasons, w.Reason) }}})
-		if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
-			t.Fatalf("RoundTrip = %v, %v", res, err)
+		f := &fakeRT{respond: script(r(429, "Retry-After", "31"), r(200))}
+		var gu []GiveUp
+		var waits []Wait
+		tr := newTransport(t, f, Config{Hooks: Hooks{
+			OnGiveUp: func(g GiveUp) { gu = append(gu, g) },
+			OnWait:   func(w Wait) { waits = append(waits, w) },
+		}})
+		c := &http.Client{Transport: tr}
+		start := time.Now()
+		res, err := c.Get(testURL)
+		var rae *RetryAfterError
+		if res != nil || !errors.As(err, &rae) {
+			t.Fatalf("Get = %v, %v, want a *RetryAfterError", res, err)
 		}
-		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 5*time.Second {
-			t.Errorf("gaps = %v, want [5s] (capped)", g)
+		if el := time.Since(start); el != 0 || len(f.Calls()) != 1 {
+			t.Errorf("returned after %v and %d attempts, want at once after 1", el, len(f.Calls()))
 		}
-		if len(reasons) != 1 || reasons[0] != WaitRetryAfterCapped {
-			t.Errorf("reasons = %v, want [retry-after-capped]", reasons)
+		if rae.Wait != 31*time.Second || rae.Max != 30*time.Second || rae.Host != "http://api.test" || !rae.Until.Equal(start.Add(31*time.Second)) {
+			t.Errorf("RetryAfterError = %+v, want Wait 31s, Max 30s, Host http://api.test, Until start+31s", rae)
+		}
+		if rae.Response == nil || rae.Response.StatusCode != 429 || rae.Response.Header.Get("Retry-After") != "31" || rae.Response.Body != http.NoBody {
+			t.Errorf("RetryAfterError.Response = %+v, want the 429 with its header and a closed body", rae.Response)
+		}
+		if !strings.Contains(err.Error(), "31s") || !strings.Contains(err.Error(), "MaxRetryAfter 30s") {
+			t.Errorf("error %q does not say the wait and the cap", err)
+		}
+		if len(gu) != 1 || gu[0].Reason != GiveUpRetryAfterTooLong || gu[0].Status != 429 {
+			t.Errorf("OnGiveUp = %+v, want retry-after-too-long", gu)
+		}
+		// The host is held the full 31 s.
+		res, err = c.Get(testURL)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("next request: %v, %v, want 200 once the hold ends", res, err)
+		}
+		res.Body.Close()
+		if el := time.Since(start); el != 31*time.Second {
+			t.Errorf("next request went after %v, want 31s (the server's Retry-After, not the 30 s cap)", el)
+		}
+		if len(waits) != 1 || waits[0].Reason != WaitPacing || waits[0].Duration != 31*time.Second {
+			t.Errorf("waits = %+v, want one pacing wait of 31s", waits)
+		}
+		// At the cap itself the request waits and retries.
+		f = &fakeRT{respond: script(r(503, "Retry-After", "30"), r(200))}
+		if res, err := get(t, newTransport(t, f, Config{}), "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+			t.Fatalf("Retry-After 30: %v, %v, want 200 on the retry", res, err)
+		}
+		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 30*time.Second {
+			t.Errorf("Retry-After 30: gaps = %v, want [30s]", g)
+		}
+		// Also for a request that would not have been retried.
+		f = &fakeRT{respond: script(r(429, "Retry-After", "3600"))}
+		if _, err := get(t, newTransport(t, f, Config{}), "POST", testURL, nil); !errors.As(err, &rae) || rae.Wait != time.Hour {
+			t.Errorf("POST, Retry-After 3600: err = %v, want a *RetryAfterError of 1h", err)
 		}
 	})
 }
