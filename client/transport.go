@@ -66,7 +66,7 @@ const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerCoolDown = 30 * time.Second
 	maxHosts               = 1024
-	drainLimit             = 64 << 10
+	drainLimit             = 2 << 10 // as net/http reads of a redirect's body before following it
 	idempotencyKeyHeader   = "Idempotency-Key"
 )
 
@@ -476,10 +476,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Reason: reason, Status: status, Err: err})
 		if resp != nil {
-			_, _ = io.CopyN(io.Discard, resp.Body, drainLimit) // lets the connection be reused
-			_ = resp.Body.Close()
+			drain(resp.Body, at)
 		}
-		serr := sleep(ctx, wait)
+		serr := sleep(ctx, time.Until(at))
 		if serr == nil && hs.breaker != nil && hs.breaker.State() == gobreaker.StateOpen {
 			// Other calls opened it while this one waited: send nothing.
 			closeBody(next)
@@ -570,6 +569,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-timer.C:
 		return nil
 	}
+}
+
+// drain reads what is left of a body that will not be used, so that its
+// connection can be reused, and closes it. It reads at most drainLimit bytes
+// and stops at until (when the retry is due, never after the time budget),
+// closing the body from a timer if a slow server keeps the read waiting:
+// a trickling body must not hold the request.
+func drain(body io.ReadCloser, until time.Time) {
+	if d := time.Until(until); d > 0 {
+		stop := time.AfterFunc(d, func() { _ = body.Close() })
+		_, _ = io.CopyN(io.Discard, body, drainLimit)
+		stop.Stop()
+	}
+	_ = body.Close()
 }
 
 func closeBody(r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -592,4 +593,135 @@ func TestPacingCancel(t *testing.T) {
 			t.Errorf("%d calls, want 1", n)
 		}
 	})
+}
+
+// trickle is a response body that yields one byte every 50 ms (20 bytes/s)
+// and never ends until it is closed; exited is closed when its writer stops.
+func trickle() (body io.ReadCloser, exited chan struct{}) {
+	pr, pw := io.Pipe()
+	exited = make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			time.Sleep(50 * time.Millisecond)
+			if _, err := pw.Write([]byte{'x'}); err != nil {
+				return // the reader closed it
+			}
+		}
+	}()
+	return pr, exited
+}
+
+// TestSlowBodyDrainIsBounded is issue 10's point 18 on the fake clock: a
+// 429 whose body trickles at 20 bytes/s does not keep the request inside
+// RoundTrip. The body is read only until the retry is due (here 1 s), then
+// closed, and the retry goes on time.
+func TestSlowBodyDrainIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var exited chan struct{}
+		f := &fakeRT{respond: func(n int, _ *http.Request) (*http.Response, error) {
+			if n == 1 {
+				res := resp(429, "Retry-After", "1")
+				res.Body, exited = trickle()
+				return res, nil
+			}
+			return resp(200), nil
+		}}
+		tr := newTransport(t, f, Config{MaxElapsed: 2 * time.Second})
+		start := time.Now()
+		res, err := get(t, tr, "GET", testURL, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("RoundTrip = %v, %v, want 200 on the retry", res, err)
+		}
+		if el, g := time.Since(start), gaps(f.Calls()); el != time.Second || len(g) != 1 || g[0] != time.Second {
+			t.Errorf("returned after %v with gaps %v, want 1s and [1s]: draining the slow body must not delay the retry", el, g)
+		}
+		// The trickling body was closed: its writer stops (else this blocks
+		// and synctest reports the deadlock).
+		<-exited
+	})
+}
+
+// TestSlowBodyDrainLoopback is point 18 against a real HTTP server on
+// 127.0.0.1 that answers 429 with Retry-After: 1 and then trickles its body
+// at 20 bytes/s for as long as the connection lasts. Before the fix the
+// client read 64 KiB of it (almost an hour); now it stops reading when the
+// retry is due. Real time: about 1 s.
+func TestSlowBodyDrainLoopback(t *testing.T) {
+	var mu sync.Mutex
+	var arrivals []time.Time
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		n := len(arrivals)
+		mu.Unlock()
+		if n > 1 {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := w.Write([]byte{'x'}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-tick.C:
+			case <-r.Context().Done(): // the client closed the connection
+				return
+			case <-stop:
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	defer close(stop)
+
+	tr, err := New(Config{MaxElapsed: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		res, err := tr.RoundTrip(mustRequest(t, srv.URL))
+		if err != nil {
+			done <- result{0, err}
+			return
+		}
+		res.Body.Close()
+		done <- result{res.StatusCode, nil}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 200 {
+			t.Fatalf("RoundTrip = %d, %v, want 200 on the retry", r.code, r.err)
+		}
+	case <-time.After(30 * time.Second): // a safety net, not a measurement
+		t.Fatalf("RoundTrip still running after 30 s: the slow body is drained without a bound")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrivals) != 2 || arrivals[1].Sub(arrivals[0]) < time.Second {
+		t.Errorf("server saw %d requests, the retry %v after the 429; want 2, at least 1 s apart", len(arrivals), arrivals[len(arrivals)-1].Sub(arrivals[0]))
+	}
+	t.Logf("RoundTrip took %v", time.Since(start))
+}
+
+func mustRequest(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }
