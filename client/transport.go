@@ -41,7 +41,8 @@ type RetryAfterError struct {
 	// Host is the pacer's and breaker's key, scheme://host[:port].
 	Host string
 	// Wait is what the server asked for, counted from when the response
-	// arrived; Until is that instant.
+	// arrived. Until is when the host's hold ends: that instant, or
+	// Config.MaxHold after the response when Wait is longer.
 	Wait  time.Duration
 	Until time.Time
 	// Max is Config.MaxRetryAfter.
@@ -102,6 +103,11 @@ type Config struct {
 	// NewIdempotencyKey makes the keys; nil means a random UUIDv4 written as
 	// an sf-string, as draft-ietf-httpapi-idempotency-key-header shows it.
 	NewIdempotencyKey func() string
+	// MaxHold is the longest one server can hold back the requests to it:
+	// a Retry-After hold, a RateLimit t and a RateLimit-Policy w beyond it
+	// are cut to it, so t=999999999 does not stop a host for 31 years. It
+	// must not be below MaxRetryAfter. 0 means DefaultMaxHold (24 h).
+	MaxHold time.Duration
 	// DisablePacing turns off the per-host pacer (RateLimit fields and the
 	// host-wide effect of Retry-After).
 	DisablePacing bool
@@ -144,8 +150,11 @@ type BreakerConfig struct {
 
 // Transport is an http.RoundTripper that paces, breaks circuits and retries,
 // as the package documentation describes. It is safe for concurrent use and
-// starts no goroutines; pacers and breakers are per host and shared by all
-// requests through the same Transport (up to 1024 hosts are remembered).
+// starts no goroutines (a timer may close a slow body it drains); pacers and
+// breakers are per host and shared by all requests through the same
+// Transport. Up to 1024 hosts are remembered; to make room, hosts that hold
+// nothing back (no call in flight, an idle pacer, a closed breaker with no
+// failure counted) are forgotten first.
 type Transport struct {
 	cfg  Config
 	next http.RoundTripper
@@ -160,6 +169,17 @@ type Transport struct {
 type hostState struct {
 	pacer   *Pacer
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	calls   int // RoundTrips using it now; under Transport.mu
+}
+
+// idle reports whether forgetting hs at now loses nothing: no call in
+// flight, a pacer that holds nothing back, a closed breaker with no failure
+// counted. The caller holds Transport.mu.
+func (hs *hostState) idle(now time.Time) bool {
+	if hs.calls > 0 || (hs.pacer != nil && !hs.pacer.idle(now)) {
+		return false
+	}
+	return hs.breaker == nil || hs.breaker.State() == gobreaker.StateClosed && hs.breaker.Counts().ConsecutiveFailures == 0
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -171,8 +191,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("client: MaxAttempts %d is negative", cfg.MaxAttempts)
 	case cfg.Base < 0, cfg.Cap < 0:
 		return nil, fmt.Errorf("client: Base %v and Cap %v must not be negative", cfg.Base, cfg.Cap)
-	case cfg.MaxRetryAfter < 0:
-		return nil, fmt.Errorf("client: MaxRetryAfter %v is negative", cfg.MaxRetryAfter)
+	case cfg.MaxRetryAfter < 0, cfg.MaxHold < 0:
+		return nil, fmt.Errorf("client: MaxRetryAfter %v and MaxHold %v must not be negative", cfg.MaxRetryAfter, cfg.MaxHold)
 	case cfg.Breaker.Failures < 0, cfg.Breaker.CoolDown < 0:
 		return nil, fmt.Errorf("client: breaker Failures %d and CoolDown %v must not be negative", cfg.Breaker.Failures, cfg.Breaker.CoolDown)
 	}
@@ -193,6 +213,12 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.MaxRetryAfter == 0 {
 		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if cfg.MaxHold == 0 {
+		cfg.MaxHold = DefaultMaxHold
+	}
+	if cfg.MaxHold < cfg.MaxRetryAfter {
+		return nil, fmt.Errorf("client: MaxHold %v is below MaxRetryAfter %v", cfg.MaxHold, cfg.MaxRetryAfter)
 	}
 	if cfg.Breaker.Failures == 0 {
 		cfg.Breaker.Failures = DefaultBreakerFailures
@@ -259,21 +285,33 @@ func hostKey(u *url.URL) string {
 	return strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
-func (t *Transport) host(key string) *hostState {
+// host returns the state kept for key, counting the caller as one of its
+// calls until it calls release. At most maxHosts hosts are remembered: to
+// make room, idle ones are forgotten first, and only when none is idle an
+// arbitrary one (then only politeness towards that host is lost).
+func (t *Transport) host(key string, now time.Time) *hostState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if hs := t.hosts[key]; hs != nil {
+		hs.calls++
 		return hs
 	}
 	if len(t.hosts) >= maxHosts {
-		for k := range t.hosts { // forget an arbitrary host: only politeness is lost
+		for k, hs := range t.hosts {
+			if hs.idle(now) {
+				delete(t.hosts, k)
+			}
+		}
+	}
+	if len(t.hosts) >= maxHosts {
+		for k := range t.hosts {
 			delete(t.hosts, k)
 			break
 		}
 	}
-	hs := &hostState{}
+	hs := &hostState{calls: 1}
 	if !t.cfg.DisablePacing {
-		hs.pacer = NewPacer()
+		hs.pacer = NewPacerMaxHold(t.cfg.MaxHold)
 	}
 	if !t.cfg.Breaker.Disabled {
 		n := uint32(t.cfg.Breaker.Failures)
@@ -293,6 +331,12 @@ func (t *Transport) host(key string) *hostState {
 	}
 	t.hosts[key] = hs
 	return hs
+}
+
+func (t *Transport) release(hs *hostState) {
+	t.mu.Lock()
+	hs.calls--
+	t.mu.Unlock()
 }
 
 func fromGobreaker(s gobreaker.State) BreakerState {
@@ -345,7 +389,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	key := hostKey(req.URL)
-	hs := t.host(key)
+	hs := t.host(key, start)
+	defer t.release(hs)
 
 	// Decide once whether this request may be retried at all.
 	var notRetryable GiveUpReason
@@ -410,7 +455,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				pols, lims := parseHeaderFields(resp.Header)
 				hs.pacer.Observe(received, pols, lims)
 				if hasRA {
-					hs.pacer.Block(received.Add(ra)) // the full wait, even one this request will not make
+					hs.pacer.Block(received, ra) // the full wait (up to MaxHold), even one this request will not make
 				}
 			}
 		}
@@ -434,7 +479,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			giveUp(GiveUpRetryAfterTooLong)
 			_ = resp.Body.Close()
 			resp.Body = http.NoBody
-			return nil, &RetryAfterError{Host: key, Wait: ra, Until: received.Add(ra), Max: t.cfg.MaxRetryAfter, Response: resp}
+			return nil, &RetryAfterError{Host: key, Wait: ra, Until: received.Add(min(ra, t.cfg.MaxHold)), Max: t.cfg.MaxRetryAfter, Response: resp}
 		}
 		if notRetryable != 0 {
 			return giveUp(notRetryable)

@@ -32,6 +32,9 @@ func TestNewValidates(t *testing.T) {
 		{Cap: -time.Second},
 		{Base: 2 * time.Second, Cap: time.Second},
 		{MaxRetryAfter: -1},
+		{MaxHold: -1},
+		{MaxHold: time.Minute, MaxRetryAfter: time.Hour},
+		{MaxHold: 10 * time.Second}, // below the default MaxRetryAfter of 30 s
 		{Breaker: BreakerConfig{Failures: -1}},
 		{Breaker: BreakerConfig{CoolDown: -1}},
 	} {
@@ -45,7 +48,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	c := tr.cfg
 	if c.MaxAttempts != 5 || c.Base != 500*time.Millisecond || c.Cap != 10*time.Second || c.MaxElapsed != time.Minute ||
-		c.MaxRetryAfter != 30*time.Second || c.Breaker.Failures != 5 || c.Breaker.CoolDown != 30*time.Second || tr.next != http.DefaultTransport {
+		c.MaxRetryAfter != 30*time.Second || c.MaxHold != 24*time.Hour || c.Breaker.Failures != 5 || c.Breaker.CoolDown != 30*time.Second || tr.next != http.DefaultTransport {
 		t.Errorf("New(Config{}) defaults = %+v", c)
 	}
 }
@@ -724,4 +727,55 @@ func mustRequest(t *testing.T, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestHugeRateLimitWindowIsCapped is point 19 through the Transport: one
+// response with RateLimit t=999999999 (31 years) holds the host for
+// DefaultMaxHold (24 h), no more.
+func TestHugeRateLimitWindowIsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRT{respond: script(r(200, "RateLimit", `"p";r=0;t=999999999`), r(200))}
+		tr := newTransport(t, f, Config{MaxElapsed: -1})
+		get(t, tr, "GET", testURL, nil)
+		start := time.Now()
+		if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+			t.Fatalf("second request: %v, %v", res, err)
+		}
+		if el := time.Since(start); el != DefaultMaxHold {
+			t.Errorf("the second request waited %v, want the cap %v", el, DefaultMaxHold)
+		}
+	})
+}
+
+// TestHostsAreBounded: a Transport remembers at most maxHosts hosts, and
+// when it must forget some it forgets idle ones, not a host it is holding.
+func TestHostsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRT{respond: func(_ int, req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "held.test" {
+				return resp(429, "Retry-After", "600"), nil
+			}
+			return resp(200), nil
+		}}
+		tr := newTransport(t, f, Config{MaxAttempts: 1})
+		var rae *RetryAfterError
+		if _, err := get(t, tr, "GET", "http://held.test/", nil); !errors.As(err, &rae) {
+			t.Fatalf("held.test: %v, want a *RetryAfterError", err)
+		}
+		for i := range 5 * maxHosts {
+			get(t, tr, "GET", "http://h"+itoa(i)+".test/", nil)
+		}
+		tr.mu.Lock()
+		n, held := len(tr.hosts), tr.hosts["http://held.test"] != nil
+		tr.mu.Unlock()
+		if n > maxHosts || !held {
+			t.Errorf("after %d hosts: %d remembered (want at most %d), held host kept: %v (want true)", 5*maxHosts+1, n, maxHosts, held)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://held.test/", nil)
+		if _, err := tr.RoundTrip(req); !errors.Is(err, ErrBudgetExceeded) {
+			t.Errorf("held.test after the flood of hosts: %v, want ErrBudgetExceeded (still held)", err)
+		}
+	})
 }

@@ -254,7 +254,7 @@ func runStorm(cfg StormConfig, strat Strategy, buckets int) (StormSummary, []flo
 		if strat == Portero {
 			pacer.Observe(epoch.Add(e.at), pol, lim)
 			if !ok {
-				pacer.Block(epoch.Add(e.at + ra))
+				pacer.Block(epoch.Add(e.at), ra)
 			}
 		}
 		switch {
