@@ -32,7 +32,11 @@
 // Malformed values are ignored. A wait longer than [Config.MaxRetryAfter] is
 // not shortened, which would retry early: the request ends at once with a
 // [*RetryAfterError] carrying the response and the wait, and the host stays
-// held for all of it. See [ParseRetryAfter].
+// held for all of it (up to [Config.MaxHold], 24 h). Each wait for a
+// Retry-After is lengthened by a small random jitter, up to
+// [Config.RetryAfterJitter] (1 s), after the server's time and never before
+// it, so that clients told the same time do not all come back at once. See
+// [ParseRetryAfter].
 //
 // # What is never retried
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -26,8 +27,10 @@ func ExampleNewClient() {
 	defer srv.Close()
 
 	c, err := client.NewClient(client.Config{
+		Rand: rand.NewPCG(1, 2), // seeded, so the jitter after Retry-After is reproducible
 		Hooks: client.Hooks{OnWait: func(w client.Wait) {
-			fmt.Printf("retry %d: waiting %v (%v, status %d)\n", w.Retry, w.Duration, w.Reason, w.Status)
+			fmt.Printf("retry %d: waiting %v = %v + %v jitter (%v, status %d)\n",
+				w.Retry, w.Duration.Round(time.Millisecond), w.Duration-w.Jitter, w.Jitter.Round(time.Millisecond), w.Reason, w.Status)
 		}},
 	})
 	if err != nil {
@@ -41,7 +44,7 @@ func ExampleNewClient() {
 	body, _ := io.ReadAll(res.Body)
 	fmt.Println(res.StatusCode, string(body), "after", calls, "attempts")
 	// Output:
-	// retry 1: waiting 1s (retry-after, status 429)
+	// retry 1: waiting 1.676s = 1s + 676ms jitter (retry-after, status 429)
 	// 200 hello after 2 attempts
 }
 

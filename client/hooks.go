@@ -61,9 +61,12 @@ type Wait struct {
 	Host     string
 	Retry    int // the retry n this wait precedes (from 1); 0 before the first attempt
 	Duration time.Duration
-	Reason   WaitReason
-	Status   int   // status of the response that caused the wait, 0 if none
-	Err      error // transport error that caused the wait, if any
+	// Jitter is the part of Duration added after the server's time
+	// (Config.RetryAfterJitter); 0 for backoff, which is jittered whole.
+	Jitter time.Duration
+	Reason WaitReason
+	Status int   // status of the response that caused the wait, 0 if none
+	Err    error // transport error that caused the wait, if any
 }
 
 // GiveUpReason says why a retryable outcome was not retried.

@@ -218,6 +218,14 @@ func (p *Pacer) Block(now time.Time, d time.Duration) {
 	}
 }
 
+// HeldUntil returns when the current Retry-After hold ends (see
+// [Pacer.Block]); a time not after now means there is none.
+func (p *Pacer) HeldUntil() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notBefore
+}
+
 // Delay reports how long after at a request would have to wait, if nothing
 // changed meanwhile. It books nothing.
 func (p *Pacer) Delay(at time.Time) time.Duration {

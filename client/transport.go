@@ -59,16 +59,20 @@ func (e *RetryAfterError) Error() string {
 
 // Defaults for the zero values of Config.
 const (
-	DefaultMaxAttempts     = 5
-	DefaultBase            = 500 * time.Millisecond
-	DefaultCap             = 10 * time.Second
-	DefaultMaxElapsed      = 60 * time.Second
-	DefaultMaxRetryAfter   = 30 * time.Second
-	DefaultBreakerFailures = 5
-	DefaultBreakerCoolDown = 30 * time.Second
-	maxHosts               = 1024
-	drainLimit             = 2 << 10 // as net/http reads of a redirect's body before following it
-	idempotencyKeyHeader   = "Idempotency-Key"
+	DefaultMaxAttempts   = 5
+	DefaultBase          = 500 * time.Millisecond
+	DefaultCap           = 10 * time.Second
+	DefaultMaxElapsed    = 60 * time.Second
+	DefaultMaxRetryAfter = 30 * time.Second
+	// DefaultRetryAfterJitter is the most added after a Retry-After: as
+	// much as the seconds of delay-seconds are coarse, so a herd told
+	// "Retry-After: 1" comes back over one second instead of one instant.
+	DefaultRetryAfterJitter = time.Second
+	DefaultBreakerFailures  = 5
+	DefaultBreakerCoolDown  = 30 * time.Second
+	maxHosts                = 1024
+	drainLimit              = 2 << 10 // as net/http reads of a redirect's body before following it
+	idempotencyKeyHeader    = "Idempotency-Key"
 )
 
 // Config configures a [Transport]. The zero value is usable: every zero field
@@ -103,6 +107,13 @@ type Config struct {
 	// NewIdempotencyKey makes the keys; nil means a random UUIDv4 written as
 	// an sf-string, as draft-ietf-httpapi-idempotency-key-header shows it.
 	NewIdempotencyKey func() string
+	// RetryAfterJitter spreads clients told the same Retry-After: each wait
+	// for a Retry-After (its own, or a hold set by another request's) is
+	// lengthened by a draw uniform in [0, RetryAfterJitter) — after the
+	// server's time, never before it, and never past the time budget.
+	// 0 means DefaultRetryAfterJitter (1 s, the resolution of
+	// delay-seconds); negative turns it off.
+	RetryAfterJitter time.Duration
 	// MaxHold is the longest one server can hold back the requests to it:
 	// a Retry-After hold, a RateLimit t and a RateLimit-Policy w beyond it
 	// are cut to it, so t=999999999 does not stop a host for 31 years. It
@@ -213,6 +224,12 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.MaxRetryAfter == 0 {
 		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	switch {
+	case cfg.RetryAfterJitter == 0:
+		cfg.RetryAfterJitter = DefaultRetryAfterJitter
+	case cfg.RetryAfterJitter < 0:
+		cfg.RetryAfterJitter = 0
 	}
 	if cfg.MaxHold == 0 {
 		cfg.MaxHold = DefaultMaxHold
@@ -491,12 +508,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return giveUp(GiveUpBreakerOpen)
 		}
 
-		// Choose the wait: Retry-After if usable, else full-jitter backoff.
+		// Choose the wait: Retry-After if usable (plus a little jitter after
+		// it, so a herd told the same time does not come back together),
+		// else full-jitter backoff.
+		now := time.Now()
 		wait, reason := ra, WaitRetryAfter
-		if !hasRA {
+		var jitter time.Duration
+		if hasRA {
+			jitter = t.jitterAfter(now, wait, deadline, hasDeadline)
+			wait += jitter
+		} else {
 			wait, reason = FullJitter(Backoff(n, t.cfg.Base, t.cfg.Cap), t.uniform()), WaitBackoff
 		}
-		now := time.Now()
 		at := now.Add(wait)
 		if hasDeadline && !at.Before(deadline) {
 			return giveUp(GiveUpBudget)
@@ -519,7 +542,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			next.Body = body
 		}
-		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Reason: reason, Status: status, Err: err})
+		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Jitter: jitter, Reason: reason, Status: status, Err: err})
 		if resp != nil {
 			drain(resp.Body, at)
 		}
@@ -589,11 +612,31 @@ func (t *Transport) pace(ctx context.Context, hs *hostState, req *http.Request, 
 		if hasDeadline && !now.Add(w).Before(deadline) {
 			return fmt.Errorf("client: %s: %w (%v needed)", key, ErrBudgetExceeded, w)
 		}
-		t.onWait(Wait{Request: req, Host: key, Retry: retry, Duration: w, Reason: WaitPacing, Status: status, Err: cause})
-		if err := sleep(ctx, w); err != nil {
+		// Held by a Retry-After: every request waiting for its end would
+		// otherwise go at the same instant.
+		var jitter time.Duration
+		if hs.pacer.HeldUntil().After(now) {
+			jitter = t.jitterAfter(now, w, deadline, hasDeadline)
+		}
+		t.onWait(Wait{Request: req, Host: key, Retry: retry, Duration: w + jitter, Jitter: jitter, Reason: WaitPacing, Status: status, Err: cause})
+		if err := sleep(ctx, w+jitter); err != nil {
 			return err
 		}
 	}
+}
+
+// jitterAfter draws the jitter added after a server-given wait starting at
+// now: uniform in [0, RetryAfterJitter), and never so much that a wait which
+// fits before the deadline would not.
+func (t *Transport) jitterAfter(now time.Time, wait time.Duration, deadline time.Time, hasDeadline bool) time.Duration {
+	ceiling := t.cfg.RetryAfterJitter
+	if hasDeadline {
+		ceiling = min(ceiling, deadline.Sub(now)-wait)
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return FullJitter(ceiling, t.uniform())
 }
 
 func (t *Transport) onWait(w Wait) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -57,16 +58,24 @@ func TestRetryAfterDelaySeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{respond: script(r(429, "Retry-After", "3"), r(200))}
 		var waits []Wait
-		tr := newTransport(t, f, Config{Hooks: Hooks{OnWait: func(w Wait) { waits = append(waits, w) }}})
+		tr := newTransport(t, f, Config{Rand: rand.NewPCG(5, 6), Hooks: Hooks{OnWait: func(w Wait) { waits = append(waits, w) }}})
 		res, err := get(t, tr, "GET", testURL, nil)
 		if err != nil || res.StatusCode != 200 {
 			t.Fatalf("RoundTrip = %v, %v, want 200", res, err)
 		}
-		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 3*time.Second {
-			t.Errorf("gaps between attempts = %v, want [3s]", g)
+		// 3 s, then the default jitter of up to 1 s, drawn from the source.
+		jitter := FullJitter(time.Second, rand.New(rand.NewPCG(5, 6)).Float64())
+		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 3*time.Second+jitter || jitter <= 0 {
+			t.Errorf("gaps between attempts = %v, want [3s + %v]", g, jitter)
 		}
-		if len(waits) != 1 || waits[0].Reason != WaitRetryAfter || waits[0].Retry != 1 || waits[0].Status != 429 || waits[0].Duration != 3*time.Second {
-			t.Errorf("OnWait got %+v, want one retry-after wait of 3s before retry 1", waits)
+		if len(waits) != 1 || waits[0].Reason != WaitRetryAfter || waits[0].Retry != 1 || waits[0].Status != 429 || waits[0].Duration != 3*time.Second+jitter || waits[0].Jitter != jitter {
+			t.Errorf("OnWait got %+v, want one retry-after wait of 3s + %v before retry 1", waits, jitter)
+		}
+		// Without jitter, exactly what the server said.
+		f = &fakeRT{respond: script(r(429, "Retry-After", "3"), r(200))}
+		get(t, newTransport(t, f, Config{RetryAfterJitter: -1}), "GET", testURL, nil)
+		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 3*time.Second {
+			t.Errorf("RetryAfterJitter -1: gaps = %v, want [3s]", g)
 		}
 	})
 }
@@ -80,7 +89,7 @@ func TestRetryAfterHTTPDateForms(t *testing.T) {
 				server := time.Now().UTC().Add(time.Hour)
 				ra := server.Add(4 * time.Second).Format(layout)
 				f := &fakeRT{respond: script(r(503, "Date", server.Format(http.TimeFormat), "Retry-After", ra), r(200))}
-				tr := newTransport(t, f, Config{})
+				tr := newTransport(t, f, Config{RetryAfterJitter: -1})
 				if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
 					t.Fatalf("RoundTrip = %v, %v", res, err)
 				}
@@ -101,7 +110,7 @@ func TestRetryAfterAboveCap(t *testing.T) {
 		f := &fakeRT{respond: script(r(429, "Retry-After", "31"), r(200))}
 		var gu []GiveUp
 		var waits []Wait
-		tr := newTransport(t, f, Config{Hooks: Hooks{
+		tr := newTransport(t, f, Config{RetryAfterJitter: -1, Hooks: Hooks{
 			OnGiveUp: func(g GiveUp) { gu = append(gu, g) },
 			OnWait:   func(w Wait) { waits = append(waits, w) },
 		}})
@@ -141,7 +150,7 @@ func TestRetryAfterAboveCap(t *testing.T) {
 		}
 		// At the cap itself the request waits and retries.
 		f = &fakeRT{respond: script(r(503, "Retry-After", "30"), r(200))}
-		if res, err := get(t, newTransport(t, f, Config{}), "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+		if res, err := get(t, newTransport(t, f, Config{RetryAfterJitter: -1}), "GET", testURL, nil); err != nil || res.StatusCode != 200 {
 			t.Fatalf("Retry-After 30: %v, %v, want 200 on the retry", res, err)
 		}
 		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 30*time.Second {
@@ -242,7 +251,7 @@ func TestMaxElapsed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{respond: script(r(429, "Retry-After", "10"))}
 		var gu []GiveUp
-		tr := newTransport(t, f, Config{MaxElapsed: 15 * time.Second, Hooks: Hooks{OnGiveUp: func(g GiveUp) { gu = append(gu, g) }}})
+		tr := newTransport(t, f, Config{MaxElapsed: 15 * time.Second, RetryAfterJitter: -1, Hooks: Hooks{OnGiveUp: func(g GiveUp) { gu = append(gu, g) }}})
 		start := time.Now()
 		res, err := get(t, tr, "GET", testURL, nil)
 		if err != nil || res.StatusCode != 429 {
@@ -543,7 +552,7 @@ func TestRetryAfterHoldsTheWholeHost(t *testing.T) {
 			return resp(200), nil
 		}}
 		var pacing []time.Duration
-		tr := newTransport(t, f, Config{MaxAttempts: 1, Hooks: Hooks{OnWait: func(w Wait) {
+		tr := newTransport(t, f, Config{MaxAttempts: 1, RetryAfterJitter: -1, Hooks: Hooks{OnWait: func(w Wait) {
 			if w.Reason == WaitPacing {
 				pacing = append(pacing, w.Duration)
 			}
@@ -630,7 +639,7 @@ func TestSlowBodyDrainIsBounded(t *testing.T) {
 			}
 			return resp(200), nil
 		}}
-		tr := newTransport(t, f, Config{MaxElapsed: 2 * time.Second})
+		tr := newTransport(t, f, Config{MaxElapsed: 2 * time.Second, RetryAfterJitter: -1})
 		start := time.Now()
 		res, err := get(t, tr, "GET", testURL, nil)
 		if err != nil || res.StatusCode != 200 {
@@ -778,4 +787,81 @@ func TestHostsAreBounded(t *testing.T) {
 			t.Errorf("held.test after the flood of hosts: %v, want ErrBudgetExceeded (still held)", err)
 		}
 	})
+}
+
+// TestRetryAfterHerdIsSpread is issue 10's point 20: 100 clients refused
+// at the same instant with "Retry-After: 1" used to come back at the same
+// instant. The server here refuses everything before 1 s and accepts
+// everything after. With the default jitter every client comes back in
+// [1 s, 2 s) — never before the server's time — spread over that second.
+// Both as 100 processes (a Transport each) and as 100 goroutines sharing one
+// Transport, whose pacer holds the host for all of them.
+func TestRetryAfterHerdIsSpread(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "separate", true: "shared"}[shared], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var mu sync.Mutex
+				var late []time.Duration // requests after t = 0, since the start
+				f := &fakeRT{respond: func(_ int, req *http.Request) (*http.Response, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if el := time.Since(start); el > 0 {
+						late = append(late, el)
+					}
+					if time.Since(start) < time.Second {
+						return resp(429, "Retry-After", "1"), nil
+					}
+					return resp(200), nil
+				}}
+				one := newTransport(t, f, Config{})
+				var wg sync.WaitGroup
+				for i := range 100 {
+					tr := one
+					if !shared {
+						tr = newTransport(t, f, Config{})
+					}
+					wg.Go(func() {
+						if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+							t.Errorf("client %d: %v, %v, want 200", i, res, err)
+						}
+					})
+				}
+				wg.Wait()
+				distinct := map[time.Duration]bool{}
+				lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+				for _, el := range late {
+					if el < time.Second || el >= 2*time.Second {
+						t.Errorf("a client came back at %v, want in [1s, 2s): not before the server's time, at most 1 s of jitter after", el)
+					}
+					distinct[el] = true
+					lo, hi = min(lo, el), max(hi, el)
+				}
+				if len(late) != 100 || len(distinct) < 95 || hi-lo < 500*time.Millisecond {
+					t.Errorf("%d clients came back at %d distinct instants over %v, want 100 spread over more than 500 ms", len(late), len(distinct), hi-lo)
+				}
+			})
+		})
+	}
+}
+
+// TestRetryAfterJitterKeepsTheBudget: the jitter never makes a request give
+// up that would have fitted its deadline without it.
+func TestRetryAfterJitterKeepsTheBudget(t *testing.T) {
+	for seed := range uint64(20) {
+		synctest.Test(t, func(t *testing.T) {
+			f := &fakeRT{respond: script(r(429, "Retry-After", "5"), r(200))}
+			tr := newTransport(t, f, Config{Rand: rand.NewPCG(seed, 1)})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second+100*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", testURL, nil)
+			res, err := tr.RoundTrip(req)
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("seed %d: %v, %v, want 200 on the retry", seed, res, err)
+			}
+			if g := gaps(f.Calls()); len(g) != 1 || g[0] < 5*time.Second || g[0] >= 5*time.Second+100*time.Millisecond {
+				t.Errorf("seed %d: gaps %v, want one in [5s, 5.1s)", seed, g)
+			}
+		})
+	}
 }
