@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -153,19 +154,141 @@ func TestBreakerIgnores429AndStopsRetries(t *testing.T) {
 		if n, s := len(f.Calls()), tr.BreakerState("http://api.test"); n != 20 || s != BreakerClosed {
 			t.Errorf("20 × 429: %d calls, breaker %v, want 20 and closed", n, s)
 		}
-		// 503s open it in the middle of a request's retries, which then
-		// stop and return the last 503.
-		f = &fakeRT{respond: script(r(503, "Retry-After", "1"))}
+		// Other calls' failures open it while a request waits between its
+		// retries: that request then stops, unsent, with ErrCircuitOpen.
+		f = &fakeRT{respond: script(r(503, "Retry-After", "5"))}
 		var gu []GiveUp
-		tr = newTransport(t, f, Config{MaxAttempts: 10, Breaker: BreakerConfig{Failures: 3}, Hooks: Hooks{OnGiveUp: func(g GiveUp) { gu = append(gu, g) }}})
-		res, err := get(t, tr, "GET", testURL, nil)
-		if err != nil || res.StatusCode != 503 || len(f.Calls()) != 3 {
-			t.Errorf("503s: %v, %v after %d calls, want the 503 after 3", res, err, len(f.Calls()))
+		tr = newTransport(t, f, Config{MaxAttempts: 10, DisablePacing: true, Breaker: BreakerConfig{Failures: 2}, Hooks: Hooks{OnGiveUp: func(g GiveUp) { gu = append(gu, g) }}})
+		done := make(chan error)
+		go func() {
+			_, err := get(t, tr, "GET", testURL, nil)
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		for range 2 { // POSTs: one attempt each
+			if res, err := get(t, tr, "POST", testURL, nil); err != nil || res.StatusCode != 503 {
+				t.Errorf("POST: %v, %v, want the 503", res, err)
+			}
 		}
-		if len(gu) != 1 || gu[0].Reason != GiveUpBreakerOpen {
-			t.Errorf("OnGiveUp = %+v, want breaker-open", gu)
+		if s := tr.BreakerState("http://api.test"); s != BreakerOpen {
+			t.Errorf("after 2 failed calls the breaker is %v, want open", s)
+		}
+		if err := <-done; !errors.Is(err, ErrCircuitOpen) {
+			t.Errorf("the waiting request: err = %v, want ErrCircuitOpen once its wait ended", err)
+		}
+		if n := len(f.Calls()); n != 3 {
+			t.Errorf("calls = %d, want 3: the waiting request sends no retry to an open breaker", n)
+		}
+		if len(gu) != 3 || gu[2].Reason != GiveUpBreakerOpen || gu[2].Attempts != 1 || gu[2].Request.Method != "GET" {
+			t.Errorf("OnGiveUp = %+v, want two not-idempotent POSTs, then the GET's breaker-open after 1 attempt", gu)
 		}
 	})
+}
+
+// TestBreakerCountsCalls is issue 10's point 16: the breaker counts a call
+// once, by its last attempt ("5 consecutive failed calls"), so one GET that
+// is retried five times against a 503 does not open it by itself.
+func TestBreakerCountsCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		healthy := map[int]bool{} // attempt numbers answered 200
+		f := &fakeRT{}
+		f.respond = func(n int, _ *http.Request) (*http.Response, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if healthy[n] {
+				return resp(200), nil
+			}
+			return resp(503, "Retry-After", "1"), nil
+		}
+		tr := newTransport(t, f, Config{DisablePacing: true}) // 5 attempts, 5 failed calls open it
+		host := "http://api.test"
+		call := func(i int) {
+			t.Helper()
+			if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 503 {
+				t.Fatalf("call %d: %v, %v, want the last 503", i, res, err)
+			}
+		}
+		call(1)
+		if n, s := len(f.Calls()), tr.BreakerState(host); n != 5 || s != BreakerClosed {
+			t.Fatalf("one call of 5 failed attempts: %d attempts, breaker %v; want 5 and closed", n, s)
+		}
+		for i := 2; i <= 4; i++ {
+			call(i)
+		}
+		if s := tr.BreakerState(host); s != BreakerClosed {
+			t.Fatalf("after 4 failed calls the breaker is %v, want closed", s)
+		}
+		// A call whose retry succeeds is a good call: the count starts over.
+		mu.Lock()
+		healthy[22] = true // the second attempt of the fifth call
+		mu.Unlock()
+		if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+			t.Fatalf("call 5: %v, %v, want 200 on its retry", res, err)
+		}
+		for i := 6; i <= 9; i++ {
+			call(i)
+		}
+		if s := tr.BreakerState(host); s != BreakerClosed {
+			t.Fatalf("4 failed calls after a good one: breaker %v, want closed", s)
+		}
+		call(10)
+		if s := tr.BreakerState(host); s != BreakerOpen {
+			t.Fatalf("after 5 consecutive failed calls the breaker is %v, want open", s)
+		}
+		if n := len(f.Calls()); n != 47 {
+			t.Errorf("attempts = %d, want 47 (9 calls of 5, one of 2)", n)
+		}
+	})
+}
+
+// TestBreakerBeforePacer is issue 10's point 17: an open breaker answers at
+// once, without waiting behind the pacer (here a 20 s Retry-After hold) and
+// without the pacer's ErrBudgetExceeded on a short deadline.
+func TestBreakerBeforePacer(t *testing.T) {
+	for _, fallback := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fallback", false: "no-fallback"}[fallback], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeRT{respond: script(r(503, "Retry-After", "20"))}
+				cfg := Config{MaxAttempts: 1, Breaker: BreakerConfig{Failures: 1}}
+				if fallback {
+					cfg.Breaker.Fallback = func(req *http.Request, err error) (*http.Response, error) {
+						return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("cached")), Request: req}, nil
+					}
+				}
+				tr := newTransport(t, f, cfg)
+				get(t, tr, "GET", testURL, nil) // 503: the breaker opens, the host is held 20 s
+				check := func(what string, res *http.Response, err error) {
+					t.Helper()
+					if fallback && (err != nil || res == nil || res.StatusCode != 200) {
+						t.Errorf("fallback, %s: %v, %v, want the fallback's 200", what, res, err)
+					}
+					if !fallback && !errors.Is(err, ErrCircuitOpen) {
+						t.Errorf("no fallback, %s: %v, %v, want ErrCircuitOpen", what, res, err)
+					}
+				}
+				// A 1 s deadline inside the 20 s hold: not ErrBudgetExceeded.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", testURL, nil)
+				res, err := tr.RoundTrip(req)
+				check("1 s deadline", res, err)
+				if errors.Is(err, ErrBudgetExceeded) {
+					t.Errorf("fallback=%v: err = %v: the pacer was asked before the open breaker", fallback, err)
+				}
+				// No deadline: at once, not after the hold.
+				start := time.Now()
+				res, err = get(t, tr, "GET", testURL, nil)
+				check("no deadline", res, err)
+				if el := time.Since(start); el != 0 {
+					t.Errorf("fallback=%v: the open breaker answered after %v, want at once (not behind the 20 s hold)", fallback, el)
+				}
+				if n := len(f.Calls()); n != 1 {
+					t.Errorf("calls = %d, want 1", n)
+				}
+			})
+		})
+	}
 }
 
 func TestBreakerDisabled(t *testing.T) {

@@ -4,13 +4,14 @@
 //
 // A [Transport] wraps another RoundTripper and, for every request:
 //
+//   - asks the per-host circuit breaker (github.com/sony/gobreaker/v2) for
+//     permission; an open breaker answers at once with [ErrCircuitOpen] or a
+//     caller-supplied fallback. It counts calls, not attempts: a call is one
+//     failure or one success, by its last attempt;
 //   - waits for the per-host pacer, a client-side token bucket fed by the
 //     draft-11 RateLimit-Policy and RateLimit response fields and by
 //     Retry-After, so that all goroutines sharing the Transport stay within
 //     the quota the server announced instead of discovering it by hitting it;
-//   - asks the per-host circuit breaker (github.com/sony/gobreaker/v2) for
-//     permission; an open breaker answers at once with [ErrCircuitOpen] or a
-//     caller-supplied fallback;
 //   - retries 429 and 503 responses (and, if asked, connection errors and
 //     timeouts) for idempotent requests only, waiting what Retry-After says or,
 //     without it, a fully jittered exponential backoff.
@@ -28,8 +29,14 @@
 // Both forms of RFC 9110 §10.2.3 are honoured: delay-seconds, and an HTTP-date
 // in any of its three formats, measured against the response's Date field when
 // it has one (so clock skew between client and server does not matter).
-// Malformed values are ignored; absurd ones are capped at
-// [Config.MaxRetryAfter]. See [ParseRetryAfter].
+// Malformed values are ignored. A wait longer than [Config.MaxRetryAfter] is
+// not shortened, which would retry early: the request ends at once with a
+// [*RetryAfterError] carrying the response and the wait, and the host stays
+// held for all of it (up to [Config.MaxHold], 24 h). Each wait for a
+// Retry-After is lengthened by a small random jitter, up to
+// [Config.RetryAfterJitter] (1 s), after the server's time and never before
+// it, so that clients told the same time do not all come back at once. See
+// [ParseRetryAfter].
 //
 // # What is never retried
 //

@@ -1,9 +1,11 @@
 package client_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -25,8 +27,10 @@ func ExampleNewClient() {
 	defer srv.Close()
 
 	c, err := client.NewClient(client.Config{
+		Rand: rand.NewPCG(1, 2), // seeded, so the jitter after Retry-After is reproducible
 		Hooks: client.Hooks{OnWait: func(w client.Wait) {
-			fmt.Printf("retry %d: waiting %v (%v, status %d)\n", w.Retry, w.Duration, w.Reason, w.Status)
+			fmt.Printf("retry %d: waiting %v = %v + %v jitter (%v, status %d)\n",
+				w.Retry, w.Duration.Round(time.Millisecond), w.Duration-w.Jitter, w.Jitter.Round(time.Millisecond), w.Reason, w.Status)
 		}},
 	})
 	if err != nil {
@@ -40,8 +44,33 @@ func ExampleNewClient() {
 	body, _ := io.ReadAll(res.Body)
 	fmt.Println(res.StatusCode, string(body), "after", calls, "attempts")
 	// Output:
-	// retry 1: waiting 1s (retry-after, status 429)
+	// retry 1: waiting 1.676s = 1s + 676ms jitter (retry-after, status 429)
 	// 200 hello after 2 attempts
+}
+
+// A server that asks for an hour: the client does not wait that long inside
+// one request, and does not retry early either.
+func ExampleRetryAfterError() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+
+	c, err := client.NewClient(client.Config{}) // MaxRetryAfter: 30 s
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.Get(srv.URL)
+	var rae *client.RetryAfterError
+	if errors.As(err, &rae) {
+		fmt.Println(rae.Response.StatusCode, "come back in", rae.Wait, "- the cap is", rae.Max)
+	}
+	_, err = c.Get(srv.URL) // the host is held for the whole hour
+	fmt.Println(errors.Is(err, client.ErrBudgetExceeded))
+	// Output:
+	// 429 come back in 1h0m0s - the cap is 30s
+	// true
 }
 
 func ExampleParseRetryAfter() {

@@ -12,9 +12,10 @@ import (
 
 func FuzzParseRetryAfter(f *testing.F) {
 	for _, s := range []string{"120", "0", "", "-1", "1.5", "99999999999999999999", "Sun, 06 Nov 1994 08:49:37 GMT",
-		"Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994", "Sun, 31 Dec 9999 23:59:59 GMT", " 5 ", "5s"} {
+		"Sunday, 06-Nov-94 08:49:37 GMT", "Tuesday, 01-Dec-76 00:00:00 GMT", "Monday, 29-Feb-00 00:00:00 GMT", "Sun Nov  6 08:49:37 1994", "Sun, 31 Dec 9999 23:59:59 GMT", " 5 ", "5s"} {
 		f.Add(s, int64(784111777))
 	}
+	f.Add("Tuesday, 01-Dec-76 00:00:00 GMT", int64(1780315200)) // 50.5 years after 2026-06-01: 1976
 	f.Fuzz(func(t *testing.T, v string, refUnix int64) {
 		ref := time.Unix(refUnix%(1<<40), 0).UTC()
 		d, ok := ParseRetryAfter(v, ref)
@@ -33,11 +34,44 @@ func FuzzParseRetryAfter(f *testing.F) {
 				t.Fatalf("ParseRetryAfter(%q) = %v, want %ds", v, d, n)
 			}
 		}
+		// RFC 850 dates: the two-digit year lands in (ref − 50 y, ref + 50 y]
+		// with its digits, month, day and clock unchanged (RFC 9110 §5.6.7).
+		if s := strings.Trim(v, " \t"); strings.HasSuffix(s, " GMT") {
+			if p, err := time.Parse(time.RFC850, s); err == nil {
+				_, imf := time.Parse(http.TimeFormat, s)
+				_, asc := time.Parse(time.ANSIC, s)
+				if imf != nil && asc != nil {
+					checkTwoDigitYear(t, s, p, ref)
+				}
+			}
+		}
 		h := http.Header{"Retry-After": {v}, "Date": {v}}
 		if d2, _ := RetryAfter(h, ref); d2 < 0 {
 			t.Fatalf("RetryAfter(%q) = %v, negative", v, d2)
 		}
 	})
+}
+
+func checkTwoDigitYear(t *testing.T, v string, parsed, ref time.Time) {
+	t.Helper()
+	got, ok := parseHTTPDate(v, ref)
+	if !ok {
+		return // 29 February of a year that is not a leap year
+	}
+	p := parsed.UTC()
+	mod100 := func(y int) int { return (y%100 + 100) % 100 }
+	if mod100(got.Year()) != mod100(p.Year()) {
+		t.Fatalf("parseHTTPDate(%q) = %v: the year's last two digits changed from %02d", v, got, mod100(p.Year()))
+	}
+	if got.Month() != p.Month() || got.Day() != p.Day() || got.Hour() != p.Hour() || got.Minute() != p.Minute() || got.Second() != p.Second() {
+		t.Fatalf("parseHTTPDate(%q) = %v: the date or clock changed from %v", v, got, p)
+	}
+	if hi, lo := ref.AddDate(50, 0, 0), ref.AddDate(-50, 0, 0); got.After(hi) || !got.After(lo) {
+		t.Fatalf("parseHTTPDate(%q, ref %v) = %v, want within (%v, %v]", v, ref, got, lo, hi)
+	}
+	if d, ok := ParseRetryAfter(v, ref); !ok || d != max(0, got.Sub(ref)) {
+		t.Fatalf("ParseRetryAfter(%q, ref %v) = %v, %v, want %v", v, ref, d, ok, max(0, got.Sub(ref)))
+	}
 }
 
 func FuzzParsePolicies(f *testing.F) {

@@ -35,9 +35,6 @@ type WaitReason int
 const (
 	// WaitRetryAfter: the response's Retry-After, honoured as given.
 	WaitRetryAfter WaitReason = iota + 1
-	// WaitRetryAfterCapped: Retry-After was above Config.MaxRetryAfter and
-	// was cut to it.
-	WaitRetryAfterCapped
 	// WaitBackoff: no usable Retry-After; full-jitter exponential backoff.
 	WaitBackoff
 	// WaitPacing: the host's pacer (RateLimit fields, or a Retry-After
@@ -50,8 +47,6 @@ func (r WaitReason) String() string {
 	switch r {
 	case WaitRetryAfter:
 		return "retry-after"
-	case WaitRetryAfterCapped:
-		return "retry-after-capped"
 	case WaitBackoff:
 		return "backoff"
 	case WaitPacing:
@@ -66,9 +61,12 @@ type Wait struct {
 	Host     string
 	Retry    int // the retry n this wait precedes (from 1); 0 before the first attempt
 	Duration time.Duration
-	Reason   WaitReason
-	Status   int   // status of the response that caused the wait, 0 if none
-	Err      error // transport error that caused the wait, if any
+	// Jitter is the part of Duration added after the server's time
+	// (Config.RetryAfterJitter); 0 for backoff, which is jittered whole.
+	Jitter time.Duration
+	Reason WaitReason
+	Status int   // status of the response that caused the wait, 0 if none
+	Err    error // transport error that caused the wait, if any
 }
 
 // GiveUpReason says why a retryable outcome was not retried.
@@ -89,6 +87,9 @@ const (
 	GiveUpBodyNotReplayable
 	// GiveUpBreakerOpen: the host's circuit breaker opened.
 	GiveUpBreakerOpen
+	// GiveUpRetryAfterTooLong: the response's Retry-After asked for more
+	// than Config.MaxRetryAfter; RoundTrip returns a *RetryAfterError.
+	GiveUpRetryAfterTooLong
 )
 
 // String returns the reason as used in logs, such as "max-attempts".
@@ -104,6 +105,8 @@ func (r GiveUpReason) String() string {
 		return "body-not-replayable"
 	case GiveUpBreakerOpen:
 		return "breaker-open"
+	case GiveUpRetryAfterTooLong:
+		return "retry-after-too-long"
 	}
 	return "unknown"
 }

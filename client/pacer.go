@@ -6,6 +6,18 @@ import (
 	"time"
 )
 
+// DefaultMaxHold is how long, at most, what one server says can hold back
+// the requests to it: a Retry-After, a RateLimit t and a RateLimit-Policy w
+// beyond it are cut to it. A day is the longest window of the draft's own
+// examples ("daily";q=1000;w=86400); without a cap, one t=999999999 would
+// stop a host for 31 years.
+const DefaultMaxHold = 24 * time.Hour
+
+// maxPolicies bounds the policy names one Pacer remembers, so that what a
+// server sends cannot grow a client's memory; names that hold nothing back
+// any more are forgotten first.
+const maxPolicies = 16
+
 // Pacer keeps the requests of one client to one server (one host) within
 // what the server announced, so that every goroutine sharing it stays within
 // the quota instead of discovering it with a 429. It combines three rules,
@@ -19,28 +31,44 @@ import (
 //     that window is open, later items can only lower what is left of it
 //     (responses may arrive out of order), after it a new one starts;
 //     items without t are ignored;
-//   - a block until a time, set from Retry-After with [Pacer.Block].
+//   - a hold until a time, set from Retry-After with [Pacer.Block].
 //
-// Only request-count quotas are paced: policies in other units
-// (content-bytes, concurrent-requests) and the limits that refer to them are
-// ignored. A request that must wait is not queued: the caller sleeps the
-// returned duration and asks again, so information that arrives meanwhile
-// (a 429, a lower r) is taken into account before it goes.
+// W, T and holds are cut to the pacer's maximum hold ([DefaultMaxHold]
+// unless made with [NewPacerMaxHold]). Only request-count quotas are paced:
+// policies in other units (content-bytes, concurrent-requests) and the
+// limits that refer to them are ignored. A request that must wait is not
+// queued: the caller sleeps the returned duration and asks again, so
+// information that arrives meanwhile (a 429, a lower r) is taken into
+// account before it goes.
+//
+// Its memory is bounded: at most 16 policy names. A budget is forgotten
+// when its window is over, a policy when it holds nothing back (a full
+// bucket, no open budget) and no response has named it for the maximum
+// hold; a new name beyond 16 replaces the least recently named policy that
+// holds nothing back, or is ignored when every one does.
 //
 // All methods take the time as a parameter and are safe for concurrent use;
 // time that goes backwards is treated as no time passing.
 type Pacer struct {
 	mu        sync.Mutex
-	buckets   map[string]*bucket
-	budgets   map[string]*budget
-	skip      map[string]bool // policy names whose unit is not requests
+	maxHold   time.Duration
+	policies  map[string]*policyState
 	notBefore time.Time
 	inFlight  int // requests Take let go whose Observe has not come yet
+}
+
+// policyState is what the pacer knows of one policy name.
+type policyState struct {
+	seen   time.Time // last response that named it
+	skip   bool      // its unit is not requests: ignore limits that name it
+	bucket *bucket   // from RateLimit-Policy
+	budget *budget   // from RateLimit
 }
 
 type bucket struct {
 	rate   float64 // tokens per second
 	burst  float64
+	window time.Duration
 	tokens float64
 	last   time.Time
 }
@@ -50,10 +78,18 @@ type budget struct {
 	until     time.Time
 }
 
-// NewPacer returns an empty Pacer, which lets every request through at once
-// until it observes a field that says otherwise.
-func NewPacer() *Pacer {
-	return &Pacer{buckets: map[string]*bucket{}, budgets: map[string]*budget{}, skip: map[string]bool{}}
+// NewPacer returns an empty Pacer with the maximum hold DefaultMaxHold. It
+// lets every request through at once until it observes a field that says
+// otherwise.
+func NewPacer() *Pacer { return NewPacerMaxHold(DefaultMaxHold) }
+
+// NewPacerMaxHold returns an empty Pacer whose holds, windows and bucket
+// refill times are cut to maxHold; maxHold <= 0 means DefaultMaxHold.
+func NewPacerMaxHold(maxHold time.Duration) *Pacer {
+	if maxHold <= 0 {
+		maxHold = DefaultMaxHold
+	}
+	return &Pacer{maxHold: maxHold, policies: map[string]*policyState{}}
 }
 
 // tokensAt is the bucket's level at t, without changing it.
@@ -62,6 +98,55 @@ func (b *bucket) tokensAt(t time.Time) float64 {
 		return b.tokens
 	}
 	return math.Min(b.burst, b.tokens+b.rate*t.Sub(b.last).Seconds())
+}
+
+// quiet reports whether ps holds nothing back at now: no open budget, and
+// no bucket or a full one.
+func quiet(ps *policyState, now time.Time) bool {
+	if ps.budget != nil && now.Before(ps.budget.until) {
+		return false
+	}
+	return ps.bucket == nil || ps.bucket.tokensAt(now) >= ps.bucket.burst
+}
+
+// expire forgets the policies that hold nothing back and that no response
+// has named for the maximum hold, and budgets whose window is over.
+func (p *Pacer) expire(now time.Time) {
+	for name, ps := range p.policies {
+		if ps.budget != nil && !now.Before(ps.budget.until) {
+			ps.budget = nil
+		}
+		if ps.budget == nil && ps.bucket == nil && !ps.skip || quiet(ps, now) && now.Sub(ps.seen) >= p.maxHold {
+			delete(p.policies, name)
+		}
+	}
+}
+
+// policy returns the state of name, creating it if there is room: when
+// maxPolicies names are known, the quiet one named least recently makes
+// room; when none is quiet, name is not learnt (nil).
+func (p *Pacer) policy(name string, now time.Time) *policyState {
+	ps := p.policies[name]
+	if ps == nil {
+		if len(p.policies) >= maxPolicies {
+			var oldest string
+			for n, o := range p.policies {
+				if quiet(o, now) && (oldest == "" || o.seen.Before(p.policies[oldest].seen)) {
+					oldest = n
+				}
+			}
+			if oldest == "" {
+				return nil
+			}
+			delete(p.policies, oldest)
+		}
+		ps = &policyState{}
+		p.policies[name] = ps
+	}
+	if now.After(ps.seen) {
+		ps.seen = now
+	}
+	return ps
 }
 
 // Observe feeds the parsed fields of a response received at now into the
@@ -74,51 +159,71 @@ func (p *Pacer) Observe(now time.Time, policies []Policy, limits []Limit) {
 	if p.inFlight > 0 {
 		p.inFlight--
 	}
+	p.expire(now)
 	for _, pol := range policies {
+		ps := p.policy(pol.Name, now)
+		if ps == nil {
+			continue
+		}
 		if pol.Unit != "requests" && pol.Unit != "request" && pol.Unit != "" {
-			p.skip[pol.Name] = true
-			delete(p.buckets, pol.Name)
-			delete(p.budgets, pol.Name)
+			*ps = policyState{seen: ps.seen, skip: true}
 			continue
 		}
-		delete(p.skip, pol.Name)
+		ps.skip = false
 		if pol.Quota <= 0 || pol.Window <= 0 {
-			delete(p.buckets, pol.Name) // a zero quota cannot be paced; Retry-After covers it
+			ps.bucket = nil // a zero quota cannot be paced; Retry-After covers it
 			continue
 		}
-		q := float64(pol.Quota)
-		b := p.buckets[pol.Name]
+		q, w := float64(pol.Quota), min(pol.Window, p.maxHold)
+		b := ps.bucket
 		if b == nil {
 			b = &bucket{tokens: q, last: now}
-			p.buckets[pol.Name] = b
+			ps.bucket = b
 		}
 		b.tokens, b.last = b.tokensAt(now), maxTime(b.last, now)
-		b.rate, b.burst = q/pol.Window.Seconds(), q
+		b.rate, b.burst, b.window = q/w.Seconds(), q, w
 		b.tokens = math.Min(b.tokens, q)
 	}
 	for _, l := range limits {
-		if p.skip[l.Name] || !l.HasWindow || l.Window <= 0 {
+		if !l.HasWindow || l.Window <= 0 {
+			continue
+		}
+		if ps := p.policies[l.Name]; ps != nil && ps.skip {
+			continue
+		}
+		ps := p.policy(l.Name, now)
+		if ps == nil {
 			continue
 		}
 		r := float64(l.Remaining) - float64(p.inFlight)
-		if bg := p.budgets[l.Name]; bg != nil && now.Before(bg.until) {
+		if bg := ps.budget; bg != nil && now.Before(bg.until) {
 			// Responses can arrive out of order: while a window is open,
 			// a later item may only lower what is left of it.
 			bg.remaining = math.Min(bg.remaining, r)
 			continue
 		}
-		p.budgets[l.Name] = &budget{remaining: r, until: now.Add(l.Window)}
+		ps.budget = &budget{remaining: r, until: now.Add(min(l.Window, p.maxHold))}
 	}
 }
 
-// Block keeps every request from going before until, as a Retry-After does.
-// An earlier until than the current block is ignored.
-func (p *Pacer) Block(until time.Time) {
+// Block keeps every request from going before now+d, as a Retry-After
+// received at now does; d is cut to the pacer's maximum hold. A hold ending
+// before the current one is ignored.
+func (p *Pacer) Block(now time.Time, d time.Duration) {
+	until := now.Add(min(d, p.maxHold))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if until.After(p.notBefore) {
 		p.notBefore = until
 	}
+}
+
+// HeldUntil returns when the current Retry-After hold ends (see
+// [Pacer.Block]); a time not after now means there is none.
+func (p *Pacer) HeldUntil() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notBefore
 }
 
 // Delay reports how long after at a request would have to wait, if nothing
@@ -140,18 +245,41 @@ func (p *Pacer) Take(now time.Time) time.Duration {
 	if w := p.delay(now); w > 0 {
 		return w
 	}
-	for _, b := range p.buckets {
-		b.tokens, b.last = b.tokensAt(now)-1, maxTime(b.last, now)
-	}
-	for name, bg := range p.budgets {
-		if !now.Before(bg.until) {
-			delete(p.budgets, name)
-			continue
+	p.expire(now)
+	for _, ps := range p.policies {
+		if b := ps.bucket; b != nil {
+			b.tokens, b.last = b.tokensAt(now)-1, maxTime(b.last, now)
 		}
-		bg.remaining--
+		if bg := ps.budget; bg != nil {
+			bg.remaining--
+		}
 	}
 	p.inFlight++
 	return 0
+}
+
+// idle reports whether the pacer holds nothing back at now and no request
+// it let go is still in flight, so forgetting it loses nothing that the
+// next response would not teach again.
+func (p *Pacer) idle(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight > 0 || p.notBefore.After(now) {
+		return false
+	}
+	for _, ps := range p.policies {
+		if !quiet(ps, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// size is how many policy names the pacer remembers.
+func (p *Pacer) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.policies)
 }
 
 func (p *Pacer) delay(at time.Time) time.Duration {
@@ -159,13 +287,13 @@ func (p *Pacer) delay(at time.Time) time.Duration {
 	if p.notBefore.After(at) {
 		w = p.notBefore.Sub(at).Seconds()
 	}
-	for _, b := range p.buckets {
-		if tk := b.tokensAt(at); tk < 1 {
-			w = math.Max(w, (1-tk)/b.rate)
+	for _, ps := range p.policies {
+		if b := ps.bucket; b != nil {
+			if tk := b.tokensAt(at); tk < 1 {
+				w = math.Max(w, (1-tk)/b.rate)
+			}
 		}
-	}
-	for _, bg := range p.budgets {
-		if at.Before(bg.until) && bg.remaining < 1 {
+		if bg := ps.budget; bg != nil && at.Before(bg.until) && bg.remaining < 1 {
 			w = math.Max(w, bg.until.Sub(at).Seconds())
 		}
 	}

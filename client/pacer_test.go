@@ -134,8 +134,8 @@ func TestPacerIgnoresOtherUnits(t *testing.T) {
 
 func TestPacerBlockAndDelay(t *testing.T) {
 	p := NewPacer()
-	p.Block(at(2))
-	p.Block(at(1)) // earlier blocks do not shorten it
+	p.Block(at(0), 2*time.Second)
+	p.Block(at(0), time.Second) // earlier holds do not shorten it
 	if w := p.Delay(at(0.5)); w != 1500*time.Millisecond {
 		t.Errorf("Delay at 0.5 s during a block until 2 s = %v, want 1.5s", w)
 	}
@@ -167,5 +167,98 @@ func TestPacerTimeBackwards(t *testing.T) {
 	// A clock that jumps back must not mint tokens or panic.
 	if w := p.Take(at(5)); w < time.Second {
 		t.Errorf("wait after the clock went back = %v, want >= 1s", w)
+	}
+}
+
+// TestPacerCapsWindows is issue 10's point 19: a RateLimit t, a
+// RateLimit-Policy w or a Retry-After hold can keep requests back for at
+// most DefaultMaxHold (24 h), not the 31 years of t=999999999.
+func TestPacerCapsWindows(t *testing.T) {
+	const huge = 999999999 * time.Second
+	for _, tc := range []struct {
+		name string
+		feed func(p *Pacer)
+	}{
+		{"RateLimit t", func(p *Pacer) {
+			p.Observe(at(0), nil, []Limit{{Name: "p", Remaining: 0, Window: huge, HasWindow: true}})
+		}},
+		{"RateLimit-Policy w", func(p *Pacer) {
+			p.Observe(at(0), []Policy{{Name: "p", Quota: 1, Unit: "requests", Window: huge}}, nil)
+			p.Take(at(0)) // the only token
+			p.Observe(at(0), nil, nil)
+		}},
+		{"Retry-After hold", func(p *Pacer) { p.Block(at(0), huge) }},
+	} {
+		p := NewPacer()
+		tc.feed(p)
+		if w := p.Delay(at(0)); w != DefaultMaxHold {
+			t.Errorf("%s of 999999999 s: Delay = %v, want the cap %v", tc.name, w, DefaultMaxHold)
+		}
+		if got := send(p, at(0)); got != t0.Add(DefaultMaxHold) {
+			t.Errorf("%s: the request went at %v, want after %v", tc.name, got.Sub(t0), DefaultMaxHold)
+		}
+	}
+	p := NewPacerMaxHold(time.Minute)
+	p.Observe(at(0), nil, []Limit{{Name: "p", Remaining: 0, Window: time.Hour, HasWindow: true}})
+	if w := p.Delay(at(0)); w != time.Minute {
+		t.Errorf("NewPacerMaxHold(1m), t=3600: Delay = %v, want 1m", w)
+	}
+}
+
+// TestPacerStateIsBounded: however many policy names a server sends, a
+// pacer keeps at most maxPolicies of them, and forgets those that no longer
+// hold anything back.
+func TestPacerStateIsBounded(t *testing.T) {
+	p := NewPacer()
+	for i := range 10000 {
+		name := "p" + itoa(i)
+		p.Observe(at(float64(i)/1000), []Policy{{Name: name, Quota: 5, Unit: "requests", Window: time.Second}, {Name: "b" + itoa(i), Quota: 5, Unit: "content-bytes", Window: time.Second}},
+			[]Limit{{Name: name, Remaining: 3, Window: time.Second, HasWindow: true}})
+	}
+	if n := p.size(); n > maxPolicies {
+		t.Errorf("after 10000 policy names the pacer keeps %d, want at most %d", n, maxPolicies)
+	}
+	// A day later, with every bucket full again, every budget's window over
+	// and no name seen for MaxHold, nothing is left and the pacer is idle.
+	later := at(10).Add(DefaultMaxHold + time.Second)
+	p.Take(later)
+	p.Observe(later, nil, nil)
+	if n, idle := p.size(), p.idle(later); n != 0 || !idle {
+		t.Errorf("a day later the pacer keeps %d policies (idle %v), want 0 and idle", n, idle)
+	}
+	// New names are learnt again once old ones expire.
+	p.Observe(later, []Policy{{Name: "fresh", Quota: 1, Unit: "requests", Window: time.Hour}}, nil)
+	p.Take(later)
+	if w := p.Delay(later); w != time.Hour {
+		t.Errorf("a fresh policy after expiry: Delay = %v, want 1h", w)
+	}
+	if p.idle(later) {
+		t.Error("idle with an empty bucket")
+	}
+}
+
+func TestPacerIdle(t *testing.T) {
+	p := NewPacer()
+	if !p.idle(at(0)) {
+		t.Error("a new pacer is not idle")
+	}
+	p.Take(at(0))
+	if p.idle(at(0)) {
+		t.Error("idle with a request in flight")
+	}
+	p.Observe(at(0), []Policy{{Name: "p", Quota: 2, Unit: "requests", Window: 2 * time.Second}}, []Limit{{Name: "p", Remaining: 1, Window: 3 * time.Second, HasWindow: true}})
+	p.Take(at(0))
+	p.Observe(at(0), nil, nil)
+	for _, tc := range []struct {
+		s    float64
+		idle bool
+	}{{0, false}, {2.5, false}, {3, true}} { // bucket full at 1 s, budget open until 3 s
+		if got := p.idle(at(tc.s)); got != tc.idle {
+			t.Errorf("idle at %vs = %v, want %v", tc.s, got, tc.idle)
+		}
+	}
+	p.Block(at(3), time.Second)
+	if p.idle(at(3.5)) || !p.idle(at(4)) {
+		t.Errorf("idle during a hold until 4 s = %v, after it = %v; want false, true", p.idle(at(3.5)), p.idle(at(4)))
 	}
 }

@@ -79,23 +79,43 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestParseRetryAfterTwoDigitYear(t *testing.T) {
-	// RFC 9110 §5.6.7: a two-digit year more than 50 years ahead is the most
-	// recent past year with those digits.
-	ref := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// RFC 9110 §5.6.7: a timestamp that appears to be more than 50 years in
+	// the future is the most recent past year with those two digits. The
+	// rule is about the timestamp, not only the year: from 1 June 2026,
+	// 1 December 2076 is 50.5 years ahead, so it is 1976.
+	ref := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		in   string
-		year int
+		want time.Time
+		ok   bool
 	}{
-		{"Thursday, 01-Jan-70 00:00:10 GMT", 2070}, // 44 years ahead: future
-		{"Saturday, 01-Jan-99 00:00:10 GMT", 1999}, // 2099 would be 73 years ahead
-		{"Thursday, 01-Jan-26 00:00:10 GMT", 2026},
+		{"Thursday, 01-Jan-70 00:00:10 GMT", time.Date(2070, 1, 1, 0, 0, 10, 0, time.UTC), true},  // 43.6 years ahead: future
+		{"Saturday, 01-Jan-99 00:00:10 GMT", time.Date(1999, 1, 1, 0, 0, 10, 0, time.UTC), true},  // 2099 would be 72.6 years ahead
+		{"Monday, 01-Jun-26 12:00:10 GMT", time.Date(2026, 6, 1, 12, 0, 10, 0, time.UTC), true},   // ref's own year
+		{"Tuesday, 01-Dec-76 00:00:00 GMT", time.Date(1976, 12, 1, 0, 0, 0, 0, time.UTC), true},   // 50.5 years ahead: the past
+		{"Monday, 01-Jun-76 12:00:00 GMT", time.Date(2076, 6, 1, 12, 0, 0, 0, time.UTC), true},    // exactly 50 years ahead: not more
+		{"Monday, 01-Jun-76 12:00:01 GMT", time.Date(1976, 6, 1, 12, 0, 1, 0, time.UTC), true},    // one second more than 50 years
+		{"Sunday, 01-Jan-23 00:00:00 GMT", time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC), true},     // the recent past stays in this century
+		{"Tuesday, 29-Feb-00 00:00:00 GMT", time.Date(2000, 2, 29, 0, 0, 0, 0, time.UTC), true},   // 2000 was a leap year
+		{"Friday, 05-Aug-55 09:27:05 GMT", time.Date(2055, 8, 5, 9, 27, 5, 0, time.UTC), true},    // 29 years ahead
+		{"Wednesday, 05-Aug-81 09:27:05 GMT", time.Date(1981, 8, 5, 9, 27, 5, 0, time.UTC), true}, // 55 years ahead: the past
 	} {
 		tm, ok := parseHTTPDate(tc.in, ref)
-		if !ok || tm.Year() != tc.year {
-			t.Errorf("parseHTTPDate(%q) = %v, %v, want year %d", tc.in, tm, ok, tc.year)
+		if ok != tc.ok || !tm.Equal(tc.want) {
+			t.Errorf("parseHTTPDate(%q, 2026-06-01) = %v, %v, want %v, %v", tc.in, tm, ok, tc.want, tc.ok)
 		}
 	}
-	if d, ok := ParseRetryAfter("Thursday, 01-Jan-26 00:00:10 GMT", ref); !ok || d != 10*time.Second {
+	// Late in a century the window reaches into the next one: from 2090,
+	// "30" is 2130 (40 years ahead), not 2030 (60 years ago); and 29 February
+	// of a year that resolves to 2100, not a leap year, is no date at all.
+	late := time.Date(2090, 1, 1, 0, 0, 0, 0, time.UTC)
+	if tm, ok := parseHTTPDate("Friday, 01-Mar-30 00:00:00 GMT", late); !ok || tm.Year() != 2130 {
+		t.Errorf("parseHTTPDate(\"01-Mar-30\", 2090) = %v, %v, want 2130", tm, ok)
+	}
+	if tm, ok := parseHTTPDate("Monday, 29-Feb-00 00:00:00 GMT", late); ok {
+		t.Errorf("parseHTTPDate(\"29-Feb-00\", 2090) = %v, true, want false: 2100 has no 29 February", tm)
+	}
+	if d, ok := ParseRetryAfter("Monday, 01-Jun-26 12:00:10 GMT", ref); !ok || d != 10*time.Second {
 		t.Errorf("ParseRetryAfter(RFC 850 in 2026) = %v, %v, want 10s, true", d, ok)
 	}
 }

@@ -84,7 +84,8 @@ func isDigits(s string) bool {
 // parseHTTPDate accepts exactly the three HTTP-date formats. Go's
 // http.ParseTime would also take any zone abbreviation in the RFC 850 form
 // and resolves two-digit years by a fixed 1969 pivot; HTTP-dates are always
-// GMT and the pivot is "not more than 50 years in the future" of ref.
+// GMT, and RFC 9110 §5.6.7 reads a two-digit year relative to ref (see
+// [resolveTwoDigitYear]).
 func parseHTTPDate(v string, ref time.Time) (time.Time, bool) {
 	if t, err := time.Parse(http.TimeFormat, v); err == nil {
 		return t, true
@@ -99,14 +100,43 @@ func parseHTTPDate(v string, ref time.Time) (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	t = t.UTC()
-	now := ref.UTC().Year()
-	year := now - now%100 + t.Year()%100
+	return resolveTwoDigitYear(t.UTC(), ref)
+}
+
+// resolveTwoDigitYear gives t, parsed from a two-digit year, the year that
+// puts it in the 100 years (ref − 50 years, ref + 50 years]: RFC 9110 §5.6.7
+// says a timestamp that appears to be more than 50 years in the future is the
+// most recent past year with the same last two digits. The comparison is of
+// whole timestamps, not years: from 1 June 2026, "01-Dec-76" is 50.5 years
+// ahead, so 1976. It reports false when the date does not exist in that
+// year (29 February of 2100).
+func resolveTwoDigitYear(t, ref time.Time) (time.Time, bool) {
+	ref = ref.UTC()
+	hi, lo := ref.AddDate(50, 0, 0), ref.AddDate(-50, 0, 0)
+	yy := (t.Year()%100 + 100) % 100
+	c := ref.Year() - (ref.Year()%100+100)%100 // ref's century, also for years before 0
+	year := c + yy
 	switch {
-	case year > now+50:
+	case laterThan(year, t, hi):
 		year -= 100
-	case year <= now-50:
+	case !laterThan(year, t, lo):
 		year += 100
 	}
-	return t.AddDate(year-t.Year(), 0, 0), true
+	r := time.Date(year, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), 0, time.UTC)
+	if r.Day() != t.Day() {
+		return time.Time{}, false
+	}
+	return r, true
+}
+
+// laterThan reports whether t's date and time of day, in the given year, is
+// after u. It compares without building the date, which may not exist.
+func laterThan(year int, t, u time.Time) bool {
+	if year != u.Year() {
+		return year > u.Year()
+	}
+	// 2000 is a leap year: every month and day of t exists in it.
+	a := time.Date(2000, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), 0, time.UTC)
+	b := time.Date(2000, u.Month(), u.Day(), u.Hour(), u.Minute(), u.Second(), u.Nanosecond(), time.UTC)
+	return a.After(b)
 }

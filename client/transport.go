@@ -31,18 +31,48 @@ var (
 	ErrBudgetExceeded = errors.New("wait for the host's quota would exceed the time budget")
 )
 
+// RetryAfterError is returned when a 429 or 503 carries a Retry-After longer
+// than Config.MaxRetryAfter: the server asked for a wait this client will not
+// make, and a shorter one would retry early. It comes at once, whatever the
+// request and its attempts left, and every request to the host is held
+// until Until. Callers find it with errors.As (http.Client wraps it in a
+// *url.Error).
+type RetryAfterError struct {
+	// Host is the pacer's and breaker's key, scheme://host[:port].
+	Host string
+	// Wait is what the server asked for, counted from when the response
+	// arrived. Until is when the host's hold ends: that instant, or
+	// Config.MaxHold after the response when Wait is longer.
+	Wait  time.Duration
+	Until time.Time
+	// Max is Config.MaxRetryAfter.
+	Max time.Duration
+	// Response is the 429 or 503 with its status and header; its body has
+	// been closed and replaced by http.NoBody.
+	Response *http.Response
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("client: %s answered %d with Retry-After %v, above MaxRetryAfter %v: not retrying; the host is held until then",
+		e.Host, e.Response.StatusCode, e.Wait, e.Max)
+}
+
 // Defaults for the zero values of Config.
 const (
-	DefaultMaxAttempts     = 5
-	DefaultBase            = 500 * time.Millisecond
-	DefaultCap             = 10 * time.Second
-	DefaultMaxElapsed      = 60 * time.Second
-	DefaultMaxRetryAfter   = 30 * time.Second
-	DefaultBreakerFailures = 5
-	DefaultBreakerCoolDown = 30 * time.Second
-	maxHosts               = 1024
-	drainLimit             = 64 << 10
-	idempotencyKeyHeader   = "Idempotency-Key"
+	DefaultMaxAttempts   = 5
+	DefaultBase          = 500 * time.Millisecond
+	DefaultCap           = 10 * time.Second
+	DefaultMaxElapsed    = 60 * time.Second
+	DefaultMaxRetryAfter = 30 * time.Second
+	// DefaultRetryAfterJitter is the most added after a Retry-After: as
+	// much as the seconds of delay-seconds are coarse, so a herd told
+	// "Retry-After: 1" comes back over one second instead of one instant.
+	DefaultRetryAfterJitter = time.Second
+	DefaultBreakerFailures  = 5
+	DefaultBreakerCoolDown  = 30 * time.Second
+	maxHosts                = 1024
+	drainLimit              = 2 << 10 // as net/http reads of a redirect's body before following it
+	idempotencyKeyHeader    = "Idempotency-Key"
 )
 
 // Config configures a [Transport]. The zero value is usable: every zero field
@@ -61,8 +91,10 @@ type Config struct {
 	// use the context for that). 0 means DefaultMaxElapsed (60 s); negative
 	// means only the context bounds it.
 	MaxElapsed time.Duration
-	// MaxRetryAfter caps a Retry-After: a larger value is cut to it. 0 means
-	// DefaultMaxRetryAfter (30 s).
+	// MaxRetryAfter is the longest Retry-After a request waits for before
+	// retrying. A longer one is never shortened (that would retry early):
+	// RoundTrip returns at once with a *RetryAfterError, and the host stays
+	// held for the whole wait. 0 means DefaultMaxRetryAfter (30 s).
 	MaxRetryAfter time.Duration
 	// RetryNetworkErrors also retries connection errors and timeouts
 	// (net.Error, unexpected EOF), never TLS certificate errors or the
@@ -75,6 +107,18 @@ type Config struct {
 	// NewIdempotencyKey makes the keys; nil means a random UUIDv4 written as
 	// an sf-string, as draft-ietf-httpapi-idempotency-key-header shows it.
 	NewIdempotencyKey func() string
+	// RetryAfterJitter spreads clients told the same Retry-After: each wait
+	// for a Retry-After (its own, or a hold set by another request's) is
+	// lengthened by a draw uniform in [0, RetryAfterJitter) — after the
+	// server's time, never before it, and never past the time budget.
+	// 0 means DefaultRetryAfterJitter (1 s, the resolution of
+	// delay-seconds); negative turns it off.
+	RetryAfterJitter time.Duration
+	// MaxHold is the longest one server can hold back the requests to it:
+	// a Retry-After hold, a RateLimit t and a RateLimit-Policy w beyond it
+	// are cut to it, so t=999999999 does not stop a host for 31 years. It
+	// must not be below MaxRetryAfter. 0 means DefaultMaxHold (24 h).
+	MaxHold time.Duration
 	// DisablePacing turns off the per-host pacer (RateLimit fields and the
 	// host-wide effect of Retry-After).
 	DisablePacing bool
@@ -92,26 +136,36 @@ type Config struct {
 type BreakerConfig struct {
 	// Disabled turns breakers off.
 	Disabled bool
-	// Failures is how many consecutive failed attempts open the breaker;
-	// 0 means DefaultBreakerFailures (5).
+	// Failures is how many consecutive failed calls open the breaker;
+	// 0 means DefaultBreakerFailures (5). A call counts once, by its last
+	// attempt, however many times it was retried: one GET retried five
+	// times against a 503 is one failed call.
 	Failures int
 	// CoolDown is how long an open breaker refuses requests before letting
 	// one trial through; 0 means DefaultBreakerCoolDown (30 s).
 	CoolDown time.Duration
-	// IsFailure classifies an attempt. nil means: a transport error (other
-	// than the caller's cancellation) or status 500, 502, 503 or 504. A 429
-	// is not a failure: the host is healthy enough to say "slow down", and
-	// pacing and Retry-After deal with it.
+	// IsFailure classifies an attempt; a call is failed when its last
+	// attempt is. It is called after every attempt, before the response's
+	// body is read. nil means: a transport error or status 500, 502, 503 or
+	// 504. A 429 is not a failure: the host is healthy enough to say "slow
+	// down", and pacing and Retry-After deal with it. A call that sent
+	// nothing (the pacer's ErrBudgetExceeded) or whose last attempt ended in
+	// the caller's own cancellation is not counted at all.
 	IsFailure func(resp *http.Response, err error) bool
-	// Fallback answers requests that the breaker refuses; nil means they
-	// fail with an error wrapping ErrCircuitOpen.
+	// Fallback answers requests that the breaker refuses — at once, before
+	// the pacer is asked, and also a request whose next retry finds the
+	// breaker opened by other calls; nil means they fail with an error
+	// wrapping ErrCircuitOpen.
 	Fallback func(req *http.Request, err error) (*http.Response, error)
 }
 
 // Transport is an http.RoundTripper that paces, breaks circuits and retries,
 // as the package documentation describes. It is safe for concurrent use and
-// starts no goroutines; pacers and breakers are per host and shared by all
-// requests through the same Transport (up to 1024 hosts are remembered).
+// starts no goroutines (a timer may close a slow body it drains); pacers and
+// breakers are per host and shared by all requests through the same
+// Transport. Up to 1024 hosts are remembered; to make room, hosts that hold
+// nothing back (no call in flight, an idle pacer, a closed breaker with no
+// failure counted) are forgotten first.
 type Transport struct {
 	cfg  Config
 	next http.RoundTripper
@@ -126,6 +180,17 @@ type Transport struct {
 type hostState struct {
 	pacer   *Pacer
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	calls   int // RoundTrips using it now; under Transport.mu
+}
+
+// idle reports whether forgetting hs at now loses nothing: no call in
+// flight, a pacer that holds nothing back, a closed breaker with no failure
+// counted. The caller holds Transport.mu.
+func (hs *hostState) idle(now time.Time) bool {
+	if hs.calls > 0 || (hs.pacer != nil && !hs.pacer.idle(now)) {
+		return false
+	}
+	return hs.breaker == nil || hs.breaker.State() == gobreaker.StateClosed && hs.breaker.Counts().ConsecutiveFailures == 0
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -137,8 +202,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("client: MaxAttempts %d is negative", cfg.MaxAttempts)
 	case cfg.Base < 0, cfg.Cap < 0:
 		return nil, fmt.Errorf("client: Base %v and Cap %v must not be negative", cfg.Base, cfg.Cap)
-	case cfg.MaxRetryAfter < 0:
-		return nil, fmt.Errorf("client: MaxRetryAfter %v is negative", cfg.MaxRetryAfter)
+	case cfg.MaxRetryAfter < 0, cfg.MaxHold < 0:
+		return nil, fmt.Errorf("client: MaxRetryAfter %v and MaxHold %v must not be negative", cfg.MaxRetryAfter, cfg.MaxHold)
 	case cfg.Breaker.Failures < 0, cfg.Breaker.CoolDown < 0:
 		return nil, fmt.Errorf("client: breaker Failures %d and CoolDown %v must not be negative", cfg.Breaker.Failures, cfg.Breaker.CoolDown)
 	}
@@ -159,6 +224,18 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.MaxRetryAfter == 0 {
 		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	switch {
+	case cfg.RetryAfterJitter == 0:
+		cfg.RetryAfterJitter = DefaultRetryAfterJitter
+	case cfg.RetryAfterJitter < 0:
+		cfg.RetryAfterJitter = 0
+	}
+	if cfg.MaxHold == 0 {
+		cfg.MaxHold = DefaultMaxHold
+	}
+	if cfg.MaxHold < cfg.MaxRetryAfter {
+		return nil, fmt.Errorf("client: MaxHold %v is below MaxRetryAfter %v", cfg.MaxHold, cfg.MaxRetryAfter)
 	}
 	if cfg.Breaker.Failures == 0 {
 		cfg.Breaker.Failures = DefaultBreakerFailures
@@ -225,21 +302,33 @@ func hostKey(u *url.URL) string {
 	return strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
-func (t *Transport) host(key string) *hostState {
+// host returns the state kept for key, counting the caller as one of its
+// calls until it calls release. At most maxHosts hosts are remembered: to
+// make room, idle ones are forgotten first, and only when none is idle an
+// arbitrary one (then only politeness towards that host is lost).
+func (t *Transport) host(key string, now time.Time) *hostState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if hs := t.hosts[key]; hs != nil {
+		hs.calls++
 		return hs
 	}
 	if len(t.hosts) >= maxHosts {
-		for k := range t.hosts { // forget an arbitrary host: only politeness is lost
+		for k, hs := range t.hosts {
+			if hs.idle(now) {
+				delete(t.hosts, k)
+			}
+		}
+	}
+	if len(t.hosts) >= maxHosts {
+		for k := range t.hosts {
 			delete(t.hosts, k)
 			break
 		}
 	}
-	hs := &hostState{}
+	hs := &hostState{calls: 1}
 	if !t.cfg.DisablePacing {
-		hs.pacer = NewPacer()
+		hs.pacer = NewPacerMaxHold(t.cfg.MaxHold)
 	}
 	if !t.cfg.Breaker.Disabled {
 		n := uint32(t.cfg.Breaker.Failures)
@@ -259,6 +348,12 @@ func (t *Transport) host(key string) *hostState {
 	}
 	t.hosts[key] = hs
 	return hs
+}
+
+func (t *Transport) release(hs *hostState) {
+	t.mu.Lock()
+	hs.calls--
+	t.mu.Unlock()
 }
 
 func fromGobreaker(s gobreaker.State) BreakerState {
@@ -297,9 +392,10 @@ func idempotent(method string) bool {
 
 // RoundTrip sends req, pacing, breaking and retrying as configured. It
 // returns the last response when it stops retrying (so a caller may still
-// read a final 429 and its Retry-After), an error wrapping ErrCircuitOpen or
-// ErrBudgetExceeded when nothing could be sent, or the context's error when
-// the context ends during a wait.
+// read a final 429 and its Retry-After), a *RetryAfterError when the server
+// asked for a longer wait than MaxRetryAfter, an error wrapping
+// ErrCircuitOpen or ErrBudgetExceeded when nothing (more) could be sent, or
+// the context's error when the context ends during a wait.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	start := time.Now()
@@ -310,7 +406,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	key := hostKey(req.URL)
-	hs := t.host(key)
+	hs := t.host(key, start)
+	defer t.release(hs)
 
 	// Decide once whether this request may be retried at all.
 	var notRetryable GiveUpReason
@@ -326,6 +423,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		notRetryable = GiveUpBodyNotReplayable
 	}
 
+	// The breaker first: an open breaker answers at once, without waiting
+	// behind the pacer. It counts the call once, by its last attempt.
+	var sent, failed, excluded bool // of the last attempt
+	if hs.breaker != nil {
+		done, err := hs.breaker.Allow()
+		if err != nil {
+			closeBody(req)
+			return t.refuse(req, key, err)
+		}
+		defer func() {
+			switch {
+			case !sent || excluded:
+				done(errExcluded) // nothing went, or the caller gave up: says nothing about the host
+			case failed:
+				done(errFailure)
+			default:
+				done(nil)
+			}
+		}()
+	}
+
 	// Pace the first attempt.
 	if err := t.pace(ctx, hs, req, key, deadline, hasDeadline, 0, 0, nil); err != nil {
 		closeBody(req)
@@ -334,47 +452,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	attempt := req
 	for n := 1; ; n++ {
-		var done func(error)
-		if hs.breaker != nil {
-			var err error
-			if done, err = hs.breaker.Allow(); err != nil {
-				if hs.pacer != nil {
-					hs.pacer.Observe(time.Now(), nil, nil) // nothing went after all
-				}
-				closeBody(attempt)
-				return t.refuse(req, key, err)
-			}
-		}
 		if h := t.cfg.Hooks.OnAttempt; h != nil {
 			h(Attempt{Request: req, Host: key, N: n})
 		}
 		resp, err := t.next.RoundTrip(attempt)
 		received := time.Now()
-		if done != nil {
-			switch {
-			case err != nil && ctx.Err() != nil:
-				done(errExcluded) // the caller gave up; says nothing about the host
-			case t.cfg.Breaker.IsFailure(resp, err):
-				done(errFailure)
-			default:
-				done(nil)
-			}
-		}
-		var ra, rawRA time.Duration // Retry-After capped at MaxRetryAfter, and as sent
+		sent, excluded = true, err != nil && ctx.Err() != nil
+		failed = !excluded && t.cfg.Breaker.IsFailure(resp, err)
+		var ra time.Duration // Retry-After, as the server asked
 		var hasRA bool
 		if resp == nil && hs.pacer != nil {
 			hs.pacer.Observe(received, nil, nil)
 		}
 		if resp != nil {
 			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-				rawRA, hasRA = RetryAfter(resp.Header, received)
-				ra = min(rawRA, t.cfg.MaxRetryAfter)
+				ra, hasRA = RetryAfter(resp.Header, received)
 			}
 			if hs.pacer != nil {
 				pols, lims := parseHeaderFields(resp.Header)
 				hs.pacer.Observe(received, pols, lims)
 				if hasRA {
-					hs.pacer.Block(received.Add(ra))
+					hs.pacer.Block(received, ra) // the full wait (up to MaxHold), even one this request will not make
 				}
 			}
 		}
@@ -392,6 +490,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return resp, err
 		}
+		if hasRA && ra > t.cfg.MaxRetryAfter {
+			// Waiting less than asked would retry early; waiting that long
+			// is not this request's to decide. Hand the 429 back at once.
+			giveUp(GiveUpRetryAfterTooLong)
+			_ = resp.Body.Close()
+			resp.Body = http.NoBody
+			return nil, &RetryAfterError{Host: key, Wait: ra, Until: received.Add(min(ra, t.cfg.MaxHold)), Max: t.cfg.MaxRetryAfter, Response: resp}
+		}
 		if notRetryable != 0 {
 			return giveUp(notRetryable)
 		}
@@ -402,16 +508,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return giveUp(GiveUpBreakerOpen)
 		}
 
-		// Choose the wait: Retry-After if usable, else full-jitter backoff.
+		// Choose the wait: Retry-After if usable (plus a little jitter after
+		// it, so a herd told the same time does not come back together),
+		// else full-jitter backoff.
+		now := time.Now()
 		wait, reason := ra, WaitRetryAfter
+		var jitter time.Duration
 		if hasRA {
-			if rawRA > ra {
-				reason = WaitRetryAfterCapped
-			}
+			jitter = t.jitterAfter(now, wait, deadline, hasDeadline)
+			wait += jitter
 		} else {
 			wait, reason = FullJitter(Backoff(n, t.cfg.Base, t.cfg.Cap), t.uniform()), WaitBackoff
 		}
-		now := time.Now()
 		at := now.Add(wait)
 		if hasDeadline && !at.Before(deadline) {
 			return giveUp(GiveUpBudget)
@@ -434,12 +542,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			next.Body = body
 		}
-		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Reason: reason, Status: status, Err: err})
+		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Jitter: jitter, Reason: reason, Status: status, Err: err})
 		if resp != nil {
-			_, _ = io.CopyN(io.Discard, resp.Body, drainLimit) // lets the connection be reused
-			_ = resp.Body.Close()
+			drain(resp.Body, at)
 		}
-		serr := sleep(ctx, wait)
+		serr := sleep(ctx, time.Until(at))
+		if serr == nil && hs.breaker != nil && hs.breaker.State() == gobreaker.StateOpen {
+			// Other calls opened it while this one waited: send nothing.
+			closeBody(next)
+			giveUp(GiveUpBreakerOpen)
+			return t.refuse(req, key, gobreaker.ErrOpenState)
+		}
 		if serr == nil {
 			serr = t.pace(ctx, hs, req, key, deadline, hasDeadline, n, status, err)
 		}
@@ -499,11 +612,31 @@ func (t *Transport) pace(ctx context.Context, hs *hostState, req *http.Request, 
 		if hasDeadline && !now.Add(w).Before(deadline) {
 			return fmt.Errorf("client: %s: %w (%v needed)", key, ErrBudgetExceeded, w)
 		}
-		t.onWait(Wait{Request: req, Host: key, Retry: retry, Duration: w, Reason: WaitPacing, Status: status, Err: cause})
-		if err := sleep(ctx, w); err != nil {
+		// Held by a Retry-After: every request waiting for its end would
+		// otherwise go at the same instant.
+		var jitter time.Duration
+		if hs.pacer.HeldUntil().After(now) {
+			jitter = t.jitterAfter(now, w, deadline, hasDeadline)
+		}
+		t.onWait(Wait{Request: req, Host: key, Retry: retry, Duration: w + jitter, Jitter: jitter, Reason: WaitPacing, Status: status, Err: cause})
+		if err := sleep(ctx, w+jitter); err != nil {
 			return err
 		}
 	}
+}
+
+// jitterAfter draws the jitter added after a server-given wait starting at
+// now: uniform in [0, RetryAfterJitter), and never so much that a wait which
+// fits before the deadline would not.
+func (t *Transport) jitterAfter(now time.Time, wait time.Duration, deadline time.Time, hasDeadline bool) time.Duration {
+	ceiling := t.cfg.RetryAfterJitter
+	if hasDeadline {
+		ceiling = min(ceiling, deadline.Sub(now)-wait)
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return FullJitter(ceiling, t.uniform())
 }
 
 func (t *Transport) onWait(w Wait) {
@@ -524,6 +657,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-timer.C:
 		return nil
 	}
+}
+
+// drain reads what is left of a body that will not be used, so that its
+// connection can be reused, and closes it. It reads at most drainLimit bytes
+// and stops at until (when the retry is due, never after the time budget),
+// closing the body from a timer if a slow server keeps the read waiting:
+// a trickling body must not hold the request.
+func drain(body io.ReadCloser, until time.Time) {
+	if d := time.Until(until); d > 0 {
+		stop := time.AfterFunc(d, func() { _ = body.Close() })
+		_, _ = io.CopyN(io.Discard, body, drainLimit)
+		stop.Stop()
+	}
+	_ = body.Close()
 }
 
 func closeBody(r *http.Request) {

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -31,6 +33,9 @@ func TestNewValidates(t *testing.T) {
 		{Cap: -time.Second},
 		{Base: 2 * time.Second, Cap: time.Second},
 		{MaxRetryAfter: -1},
+		{MaxHold: -1},
+		{MaxHold: time.Minute, MaxRetryAfter: time.Hour},
+		{MaxHold: 10 * time.Second}, // below the default MaxRetryAfter of 30 s
 		{Breaker: BreakerConfig{Failures: -1}},
 		{Breaker: BreakerConfig{CoolDown: -1}},
 	} {
@@ -44,7 +49,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	c := tr.cfg
 	if c.MaxAttempts != 5 || c.Base != 500*time.Millisecond || c.Cap != 10*time.Second || c.MaxElapsed != time.Minute ||
-		c.MaxRetryAfter != 30*time.Second || c.Breaker.Failures != 5 || c.Breaker.CoolDown != 30*time.Second || tr.next != http.DefaultTransport {
+		c.MaxRetryAfter != 30*time.Second || c.MaxHold != 24*time.Hour || c.Breaker.Failures != 5 || c.Breaker.CoolDown != 30*time.Second || tr.next != http.DefaultTransport {
 		t.Errorf("New(Config{}) defaults = %+v", c)
 	}
 }
@@ -53,16 +58,24 @@ func TestRetryAfterDelaySeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{respond: script(r(429, "Retry-After", "3"), r(200))}
 		var waits []Wait
-		tr := newTransport(t, f, Config{Hooks: Hooks{OnWait: func(w Wait) { waits = append(waits, w) }}})
+		tr := newTransport(t, f, Config{Rand: rand.NewPCG(5, 6), Hooks: Hooks{OnWait: func(w Wait) { waits = append(waits, w) }}})
 		res, err := get(t, tr, "GET", testURL, nil)
 		if err != nil || res.StatusCode != 200 {
 			t.Fatalf("RoundTrip = %v, %v, want 200", res, err)
 		}
-		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 3*time.Second {
-			t.Errorf("gaps between attempts = %v, want [3s]", g)
+		// 3 s, then the default jitter of up to 1 s, drawn from the source.
+		jitter := FullJitter(time.Second, rand.New(rand.NewPCG(5, 6)).Float64())
+		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 3*time.Second+jitter || jitter <= 0 {
+			t.Errorf("gaps between attempts = %v, want [3s + %v]", g, jitter)
 		}
-		if len(waits) != 1 || waits[0].Reason != WaitRetryAfter || waits[0].Retry != 1 || waits[0].Status != 429 || waits[0].Duration != 3*time.Second {
-			t.Errorf("OnWait got %+v, want one retry-after wait of 3s before retry 1", waits)
+		if len(waits) != 1 || waits[0].Reason != WaitRetryAfter || waits[0].Retry != 1 || waits[0].Status != 429 || waits[0].Duration != 3*time.Second+jitter || waits[0].Jitter != jitter {
+			t.Errorf("OnWait got %+v, want one retry-after wait of 3s + %v before retry 1", waits, jitter)
+		}
+		// Without jitter, exactly what the server said.
+		f = &fakeRT{respond: script(r(429, "Retry-After", "3"), r(200))}
+		get(t, newTransport(t, f, Config{RetryAfterJitter: -1}), "GET", testURL, nil)
+		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 3*time.Second {
+			t.Errorf("RetryAfterJitter -1: gaps = %v, want [3s]", g)
 		}
 	})
 }
@@ -76,7 +89,7 @@ func TestRetryAfterHTTPDateForms(t *testing.T) {
 				server := time.Now().UTC().Add(time.Hour)
 				ra := server.Add(4 * time.Second).Format(layout)
 				f := &fakeRT{respond: script(r(503, "Date", server.Format(http.TimeFormat), "Retry-After", ra), r(200))}
-				tr := newTransport(t, f, Config{})
+				tr := newTransport(t, f, Config{RetryAfterJitter: -1})
 				if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
 					t.Fatalf("RoundTrip = %v, %v", res, err)
 				}
@@ -88,19 +101,65 @@ func TestRetryAfterHTTPDateForms(t *testing.T) {
 	}
 }
 
-func TestRetryAfterCapped(t *testing.T) {
+// TestRetryAfterAboveCap is issue 10's point 15: a Retry-After above
+// MaxRetryAfter is not shortened. The 429 comes back at once inside a
+// *RetryAfterError that says how long the server asked for, and the host
+// stays held for all of it (31 s, not the 30 s cap).
+func TestRetryAfterAboveCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRT{respond: script(r(429, "Retry-After", "1000000"), r(200))}
-		var reasons []WaitReason
-		tr := newTransport(t, f, Config{MaxRetryAfter: 5 * time.Second, Hooks: Hooks{OnWait: func(w Wait) { reasons = append(reasons, w.Reason) }}})
-		if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
-			t.Fatalf("RoundTrip = %v, %v", res, err)
+		f := &fakeRT{respond: script(r(429, "Retry-After", "31"), r(200))}
+		var gu []GiveUp
+		var waits []Wait
+		tr := newTransport(t, f, Config{RetryAfterJitter: -1, Hooks: Hooks{
+			OnGiveUp: func(g GiveUp) { gu = append(gu, g) },
+			OnWait:   func(w Wait) { waits = append(waits, w) },
+		}})
+		c := &http.Client{Transport: tr}
+		start := time.Now()
+		res, err := c.Get(testURL)
+		var rae *RetryAfterError
+		if res != nil || !errors.As(err, &rae) {
+			t.Fatalf("Get = %v, %v, want a *RetryAfterError", res, err)
 		}
-		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 5*time.Second {
-			t.Errorf("gaps = %v, want [5s] (capped)", g)
+		if el := time.Since(start); el != 0 || len(f.Calls()) != 1 {
+			t.Errorf("returned after %v and %d attempts, want at once after 1", el, len(f.Calls()))
 		}
-		if len(reasons) != 1 || reasons[0] != WaitRetryAfterCapped {
-			t.Errorf("reasons = %v, want [retry-after-capped]", reasons)
+		if rae.Wait != 31*time.Second || rae.Max != 30*time.Second || rae.Host != "http://api.test" || !rae.Until.Equal(start.Add(31*time.Second)) {
+			t.Errorf("RetryAfterError = %+v, want Wait 31s, Max 30s, Host http://api.test, Until start+31s", rae)
+		}
+		if rae.Response == nil || rae.Response.StatusCode != 429 || rae.Response.Header.Get("Retry-After") != "31" || rae.Response.Body != http.NoBody {
+			t.Errorf("RetryAfterError.Response = %+v, want the 429 with its header and a closed body", rae.Response)
+		}
+		if !strings.Contains(err.Error(), "31s") || !strings.Contains(err.Error(), "MaxRetryAfter 30s") {
+			t.Errorf("error %q does not say the wait and the cap", err)
+		}
+		if len(gu) != 1 || gu[0].Reason != GiveUpRetryAfterTooLong || gu[0].Status != 429 {
+			t.Errorf("OnGiveUp = %+v, want retry-after-too-long", gu)
+		}
+		// The host is held the full 31 s.
+		res, err = c.Get(testURL)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("next request: %v, %v, want 200 once the hold ends", res, err)
+		}
+		res.Body.Close()
+		if el := time.Since(start); el != 31*time.Second {
+			t.Errorf("next request went after %v, want 31s (the server's Retry-After, not the 30 s cap)", el)
+		}
+		if len(waits) != 1 || waits[0].Reason != WaitPacing || waits[0].Duration != 31*time.Second {
+			t.Errorf("waits = %+v, want one pacing wait of 31s", waits)
+		}
+		// At the cap itself the request waits and retries.
+		f = &fakeRT{respond: script(r(503, "Retry-After", "30"), r(200))}
+		if res, err := get(t, newTransport(t, f, Config{RetryAfterJitter: -1}), "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+			t.Fatalf("Retry-After 30: %v, %v, want 200 on the retry", res, err)
+		}
+		if g := gaps(f.Calls()); len(g) != 1 || g[0] != 30*time.Second {
+			t.Errorf("Retry-After 30: gaps = %v, want [30s]", g)
+		}
+		// Also for a request that would not have been retried.
+		f = &fakeRT{respond: script(r(429, "Retry-After", "3600"))}
+		if _, err := get(t, newTransport(t, f, Config{}), "POST", testURL, nil); !errors.As(err, &rae) || rae.Wait != time.Hour {
+			t.Errorf("POST, Retry-After 3600: err = %v, want a *RetryAfterError of 1h", err)
 		}
 	})
 }
@@ -192,7 +251,7 @@ func TestMaxElapsed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{respond: script(r(429, "Retry-After", "10"))}
 		var gu []GiveUp
-		tr := newTransport(t, f, Config{MaxElapsed: 15 * time.Second, Hooks: Hooks{OnGiveUp: func(g GiveUp) { gu = append(gu, g) }}})
+		tr := newTransport(t, f, Config{MaxElapsed: 15 * time.Second, RetryAfterJitter: -1, Hooks: Hooks{OnGiveUp: func(g GiveUp) { gu = append(gu, g) }}})
 		start := time.Now()
 		res, err := get(t, tr, "GET", testURL, nil)
 		if err != nil || res.StatusCode != 429 {
@@ -493,7 +552,7 @@ func TestRetryAfterHoldsTheWholeHost(t *testing.T) {
 			return resp(200), nil
 		}}
 		var pacing []time.Duration
-		tr := newTransport(t, f, Config{MaxAttempts: 1, Hooks: Hooks{OnWait: func(w Wait) {
+		tr := newTransport(t, f, Config{MaxAttempts: 1, RetryAfterJitter: -1, Hooks: Hooks{OnWait: func(w Wait) {
 			if w.Reason == WaitPacing {
 				pacing = append(pacing, w.Duration)
 			}
@@ -546,4 +605,263 @@ func TestPacingCancel(t *testing.T) {
 			t.Errorf("%d calls, want 1", n)
 		}
 	})
+}
+
+// trickle is a response body that yields one byte every 50 ms (20 bytes/s)
+// and never ends until it is closed; exited is closed when its writer stops.
+func trickle() (body io.ReadCloser, exited chan struct{}) {
+	pr, pw := io.Pipe()
+	exited = make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			time.Sleep(50 * time.Millisecond)
+			if _, err := pw.Write([]byte{'x'}); err != nil {
+				return // the reader closed it
+			}
+		}
+	}()
+	return pr, exited
+}
+
+// TestSlowBodyDrainIsBounded is issue 10's point 18 on the fake clock: a
+// 429 whose body trickles at 20 bytes/s does not keep the request inside
+// RoundTrip. The body is read only until the retry is due (here 1 s), then
+// closed, and the retry goes on time.
+func TestSlowBodyDrainIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var exited chan struct{}
+		f := &fakeRT{respond: func(n int, _ *http.Request) (*http.Response, error) {
+			if n == 1 {
+				res := resp(429, "Retry-After", "1")
+				res.Body, exited = trickle()
+				return res, nil
+			}
+			return resp(200), nil
+		}}
+		tr := newTransport(t, f, Config{MaxElapsed: 2 * time.Second, RetryAfterJitter: -1})
+		start := time.Now()
+		res, err := get(t, tr, "GET", testURL, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("RoundTrip = %v, %v, want 200 on the retry", res, err)
+		}
+		if el, g := time.Since(start), gaps(f.Calls()); el != time.Second || len(g) != 1 || g[0] != time.Second {
+			t.Errorf("returned after %v with gaps %v, want 1s and [1s]: draining the slow body must not delay the retry", el, g)
+		}
+		// The trickling body was closed: its writer stops (else this blocks
+		// and synctest reports the deadlock).
+		<-exited
+	})
+}
+
+// TestSlowBodyDrainLoopback is point 18 against a real HTTP server on
+// 127.0.0.1 that answers 429 with Retry-After: 1 and then trickles its body
+// at 20 bytes/s for as long as the connection lasts. Before the fix the
+// client read 64 KiB of it (almost an hour); now it stops reading when the
+// retry is due. Real time: about 1 s.
+func TestSlowBodyDrainLoopback(t *testing.T) {
+	var mu sync.Mutex
+	var arrivals []time.Time
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		n := len(arrivals)
+		mu.Unlock()
+		if n > 1 {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := w.Write([]byte{'x'}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-tick.C:
+			case <-r.Context().Done(): // the client closed the connection
+				return
+			case <-stop:
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	defer close(stop)
+
+	tr, err := New(Config{MaxElapsed: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		res, err := tr.RoundTrip(mustRequest(t, srv.URL))
+		if err != nil {
+			done <- result{0, err}
+			return
+		}
+		res.Body.Close()
+		done <- result{res.StatusCode, nil}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 200 {
+			t.Fatalf("RoundTrip = %d, %v, want 200 on the retry", r.code, r.err)
+		}
+	case <-time.After(30 * time.Second): // a safety net, not a measurement
+		t.Fatalf("RoundTrip still running after 30 s: the slow body is drained without a bound")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrivals) != 2 || arrivals[1].Sub(arrivals[0]) < time.Second {
+		t.Errorf("server saw %d requests, the retry %v after the 429; want 2, at least 1 s apart", len(arrivals), arrivals[len(arrivals)-1].Sub(arrivals[0]))
+	}
+	t.Logf("RoundTrip took %v", time.Since(start))
+}
+
+func mustRequest(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// TestHugeRateLimitWindowIsCapped is point 19 through the Transport: one
+// response with RateLimit t=999999999 (31 years) holds the host for
+// DefaultMaxHold (24 h), no more.
+func TestHugeRateLimitWindowIsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRT{respond: script(r(200, "RateLimit", `"p";r=0;t=999999999`), r(200))}
+		tr := newTransport(t, f, Config{MaxElapsed: -1})
+		get(t, tr, "GET", testURL, nil)
+		start := time.Now()
+		if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+			t.Fatalf("second request: %v, %v", res, err)
+		}
+		if el := time.Since(start); el != DefaultMaxHold {
+			t.Errorf("the second request waited %v, want the cap %v", el, DefaultMaxHold)
+		}
+	})
+}
+
+// TestHostsAreBounded: a Transport remembers at most maxHosts hosts, and
+// when it must forget some it forgets idle ones, not a host it is holding.
+func TestHostsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRT{respond: func(_ int, req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "held.test" {
+				return resp(429, "Retry-After", "600"), nil
+			}
+			return resp(200), nil
+		}}
+		tr := newTransport(t, f, Config{MaxAttempts: 1})
+		var rae *RetryAfterError
+		if _, err := get(t, tr, "GET", "http://held.test/", nil); !errors.As(err, &rae) {
+			t.Fatalf("held.test: %v, want a *RetryAfterError", err)
+		}
+		for i := range 5 * maxHosts {
+			get(t, tr, "GET", "http://h"+itoa(i)+".test/", nil)
+		}
+		tr.mu.Lock()
+		n, held := len(tr.hosts), tr.hosts["http://held.test"] != nil
+		tr.mu.Unlock()
+		if n > maxHosts || !held {
+			t.Errorf("after %d hosts: %d remembered (want at most %d), held host kept: %v (want true)", 5*maxHosts+1, n, maxHosts, held)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://held.test/", nil)
+		if _, err := tr.RoundTrip(req); !errors.Is(err, ErrBudgetExceeded) {
+			t.Errorf("held.test after the flood of hosts: %v, want ErrBudgetExceeded (still held)", err)
+		}
+	})
+}
+
+// TestRetryAfterHerdIsSpread is issue 10's point 20: 100 clients refused
+// at the same instant with "Retry-After: 1" used to come back at the same
+// instant. The server here refuses everything before 1 s and accepts
+// everything after. With the default jitter every client comes back in
+// [1 s, 2 s) — never before the server's time — spread over that second.
+// Both as 100 processes (a Transport each) and as 100 goroutines sharing one
+// Transport, whose pacer holds the host for all of them.
+func TestRetryAfterHerdIsSpread(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "separate", true: "shared"}[shared], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var mu sync.Mutex
+				var late []time.Duration // requests after t = 0, since the start
+				f := &fakeRT{respond: func(_ int, req *http.Request) (*http.Response, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if el := time.Since(start); el > 0 {
+						late = append(late, el)
+					}
+					if time.Since(start) < time.Second {
+						return resp(429, "Retry-After", "1"), nil
+					}
+					return resp(200), nil
+				}}
+				one := newTransport(t, f, Config{})
+				var wg sync.WaitGroup
+				for i := range 100 {
+					tr := one
+					if !shared {
+						tr = newTransport(t, f, Config{})
+					}
+					wg.Go(func() {
+						if res, err := get(t, tr, "GET", testURL, nil); err != nil || res.StatusCode != 200 {
+							t.Errorf("client %d: %v, %v, want 200", i, res, err)
+						}
+					})
+				}
+				wg.Wait()
+				distinct := map[time.Duration]bool{}
+				lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+				for _, el := range late {
+					if el < time.Second || el >= 2*time.Second {
+						t.Errorf("a client came back at %v, want in [1s, 2s): not before the server's time, at most 1 s of jitter after", el)
+					}
+					distinct[el] = true
+					lo, hi = min(lo, el), max(hi, el)
+				}
+				if len(late) != 100 || len(distinct) < 95 || hi-lo < 500*time.Millisecond {
+					t.Errorf("%d clients came back at %d distinct instants over %v, want 100 spread over more than 500 ms", len(late), len(distinct), hi-lo)
+				}
+			})
+		})
+	}
+}
+
+// TestRetryAfterJitterKeepsTheBudget: the jitter never makes a request give
+// up that would have fitted its deadline without it.
+func TestRetryAfterJitterKeepsTheBudget(t *testing.T) {
+	for seed := range uint64(20) {
+		synctest.Test(t, func(t *testing.T) {
+			f := &fakeRT{respond: script(r(429, "Retry-After", "5"), r(200))}
+			tr := newTransport(t, f, Config{Rand: rand.NewPCG(seed, 1)})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second+100*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", testURL, nil)
+			res, err := tr.RoundTrip(req)
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("seed %d: %v, %v, want 200 on the retry", seed, res, err)
+			}
+			if g := gaps(f.Calls()); len(g) != 1 || g[0] < 5*time.Second || g[0] >= 5*time.Second+100*time.Millisecond {
+				t.Errorf("seed %d: gaps %v, want one in [5s, 5.1s)", seed, g)
+			}
+		})
+	}
 }

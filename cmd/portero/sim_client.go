@@ -61,11 +61,15 @@ func newSimHerdCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "herd [--format table|csv] [--out FILE.svg|FILE.png]",
-		Short: "200 clients refused at the same instant: waves without jitter, spread with full jitter",
-		Long: `Herd refuses --clients clients at t = 0. Without jitter they all wait 1, 2,
-4 s and come back together at 1 s, 3 s and 7 s; with full jitter each wait is
-drawn uniformly from [0, min(cap, base*2^(n-1))) and the retries spread out.
-The table prints the peak load per 100 ms of both; csv only the per-bucket
+		Short: "200 clients refused at the same instant: waves without jitter, spread with jitter",
+		Long: `Herd refuses --clients clients at t = 0, four times over. Without
+Retry-After: without jitter they all wait 1, 2, 4 s and come back together at
+1 s, 3 s and 7 s; with full jitter each wait is drawn uniformly from
+[0, min(cap, base*2^(n-1))) and the retries spread out. Told Retry-After
+(--retry-after, 1 s) on every refusal: waiting exactly that, they come back
+together at 1 s, 2 s, 3 s; with the jitter Portero's client adds after it
+(up to --retry-after-jitter, 1 s, never before the server's time) they spread.
+The table prints the peak load per 100 ms of each; csv only the per-bucket
 rows. --out draws the retries per 100 ms over time.`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -82,6 +86,8 @@ rows. --out draws the retries per 100 ms over time.`,
 	f := cmd.Flags()
 	f.IntVar(&cfg.Clients, "clients", 0, "clients refused at t = 0 (default 200)")
 	f.Float64Var(&cfg.Capacity, "capacity", 0, "requests per second the service accepts after t = 0 (default 0: it keeps refusing)")
+	f.DurationVar(&cfg.RetryAfter, "retry-after", 0, "the service's Retry-After in the retry-after variants (default 1s)")
+	f.DurationVar(&cfg.RetryAfterJitter, "retry-after-jitter", 0, "most jitter added after Retry-After in the retry-after+jitter variant (default 1s, the client's)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the jitter")
 	f.StringVar(&format, "format", "table", "output format: table or csv")
 	f.StringVar(&out, "out", "", "also draw the retries over time to this .svg or .png file")

@@ -15,25 +15,51 @@ func TestSimHerdCommand(t *testing.T) {
 		t.Fatalf("sim herd: exit %d, stderr %s", code, errs)
 	}
 	// The seed's picture: without jitter all 200 come back together at 1, 3
-	// and 7 s; with full jitter the peak per 100 ms is far lower.
-	if !strings.Contains(out, "no-jitter    peak  200 retries per 100ms (at 1s); waves at [1s 3s 7s]") {
-		t.Errorf("sim herd: no-jitter line missing or wrong:\n%s", out)
-	}
-	var peak int
-	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "full-jitter") {
-			f := strings.Fields(line)
-			if len(f) < 3 {
-				t.Fatalf("full-jitter line %q", line)
-			}
-			if _, err := fmt.Sscan(f[2], &peak); err != nil {
-				t.Fatalf("full-jitter peak %q: %v", f[2], err)
-			}
+	// and 7 s; told Retry-After: 1 and waiting exactly that, at 1, 2, 3 s;
+	// with full jitter, or with jitter after the Retry-After, the peak per
+	// 100 ms is far lower.
+	for _, want := range []string{
+		"no-jitter          peak  200 retries per 100ms (at 1s); waves at [1s 3s 7s]",
+		"retry-after        peak  200 retries per 100ms (at 1s); waves at [1s 2s 3s]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sim herd: line %q missing:\n%s", want, out)
 		}
 	}
-	if peak <= 0 || peak > 70 {
-		t.Errorf("full-jitter peak per 100 ms = %d, want well below 200 (at most 70)", peak)
+	for _, name := range []string{"full-jitter ", "retry-after+jitter "} {
+		if p := herdPeak(t, out, name); p <= 0 || p > 70 {
+			t.Errorf("%s peak per 100 ms = %d, want well below 200 (at most 70)", name, p)
+		}
 	}
+	// The flags reach the experiment: Retry-After 2 s, no wave before it.
+	out, errs, code = runCmd(t, "sim", "herd", "--retry-after", "2s", "--retry-after-jitter", "500ms")
+	if code != 0 || !strings.Contains(out, "retry-after        peak  200 retries per 100ms (at 2s); waves at [2s 4s 6s]") || !strings.Contains(out, "Retry-After 2s (+ up to 500ms of jitter)") {
+		t.Errorf("sim herd --retry-after 2s --retry-after-jitter 500ms: exit %d, stderr %s, output:\n%s", code, errs, out)
+	}
+	if _, _, code := runCmd(t, "sim", "herd", "--retry-after-jitter", "-1s"); code != 2 {
+		t.Errorf("sim herd --retry-after-jitter -1s: exit %d, want 2", code)
+	}
+}
+
+// herdPeak reads the peak of the variant whose summary line starts with
+// prefix.
+func herdPeak(t *testing.T, out, prefix string) int {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			f := strings.Fields(line)
+			var peak int
+			if len(f) < 3 {
+				t.Fatalf("%s line %q", prefix, line)
+			}
+			if _, err := fmt.Sscan(f[2], &peak); err != nil {
+				t.Fatalf("%s peak %q: %v", prefix, f[2], err)
+			}
+			return peak
+		}
+	}
+	t.Fatalf("no %q line in:\n%s", prefix, out)
+	return 0
 }
 
 func TestSimRetryStormCommand(t *testing.T) {

@@ -12,7 +12,9 @@
 //     portero client package) keeps the load near what the service accepts.
 //   - [RunHerd]: 200 clients refused at the same instant. Without jitter
 //     they come back together, in waves at 1 s, 3 s and 7 s; with full jitter
-//     their retries spread out.
+//     their retries spread out. Told "Retry-After: 1" each time, clients that
+//     wait exactly that come back together at 1, 2 and 3 s; with the jitter
+//     package client adds after it (up to 1 s) they spread too.
 //
 // Retries are numbered from 1 as in package client: retry n waits (a draw
 // from [0, …) of) min(Cap, Base·2^(n−1)).

@@ -17,6 +17,8 @@ func ExampleRunHerd() {
 	// Output:
 	// no-jitter: peak 200 per 100 ms, waves at [1s 3s 7s]
 	// full-jitter: peak 38 per 100 ms, waves at []
+	// retry-after: peak 200 per 100 ms, waves at [1s 2s 3s]
+	// retry-after+jitter: peak 31 per 100 ms, waves at []
 }
 
 func ExampleRunRetryStorm() {

@@ -26,11 +26,24 @@ type HerdConfig struct {
 	Capacity float64
 	// Duration of the run [10 s] and width of the buckets [100 ms].
 	Duration, Bucket time.Duration
+	// RetryAfter is what the service answers in the Retry-After variants:
+	// every refusal says come back in RetryAfter [1 s: returns at 1, 2, 3 s].
+	RetryAfter time.Duration
+	// RetryAfterJitter is the most the retry-after+jitter variant adds
+	// after each Retry-After, a uniform draw as package client does
+	// [client.DefaultRetryAfterJitter, 1 s].
+	RetryAfterJitter time.Duration
 	// Seed seeds the jitter.
 	Seed uint64
 }
 
 func (c HerdConfig) withDefaults() (HerdConfig, error) {
+	if c.RetryAfter == 0 {
+		c.RetryAfter = time.Second
+	}
+	if c.RetryAfterJitter == 0 {
+		c.RetryAfterJitter = client.DefaultRetryAfterJitter
+	}
 	if c.Clients == 0 {
 		c.Clients = 200
 	}
@@ -52,7 +65,7 @@ func (c HerdConfig) withDefaults() (HerdConfig, error) {
 	switch {
 	case c.Clients < 0 || c.Clients > 1e6, c.MaxAttempts < 0, c.Capacity < 0:
 		return c, fmt.Errorf("retrysim: Clients %d, MaxAttempts %d and Capacity %v must be non-negative (Clients at most 1e6)", c.Clients, c.MaxAttempts, c.Capacity)
-	case c.Base < 0, c.Cap < c.Base, c.Duration < 0, c.Bucket < 0:
+	case c.Base < 0, c.Cap < c.Base, c.Duration < 0, c.Bucket < 0, c.RetryAfter < 0, c.RetryAfterJitter < 0:
 		return c, fmt.Errorf("retrysim: negative durations or Cap below Base: %+v", c)
 	case c.Duration/c.Bucket > 1e5:
 		return c, fmt.Errorf("retrysim: %v in buckets of %v is too many buckets", c.Duration, c.Bucket)
@@ -60,9 +73,23 @@ func (c HerdConfig) withDefaults() (HerdConfig, error) {
 	return c, nil
 }
 
+// The ways of waiting compared by [RunHerd], in the order of its variants.
+const (
+	// NoJitter waits min(Cap, Base·2^(n−1)) before retry n: the seed's waves.
+	NoJitter = "no-jitter"
+	// FullJitter waits a uniform draw from [0, that).
+	FullJitter = "full-jitter"
+	// RetryAfterExact is told Retry-After on every refusal and waits
+	// exactly that, as a client that honours it to the letter.
+	RetryAfterExact = "retry-after"
+	// RetryAfterJitter waits the Retry-After plus a uniform draw from
+	// [0, RetryAfterJitter): package client's default.
+	RetryAfterJitter = "retry-after+jitter"
+)
+
 // HerdVariant is one way of waiting in the herd experiment.
 type HerdVariant struct {
-	Name string // "no-jitter" or "full-jitter"
+	Name string // NoJitter, FullJitter, RetryAfterExact or RetryAfterJitter
 	// Load[k] is the number of retries reaching the service in bucket k
 	// (the refused first attempts at t = 0 are not counted: they are the
 	// same for both variants and start the experiment).
@@ -81,13 +108,16 @@ type HerdVariant struct {
 type HerdResult struct {
 	Config   HerdConfig    // with defaults filled in
 	T        []float64     // bucket starts, seconds
-	Variants []HerdVariant // no-jitter, then full-jitter
+	Variants []HerdVariant // NoJitter, FullJitter, RetryAfterExact, RetryAfterJitter
 }
 
 // RunHerd runs the thundering-herd experiment: Clients clients are refused
-// at t = 0 and retry with the same backoff, once without jitter and once with
-// full jitter (the uniform draws come from Seed). Requests are instant; a
-// client stops at its first accepted retry or after MaxAttempts attempts.
+// at t = 0 and retry, four times over: with the same backoff without jitter
+// and with full jitter (the service sends no Retry-After), then told
+// Retry-After: RetryAfter on every refusal, waiting exactly that and waiting
+// that plus up to RetryAfterJitter. The uniform draws come from Seed.
+// Requests are instant; a client stops at its first accepted retry or after
+// MaxAttempts attempts.
 func RunHerd(cfg HerdConfig) (HerdResult, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -98,17 +128,14 @@ func RunHerd(cfg HerdConfig) (HerdResult, error) {
 	for k := range n {
 		res.T[k] = (time.Duration(k) * cfg.Bucket).Seconds()
 	}
-	for _, jitter := range []bool{false, true} {
-		res.Variants = append(res.Variants, runHerd(cfg, jitter, n))
+	for _, name := range []string{NoJitter, FullJitter, RetryAfterExact, RetryAfterJitter} {
+		res.Variants = append(res.Variants, runHerd(cfg, name, n))
 	}
 	return res, nil
 }
 
-func runHerd(cfg HerdConfig, jitter bool, buckets int) HerdVariant {
-	v := HerdVariant{Name: "no-jitter", Load: make([]float64, buckets)}
-	if jitter {
-		v.Name = "full-jitter"
-	}
+func runHerd(cfg HerdConfig, name string, buckets int) HerdVariant {
+	v := HerdVariant{Name: name, Load: make([]float64, buckets)}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4e4d))
 	q := &queue{}
 	for c := range cfg.Clients {
@@ -135,9 +162,16 @@ func runHerd(cfg HerdConfig, jitter bool, buckets int) HerdVariant {
 		if e.attempt >= cfg.MaxAttempts {
 			continue
 		}
-		wait := client.Backoff(e.attempt, cfg.Base, cfg.Cap) // retry n = e.attempt
-		if jitter {
-			wait = client.FullJitter(wait, rng.Float64())
+		var wait time.Duration
+		switch name {
+		case NoJitter:
+			wait = client.Backoff(e.attempt, cfg.Base, cfg.Cap) // retry n = e.attempt
+		case FullJitter:
+			wait = client.FullJitter(client.Backoff(e.attempt, cfg.Base, cfg.Cap), rng.Float64())
+		case RetryAfterExact:
+			wait = cfg.RetryAfter
+		case RetryAfterJitter:
+			wait = cfg.RetryAfter + client.FullJitter(cfg.RetryAfterJitter, rng.Float64())
 		}
 		q.schedule(e.at+wait, e.req, e.attempt+1)
 	}
@@ -166,10 +200,10 @@ func (r HerdResult) Series() (names []string, t []float64, values [][]float64) {
 // load per bucket of each variant.
 func (r HerdResult) Lines() []string {
 	c := r.Config
-	out := []string{fmt.Sprintf("herd: %d clients refused at t=0; retry n waits min(%v, %v·2^(n-1)); %d attempts at most; capacity %v/s",
-		c.Clients, c.Cap, c.Base, c.MaxAttempts, c.Capacity)}
+	out := []string{fmt.Sprintf("herd: %d clients refused at t=0; retry n waits min(%v, %v·2^(n-1)), or Retry-After %v (+ up to %v of jitter); %d attempts at most; capacity %v/s",
+		c.Clients, c.Cap, c.Base, c.RetryAfter, c.RetryAfterJitter, c.MaxAttempts, c.Capacity)}
 	for _, v := range r.Variants {
-		out = append(out, fmt.Sprintf("%-12s peak %4.0f retries per %v (at %v); waves at %v; served %d",
+		out = append(out, fmt.Sprintf("%-18s peak %4.0f retries per %v (at %v); waves at %v; served %d",
 			v.Name, v.Peak, c.Bucket, v.PeakAt, v.Waves, v.Served))
 	}
 	return out

@@ -212,8 +212,51 @@ func TestHerdCapacityServesMoreWithJitter(t *testing.T) {
 		t.Errorf("csv rows = %d, %v; row for 1.0 s = %v", len(rows), err, rows[11])
 	}
 	names, ts, vals := r.Series()
-	if len(names) != 2 || len(ts) != 100 || len(vals[0]) != 100 {
+	if len(names) != 4 || len(ts) != 100 || len(vals[0]) != 100 || names[3] != RetryAfterJitter {
 		t.Errorf("Series = %v, %d times, %d values", names, len(ts), len(vals[0]))
+	}
+}
+
+// TestHerdRetryAfterJitter is issue 10's point 20 in the experiment:
+// clients told "Retry-After: 1" on every refusal come back together at 1, 2
+// and 3 s when they wait exactly that; with package client's default jitter
+// (up to 1 s after the server's time) they spread, and none comes back
+// before the server's time.
+func TestHerdRetryAfterJitter(t *testing.T) {
+	for seed := uint64(0); seed < 20; seed++ {
+		r, err := RunHerd(HerdConfig{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ra, raj := r.Variants[2], r.Variants[3]
+		if ra.Name != RetryAfterExact || raj.Name != RetryAfterJitter {
+			t.Fatalf("variants %q, %q", ra.Name, raj.Name)
+		}
+		if want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}; ra.Peak != 200 || !reflect.DeepEqual(ra.Waves, want) {
+			t.Errorf("seed %d: retry-after peak %v, waves %v; want 200 and %v", seed, ra.Peak, ra.Waves, want)
+		}
+		if raj.Peak < 15 || raj.Peak > 45 || len(raj.Waves) != 0 {
+			t.Errorf("seed %d: retry-after+jitter peak %v, waves %v; want in [15, 45] and none (retry-after: 200)", seed, raj.Peak, raj.Waves)
+		}
+		var n float64
+		for k, l := range raj.Load {
+			if l > 0 && r.T[k] < 1 {
+				t.Errorf("seed %d: %v retries at %.1f s, before the server's Retry-After of 1 s", seed, l, r.T[k])
+			}
+			n += l
+		}
+		if n != 600 {
+			t.Errorf("seed %d: retry-after+jitter made %v retries, want 600 (3 per client)", seed, n)
+		}
+	}
+	r, err := RunHerd(HerdConfig{Seed: 1, RetryAfter: 2 * time.Second, RetryAfterJitter: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, l := range r.Variants[3].Load {
+		if tt := r.T[k]; l > 0 && (tt < 2 || tt >= 2.5 && tt < 4 || tt >= 7.5) {
+			t.Errorf("Retry-After 2 s + up to 0.5 s: %v retries at %.1f s, want only in [2, 2.5), [4, 5), [6, 7.5)", l, tt)
+		}
 	}
 }
 
@@ -241,18 +284,40 @@ func TestDocFigures(t *testing.T) {
 				want.s, amp, got.Succeeded, got.Failed, got.Unsent, want.amp, want.succeeded, want.failed, want.unsent)
 		}
 	}
-	// docs/client.md: full jitter serves 186 with the command's default
-	// seed 1, 184 with seed 0 (HerdConfig's zero value).
+	// docs/client.md: the portero row is the same without the jitter after
+	// Retry-After.
+	nj, err := RunRetryStorm(StormConfig{Seed: 1, RetryAfterJitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := summary(t, r, Portero), summary(t, nj, Portero); a != b {
+		t.Errorf("portero with the default jitter %+v, without %+v: want the same (docs/client.md)", a, b)
+	}
+	// docs/client.md: at 50/s full jitter serves 186 with the command's
+	// default seed 1, 184 with seed 0 (HerdConfig's zero value); Retry-After
+	// plus jitter 187 and 188; both exact variants 15.
 	for _, tc := range []struct {
 		seed       uint64
-		nj, served int
-	}{{0, 15, 184}, {1, 15, 186}} {
+		served     [4]int
+		jitterPeak float64 // retry-after+jitter, capacity 0
+	}{{0, [4]int{15, 184, 15, 188}, 27}, {1, [4]int{15, 186, 15, 187}, 31}} {
 		h, err := RunHerd(HerdConfig{Capacity: 50, Seed: tc.seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if nj, fj := h.Variants[0].Served, h.Variants[1].Served; nj != tc.nj || fj != tc.served {
-			t.Errorf("herd, capacity 50, seed %d: served %d without jitter, %d with; want %d and %d (docs/client.md)", tc.seed, nj, fj, tc.nj, tc.served)
+		var got [4]int
+		for i, v := range h.Variants {
+			got[i] = v.Served
+		}
+		if got != tc.served {
+			t.Errorf("herd, capacity 50, seed %d: served %v (no-jitter, full-jitter, retry-after, retry-after+jitter), want %v (docs/client.md)", tc.seed, got, tc.served)
+		}
+		h, err = RunHerd(HerdConfig{Seed: tc.seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := h.Variants[3].Peak; p != tc.jitterPeak {
+			t.Errorf("herd, seed %d: retry-after+jitter peak %v per 100 ms, want %v (docs/client.md)", tc.seed, p, tc.jitterPeak)
 		}
 	}
 }

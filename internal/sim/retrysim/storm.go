@@ -26,8 +26,9 @@ const (
 	// Portero is package client's Transport: PerRequest plus the per-host
 	// pacer shared by all requests — a Retry-After holds back every request
 	// to the host, and RateLimit-Policy/RateLimit pace them to the announced
-	// quota; a request that could not be sent within MaxElapsed fails at
-	// once, unsent.
+	// quota; waits for a Retry-After get the client's jitter after it; a
+	// request that could not be sent within MaxElapsed fails at once,
+	// unsent.
 	Portero Strategy = "portero"
 )
 
@@ -58,6 +59,11 @@ type StormConfig struct {
 	Base, Cap time.Duration
 	// MaxElapsed is the polite clients' time budget per request [10 s].
 	MaxElapsed time.Duration
+	// RetryAfterJitter is what the Portero strategy adds after each
+	// Retry-After, its own or the host's hold, as package client does: a
+	// uniform draw from [0, RetryAfterJitter), never past the budget
+	// [client.DefaultRetryAfterJitter, 1 s; negative: none].
+	RetryAfterJitter time.Duration
 	// Bucket is the width of the series' time buckets [1 s].
 	Bucket time.Duration
 	// Seed seeds the jitter.
@@ -77,6 +83,8 @@ func (c StormConfig) withDefaults() (StormConfig, error) {
 	def(&c.Cap, 10*time.Second)
 	def(&c.MaxElapsed, 10*time.Second)
 	def(&c.Bucket, time.Second)
+	def(&c.RetryAfterJitter, client.DefaultRetryAfterJitter)
+	c.RetryAfterJitter = max(0, c.RetryAfterJitter)
 	if c.Rate == 0 {
 		c.Rate = 100
 	}
@@ -217,6 +225,11 @@ func runStorm(cfg StormConfig, strat Strategy, buckets int) (StormSummary, []flo
 		arrivals = append(arrivals, t)
 	}
 	budget := func(i int) time.Duration { return arrivals[i] + cfg.MaxElapsed }
+	// jitter is what client.Transport adds after a server-given wait that
+	// starts at now and lasts wait: never past request i's budget.
+	jitter := func(i int, now, wait time.Duration) time.Duration {
+		return client.FullJitter(min(cfg.RetryAfterJitter, budget(i)-now-wait), rng.Float64())
+	}
 	sent := map[int]bool{} // requests sent at least once
 
 	// Events are "request e.req wants to send attempt e.attempt at e.at".
@@ -232,6 +245,9 @@ func runStorm(cfg StormConfig, strat Strategy, buckets int) (StormSummary, []flo
 						sum.Unsent++
 					}
 					continue
+				}
+				if pacer.HeldUntil().After(epoch.Add(e.at)) {
+					w += jitter(e.req, e.at, w)
 				}
 				q.schedule(e.at+w, e.req, e.attempt)
 				continue
@@ -254,7 +270,7 @@ func runStorm(cfg StormConfig, strat Strategy, buckets int) (StormSummary, []flo
 		if strat == Portero {
 			pacer.Observe(epoch.Add(e.at), pol, lim)
 			if !ok {
-				pacer.Block(epoch.Add(e.at + ra))
+				pacer.Block(epoch.Add(e.at), ra)
 			}
 		}
 		switch {
@@ -271,8 +287,11 @@ func runStorm(cfg StormConfig, strat Strategy, buckets int) (StormSummary, []flo
 		// Polite: Retry-After (always sent here) or full-jitter backoff,
 		// and (Portero) no wait that cannot end within the budget.
 		wait := ra
-		if wait <= 0 {
+		switch {
+		case wait <= 0:
 			wait = client.FullJitter(client.Backoff(e.attempt, cfg.Base, cfg.Cap), rng.Float64())
+		case strat == Portero:
+			wait += jitter(e.req, e.at, wait)
 		}
 		at := e.at + wait
 		if strat == Portero {
