@@ -12,7 +12,10 @@ import (
 // requests per Window". The buckets, GCRA and the queue read it as a rate and
 // a burst: the rate is Rate per second (or Count per Window when Rate is
 // zero) and the burst, the bucket's capacity, is Burst (or Count when Burst
-// is zero). The zero value is invalid.
+// is zero). A calendar limit (Period set) is a quota: Count per calendar
+// day, week or month, counted by the fixed window on the calendar of Zone;
+// its Window, Burst and Rate are zero (see calendar.go). The zero value is
+// invalid.
 type Limit struct {
 	// Count is L, the number of cost units admitted per Window. Required.
 	Count int64
@@ -23,6 +26,22 @@ type Limit struct {
 	// Rate is r in units per second for the buckets, GCRA and the queue;
 	// 0 means Count/Window.
 	Rate float64
+
+	// Period, when set, makes the limit a calendar quota of Count per
+	// Daily, Weekly or Monthly period; the empty Period (the zero value)
+	// means a limit over Window.
+	Period Period
+	// Zone is the IANA time zone whose calendar Period follows, such as
+	// "Europe/Madrid"; empty means UTC. A name rather than a
+	// *time.Location so that equal limits compare equal (a Rule is a map
+	// key, and a reload keeps the counters of equal rules).
+	Zone string
+	// Offset moves the start of every Period from its natural start (local
+	// midnight, Monday, the 1st) by a wall-clock span: 6h makes days run
+	// from 06:00 to 06:00, 6d makes weeks start on Sunday, 14d makes months
+	// start on the 15th. Whole seconds, from 0 to less than a day, a week
+	// or 28 days. (It is not AWS's quota offset; see docs/plans.md.)
+	Offset time.Duration
 }
 
 // PerSecond, PerMinute and PerHour build the common limits.
@@ -62,6 +81,9 @@ func (l Limit) Interval() time.Duration {
 
 // Validate reports why l cannot be enforced, wrapping ErrInvalidLimit.
 func (l Limit) Validate() error {
+	if l.Period != "" || l.Zone != "" || l.Offset != 0 {
+		return l.validateCalendar()
+	}
 	switch {
 	case l.Count <= 0:
 		return fmt.Errorf("%w: count %d: must be positive", ErrInvalidLimit, l.Count)
