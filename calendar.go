@@ -2,6 +2,8 @@ package portero
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -231,4 +233,46 @@ func formatOffset(d time.Duration) string {
 		b = fmt.Appendf(b, "%dns", int64(d))
 	}
 	return string(b)
+}
+
+// parsePeriod reads the window of ParseLimit as a calendar period: "day",
+// "week" or "month" (the words AWS usage plans use) are one; a count or a
+// plural of them ("2days", "weeks") is an error, since a calendar has no
+// multiple periods; anything else returns "" for parseWindow to read.
+func parsePeriod(w string) (Period, error) {
+	for _, p := range Periods {
+		if w == string(p) {
+			return p, nil
+		}
+	}
+	unit := strings.TrimLeft(w, "0123456789")
+	for _, p := range Periods {
+		if unit == string(p) || unit == string(p)+"s" {
+			return "", limitError(fmt.Sprintf("window %q: a calendar period is one day, week or month (write /%s); for a span of fixed length write a duration such as 2d or 48h", w, p))
+		}
+	}
+	return "", nil
+}
+
+// parseOffset reads an offset: whole days "Nd", then a Go duration, or
+// both ("14d", "6h", "1d6h30m"; "0s").
+func parseOffset(v string) (time.Duration, error) {
+	bad := limitError(fmt.Sprintf("offset %q: want days and a duration such as 6h, 14d or 1d6h30m", v))
+	var d time.Duration
+	rest := v
+	if days, after, ok := strings.Cut(v, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n < 0 || n > 31 {
+			return 0, bad
+		}
+		d, rest = time.Duration(n)*24*time.Hour, after
+	}
+	if rest != "" {
+		x, err := time.ParseDuration(rest)
+		if err != nil || x < 0 {
+			return 0, bad
+		}
+		d += x
+	}
+	return d, nil
 }

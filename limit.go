@@ -109,12 +109,24 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// String formats l in the syntax ParseLimit reads, such as "100/min" or
-// "10/s burst 20".
+// String formats l in the syntax ParseLimit reads, such as "100/min",
+// "10/s burst 20" or "500000/day tz Europe/Madrid".
 func (l Limit) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatInt(l.Count, 10))
 	b.WriteByte('/')
+	if l.Period != "" {
+		b.WriteString(string(l.Period))
+		if l.Offset != 0 {
+			b.WriteString(" offset ")
+			b.WriteString(formatOffset(l.Offset))
+		}
+		if l.Zone != "" {
+			b.WriteString(" tz ")
+			b.WriteString(l.Zone)
+		}
+		return b.String()
+	}
 	b.WriteString(formatWindow(l.Window))
 	if l.Burst > 0 {
 		b.WriteString(" burst ")
@@ -149,7 +161,7 @@ var windowUnits = []struct {
 	{[]string{"s", "sec", "secs", "second", "seconds"}, time.Second},
 	{[]string{"min", "m", "mins", "minute", "minutes"}, time.Minute},
 	{[]string{"h", "hr", "hrs", "hour", "hours"}, time.Hour},
-	{[]string{"d", "day", "days"}, 24 * time.Hour},
+	{[]string{"d"}, 24 * time.Hour}, // "day", "week", "month" are calendar periods (parsePeriod)
 }
 
 // unitNames maps every spelling of windowUnits to its length.
@@ -172,11 +184,19 @@ var unitNames = func() map[string]time.Duration {
 //	COUNT "/" WINDOW [ "burst" B ] [ "rate" R ]
 //
 // where WINDOW is a unit (ms, msec, millisecond; s, sec, second; m, min,
-// minute; h, hr, hour; d, day; each also as a plural), a whole number of
-// units ("250ms", "5m", "10min", "2days") or a Go duration ("1m30s",
-// "1.5h"), B is a whole number and R a rate per second. Words are case
-// insensitive. The result is validated; errors wrap ErrInvalidLimit and quote
-// the input.
+// minute; h, hr, hour; each also as a plural; d, 24 hours), a whole number
+// of units ("250ms", "5m", "10min", "2d") or a Go duration ("1m30s",
+// "1.5h"), B is a whole number and R a rate per second. A calendar quota
+// is
+//
+//	COUNT "/" ( "day" | "week" | "month" ) [ "offset" D ] [ "tz" ZONE ]
+//
+// such as "500000/day", "10/week offset 6d" or "100000/month tz
+// Europe/Madrid" (see Limit.Period, Limit.Offset, Limit.Zone): "day" is the
+// calendar day, "d" a window of 24 hours, and a count or plural of the
+// calendar words ("2days") is an error. Words are case insensitive, ZONE is
+// not. The result is validated; errors wrap ErrInvalidLimit and quote the
+// input.
 func ParseLimit(s string) (Limit, error) {
 	l, err := parseLimit(s)
 	if err != nil {
@@ -203,8 +223,12 @@ type limitError string
 func (e limitError) Error() string { return string(e) }
 
 func parseLimit(s string) (Limit, error) {
+	// Words are case insensitive, but a zone name is not (Europe/Madrid):
+	// raw keeps the fields as written. Lowering changes no space, so the
+	// two have the same fields.
+	raw := strings.Fields(s)
 	fields := strings.Fields(strings.ToLower(s))
-	if len(fields) == 0 {
+	if len(fields) == 0 || len(raw) != len(fields) {
 		return Limit{}, limitError("empty limit, want COUNT/WINDOW such as 100/min")
 	}
 	// Allow "10 / s" as well as "10/s".
@@ -224,16 +248,41 @@ func parseLimit(s string) (Limit, error) {
 		return Limit{}, limitError(fmt.Sprintf("count %q: not a whole number", count))
 	}
 	l.Count = n
-	if l.Window, err = parseWindow(window); err != nil {
+	if l.Period, err = parsePeriod(window); err != nil {
 		return Limit{}, err
 	}
+	if l.Period == "" {
+		if l.Window, err = parseWindow(window); err != nil {
+			return Limit{}, err
+		}
+	}
+	offset := false
 	for len(rest) > 0 {
 		if len(rest) < 2 {
 			return Limit{}, limitError(fmt.Sprintf("%q needs a value", rest[0]))
 		}
-		word, val := rest[0], rest[1]
+		word, val, rawVal := rest[0], rest[1], raw[len(raw)-len(rest)+1]
 		rest = rest[2:]
 		switch word {
+		case "tz", "offset":
+			if l.Period == "" {
+				return Limit{}, limitError(fmt.Sprintf("%s needs a calendar period: write COUNT/day, /week or /month (%q is a window of fixed length)", word, window))
+			}
+			if word == "tz" {
+				if l.Zone != "" {
+					return Limit{}, limitError("tz given twice")
+				}
+				l.Zone = rawVal
+				continue
+			}
+			if offset {
+				return Limit{}, limitError("offset given twice")
+			}
+			d, err := parseOffset(val)
+			if err != nil {
+				return Limit{}, err
+			}
+			l.Offset, offset = d, true
 		case "burst":
 			if l.Burst != 0 {
 				return Limit{}, limitError("burst given twice")
@@ -253,7 +302,7 @@ func parseLimit(s string) (Limit, error) {
 			}
 			l.Rate = r
 		default:
-			return Limit{}, limitError(fmt.Sprintf("unexpected %q, want \"burst N\" or \"rate R\"", word))
+			return Limit{}, limitError(fmt.Sprintf("unexpected %q, want \"burst N\", \"rate R\", \"offset D\" or \"tz ZONE\"", word))
 		}
 	}
 	return l, nil
@@ -266,7 +315,7 @@ func parseWindow(w string) (time.Duration, error) {
 	if d, ok := unitNames[w]; ok {
 		return d, nil
 	}
-	// A whole number of units: "250ms", "10min", "2days".
+	// A whole number of units: "250ms", "10min", "2d".
 	i := 0
 	for i < len(w) && w[i] >= '0' && w[i] <= '9' {
 		i++
