@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -188,5 +189,43 @@ rules:
 		if code != 2 || !strings.Contains(errOut, want) {
 			t.Errorf("config validate: exit %d, stderr:\n%s\nwant a line with %q", code, errOut, want)
 		}
+	}
+}
+
+// Every "$ portero …" block of docs/plans.md is that command's output,
+// verbatim.
+func TestPlanDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/plans.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fenced blocks, in order: a line starting with ``` opens or closes one.
+	var blocks []string
+	var cur *strings.Builder
+	for _, line := range strings.SplitAfter(string(doc), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```") && cur == nil:
+			cur = new(strings.Builder)
+		case strings.HasPrefix(line, "```"):
+			blocks = append(blocks, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line)
+		}
+	}
+	n := 0
+	for _, b := range blocks {
+		cmdLine, want, ok := strings.Cut(b, "\n")
+		if !ok || !strings.HasPrefix(cmdLine, "$ portero ") {
+			continue
+		}
+		n++
+		out, errOut, code := runCmd(t, strings.Fields(strings.TrimPrefix(cmdLine, "$ portero "))...)
+		if code != 0 || out != want {
+			t.Errorf("%s (exit %d, %s) printed\n%s\ndocs/plans.md shows\n%s", cmdLine, code, errOut, out, want)
+		}
+	}
+	if n < 5 {
+		t.Errorf("found %d command blocks in docs/plans.md, want the 5 it shows", n)
 	}
 }
