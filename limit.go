@@ -12,7 +12,10 @@ import (
 // requests per Window". The buckets, GCRA and the queue read it as a rate and
 // a burst: the rate is Rate per second (or Count per Window when Rate is
 // zero) and the burst, the bucket's capacity, is Burst (or Count when Burst
-// is zero). The zero value is invalid.
+// is zero). A calendar limit (Period set) is a quota: Count per calendar
+// day, week or month, counted by the fixed window on the calendar of Zone;
+// its Window, Burst and Rate are zero (see calendar.go). The zero value is
+// invalid.
 type Limit struct {
 	// Count is L, the number of cost units admitted per Window. Required.
 	Count int64
@@ -23,6 +26,22 @@ type Limit struct {
 	// Rate is r in units per second for the buckets, GCRA and the queue;
 	// 0 means Count/Window.
 	Rate float64
+
+	// Period, when set, makes the limit a calendar quota of Count per
+	// Daily, Weekly or Monthly period; the empty Period (the zero value)
+	// means a limit over Window.
+	Period Period
+	// Zone is the IANA time zone whose calendar Period follows, such as
+	// "Europe/Madrid"; empty means UTC. A name rather than a
+	// *time.Location so that equal limits compare equal (a Rule is a map
+	// key, and a reload keeps the counters of equal rules).
+	Zone string
+	// Offset moves the start of every Period from its natural start (local
+	// midnight, Monday, the 1st) by a wall-clock span: 6h makes days run
+	// from 06:00 to 06:00, 6d makes weeks start on Sunday, 14d makes months
+	// start on the 15th. Whole seconds, from 0 to less than a day, a week
+	// or 28 days. (It is not AWS's quota offset; see docs/plans.md.)
+	Offset time.Duration
 }
 
 // PerSecond, PerMinute and PerHour build the common limits.
@@ -62,6 +81,9 @@ func (l Limit) Interval() time.Duration {
 
 // Validate reports why l cannot be enforced, wrapping ErrInvalidLimit.
 func (l Limit) Validate() error {
+	if l.Period != "" || l.Zone != "" || l.Offset != 0 {
+		return l.validateCalendar()
+	}
 	switch {
 	case l.Count <= 0:
 		return fmt.Errorf("%w: count %d: must be positive", ErrInvalidLimit, l.Count)
@@ -87,12 +109,24 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// String formats l in the syntax ParseLimit reads, such as "100/min" or
-// "10/s burst 20".
+// String formats l in the syntax ParseLimit reads, such as "100/min",
+// "10/s burst 20" or "500000/day tz Europe/Madrid".
 func (l Limit) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatInt(l.Count, 10))
 	b.WriteByte('/')
+	if l.Period != "" {
+		b.WriteString(string(l.Period))
+		if l.Offset != 0 {
+			b.WriteString(" offset ")
+			b.WriteString(formatOffset(l.Offset))
+		}
+		if l.Zone != "" {
+			b.WriteString(" tz ")
+			b.WriteString(l.Zone)
+		}
+		return b.String()
+	}
 	b.WriteString(formatWindow(l.Window))
 	if l.Burst > 0 {
 		b.WriteString(" burst ")
@@ -127,7 +161,7 @@ var windowUnits = []struct {
 	{[]string{"s", "sec", "secs", "second", "seconds"}, time.Second},
 	{[]string{"min", "m", "mins", "minute", "minutes"}, time.Minute},
 	{[]string{"h", "hr", "hrs", "hour", "hours"}, time.Hour},
-	{[]string{"d", "day", "days"}, 24 * time.Hour},
+	{[]string{"d"}, 24 * time.Hour}, // "day", "week", "month" are calendar periods (parsePeriod)
 }
 
 // unitNames maps every spelling of windowUnits to its length.
@@ -150,11 +184,19 @@ var unitNames = func() map[string]time.Duration {
 //	COUNT "/" WINDOW [ "burst" B ] [ "rate" R ]
 //
 // where WINDOW is a unit (ms, msec, millisecond; s, sec, second; m, min,
-// minute; h, hr, hour; d, day; each also as a plural), a whole number of
-// units ("250ms", "5m", "10min", "2days") or a Go duration ("1m30s",
-// "1.5h"), B is a whole number and R a rate per second. Words are case
-// insensitive. The result is validated; errors wrap ErrInvalidLimit and quote
-// the input.
+// minute; h, hr, hour; each also as a plural; d, 24 hours), a whole number
+// of units ("250ms", "5m", "10min", "2d") or a Go duration ("1m30s",
+// "1.5h"), B is a whole number and R a rate per second. A calendar quota
+// is
+//
+//	COUNT "/" ( "day" | "week" | "month" ) [ "offset" D ] [ "tz" ZONE ]
+//
+// such as "500000/day", "10/week offset 6d" or "100000/month tz
+// Europe/Madrid" (see Limit.Period, Limit.Offset, Limit.Zone): "day" is the
+// calendar day, "d" a window of 24 hours, and a count or plural of the
+// calendar words ("2days") is an error. Words are case insensitive, ZONE is
+// not. The result is validated; errors wrap ErrInvalidLimit and quote the
+// input.
 func ParseLimit(s string) (Limit, error) {
 	l, err := parseLimit(s)
 	if err != nil {
@@ -181,8 +223,12 @@ type limitError string
 func (e limitError) Error() string { return string(e) }
 
 func parseLimit(s string) (Limit, error) {
+	// Words are case insensitive, but a zone name is not (Europe/Madrid):
+	// raw keeps the fields as written. Lowering changes no space, so the
+	// two have the same fields.
+	raw := strings.Fields(s)
 	fields := strings.Fields(strings.ToLower(s))
-	if len(fields) == 0 {
+	if len(fields) == 0 || len(raw) != len(fields) {
 		return Limit{}, limitError("empty limit, want COUNT/WINDOW such as 100/min")
 	}
 	// Allow "10 / s" as well as "10/s".
@@ -202,16 +248,41 @@ func parseLimit(s string) (Limit, error) {
 		return Limit{}, limitError(fmt.Sprintf("count %q: not a whole number", count))
 	}
 	l.Count = n
-	if l.Window, err = parseWindow(window); err != nil {
+	if l.Period, err = parsePeriod(window); err != nil {
 		return Limit{}, err
 	}
+	if l.Period == "" {
+		if l.Window, err = parseWindow(window); err != nil {
+			return Limit{}, err
+		}
+	}
+	offset := false
 	for len(rest) > 0 {
 		if len(rest) < 2 {
 			return Limit{}, limitError(fmt.Sprintf("%q needs a value", rest[0]))
 		}
-		word, val := rest[0], rest[1]
+		word, val, rawVal := rest[0], rest[1], raw[len(raw)-len(rest)+1]
 		rest = rest[2:]
 		switch word {
+		case "tz", "offset":
+			if l.Period == "" {
+				return Limit{}, limitError(fmt.Sprintf("%s needs a calendar period: write COUNT/day, /week or /month (%q is a window of fixed length)", word, window))
+			}
+			if word == "tz" {
+				if l.Zone != "" {
+					return Limit{}, limitError("tz given twice")
+				}
+				l.Zone = rawVal
+				continue
+			}
+			if offset {
+				return Limit{}, limitError("offset given twice")
+			}
+			d, err := parseOffset(val)
+			if err != nil {
+				return Limit{}, err
+			}
+			l.Offset, offset = d, true
 		case "burst":
 			if l.Burst != 0 {
 				return Limit{}, limitError("burst given twice")
@@ -231,7 +302,7 @@ func parseLimit(s string) (Limit, error) {
 			}
 			l.Rate = r
 		default:
-			return Limit{}, limitError(fmt.Sprintf("unexpected %q, want \"burst N\" or \"rate R\"", word))
+			return Limit{}, limitError(fmt.Sprintf("unexpected %q, want \"burst N\", \"rate R\", \"offset D\" or \"tz ZONE\"", word))
 		}
 	}
 	return l, nil
@@ -244,7 +315,7 @@ func parseWindow(w string) (time.Duration, error) {
 	if d, ok := unitNames[w]; ok {
 		return d, nil
 	}
-	// A whole number of units: "250ms", "10min", "2days".
+	// A whole number of units: "250ms", "10min", "2d".
 	i := 0
 	for i < len(w) && w[i] >= '0' && w[i] <= '9' {
 		i++

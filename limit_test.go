@@ -23,7 +23,17 @@ func TestParseLimit(t *testing.T) {
 		{"10 / sec  BURST 20", portero.Limit{Count: 10, Window: time.Second, Burst: 20}},
 		{"5000/h", portero.Limit{Count: 5000, Window: time.Hour}},
 		{"5000/hours", portero.Limit{Count: 5000, Window: time.Hour}},
-		{"500000/day", portero.Limit{Count: 500000, Window: 24 * time.Hour}},
+		{"500000/d", portero.Limit{Count: 500000, Window: 24 * time.Hour}},
+		{"500000/day", portero.PerDay(500000)},
+		{"500000/DAY", portero.PerDay(500000)},
+		{"100000/month", portero.PerMonth(100000)},
+		{"10/week", portero.PerWeek(10)},
+		{"500000/day tz Europe/Madrid", portero.PerDay(500000).WithZone("Europe/Madrid")},
+		{"500000 / day  TZ America/New_York", portero.PerDay(500000).WithZone("America/New_York")},
+		{"10/week offset 6d", portero.PerWeek(10).WithOffset(6 * 24 * time.Hour)},
+		{"100000/month offset 14d9h tz Europe/Madrid", portero.PerMonth(100000).WithZone("Europe/Madrid").WithOffset(14*24*time.Hour + 9*time.Hour)},
+		{"100000/month tz UTC offset 1d30m", portero.PerMonth(100000).WithZone("UTC").WithOffset(24*time.Hour + 30*time.Minute)},
+		{"5/day offset 0s", portero.PerDay(5)},
 		{"300/5m", portero.Limit{Count: 300, Window: 5 * time.Minute}},
 		{"1/2s rate 0.5", portero.Limit{Count: 1, Window: 2 * time.Second, Rate: 0.5}},
 		{"10/1m30s", portero.Limit{Count: 10, Window: 90 * time.Second}},
@@ -58,7 +68,7 @@ func TestParseLimitUnits(t *testing.T) {
 		{[]string{"s", "sec", "secs", "second", "seconds"}, time.Second},
 		{[]string{"m", "min", "mins", "minute", "minutes"}, time.Minute},
 		{[]string{"h", "hr", "hrs", "hour", "hours"}, time.Hour},
-		{[]string{"d", "day", "days"}, 24 * time.Hour},
+		{[]string{"d"}, 24 * time.Hour}, // day, week, month: calendar periods (TestParseLimit)
 	}
 	for _, u := range units {
 		for _, name := range u.names {
@@ -125,6 +135,26 @@ func TestParseLimitErrors(t *testing.T) {
 		{"10/s frobnicate 3", "unexpected \"frobnicate\""},
 		{"10/1ns burst 2", "faster than one per nanosecond"},
 		{"10/s burst 9223372036854775807", "292 years"},
+		{"10/days", "a calendar period is one day"},
+		{"10/2day", "a calendar period is one day"},
+		{"10/3months", "write /month"},
+		{"10/d tz Europe/Madrid", "tz needs a calendar period"},
+		{"10/24h offset 6h", "offset needs a calendar period"},
+		{"10/day tz Nowhere/Else", "zone \"Nowhere/Else\""},
+		{"10/day tz europe/madrid", "zone \"europe/madrid\""},
+		{"10/day tz Local", "Local depends on the machine"},
+		{"10/day tz UTC tz UTC", "tz given twice"},
+		{"10/day offset 1h offset 1h", "offset given twice"},
+		{"10/day offset 0s offset 1h", "offset given twice"},
+		{"10/day offset 1d", "less than 1d"},
+		{"10/week offset 7d", "less than 7d"},
+		{"10/month offset 28d", "less than 28d"},
+		{"10/day offset -1h", "offset \"-1h\""},
+		{"10/day offset xd", "offset \"xd\""},
+		{"10/day offset 1.5s", "whole seconds"},
+		{"10/day burst 20", "no burst or rate"},
+		{"10/month rate 1", "no burst or rate"},
+		{"10/day tz", "needs a value"},
 	}
 	for _, tt := range tests {
 		_, err := portero.ParseLimit(tt.in)
@@ -187,7 +217,8 @@ func TestParseAlgorithm(t *testing.T) {
 
 func FuzzParseLimit(f *testing.F) {
 	for _, s := range []string{"100/min", "10/s burst 20", "5000/h", "1/2s rate 0.5", "10/1m30s", "x/y", "10/s burst", " / ", "9/9ns rate 1e9",
-		"10/ms", "5/250ms", "100/5m", "5/10min", "7/2days", "1/1ms burst 3", "10/1500us"} {
+		"10/ms", "5/250ms", "100/5m", "5/10min", "7/2d", "1/1ms burst 3", "10/1500us",
+		"500000/day", "10/week offset 6d tz America/New_York", "100000/month offset 14d9h tz Europe/Madrid", "1/day offset 1d", "1/days"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

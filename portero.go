@@ -68,6 +68,15 @@ type Decision struct {
 	// asked: Limit, Remaining and ResetAfter then describe no shared count,
 	// so doors announce no quota values for the rule.
 	Degraded bool
+	// Quota reports a calendar quota's decision (a Limit with a Period): a
+	// refusal then means that the key has spent its quota for the period,
+	// not that it goes too fast, and RetryAfter is the time to the next
+	// period boundary. A door tells the two refusals apart with it.
+	Quota bool
+	// PeriodLeft is, for a calendar quota, the time from now to the end of
+	// the period the key is counted in, when the whole quota comes back,
+	// whether or not any of it is used; zero for other limits.
+	PeriodLeft time.Duration
 }
 
 // Limiter decides for keys under one rule (an algorithm and a limit).

@@ -22,7 +22,7 @@ func (r Rule) Validate() error {
 	if _, err := ParseAlgorithm(string(r.Algorithm)); err != nil {
 		return fmt.Errorf("rule %q: %w", r.Name, err)
 	}
-	if err := r.Limit.Validate(); err != nil {
+	if err := r.Limit.ValidateFor(r.Algorithm); err != nil {
 		return fmt.Errorf("rule %q: %w", r.Name, err)
 	}
 	return nil

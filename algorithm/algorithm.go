@@ -67,15 +67,20 @@ func CheckCost(cost, maxCost int64) error {
 	return nil
 }
 
-// New returns the Decider for a fixed-size algorithm. SlidingLog keeps a
+// New returns the Decider for a fixed-size algorithm: for FixedWindow with
+// a calendar limit (portero.Limit.Period), a CalendarWindow; a calendar limit
+// under any other algorithm is an error. SlidingLog keeps a
 // variable amount of state and has its own type (NewSlidingLog); asking New
 // for it is an error.
 func New(alg portero.Algorithm, l portero.Limit) (Decider, error) {
-	if err := l.Validate(); err != nil {
+	if err := l.ValidateFor(alg); err != nil {
 		return nil, err
 	}
 	switch alg {
 	case portero.FixedWindow:
+		if l.IsCalendar() {
+			return newCalendarWindow(l), nil
+		}
 		return newFixedWindow(l), nil
 	case portero.FixedWindowAnchored:
 		return newAnchoredWindow(l), nil

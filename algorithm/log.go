@@ -13,7 +13,7 @@ type SlidingLog struct{ windowed }
 
 // NewSlidingLog returns the sliding log for l.
 func NewSlidingLog(l portero.Limit) (*SlidingLog, error) {
-	if err := l.Validate(); err != nil {
+	if err := l.ValidateFor(portero.SlidingLog); err != nil {
 		return nil, err
 	}
 	return &SlidingLog{newWindowed(l)}, nil

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -276,7 +277,13 @@ func prepare(p *policy.Policy) *prepared {
 			pre.enforced = append(pre.enforced, i)
 		}
 		q, win := r.Quota()
-		d, _ := json.Marshal(fmt.Sprintf("rule %q allows %d per %s for this client; retry in ", r.Name, q, win))
+		msg := fmt.Sprintf("rule %q allows %d per %s for this client; retry in ", r.Name, q, win)
+		if l := r.Limit; l.IsCalendar() {
+			// A spent quota says so: going slower does not help, the
+			// next period does.
+			msg = fmt.Sprintf("rule %q is a quota of %d per calendar %s (%s) for this client, spent for this %s; retry in ", r.Name, q, l.Period, cmp.Or(l.Zone, "UTC"), l.Period)
+		}
+		d, _ := json.Marshal(msg)
 		pre.detail[i] = string(d[:len(d)-1])
 		nj, _ := json.Marshal(r.Name)
 		pre.nameJSON[i] = string(nj)

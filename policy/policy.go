@@ -82,7 +82,9 @@ type Rule struct {
 	Match Match
 	// Key says under which name requests are counted.
 	Key Key
-	// Algorithm is how the rule counts; empty means sliding-counter.
+	// Algorithm is how the rule counts; empty means sliding-counter, or
+	// fixed-window for a calendar quota (a Limit with a Period), the only
+	// algorithm that counts one.
 	Algorithm portero.Algorithm
 	// Limit is how much a key may use.
 	Limit portero.Limit
@@ -112,8 +114,12 @@ func (r *Rule) StoreRule() portero.Rule { return r.store }
 // Quota returns the quota the rule announces in RateLimit-Policy: q units
 // per window w. For the window algorithms it is Count per Window; for the
 // buckets, GCRA and the queue it is the burst (capacity) and the time the
-// rate takes to refill all of it.
+// rate takes to refill all of it. For a calendar quota it is Count per the
+// period's nominal length (portero.Period.Nominal: 24 h, 7 or 30 days).
 func (r *Rule) Quota() (q int64, w time.Duration) {
+	if r.Limit.IsCalendar() {
+		return r.Limit.Count, r.Limit.Period.Nominal()
+	}
 	switch r.Algorithm {
 	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
 		return r.Limit.Count, r.Limit.Window
@@ -206,6 +212,9 @@ func (r *Rule) prepare() error {
 	}
 	if r.Algorithm == "" {
 		r.Algorithm = portero.SlidingCounter
+		if r.Limit.IsCalendar() {
+			r.Algorithm = portero.FixedWindow
+		}
 	}
 	switch r.Mode {
 	case "":

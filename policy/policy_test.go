@@ -416,3 +416,66 @@ func FuzzParseCost(f *testing.F) {
 		}
 	})
 }
+
+// A calendar quota stacks with a rate and is checked separately: its
+// algorithm defaults to the fixed window, a refusal by it says so
+// (Decision.Quota) and waits for the next period, a refusal by the rate
+// does not, and neither spends the other (all-or-nothing).
+func TestCalendarQuota(t *testing.T) {
+	store := &policytest.Store{}
+	p := mustPolicy(t,
+		policy.Rule{Name: "rate", Key: policy.MustParseKey("ip"), Algorithm: portero.TokenBucket, Limit: portero.PerSecond(2)},
+		policy.Rule{Name: "quota", Key: policy.MustParseKey("ip"), Limit: portero.PerDay(3).WithZone("Europe/Madrid")},
+	)
+	q := p.Rule("quota")
+	if q.Algorithm != portero.FixedWindow {
+		t.Fatalf("a quota's default algorithm = %s, want fixed-window", q.Algorithm)
+	}
+	if n, w := q.Quota(); n != 3 || w != 24*time.Hour {
+		t.Errorf("Quota() = %d, %v; want 3, 24h", n, w)
+	}
+	ctx := context.Background()
+	now := time.Date(2024, 3, 31, 20, 0, 0, 0, time.UTC) // 22:00 in Madrid
+	eval := func(at time.Time) *policy.Verdict {
+		t.Helper()
+		v, err := p.Evaluate(ctx, store, at, req("GET", "/", "192.0.2.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// Two at once pass; the third at the same instant is refused by the
+	// rate, and says it is no quota; it spends no quota.
+	eval(now)
+	eval(now)
+	v := eval(now)
+	if v.Allowed || len(v.Violated) != 1 || v.Results[v.Violated[0]].Rule.Name != "rate" || v.Results[v.Violated[0]].Decision.Quota {
+		t.Fatalf("third at once: %+v, want refused by the rate, not as a quota", v)
+	}
+	if d := v.Results[1].Decision; !d.Quota || !d.Allowed || d.Remaining != 0 || v.Results[1].Outcome != policy.NotCounted {
+		t.Errorf("quota beside the rate refusal: %+v %s, want a quota decision with 0 left after it, not counted", d, v.Results[1].Outcome)
+	}
+	// A second later the rate has room: the third unit of the quota.
+	if v := eval(now.Add(time.Second)); !v.Allowed {
+		t.Fatalf("a second later: %+v, want allowed", v)
+	}
+	// The fourth is refused by the quota until Madrid's midnight (22:00 UTC):
+	// 1 h 59 min later; the rate is not spent by it.
+	v = eval(now.Add(time.Minute))
+	if v.Allowed || len(v.Violated) != 1 {
+		t.Fatalf("fourth: %+v, want refused by one rule", v)
+	}
+	bad := v.Results[v.Violated[0]]
+	if bad.Rule.Name != "quota" || !bad.Decision.Quota || bad.Decision.RetryAfter != 2*time.Hour-time.Minute || bad.Decision.PeriodLeft != bad.Decision.RetryAfter {
+		t.Errorf("fourth: %s %+v, want the quota refusing until 22:00 UTC (1 h 59 min)", bad.Rule.Name, bad.Decision)
+	}
+	if r := v.Results[0]; r.Outcome != policy.NotCounted || r.Decision.Remaining != 1 {
+		t.Errorf("rate beside the quota refusal: %+v %s, want 1 left after it, not counted", r.Decision, r.Outcome)
+	}
+	if v := eval(time.Date(2024, 3, 31, 22, 0, 0, 0, time.UTC)); !v.Allowed {
+		t.Errorf("at Madrid's midnight: %+v, want the quota back", v)
+	}
+	if _, err := policy.New([]policy.Rule{{Name: "q", Key: policy.MustParseKey("ip"), Algorithm: portero.SlidingCounter, Limit: portero.PerDay(3)}}, policy.Options{}); !errors.Is(err, portero.ErrInvalidLimit) || !strings.Contains(err.Error(), "fixed-window") {
+		t.Errorf("a quota under sliding-counter: %v, want ErrInvalidLimit naming fixed-window", err)
+	}
+}

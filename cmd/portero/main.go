@@ -64,6 +64,7 @@ lets it in or turns it away, and tells the client when to come back.`,
 	root.AddCommand(newConfigCmd())
 	root.AddCommand(newRLSCmd())
 	root.AddCommand(newCheckCmd())
+	root.AddCommand(newPlanCmd())
 	// --- end of top-level commands ---
 	return root
 }

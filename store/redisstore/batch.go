@@ -115,7 +115,7 @@ func (s *Store) runBatch(items []*batchItem) {
 	if len(items) == 1 {
 		it := items[0]
 		out := make([]portero.Decision, 1)
-		_, it.err = s.run(context.Background(), it.now, []*compiled{it.c}, []portero.Hit{it.hit}, oneCall(it.key, it.hit.Rule.Algorithm), true, out)
+		_, it.err = s.run(context.Background(), it.now, []*compiled{it.c}, []portero.Hit{it.hit}, oneCall(it.key, it.c.alg), true, out)
 		it.d = out[0]
 		return
 	}
@@ -128,14 +128,14 @@ func (s *Store) runBatch(items []*batchItem) {
 	args[1], args[2], args[3], args[4] = "0", "0", "1", s.minTTL
 	for i, it := range items {
 		keys[i] = it.key
-		a := &it.c.args
+		a := s.argv(it.c, it.now)
 		var sec, ns string
 		if s.cfg.Clock == CallerClock {
 			sec, ns = strconv.FormatInt(it.now.Unix(), 10), strconv.Itoa(it.now.Nanosecond())
 		} else {
 			sec, ns = "0", "0"
 		}
-		args = append(args, sec, ns, string(it.hit.Rule.Algorithm), strconv.FormatInt(it.hit.Cost, 10), a[0], a[1], a[2])
+		args = append(args, sec, ns, string(it.c.alg), strconv.FormatInt(it.hit.Cost, 10), a[0], a[1], a[2])
 	}
 	_, err := s.breaker.Execute(func() ([]int64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
@@ -165,20 +165,13 @@ func (s *Store) runBatch(items []*batchItem) {
 				it.rerun = true
 				continue
 			}
-			it.d = portero.Decision{
-				Allowed:    v[0] == 1,
-				Limit:      it.c.limit,
-				Remaining:  v[1],
-				RetryAfter: time.Duration(v[2]),
-				ResetAfter: time.Duration(v[3]),
-				Delay:      time.Duration(v[4]),
-			}
+			it.d = it.c.decision(v[0] == 1, v[1], v[2], v[3], v[4])
 			if v[0] == 2 && s.over != nil {
 				var st [5]int64
 				copy(st[:3], v[5:8])
 				st[3], _ = res[0].AsInt64()
 				st[4], _ = res[1].AsInt64()
-				s.rememberState(it.c, it.key, it.hit.Rule.Algorithm, st, sent)
+				s.rememberState(it.c, it.key, it.c.alg, st, sent)
 			}
 		}
 		return nil, nil

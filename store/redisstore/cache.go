@@ -108,6 +108,8 @@ func cacheState(alg portero.Algorithm, a, b, c int64) (algorithm.State, bool) {
 		return algorithm.State{A: a, B: ns(b, c)}, true // credit or level, last update
 	case portero.GCRA, portero.LeakyQueue:
 		return algorithm.State{A: ns(a, b)}, true // TAT, last departure
+	case calendarAlg:
+		return algorithm.State{A: ns(a, 0), B: b}, true // end of the period (s), count
 	}
 	return algorithm.State{}, false
 }

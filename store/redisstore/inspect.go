@@ -36,7 +36,7 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 	}
 	hits := []portero.Hit{{Rule: rule, Key: key, Cost: 1}}
 	out := make([]portero.Decision, 1)
-	if _, err := s.run(ctx, now, []*compiled{c}, hits, oneCall(s.key(c, hits[0]), rule.Algorithm), false, out); err != nil {
+	if _, err := s.run(ctx, now, []*compiled{c}, hits, oneCall(s.key(c, hits[0]), c.alg), false, out); err != nil {
 		return portero.Decision{}, err
 	}
 	return out[0], nil

@@ -26,6 +26,17 @@
 // ns, counts up to 2^50, instants before the year 2116, and clock steps
 // backwards of less than about 104 days (larger ones saturate).
 //
+// # Calendar quotas
+//
+// A quota per calendar day, week or month (a fixed-window rule with a
+// portero.Limit.Period) follows a time zone, which Lua cannot read. For
+// every call the store computes, with its own clock (the caller's instant
+// with CallerClock), the two periods nearest that clock, and the script
+// (lua/fixed_window_calendar.lua) counts in the one its instant (Redis
+// TIME) falls in: exact at the boundaries, as long as the two clocks are
+// less than half a period apart; further apart the call fails with
+// ErrScript rather than count in a period it cannot name. See calendar.go.
+//
 // # Keys and Redis Cluster
 //
 // The state of a rule for a key lives under PREFIX{KEY}:FP, where FP is a
@@ -480,7 +491,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 				return out, nil
 			}
 		}
-		calls = []call{oneCall(key, hits[0].Rule.Algorithm)}
+		calls = []call{oneCall(key, cs[0].alg)}
 	} else {
 		calls = s.split(cs, hits)
 	}
@@ -521,7 +532,7 @@ func (s *Store) split(cs []*compiled, hits []portero.Hit) []call {
 	if !s.cluster {
 		c := call{idx: make([]int, len(hits)), keys: make([]string, len(hits)), algs: make([]portero.Algorithm, len(hits))}
 		for i, h := range hits {
-			c.idx[i], c.keys[i], c.algs[i] = i, s.key(cs[i], h), h.Rule.Algorithm
+			c.idx[i], c.keys[i], c.algs[i] = i, s.key(cs[i], h), cs[i].alg
 		}
 		return []call{c}
 	}
@@ -537,7 +548,7 @@ func (s *Store) split(cs []*compiled, hits []portero.Hit) []call {
 			calls = append(calls, call{})
 		}
 		c := &calls[j]
-		c.idx, c.keys, c.algs = append(c.idx, i), append(c.keys, k), append(c.algs, h.Rule.Algorithm)
+		c.idx, c.keys, c.algs = append(c.idx, i), append(c.keys, k), append(c.algs, cs[i].alg)
 	}
 	return calls
 }
@@ -582,8 +593,8 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 		args[3] = "1"
 	}
 	for _, i := range c.idx {
-		a := &cs[i].args
-		args = append(args, string(hits[i].Rule.Algorithm), strconv.FormatInt(hits[i].Cost, 10), a[0], a[1], a[2])
+		a := s.argv(cs[i], now)
+		args = append(args, string(cs[i].alg), strconv.FormatInt(hits[i].Cost, 10), a[0], a[1], a[2])
 	}
 	script := s.scripts.pick(c.algs)
 	var all bool
@@ -606,7 +617,7 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 		// (Peek) and the first, deciding pass over several slots leave it
 		// alone.
 		if err == nil && commit && len(res) == 11 && s.over != nil {
-			s.remember(cs[c.idx[0]], c.keys[0], hits[c.idx[0]].Rule.Algorithm, res[6:], sent)
+			s.remember(cs[c.idx[0]], c.keys[0], cs[c.idx[0]].alg, res[6:], sent)
 		}
 		return nil, err
 	})
@@ -633,14 +644,7 @@ func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out [
 			}
 			r[k] = v
 		}
-		out[i] = portero.Decision{
-			Allowed:    r[0] == 1,
-			Limit:      cs[i].limit,
-			Remaining:  r[1],
-			RetryAfter: time.Duration(r[2]),
-			ResetAfter: time.Duration(r[3]),
-			Delay:      time.Duration(r[4]),
-		}
+		out[i] = cs[i].decision(r[0] == 1, r[1], r[2], r[3], r[4])
 	}
 	first, err := res[0].AsInt64()
 	return first == 1, err

@@ -27,10 +27,12 @@ const (
 // compiled is a validated rule with what the script needs.
 type compiled struct {
 	rule    portero.Rule
-	fp      string // fingerprint of every field: a changed rule starts afresh
+	alg     portero.Algorithm // the script function: the rule's, or calendarAlg
+	fp      string            // fingerprint of every field: a changed rule starts afresh
 	args    [3]string
-	limit   int64 // Decision.Limit and the largest cost
-	window  bool  // counted per window (L per W) rather than as a bucket
+	cal     *calendar // a calendar quota's per-call parameters; nil otherwise
+	limit   int64     // Decision.Limit and the largest cost
+	window  bool      // counted per window (L per W) rather than as a bucket
 	decider algorithm.Decider
 }
 
@@ -38,7 +40,7 @@ func compile(r portero.Rule) (*compiled, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	c := &compiled{rule: r}
+	c := &compiled{rule: r, alg: r.Algorithm}
 	l := r.Limit
 	switch r.Algorithm {
 	case portero.SlidingLog:
@@ -55,8 +57,14 @@ func compile(r portero.Rule) (*compiled, error) {
 		}
 		c.decider = d
 	}
-	switch r.Algorithm {
-	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingCounter, portero.SlidingLog:
+	switch {
+	case l.IsCalendar():
+		// Validated as fixed-window only; its boundaries are per call.
+		if l.Count > maxCount {
+			return nil, fmt.Errorf("rule %q: %w: redis store: count %d: at most %d", r.Name, portero.ErrInvalidLimit, l.Count, int64(maxCount))
+		}
+		c.window, c.limit, c.alg, c.cal = true, l.Count, calendarAlg, &calendar{limit: l}
+	case r.Algorithm == portero.FixedWindow, r.Algorithm == portero.FixedWindowAnchored, r.Algorithm == portero.SlidingCounter, r.Algorithm == portero.SlidingLog:
 		c.window = true
 		if l.Window < minWindow || l.Window > maxSpan {
 			return nil, fmt.Errorf("rule %q: %w: redis store: window %v: want %v to %v", r.Name, portero.ErrInvalidLimit, l.Window, minWindow, time.Duration(maxSpan))
@@ -77,6 +85,9 @@ func compile(r portero.Rule) (*compiled, error) {
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%v", r.Name, r.Algorithm, l.Count, int64(l.Window), l.Burst, l.Rate)
+	if l.IsCalendar() { // only then, so that other rules keep their keys
+		fmt.Fprintf(h, "\x00%s\x00%s\x00%d", l.Period, l.Zone, int64(l.Offset))
+	}
 	c.fp = strconv.FormatUint(h.Sum64(), 36)
 	return c, nil
 }

@@ -26,7 +26,12 @@ var algFiles = map[portero.Algorithm]string{
 	portero.LeakyMeter:          "leaky_meter.lua",
 	portero.GCRA:                "gcra.lua",
 	portero.LeakyQueue:          "leaky_queue.lua",
+	calendarAlg:                 "fixed_window_calendar.lua",
 }
+
+// scriptAlgs are the script functions: every algorithm, and the calendar
+// quota's.
+var scriptAlgs = append(append([]portero.Algorithm(nil), portero.Algorithms...), calendarAlg)
 
 func readLua(name string) string {
 	b, err := luaFS.ReadFile("lua/" + name)
@@ -43,7 +48,7 @@ func readLua(name string) string {
 // for documentation and for running it by hand (redis-benchmark).
 func Source(algs ...portero.Algorithm) string {
 	if len(algs) == 0 {
-		algs = portero.Algorithms
+		algs = scriptAlgs
 	}
 	return assemble(algs, "driver.lua")
 }
@@ -94,7 +99,7 @@ type scripts struct {
 // log, and the batch driver.
 func BatchSource() string {
 	var algs []portero.Algorithm
-	for _, a := range portero.Algorithms {
+	for _, a := range scriptAlgs {
 		if a != portero.SlidingLog {
 			algs = append(algs, a)
 		}
@@ -109,7 +114,7 @@ func newScripts() *scripts {
 		all:   rueidis.NewLuaScript(Source()),
 		batch: rueidis.NewLuaScript(BatchSource()),
 	}
-	for _, a := range portero.Algorithms {
+	for _, a := range scriptAlgs {
 		s.hit[a] = rueidis.NewLuaScript(HitSource(a))
 		s.one[a] = rueidis.NewLuaScript(Source(a))
 	}

@@ -60,11 +60,13 @@ func Run(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	t.Run("random", func(t *testing.T) { runRandom(t, newStore) })
 	t.Run("all-or-nothing", func(t *testing.T) { runAllOrNothing(t, newStore) })
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
+	t.Run("calendar", func(t *testing.T) { runCalendar(t, newStore) })
 }
 
 // Step is one request of a step table: at At after Base, the hit's Cost
 // (1 when zero) on Key ("k" when empty), and the decision expected.
-// ResetAfter is checked only when CheckReset is set.
+// ResetAfter is checked only when CheckReset is set; PeriodLeft (and Quota)
+// always for a calendar quota, never otherwise.
 type Step struct {
 	At         time.Duration
 	Key        string
@@ -75,6 +77,7 @@ type Step struct {
 	Delay      time.Duration
 	ResetAfter time.Duration
 	CheckReset bool
+	PeriodLeft time.Duration
 	Note       string
 }
 
@@ -114,7 +117,7 @@ func Tables() []Table {
 	with := func(steps []Step, more ...Step) []Step {
 		return append(append([]Step(nil), steps...), more...)
 	}
-	return []Table{
+	tables := []Table{
 		{
 			Name: "fixed-window W=10s: an instant at exactly 10 s belongs to the new window",
 			Rule: rule(portero.FixedWindow, portero.Limit{Count: 3, Window: 10 * time.Second}),
@@ -219,6 +222,7 @@ func Tables() []Table {
 			},
 		},
 	}
+	return append(tables, CalendarTables()...)
 }
 
 func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
@@ -251,6 +255,9 @@ func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				}
 				if st.CheckReset {
 					want.ResetAfter = st.ResetAfter
+				}
+				if tab.Rule.Limit.IsCalendar() {
+					want.Quota, want.PeriodLeft = true, st.PeriodLeft
 				}
 				if got != want {
 					t.Errorf("step %d (at %v, %s cost %d; %s):\n got %+v\nwant %+v", i, st.At, key, cost, st.Note, got, want)
@@ -373,61 +380,66 @@ func CompareTrace(t *testing.T, got, want portero.Store, trace []Trace) {
 }
 
 func runAllOrNothing(t *testing.T, newStore func(t *testing.T) portero.Store) {
-	ctx := context.Background()
 	for _, a := range portero.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
-			s := newStore(t)
 			wide := portero.Rule{Name: "wide", Algorithm: a, Limit: portero.Limit{Count: 10, Window: time.Minute}}
 			tight := portero.Rule{Name: "tight", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 1, Window: time.Hour}}
-			now := Base.Add(time.Second)
-			call := func(hits ...portero.Hit) []portero.Decision {
-				t.Helper()
-				ds, err := s.AllowAll(ctx, now, hits)
-				if err != nil {
-					t.Fatalf("AllowAll(%v) = %v", hits, err)
-				}
-				if len(ds) != len(hits) {
-					t.Fatalf("AllowAll(%v): %d decisions", hits, len(ds))
-				}
-				return ds
-			}
-			ds := call(portero.Hit{Rule: wide, Key: "k", Cost: 2}, portero.Hit{Rule: tight, Key: "k", Cost: 1})
-			if !ds[0].Allowed || !ds[1].Allowed {
-				t.Fatalf("first call: %+v, want both allowed", ds)
-			}
-			// tight is used up: the call is refused, and wide must not count.
-			for range 3 {
-				ds = call(portero.Hit{Rule: wide, Key: "k", Cost: 3}, portero.Hit{Rule: tight, Key: "k", Cost: 1})
-				if ds[1].Allowed {
-					t.Fatalf("tight allowed twice: %+v", ds)
-				}
-				if !ds[0].Allowed {
-					t.Fatalf("wide refused alone although it had room: %+v", ds[0])
-				}
-			}
-			// Another key of tight is fresh: the same pair passes, and wide
-			// shows that only the first 2 units were ever counted for "k".
-			ds = call(portero.Hit{Rule: wide, Key: "k", Cost: 1}, portero.Hit{Rule: tight, Key: "k2", Cost: 1})
-			if !ds[0].Allowed || !ds[1].Allowed {
-				t.Fatalf("pair with a fresh tight key: %+v, want both allowed", ds)
-			}
-			if got, want := ds[0].Remaining, wide.Limit.Capacity()-3; got != want {
-				t.Errorf("wide Remaining after 2+1 counted = %d, want %d (a refused call consumed capacity)", got, want)
-			}
-			// Two hits on the same rule and key add up within one call.
-			ds = call(portero.Hit{Rule: wide, Key: "dup", Cost: 4}, portero.Hit{Rule: wide, Key: "dup", Cost: 4})
-			if !ds[0].Allowed || !ds[1].Allowed || ds[1].Remaining != ds[0].Remaining-4 {
-				t.Errorf("two hits of 4 on one key: %+v, want both allowed, the second with 4 fewer remaining", ds)
-			}
-			ds = call(portero.Hit{Rule: wide, Key: "dup", Cost: 2}, portero.Hit{Rule: wide, Key: "dup", Cost: 1})
-			if !ds[0].Allowed || ds[1].Allowed {
-				t.Errorf("2 then 1 more on a key with 2 left: %+v, want allowed then refused", ds)
-			}
-			ds = call(portero.Hit{Rule: wide, Key: "dup", Cost: 2})
-			if !ds[0].Allowed {
-				t.Errorf("2 on a key with 2 left after a refused call: %+v, want allowed", ds)
-			}
+			allOrNothing(t, newStore(t), wide, tight)
 		})
+	}
+}
+
+// allOrNothing checks, on a fresh store, that a call refused by tight (a
+// limit of 1 per long span) counts nothing under wide (10 units).
+func allOrNothing(t *testing.T, s portero.Store, wide, tight portero.Rule) {
+	ctx := context.Background()
+	now := Base.Add(time.Second)
+	call := func(hits ...portero.Hit) []portero.Decision {
+		t.Helper()
+		ds, err := s.AllowAll(ctx, now, hits)
+		if err != nil {
+			t.Fatalf("AllowAll(%v) = %v", hits, err)
+		}
+		if len(ds) != len(hits) {
+			t.Fatalf("AllowAll(%v): %d decisions", hits, len(ds))
+		}
+		return ds
+	}
+	ds := call(portero.Hit{Rule: wide, Key: "k", Cost: 2}, portero.Hit{Rule: tight, Key: "k", Cost: 1})
+	if !ds[0].Allowed || !ds[1].Allowed {
+		t.Fatalf("first call: %+v, want both allowed", ds)
+	}
+	// tight is used up: the call is refused, and wide must not count.
+	for range 3 {
+		ds = call(portero.Hit{Rule: wide, Key: "k", Cost: 3}, portero.Hit{Rule: tight, Key: "k", Cost: 1})
+		if ds[1].Allowed {
+			t.Fatalf("tight allowed twice: %+v", ds)
+		}
+		if !ds[0].Allowed {
+			t.Fatalf("wide refused alone although it had room: %+v", ds[0])
+		}
+	}
+	// Another key of tight is fresh: the same pair passes, and wide
+	// shows that only the first 2 units were ever counted for "k".
+	ds = call(portero.Hit{Rule: wide, Key: "k", Cost: 1}, portero.Hit{Rule: tight, Key: "k2", Cost: 1})
+	if !ds[0].Allowed || !ds[1].Allowed {
+		t.Fatalf("pair with a fresh tight key: %+v, want both allowed", ds)
+	}
+	if got, want := ds[0].Remaining, wide.Limit.Capacity()-3; got != want {
+		t.Errorf("wide Remaining after 2+1 counted = %d, want %d (a refused call consumed capacity)", got, want)
+	}
+	// Two hits on the same rule and key add up within one call.
+	ds = call(portero.Hit{Rule: wide, Key: "dup", Cost: 4}, portero.Hit{Rule: wide, Key: "dup", Cost: 4})
+	if !ds[0].Allowed || !ds[1].Allowed || ds[1].Remaining != ds[0].Remaining-4 {
+		t.Errorf("two hits of 4 on one key: %+v, want both allowed, the second with 4 fewer remaining", ds)
+	}
+	ds = call(portero.Hit{Rule: wide, Key: "dup", Cost: 2}, portero.Hit{Rule: wide, Key: "dup", Cost: 1})
+	if !ds[0].Allowed || ds[1].Allowed {
+		t.Errorf("2 then 1 more on a key with 2 left: %+v, want allowed then refused", ds)
+	}
+	ds = call(portero.Hit{Rule: wide, Key: "dup", Cost: 2})
+	if !ds[0].Allowed {
+		t.Errorf("2 on a key with 2 left after a refused call: %+v, want allowed", ds)
 	}
 }
 
