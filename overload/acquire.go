@@ -24,12 +24,15 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	var buf [4]*Ticket
 	g.mu.Lock()
 	t, changed := g.arrive(time.Now(), r, buf[:0])
-	if t.state == Waiting {
+	// Read under the lock: once it is released a waiting t may be admitted
+	// or dropped by another goroutine at any moment.
+	st := t.state
+	if st == Waiting {
 		t.wake = make(chan struct{})
 	}
 	g.mu.Unlock()
 	wake(changed)
-	switch t.state {
+	switch st {
 	case Running:
 		return t, nil
 	case Refused:
@@ -68,11 +71,11 @@ func (g *Gate) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 			arm()         // or wait for the rest of its time
 		case <-ctx.Done():
 			g.mu.Lock()
-			st := t.state
+			was := t.state
 			changed = g.cancel(time.Now(), t, buf[:0])
 			g.mu.Unlock()
 			wake(changed)
-			if st == Refused {
+			if was == Refused {
 				return nil, g.Refusal(t)
 			}
 			return nil, ctx.Err()

@@ -1,8 +1,11 @@
 package overload
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -526,4 +529,61 @@ func keep(ts []*Ticket, s State) []*Ticket {
 		}
 	}
 	return out
+}
+
+// TestAcquireConcurrent: many goroutines acquire and release on the wall
+// clock at once, some waiting, some pushed out, some timing out; under
+// -race this checks that no ticket is read outside the lock while another
+// goroutine may change it, and at the end every slot is back.
+func TestAcquireConcurrent(t *testing.T) {
+	g := newGate(t, Config{MaxInFlight: 4, QueueSize: 8, Order: LIFO, Shedding: Fair, MaxWait: time.Millisecond})
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 100 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%3)*time.Millisecond)
+				tk, err := g.Acquire(ctx, Request{Tenant: fmt.Sprint(w % 5), Priority: Priority(i%3 - 1)})
+				cancel()
+				if err == nil {
+					g.Release(tk)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := g.Stats()
+	if s.InFlight != 0 || s.Waiting != 0 || s.Started != s.Finished || s.Started == 0 {
+		t.Errorf("after the storm: %+v", s)
+	}
+	if err := g.check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestAcquireAdmittedByAnother: a waiter admitted by another goroutine's
+// Release. Acquire must read its ticket's state only under the lock or
+// after its wake-up, which is what -race checks here: no synctest bubble,
+// whose Wait would order the goroutines and hide a racy read.
+func TestAcquireAdmittedByAnother(t *testing.T) {
+	g := newGate(t, Config{MaxInFlight: 1, QueueSize: 1})
+	a, err := g.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		tk, err := g.Acquire(context.Background(), Request{})
+		if err == nil && tk.State() != Running {
+			err = fmt.Errorf("Acquire returned a %v ticket", tk.State())
+		}
+		g.Release(tk)
+		got <- err
+	}()
+	for g.Stats().Waiting == 0 {
+		runtime.Gosched()
+	}
+	g.Release(a)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
 }
