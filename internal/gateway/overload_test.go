@@ -26,16 +26,19 @@ import (
 //
 //	go test ./internal/gateway -run TestOverloadRealProcess -v -overload.duration=20s -overload.runs=5
 var (
-	overloadDuration = flag.Duration("overload.duration", 3*time.Second, "how long TestOverloadRealProcess offers load, per run")
+	overloadDuration = flag.Duration("overload.duration", 3500*time.Millisecond, "how long TestOverloadRealProcess offers load, per run")
 	overloadRuns     = flag.Int("overload.runs", 1, "runs of each mode in TestOverloadRealProcess; medians are logged")
 )
 
+// The rates are low and the times long on purpose: the machine running
+// the tests may be loaded, and the figures must come from the upstream's
+// queue, not from a starved CPU.
 const (
-	upWorkers  = 10
-	upRun      = 50 * time.Millisecond // upstream: 10 at once, 50 ms each = 200/s
-	upCapacity = float64(upWorkers) / 0.05
+	upWorkers  = 5
+	upRun      = 100 * time.Millisecond // upstream: 5 at once, 100 ms each = 50/s
+	upCapacity = float64(upWorkers) / 0.1
 	offered    = 1.5 * upCapacity
-	patience   = 500 * time.Millisecond
+	patience   = 600 * time.Millisecond
 )
 
 // fixedRateUpstream is a real server that serves upWorkers requests at a
@@ -70,8 +73,7 @@ type loadResult struct {
 // offer sends offered requests per second to url for d, each on its own
 // schedule (open loop: a slow answer does not slow the next request), each
 // giving up after patience.
-func offer(t *testing.T, url string, d time.Duration) loadResult {
-	t.Helper()
+func offer(url string, d time.Duration) loadResult {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
@@ -133,10 +135,17 @@ func offer(t *testing.T, url string, d time.Duration) loadResult {
 	return res
 }
 
-// runOverload runs one mode on a fresh upstream and gateway: no shedding
-// (order 0 and shedding false), or an overload.Gate of that order in front
-// of the gateway.
-func runOverload(t *testing.T, shedding bool, order overload.Order, d time.Duration) loadResult {
+// mode is one way of running the gateway.
+type mode struct {
+	name     string
+	shedding bool
+	order    overload.Order
+}
+
+// setUp starts a fresh upstream and a gateway in front of it, with an
+// overload.Gate of m's order in front of the gateway when m sheds, and
+// returns the URL to load. Everything is closed when the test ends.
+func setUp(t *testing.T, m mode) (string, *overload.Gate) {
 	t.Helper()
 	up := fixedRateUpstream(t)
 	g, _, _ := gw(t, fmt.Sprintf(`
@@ -153,77 +162,95 @@ rules:
     limit: 100000/s
 `, up.URL))
 	var h http.Handler = g
-	if shedding {
-		gate, err := overload.New(overload.Config{
+	var gate *overload.Gate
+	if m.shedding {
+		var err error
+		gate, err = overload.New(overload.Config{
 			MaxInFlight: upWorkers, // what the upstream can run at once
-			QueueSize:   100,       // half a second of its work
+			QueueSize:   25,        // half a second of its work
 			ServiceTime: upRun,
-			Order:       order,
+			Order:       m.order,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mw, err := httplimit.Shed(httplimit.ShedConfig{Gate: gate, Timeout: patience})
+		// A little less than the client's patience, for the time a request
+		// takes to reach the gateway and its answer to come back.
+		mw, err := httplimit.Shed(httplimit.ShedConfig{Gate: gate, Timeout: patience - 50*time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		h = mw(g)
 	}
 	front := httptest.NewServer(h)
-	defer front.Close()
-	return offer(t, front.URL+"/work", d)
+	t.Cleanup(front.Close)
+	return front.URL + "/work", gate
 }
 
 // TestOverloadRealProcess asserts only what holds on a loaded two-core
-// machine: with shedding the goodput is clearly above the goodput without
-// (about 2.2 times with the defaults: without, the upstream's queue grows
-// by 100 a second and from about 0.9 s on every answer comes after the
-// client's 0.5 s; with, the excess is refused at once and what is admitted
-// is answered in time), and the shedder did refuse.
+// machine: with shedding the goodput is clearly above the goodput without,
+// and the shedder did refuse. The modes run at the same time, each with
+// its own upstream and gateway, so that a load spike from elsewhere hits
+// them alike. With the defaults, without shedding the upstream's queue
+// grows by 25 a second, a request arriving at t waits t/2, and from t = 1 s
+// on every answer comes after the client's 0.6 s (0.5 s of wait and 0.1 s
+// of work): 75 answers in time in 3.5 s, 21/s; with shedding the excess is
+// refused at once and the upstream's 50/s are answered in time: about 2.3
+// times as many.
 func TestOverloadRealProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("offers load for seconds; not in -short")
-	}
 	d := *overloadDuration
 	// The CI form compares no shedding with FIFO shedding; the longer runs
 	// for the doc (-overload.runs > 1) add LIFO.
-	var without, with, lifo []loadResult
-	for range max(1, *overloadRuns) {
-		without = append(without, runOverload(t, false, overload.FIFO, d))
-		with = append(with, runOverload(t, true, overload.FIFO, d))
-		if *overloadRuns > 1 {
-			lifo = append(lifo, runOverload(t, true, overload.LIFO, d))
+	modes := []mode{{name: "without shedding"}, {name: "shedding fifo", shedding: true}}
+	if *overloadRuns > 1 {
+		modes = append(modes, mode{name: "shedding lifo", shedding: true, order: overload.LIFO})
+	}
+	goodput := func(r loadResult) float64 { return r.goodput }
+	results := make([][]loadResult, len(modes))
+	gapShown := func() bool { return median(results[1], goodput) >= 1.3*median(results[0], goodput) }
+	// A load spike from elsewhere can spoil one round: when the runs asked
+	// for do not show the gap, up to three rounds are run and their medians
+	// compared. A shedder that does not help fails every round.
+	for round := 1; ; round++ {
+		urls, gates := make([]string, len(modes)), make([]*overload.Gate, len(modes))
+		for i, m := range modes {
+			urls[i], gates[i] = setUp(t, m)
+		}
+		var wg sync.WaitGroup
+		got := make([]loadResult, len(modes))
+		for i := range modes {
+			wg.Go(func() { got[i] = offer(urls[i], d) })
+		}
+		wg.Wait()
+		for i := range modes {
+			results[i] = append(results[i], got[i])
+			if gates[i] != nil {
+				s := gates[i].Stats()
+				t.Logf("round %d, %s: the gate measured a run time of %v and refused %d (full) and %d (late)", round, modes[i].name, s.RunTime.Round(time.Millisecond), s.Refused[overload.Full], s.Refused[overload.Late])
+			}
+		}
+		if round >= *overloadRuns && (gapShown() || round >= 3) {
+			break
 		}
 	}
-	modes := []struct {
-		name string
-		rs   []loadResult
-	}{{"without shedding", without}, {"shedding fifo", with}}
-	if len(lifo) > 0 {
-		modes = append(modes, struct {
-			name string
-			rs   []loadResult
-		}{"shedding lifo", lifo})
-	}
-	for _, m := range modes {
-		r := m.rs[len(m.rs)-1]
+	for i, m := range modes {
+		rs := results[i]
+		r := rs[len(rs)-1]
 		t.Logf("%-16s offered %.0f/s for %v to an upstream of %.0f/s, patience %v: last run sent %d, ok %d, 503 %d, failed or late %d",
 			m.name, offered, d, upCapacity, patience, r.sent, r.ok, r.shed, r.failed)
 		t.Logf("%-16s medians of %d runs: goodput %.1f/s (%.0f%% of capacity), p50 %v, p99 %v",
-			m.name, len(m.rs), median(m.rs, func(r loadResult) float64 { return r.goodput }),
-			100*median(m.rs, func(r loadResult) float64 { return r.goodput })/upCapacity,
-			time.Duration(median(m.rs, func(r loadResult) float64 { return float64(r.p50) })).Round(time.Millisecond),
-			time.Duration(median(m.rs, func(r loadResult) float64 { return float64(r.p99) })).Round(time.Millisecond))
+			m.name, len(rs), median(rs, goodput), 100*median(rs, goodput)/upCapacity,
+			time.Duration(median(rs, func(r loadResult) float64 { return float64(r.p50) })).Round(time.Millisecond),
+			time.Duration(median(rs, func(r loadResult) float64 { return float64(r.p99) })).Round(time.Millisecond))
 	}
-	gw, gwo := median(with, func(r loadResult) float64 { return r.goodput }), median(without, func(r loadResult) float64 { return r.goodput })
-	if gw < 1.3*gwo {
-		t.Errorf("goodput with shedding %.1f/s, without %.1f/s: want at least 1.3 times", gw, gwo)
+	with, without := median(results[1], goodput), median(results[0], goodput)
+	if with < 1.3*without {
+		t.Errorf("goodput with shedding %.1f/s, without %.1f/s: want at least 1.3 times", with, without)
 	}
-	if with[len(with)-1].shed == 0 {
+	if last := results[1][len(results[1])-1]; last.shed == 0 {
 		t.Error("the shedder refused nothing at 1.5 times the capacity")
 	}
 }
-
 func median(rs []loadResult, f func(loadResult) float64) float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
