@@ -58,3 +58,46 @@ func TestSimOverloadCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestOverloadDoc: docs/overload.md shows each experiment's table exactly
+// as the command prints it, and the charts committed in docs/overload/ are
+// what the commands draw now (the drawing is deterministic).
+func TestOverloadDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/overload.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		charts []string
+	}{
+		{"overload", []string{"overload.svg"}},
+		{"noisy-neighbour", []string{"noisy-neighbour.svg"}},
+		{"little", []string{"little.svg", "little-in-flight.svg"}},
+	} {
+		out, errs, code := runCmd(t, "sim", tc.name, "--chart", filepath.Join(dir, tc.charts[0]))
+		if code != 0 {
+			t.Fatalf("sim %s: exit %d: %s", tc.name, code, errs)
+		}
+		if block := "$ portero sim " + tc.name + "\n" + out + "```"; !strings.Contains(string(doc), block) {
+			t.Errorf("docs/overload.md does not show\n%s", block)
+		}
+		for _, c := range tc.charts {
+			fresh, err := os.ReadFile(filepath.Join(dir, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed, err := os.ReadFile(filepath.Join("../../docs/overload", c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(fresh) != string(committed) {
+				t.Errorf("docs/overload/%s differs from what `portero sim %s --chart` draws now; redraw it (docs/overload.md says how)", c, tc.name)
+			}
+			if !strings.Contains(string(doc), "(overload/"+c+")") {
+				t.Errorf("docs/overload.md does not show overload/%s", c)
+			}
+		}
+	}
+}
