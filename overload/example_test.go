@@ -51,3 +51,21 @@ func ExampleReserve() {
 	// default refused
 	// critical running
 }
+
+// A queue rule of 2 per second (one departure every 0.5 s) shaped as
+// nginx's delay=N with N = 2: the first two places pass at once, the rest
+// are spaced out.
+func ExampleShape() {
+	s := overload.Shape{Delay: 2}
+	interval := 500 * time.Millisecond
+	for place := 1; place <= 5; place++ {
+		departure := time.Duration(place) * interval
+		fmt.Println(place, s.Hold(departure, interval))
+	}
+	// Output:
+	// 1 0s
+	// 2 0s
+	// 3 500ms
+	// 4 1s
+	// 5 1.5s
+}
