@@ -539,8 +539,17 @@ func (g *Gate) victim(t *Ticket) (v *Ticket, ok bool) {
 		if top != nil && top.usage > a {
 			return g.pickTenant(top, vc), true
 		}
-		if g.cfg.Order == LIFO && own != nil && own.w[vc].n > 0 {
-			return own.w[vc].head, true
+		if g.cfg.Order == LIFO {
+			// Milk among equals: the newcomer's tenant is as heavy as any,
+			// so the oldest waiter goes if that keeps the shares as even —
+			// its own oldest, or the class's oldest if its tenant is as
+			// heavy as the newcomer's would be.
+			if own != nil && own.w[vc].n > 0 {
+				return own.w[vc].head, true
+			}
+			if h := q.head; h != nil && h.ten.usage >= a {
+				return h, true
+			}
 		}
 		return nil, false
 	}

@@ -392,6 +392,25 @@ func TestFair(t *testing.T) {
 		d.arrive(5, "s3", small, Waiting, 0, "s1=refused")
 		d.done(10, "b0", "s3=running")
 	})
+	// One request per tenant, as in a flood from many addresses: no tenant
+	// is heavier, and the drop order decides.
+	for _, tc := range []struct {
+		order   Order
+		state   State
+		changed []string
+	}{{FIFO, Refused, nil}, {LIFO, Waiting, []string{"a=refused"}}} {
+		t.Run("ties "+tc.order.String(), func(t *testing.T) {
+			d := drive(t, Config{MaxInFlight: 1, QueueSize: 2, Shedding: Fair, Order: tc.order})
+			d.arrive(0, "x", Request{Tenant: "x"}, Running, 0)
+			d.arrive(1, "a", Request{Tenant: "a"}, Waiting, 0)
+			d.arrive(2, "b", Request{Tenant: "b"}, Waiting, 0)
+			reason := Reason(0)
+			if tc.state == Refused {
+				reason = Full
+			}
+			d.arrive(3, "c", Request{Tenant: "c"}, tc.state, reason, tc.changed...)
+		})
+	}
 }
 
 // TestRandom: the victim of a full queue is drawn among the waiters and the

@@ -114,7 +114,9 @@ const (
 	// (running plus waiting requests): a newcomer from a light tenant pushes
 	// out a waiter of the heaviest one, and a newcomer from the heaviest
 	// tenant is refused. Within the losing tenant the Order picks which
-	// request goes. Small tenants within their share are then served in
+	// request goes. Among tenants equally heavy, FIFO refuses the newcomer
+	// and LIFO drops the oldest waiter, so that a flood of tenants with one
+	// request each is shed in the drop order. Small tenants within their share are then served in
 	// full while one tenant far over it absorbs all the loss: the seed's
 	// answer to the noisy neighbour.
 	Fair
