@@ -11,6 +11,7 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/sfv"
+	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -256,11 +257,12 @@ func appendPolicyMember(b []byte, r *policy.Rule) []byte {
 // once per request: the RateLimit-Policy members and the fixed parts of the
 // 429 body of every rule.
 type prepared struct {
-	member    []string // by rule index: the RateLimit-Policy member
-	enforced  []int    // indexes of the enforced rules, in order
-	allPolicy string   // RateLimit-Policy when every enforced rule applies
-	detail    []string // by rule index: the JSON "detail" string up to the seconds, without its closing quote
-	nameJSON  []string // by rule index: the rule name as a JSON string
+	member    []string         // by rule index: the RateLimit-Policy member
+	enforced  []int            // indexes of the enforced rules, in order
+	allPolicy string           // RateLimit-Policy when every enforced rule applies
+	detail    []string         // by rule index: the JSON "detail" string up to the seconds, without its closing quote
+	nameJSON  []string         // by rule index: the rule name as a JSON string
+	shape     []overload.Shape // by rule index, when Config.Shapes names any (setShapes)
 }
 
 func prepare(p *policy.Policy) *prepared {

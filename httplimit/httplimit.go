@@ -23,7 +23,12 @@
 // Decision.Delay, until its place in the queue departs, before the handler
 // runs. The request's context bounds the wait: a request whose deadline
 // would pass first is refused at once with the rule's 429, and one whose
-// context is canceled while it waits gets a 503.
+// context is canceled while it waits gets a 503. Config.Shapes shapes a
+// queue rule as nginx's limit_req with burst and delay=N: the first places
+// pass at once, the rest are spaced out, and a longest hold bounds them.
+//
+// Shed is the other half of protecting a service: load shedding for the
+// service's own sake (overload.Gate), outermost, before all of the above.
 package httplimit
 
 import (
@@ -36,6 +41,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -78,6 +84,11 @@ type Config struct {
 	// OnError, when not nil, is called when a request could not be
 	// evaluated: a store failure or an unusable cost.
 	OnError func(r *http.Request, err error)
+	// Shapes says, by rule name, how a leaky-queue rule holds the requests
+	// it admits (overload.Shape: nginx's delay=N, and a longest hold); a
+	// queue rule not named holds each request until its departure. Naming
+	// a rule that does not exist or is not a queue is an error.
+	Shapes map[string]overload.Shape
 
 	pre                      *prepared // formatted once per policy by Update
 	userHeader, tenantHeader string    // canonical forms of UserHeader and TenantHeader
@@ -126,6 +137,9 @@ func (l *Limiter) Update(cfg Config) error {
 		cfg.Now = time.Now
 	}
 	cfg.pre = prepare(cfg.Policy)
+	if err := cfg.pre.setShapes(cfg.Policy, cfg.Shapes); err != nil {
+		return err
+	}
 	if cfg.UserHeader != "" {
 		cfg.userHeader = http.CanonicalHeaderKey(cfg.UserHeader)
 	}
@@ -292,10 +306,9 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	v := &s.v
 	delay := time.Duration(0)
 	if v.Allowed {
-		delay = queueDelay(v)
-		if left, ok := budget(r.Context()); ok && delay > left {
-			refuseQueued(v, left) // the wait would outlast the request
-			delay = 0
+		left, ok := budget(r.Context())
+		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
+			delay = 0 // refused: the wait would outlast its bound
 		}
 	}
 	if cfg.OnDecision != nil {

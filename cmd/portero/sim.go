@@ -35,6 +35,9 @@ func newSimCmd() *cobra.Command {
 	cmd.AddCommand(newSimRedisCmds()...)
 	cmd.AddCommand(newSimRetryStormCmd())
 	cmd.AddCommand(newSimHerdCmd())
+	cmd.AddCommand(newSimOverloadCmd())
+	cmd.AddCommand(newSimNoisyCmd())
+	cmd.AddCommand(newSimLittleCmd())
 	// --- end of sim subcommands ---
 	return cmd
 }

@@ -123,6 +123,10 @@ func Lines(path, title, xlabel, ylabel string, series []Series) error {
 		p.Add(l)
 		p.Legend.Add(s.Name, l)
 	}
+	// From zero, and with a band above the data for the legend, which
+	// would otherwise hide lines that run along the top.
+	p.Y.Min = math.Min(0, p.Y.Min)
+	p.Y.Max += 0.06 * float64(len(series)+1) * (p.Y.Max - p.Y.Min)
 	return save(p, path)
 }
 

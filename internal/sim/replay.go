@@ -175,10 +175,37 @@ func writeJSON(w io.Writer, rows []any) error {
 	return err
 }
 
-// WriteRows writes a header and rows as CSV ("csv") or as a table of
-// aligned columns ("table").
+// WriteRows writes a header and rows as CSV ("csv"), as a table of
+// aligned columns ("table") or as a JSON array of objects whose keys are the
+// header's, in its order ("json"); there a cell that is a JSON number (such
+// as 120 or 0.95) is written as a number, any other as a string.
 func WriteRows(w io.Writer, format string, header []string, rows [][]string) error {
 	switch format {
+	case "json":
+		out := make([]any, len(rows))
+		for i, r := range rows {
+			if len(r) != len(header) {
+				return fmt.Errorf("row %d has %d cells for %d columns", i, len(r), len(header))
+			}
+			var b []byte
+			b = append(b, '{')
+			for j, cell := range r {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				k, _ := json.Marshal(header[j])
+				b = append(b, k...)
+				b = append(b, ':')
+				if isJSONNumber(cell) {
+					b = append(b, cell...)
+				} else {
+					v, _ := json.Marshal(cell)
+					b = append(b, v...)
+				}
+			}
+			out[i] = json.RawMessage(append(b, '}'))
+		}
+		return writeJSON(w, out)
 	case "csv":
 		cw := csv.NewWriter(w)
 		if err := cw.Write(header); err != nil {
@@ -196,7 +223,16 @@ func WriteRows(w io.Writer, format string, header []string, rows [][]string) err
 		}
 		return tw.Flush()
 	}
-	return fmt.Errorf("unknown format %q: want csv or table", format)
+	return fmt.Errorf("unknown format %q: want one of %v", format, Formats)
+}
+
+// isJSONNumber reports whether s is a number in JSON's grammar.
+func isJSONNumber(s string) bool {
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return false
+	}
+	var n json.Number
+	return json.Unmarshal([]byte(s), &n) == nil
 }
 
 func writeTabRow(w io.Writer, cells []string) {

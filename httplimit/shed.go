@@ -1,0 +1,114 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/portero-rl/portero/overload"
+	"github.com/portero-rl/portero/policy"
+)
+
+// ShedConfig configures Shed. Gate is required; every other field's zero
+// value is the documented default.
+type ShedConfig struct {
+	// Gate decides; share one Gate between every door that leads to the
+	// same capacity. Required.
+	Gate *overload.Gate
+	// Priority gives each request its class (see PriorityByRule); nil means
+	// overload.Default for all. It runs before anything else, so it must
+	// be cheap and must not read the body.
+	Priority func(*http.Request) overload.Priority
+	// Tenant names each request's tenant for fair shedding (a header such
+	// as X-Tenant or an API key's prefix: shedding comes before
+	// authentication, so whatever it reads is a claim, good enough to
+	// share capacity fairly but not to trust); nil means one tenant for
+	// all.
+	Tenant func(*http.Request) string
+	// Timeout is how long clients wait for an answer: a request's deadline
+	// is its arrival plus Timeout, or its context's deadline if earlier.
+	// Zero means the context's deadline only.
+	Timeout time.Duration
+	// OnRefuse, when not nil, is called for every refusal (metrics, logs);
+	// it must be fast and safe for concurrent use.
+	OnRefuse func(r *http.Request, ref *overload.Refusal)
+}
+
+// Shed returns middleware that sheds load for the service's own sake: each
+// request asks cfg.Gate for a slot before the body is read and before
+// anything after it (authentication, the rate limiter, an upstream) runs,
+// may wait briefly in the Gate's queue, and is answered 503 Service
+// Unavailable with Retry-After and the temporary-reduced-capacity problem
+// type when refused — never 429: the client did nothing wrong. The slot is
+// given back when the handler returns, however it returns (a panic
+// included). Put it outermost.
+func Shed(cfg ShedConfig) (func(http.Handler) http.Handler, error) {
+	if cfg.Gate == nil {
+		return nil, errors.New("httplimit: ShedConfig.Gate is required")
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("httplimit: ShedConfig.Timeout is %v: want zero or more", cfg.Timeout)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req := overload.Request{}
+			if cfg.Priority != nil {
+				req.Priority = cfg.Priority(r)
+			}
+			if cfg.Tenant != nil {
+				req.Tenant = cfg.Tenant(r)
+			}
+			if cfg.Timeout > 0 {
+				req.Deadline = time.Now().Add(cfg.Timeout)
+			}
+			t, err := cfg.Gate.Acquire(r.Context(), req)
+			if err != nil {
+				var ref *overload.Refusal
+				if !errors.As(err, &ref) {
+					// The client went away (or the server is shutting down)
+					// while the request waited: nobody may read this.
+					WriteUnavailable(w, cfg.Gate.Config().RetryAfter, "the request ended while it waited for capacity")
+					return
+				}
+				if cfg.OnRefuse != nil {
+					cfg.OnRefuse(r, ref)
+				}
+				WriteUnavailable(w, ref.RetryAfter, ref.Detail())
+				return
+			}
+			defer cfg.Gate.Release(t)
+			next.ServeHTTP(w, r)
+		})
+	}, nil
+}
+
+// PriorityRule gives the requests that Match selects a priority class.
+type PriorityRule struct {
+	Match    policy.Match
+	Priority overload.Priority
+}
+
+// PriorityByRule returns a ShedConfig.Priority that gives each request the
+// priority of the first rule whose Match selects it (method, host, path,
+// headers: nothing that needs the body or the client's identity), and
+// fallback when none does. A Match that does not compile is an error naming
+// the rule.
+func PriorityByRule(rules []PriorityRule, fallback overload.Priority) (func(*http.Request) overload.Priority, error) {
+	rs := make([]PriorityRule, len(rules))
+	for i, rule := range rules {
+		rs[i] = rule
+		if err := rs[i].Match.Compile(); err != nil {
+			return nil, fmt.Errorf("httplimit: priority rule %d (%s): %w", i, rule.Priority, err)
+		}
+	}
+	return func(r *http.Request) overload.Priority {
+		pr := policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}
+		for i := range rs {
+			if rs[i].Match.Matches(&pr) {
+				return rs[i].Priority
+			}
+		}
+		return fallback
+	}, nil
+}

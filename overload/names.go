@@ -1,0 +1,200 @@
+package overload
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Priority is a request's class: how much it is worth when the service must
+// refuse some work. The zero value is Default.
+type Priority int8
+
+// The three classes, from the first to go to the last.
+const (
+	// Sheddable work goes first: prefetches, batch jobs, retries of
+	// background work. It is refused as soon as the service looks unhealthy
+	// (Config.QueueDelayTarget, Config.LatencyTarget) and never takes the
+	// slots reserved for the other classes.
+	Sheddable Priority = -1
+	// Default is ordinary traffic.
+	Default Priority = 0
+	// Critical work (checkout, login, health checks of a load balancer) is
+	// the last to go and alone may use Reserve.Critical.
+	Critical Priority = 1
+)
+
+// priorities lists the classes by index (Priority+1).
+var priorities = [numClasses]Priority{Sheddable, Default, Critical}
+
+const numClasses = 3
+
+// index is p's place in per-class arrays: 0 sheddable … 2 critical. Values
+// outside the three classes count as the nearest one.
+func (p Priority) index() int {
+	switch {
+	case p < Sheddable:
+		return 0
+	case p > Critical:
+		return numClasses - 1
+	}
+	return int(p) + 1
+}
+
+// String returns "sheddable", "default" or "critical".
+func (p Priority) String() string {
+	switch p {
+	case Sheddable:
+		return "sheddable"
+	case Default:
+		return "default"
+	case Critical:
+		return "critical"
+	}
+	return fmt.Sprintf("Priority(%d)", int8(p))
+}
+
+// ParsePriority reads "critical", "default" or "sheddable" (any case).
+func ParsePriority(s string) (Priority, error) {
+	for _, p := range priorities {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
+		}
+	}
+	return Default, fmt.Errorf("priority %q: want critical, default or sheddable", s)
+}
+
+// Order says which waiters a full queue keeps and which it serves first:
+// the seed's two drop policies. The zero value is FIFO.
+type Order int8
+
+const (
+	// FIFO is the wine policy: keep the oldest. Waiters are served oldest
+	// first, and a full queue refuses the newcomer. For transfers and
+	// anything where losing old work means redoing what follows it.
+	FIFO Order = iota
+	// LIFO is the milk policy: keep the newest. Waiters are served newest
+	// first, and a full queue drops its oldest waiter to make room. For
+	// interactive traffic, where a late answer is worthless: under overload
+	// the newest requests, whose clients are still waiting, are answered
+	// fast, and the oldest ones, likely abandoned already, go.
+	LIFO
+)
+
+// String returns "fifo" or "lifo".
+func (o Order) String() string {
+	switch o {
+	case FIFO:
+		return "fifo"
+	case LIFO:
+		return "lifo"
+	}
+	return fmt.Sprintf("Order(%d)", int8(o))
+}
+
+// ParseOrder reads "fifo" (or "wine") and "lifo" (or "milk"), any case.
+func ParseOrder(s string) (Order, error) {
+	switch strings.ToLower(s) {
+	case "fifo", "wine":
+		return FIFO, nil
+	case "lifo", "milk":
+		return LIFO, nil
+	}
+	return FIFO, fmt.Errorf("order %q: want fifo (wine) or lifo (milk)", s)
+}
+
+// Shedding says who loses when a request finds no slot and the queue full.
+// The zero value is ByOrder.
+type Shedding int8
+
+const (
+	// ByOrder lets the Order decide: FIFO refuses the newcomer, LIFO drops
+	// the oldest waiter of the class.
+	ByOrder Shedding = iota
+	// Fair takes the excess from the tenant holding the most of the gate
+	// (running plus waiting requests): a newcomer from a light tenant pushes
+	// out a waiter of the heaviest one, and a newcomer from the heaviest
+	// tenant is refused. Within the losing tenant the Order picks which
+	// request goes. Among tenants equally heavy, FIFO refuses the newcomer
+	// and LIFO drops the oldest waiter, so that a flood of tenants with one
+	// request each is shed in the drop order. Small tenants within their share are then served in
+	// full while one tenant far over it absorbs all the loss: the seed's
+	// answer to the noisy neighbour.
+	Fair
+	// Random drops a request chosen uniformly among the waiters of the class
+	// and the newcomer, so that every tenant loses in the same proportion.
+	// It is the baseline of the noisy-neighbour experiment, not a policy to
+	// choose.
+	Random
+)
+
+// String returns "by-order", "fair" or "random".
+func (s Shedding) String() string {
+	switch s {
+	case ByOrder:
+		return "by-order"
+	case Fair:
+		return "fair"
+	case Random:
+		return "random"
+	}
+	return fmt.Sprintf("Shedding(%d)", int8(s))
+}
+
+// ParseShedding reads "by-order", "fair" or "random" (any case).
+func ParseShedding(s string) (Shedding, error) {
+	for _, v := range []Shedding{ByOrder, Fair, Random} {
+		if strings.EqualFold(s, v.String()) {
+			return v, nil
+		}
+	}
+	return ByOrder, fmt.Errorf("shedding %q: want by-order, fair or random", s)
+}
+
+// Reason says why a request was refused.
+type Reason int8
+
+const (
+	// Full: no slot for its class and no place in the queue (or no queue).
+	Full Reason = iota + 1
+	// Evicted: it was waiting and was pushed out of a full queue by a newer
+	// request (LIFO), a request of a higher class, or one of a lighter
+	// tenant (Fair).
+	Evicted
+	// Late: it could no longer be answered in time: its deadline minus the
+	// expected run time, or its longest wait (Config.MaxWait), came while it
+	// waited, or would come before its expected turn.
+	Late
+	// Unhealthy: a sheddable request refused because the service looks
+	// overloaded (queueing delay or run time over their targets).
+	Unhealthy
+)
+
+// String returns "full", "evicted", "late" or "unhealthy".
+func (r Reason) String() string {
+	switch r {
+	case Full:
+		return "full"
+	case Evicted:
+		return "evicted"
+	case Late:
+		return "late"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return fmt.Sprintf("Reason(%d)", int8(r))
+}
+
+// detail is the sentence a door shows for a refusal of reason r.
+func (r Reason) detail() string {
+	switch r {
+	case Full:
+		return "the service is at capacity and its queue is full"
+	case Evicted:
+		return "the request was pushed out of the service's queue by more urgent work"
+	case Late:
+		return "the service could not have answered the request in time"
+	case Unhealthy:
+		return "the service is overloaded and sheds low-priority work"
+	}
+	return "the service refused the request"
+}
