@@ -20,6 +20,7 @@ func TestImportsFlowDownward(t *testing.T) {
 		{mod, nil},
 		{mod + "/algorithm", []string{mod}},
 		{mod + "/store/memstore", []string{mod, mod + "/algorithm"}},
+		{mod + "/iolimit", []string{mod, mod + "/algorithm"}},
 	} {
 		name := strings.TrimPrefix(strings.TrimPrefix(tc.pkg, mod), "/")
 		if name == "" {
