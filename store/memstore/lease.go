@@ -15,9 +15,9 @@ import (
 // Concurrency leases: Store implements portero.LeaseStore. The leases of a
 // rule live under its name (so a rule whose Max or TTL changes keeps the
 // leases held), in shards with one mutex each; a key's leases are an
-// algorithm.Leases, dropped as soon as none is held. A lease that is neither
-// released nor renewed expires after the rule's TTL, as in Redis, and the
-// sweeper drops the keys left with only expired leases. Config.MaxKeys caps
+// algorithm.Leases. A lease that is neither released nor renewed expires
+// after the rule's TTL, as in Redis, and the sweeper drops the keys left
+// with no lease or only expired ones. Config.MaxKeys caps
 // the keys with leases per rule, like the keys of a rate rule: memory
 // follows the requests in flight, never what clients send.
 
@@ -146,15 +146,14 @@ func (l *lease) Renew(_ context.Context, now time.Time) error {
 	return nil
 }
 
-// Release implements portero.Lease; it never fails.
+// Release implements portero.Lease; it never fails. A key left without
+// leases keeps its (empty) set until the sweep, or until a new key needs
+// its room, so that a client's requests one after another allocate nothing.
 func (l *lease) Release(context.Context) error {
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
 	if set := l.sh.sets[l.key]; set != nil {
 		set.Release(l.id)
-		if set.Len() == 0 {
-			delete(l.sh.sets, l.key)
-		}
 	}
 	return nil
 }
