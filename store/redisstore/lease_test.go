@@ -195,3 +195,15 @@ func TestLeaseFailurePolicies(t *testing.T) {
 		t.Errorf("fallbacks %d, degraded %v: want the fallback counted", fallbacks.Load(), s.Degraded())
 	}
 }
+
+// TestLeaseConformanceCluster runs the lease suite on a real three-master
+// Redis Cluster: each operation touches one key, so one slot, one node.
+func TestLeaseConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	c := redistest.StartCluster(t, 3)
+	storetest.RunLeases(t, func(t *testing.T) portero.LeaseStore {
+		return newStore(t, nil, redisstore.Config{Addrs: c.Addrs(), Clock: redisstore.CallerClock})
+	})
+}
