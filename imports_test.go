@@ -21,6 +21,7 @@ func TestImportsFlowDownward(t *testing.T) {
 		{mod + "/algorithm", []string{mod}},
 		{mod + "/store/memstore", []string{mod, mod + "/algorithm"}},
 		{mod + "/overload", nil},
+		{mod + "/iolimit", []string{mod, mod + "/algorithm"}},
 	} {
 		name := strings.TrimPrefix(strings.TrimPrefix(tc.pkg, mod), "/")
 		if name == "" {

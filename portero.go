@@ -9,6 +9,12 @@
 // standard library; the algorithms live in package algorithm, the keyed
 // state in store/memstore (and store/redisstore), the HTTP door in httplimit.
 //
+// Beside the rate limits, the vocabulary has concurrency limits: a
+// ConcurrencyRule caps the requests in flight under a key, and a LeaseStore
+// hands out Leases that holders renew and release (httplimit.Concurrency is
+// the door). WaitN turns any Limiter into backpressure: it waits for the
+// admission instead of refusing.
+//
 // Being limited is a result, not an error: a refused request is a Decision
 // with Allowed false. An error means bad input or a failing backend.
 package portero

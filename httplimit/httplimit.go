@@ -12,7 +12,7 @@
 //     application/problem+json body of type quota-exceeded naming the
 //     violated policies;
 //   - refused for the service's own sake (store down with FailClosed, or
-//     ConcurrencyLimit full): 503 Service Unavailable of type
+//     a service-wide concurrency limit full): 503 Service Unavailable of type
 //     temporary-reduced-capacity — never 429, since the client did nothing
 //     wrong;
 //   - a cost that cannot be used: 400, 411 or 413 naming the rule and header;
@@ -29,6 +29,14 @@
 //
 // Shed is the other half of protecting a service: load shedding for the
 // service's own sake (overload.Gate), outermost, before all of the above.
+//
+// Beside the rate limits, Concurrency (NewConcurrency) limits the requests
+// in flight, per client, API key, tenant or route and for the whole
+// service, with leases in memory or in Redis that are released however a
+// request ends (see ConcurrencyRule); a client over its own concurrency
+// limit gets 429, a request over the service's 503, and the RateLimit fields
+// announce the limits with qu="concurrent-requests". ConcurrencyLimit is
+// its simplest form: one cap for the process.
 package httplimit
 
 import (
@@ -336,26 +344,4 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(s.body)
 	s.release()
-}
-
-// ConcurrencyLimit returns middleware that lets at most n requests run at
-// once and answers the rest at once with 503 (temporary-reduced-capacity,
-// Retry-After: 1): load shedding for the service's own sake, so never 429.
-// n ≤ 0 means no limit.
-func ConcurrencyLimit(n int) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		if n <= 0 {
-			return next
-		}
-		sem := make(chan struct{}, n)
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case sem <- struct{}{}:
-				defer func() { <-sem }()
-				next.ServeHTTP(w, r)
-			default:
-				WriteUnavailable(w, time.Second, fmt.Sprintf("more than %d requests in flight", n))
-			}
-		})
-	}
 }

@@ -280,3 +280,43 @@ func validToken(s string) bool {
 	}
 	return true
 }
+
+// KeyOf returns the store key under which a rule of p with key k and match
+// m counts req, built exactly as Evaluate builds its rules' keys (p's IP
+// prefixes; a route part falls back to m's pattern when req names no
+// route), and false when a part of k has no value for req. It does not
+// check that m selects req. It is for callers that count beside the
+// policy, so that a key means the same to them as to the rules: httplimit's
+// concurrency leases, or a batch job that calls a store directly with a
+// rule's StoreRule. m may be nil when k has no route part.
+func (p *Policy) KeyOf(k Key, m *Match, req *Request) (string, bool) {
+	if k.constant != "" {
+		return k.constant, true
+	}
+	r := &Rule{}
+	if m != nil && req.Route == "" {
+		for _, part := range k.parts {
+			if part.kind == keyRoute {
+				r.matchString = m.String()
+			}
+		}
+	}
+	b := k.appendTo(nil, p, r, req)
+	if b == nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// PerClient reports whether k names the client (an ip, header, user,
+// tenant or identity part), so that a limit under it is the client's own
+// share; a key of only global, route, method and host parts counts for the
+// whole service.
+func (k Key) PerClient() bool {
+	for _, part := range k.parts {
+		if part.kind == keyIP || part.kind == keyHeader || part.kind == keyIdentity {
+			return true
+		}
+	}
+	return false
+}

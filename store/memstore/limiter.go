@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"time"
@@ -133,19 +132,27 @@ func (t *table) decideLog(sh *shard, h uint64, now, cost int64) portero.Decision
 // Wait is WaitN with cost 1.
 func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
 
-// WaitN takes a place of the given cost in key's queue and sleeps until the
-// request departs; it is only for leaky-queue rules (for others it returns
-// an error wrapping errors.ErrUnsupported). It reads the store's clock
-// (Store.Now) and sleeps with a time.Timer. When the queue is full it returns at once with an error
-// wrapping ErrQueueFull (the request was dropped). When ctx ends first, or
-// its deadline comes before the departure, it returns ctx's error and gives
-// the place back if no later request has queued behind it (the queue then
-// drains as if it had never come); otherwise the place stays taken. When the
-// store is closed meanwhile it returns an error wrapping portero.ErrClosed.
+// WaitN blocks until a request of the given cost from key is admitted:
+// backpressure for a producer that must slow down rather than drop. It
+// reads the store's clock (Store.Now) and sleeps with a time.Timer. When the
+// wait would end after ctx's deadline it returns at once with an error
+// wrapping context.DeadlineExceeded; when ctx ends first, ctx's error; when
+// the store is closed meanwhile, an error wrapping portero.ErrClosed.
+//
+// For every algorithm but the queue it is portero.WaitN: ask, sleep the
+// refusal's RetryAfter, ask again (waiters are not served in order).
+//
+// For a leaky-queue rule it takes a place in key's queue and sleeps until
+// the request departs. When the queue is full it returns at once with an
+// error wrapping ErrQueueFull (the request was dropped). When ctx ends
+// first, or its deadline comes before the departure, it gives the place
+// back if no later request has queued behind it (the queue then drains as
+// if it had never come); otherwise the place stays taken.
 func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	t := l.t
 	if t.rule.Algorithm != portero.LeakyQueue {
-		return fmt.Errorf("memstore: rule %q: Wait needs a %s rule, not %s: %w", t.rule.Name, portero.LeakyQueue, t.rule.Algorithm, errors.ErrUnsupported)
+		_, err := portero.WaitN(ctx, l, key, cost, t.store.now)
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -178,6 +185,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 		return errClosed
 	}
 }
+
+// Done returns a channel that is closed when the store is closed, so that
+// portero.WaitN ends its sleep then.
+func (l *Limiter) Done() <-chan struct{} { return l.t.store.stop }
 
 // giveBack returns a queue reservation of cost whose departure was at
 // departure, if it is still the last one.

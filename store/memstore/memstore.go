@@ -116,6 +116,8 @@ type Store struct {
 	mu     sync.Mutex // serializes creating tables
 	nextID uint64     // guarded by mu
 
+	leases leaseTables // concurrency leases (lease.go)
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{} // closed by Close
@@ -311,8 +313,8 @@ func (s *Store) sweeper() {
 const sweepChunk = 1024
 
 // Sweep drops every state that has expired at now (returned to "full", so
-// that dropping it changes no decision) and returns how many keys it
-// dropped. The background sweeper calls it with Config.Now; a program that
+// that dropping it changes no decision), and the keys whose concurrency
+// leases have all expired, and returns how many keys it dropped. The background sweeper calls it with Config.Now; a program that
 // turned the sweeper off may call it itself. It locks one shard at a time:
 // for the fixed-size algorithms, sweepChunk slots at a time; for a sliding
 // log, the shard's whole map of logs at once.
@@ -346,7 +348,7 @@ func (s *Store) Sweep(now time.Time) int {
 		}
 		return !s.closed.Load()
 	})
-	return dropped
+	return dropped + s.sweepLeases(ns)
 }
 
 // AllowAll implements portero.Store: it decides every hit at now and counts

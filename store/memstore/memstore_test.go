@@ -111,9 +111,6 @@ func TestErrorsAndClose(t *testing.T) {
 			t.Errorf("AllowN(cost %d) = %v, want %v", c.cost, err, c.want)
 		}
 	}
-	if err := l.Wait(ctx, "k"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Wait on a token bucket = %v, want ErrUnsupported", err)
-	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatalf("Close = %v", err)
 	}

@@ -244,6 +244,7 @@ type Store struct {
 	// minTTL is the scripts' ARGV 5, the TTL floor in ms: Config.MinTTL
 	// rounded up with CallerClock, "0" with ServerClock.
 	minTTL string
+	leases leaseState // concurrency leases (lease.go)
 
 	calls, redisCalls, fallbacks, errs, overHits, batches, batched atomic.Uint64
 }

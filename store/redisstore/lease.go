@@ -1,0 +1,290 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+	"github.com/redis/rueidis"
+)
+
+// Concurrency leases: Store implements portero.LeaseStore. The leases of a
+// rule under a key are one sorted set, PREFIX{KEY}:lease:NAME, of lease ids
+// scored by expiry in microseconds, changed only by lease.lua (embedded,
+// run by hash like the other scripts): acquire drops the expired leases,
+// counts and adds in one atomic step; renew moves a lease's expiry; release
+// removes it. With ServerClock every expiry is on Redis's clock, so
+// instances whose clocks disagree still agree on which leases are alive.
+//
+// A lease that its holder stops renewing (the process crashed, lost Redis,
+// or forgot) expires after the rule's TTL and its slot comes back; the set
+// itself expires with its last lease. httplimit renews every TTL/3.
+//
+// While Redis is unavailable, Acquire follows the rule's Policy
+// (Config.Policies by the rule's name, else Config.Policy), as AllowAll
+// does: FailClosed refuses and returns an error wrapping
+// portero.ErrStoreUnavailable, FailOpen admits with a lease that holds
+// nothing, FailLocal takes a lease in this instance's memory with
+// Config.LocalShare of Max (at least 1). Renew and Release of a Redis lease
+// then fail with that error; the lease runs out at its last expiry.
+// Acquire's decisions are in microseconds (RetryAfter) like Redis TIME.
+
+// leaseScript is lease.lua: immutable once built (it holds the hash).
+var leaseScript = rueidis.NewLuaScript(readLua("lease.lua"))
+
+// leaseState is the store's lease bookkeeping: the id prefix and counter,
+// and the leases FailLocal keeps in memory.
+type leaseState struct {
+	once   sync.Once
+	prefix string // random per store, so ids never collide across instances
+	seq    atomic.Uint64
+	mu     sync.Mutex
+	calls  int // local acquisitions, to sweep every 1024
+	local  map[localKey]*algorithm.Leases[uint64]
+}
+
+func (ls *leaseState) id() (string, uint64) {
+	ls.once.Do(func() {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		ls.prefix = hex.EncodeToString(b[:]) + "-"
+		ls.local = map[localKey]*algorithm.Leases[uint64]{}
+	})
+	n := ls.seq.Add(1)
+	return ls.prefix + strconv.FormatUint(n, 36), n
+}
+
+var _ portero.LeaseStore = (*Store)(nil)
+
+// LeaseKey returns the Redis key of the sorted set that holds the leases of
+// the rule named name under key.
+func (s *Store) LeaseKey(name, key string) string {
+	if s.cfg.HashTag == nil {
+		return s.cfg.Prefix + "{" + key + "}:lease:" + name
+	}
+	tag := s.cfg.HashTag(portero.Hit{Rule: portero.Rule{Name: name}, Key: key, Cost: 1})
+	return s.cfg.Prefix + "{" + tag + "}:" + key + ":lease:" + name
+}
+
+// Acquire implements portero.LeaseStore (see the package documentation of
+// leases above for the failure policy). With ServerClock now is used only
+// by FailLocal.
+func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
+	if s.closed.Load() {
+		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	if err := rule.Validate(); err != nil {
+		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
+	ttl := micros(rule.LeaseTTL())
+	id, _ := s.leases.id()
+	l := &redisLease{s: s, key: s.LeaseKey(rule.Name, key), id: id, ttl: ttl}
+	res, err := s.leaseCall(ctx, now, l.key, "acquire", id, strconv.FormatInt(rule.Max, 10), ttl)
+	if err == nil {
+		var r []int64
+		if r, err = res.AsIntSlice(); err == nil && len(r) != 3 {
+			err = fmt.Errorf("%w: %d integers in the reply, want 3", ErrScript, len(r))
+		}
+		if err == nil {
+			d := portero.Decision{Allowed: r[0] == 1, Limit: rule.Max, Remaining: r[1], RetryAfter: time.Duration(r[2]) * time.Microsecond}
+			if !d.Allowed {
+				return nil, d, nil
+			}
+			return l, d, nil
+		}
+	}
+	if !unavailable(err) {
+		s.errs.Add(1)
+		return nil, portero.Decision{}, s.leaseError(rule.Name, key, err)
+	}
+	return s.leaseFallback(now, rule, key, err)
+}
+
+// leaseFallback decides an acquisition that Redis could not, by the rule's
+// policy.
+func (s *Store) leaseFallback(now time.Time, rule portero.ConcurrencyRule, key string, cause error) (portero.Lease, portero.Decision, error) {
+	s.fallbacks.Add(1)
+	if !s.degraded.Swap(true) {
+		s.log.Warn("redisstore: redis unavailable: failure policies active", "err", cause)
+	}
+	var (
+		lease portero.Lease
+		d     = portero.Decision{Limit: rule.Max}
+		err   error
+	)
+	switch s.policy(portero.Rule{Name: rule.Name}) {
+	case FailOpen:
+		lease, d = openLease{}, portero.Decision{Allowed: true, Limit: rule.Max, Remaining: rule.Max - 1}
+	case FailLocal:
+		lease, d = s.localAcquire(now, rule, key)
+	default:
+		d.RetryAfter = s.cfg.BreakerOpen
+		err = fmt.Errorf("redisstore: concurrency rule %q: failing closed: %w", rule.Name, &unavailableError{err: cause})
+		s.errs.Add(1)
+	}
+	if s.cfg.OnFallback != nil {
+		s.cfg.OnFallback(Fallback{Hits: []portero.Hit{{Rule: portero.Rule{Name: rule.Name}, Key: key, Cost: 1}}, Decisions: []portero.Decision{d}, Err: cause})
+	}
+	return lease, d, err
+}
+
+// localAcquire takes a lease in memory under FailLocal, with LocalShare of
+// Max.
+func (s *Store) localAcquire(now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision) {
+	_, n := s.leases.id()
+	limit := rule.Max
+	if share := s.cfg.LocalShare; share < 1 {
+		limit = max(1, int64(math.Floor(float64(limit)*share)))
+	}
+	k := localKey{portero.Rule{Name: rule.Name}, key}
+	ls := &s.leases
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.calls++; ls.calls%1024 == 0 {
+		for k, set := range ls.local { // leases whose holders never came back
+			if set.Expire(now.UnixNano()) == 0 {
+				delete(ls.local, k)
+			}
+		}
+	}
+	set := ls.local[k]
+	if set == nil {
+		set = new(algorithm.Leases[uint64])
+		ls.local[k] = set
+	}
+	d := set.Acquire(n, now.UnixNano(), rule.LeaseTTL(), limit)
+	if !d.Allowed {
+		return nil, d
+	}
+	return &localLease{ls: ls, k: k, id: n, ttl: rule.LeaseTTL()}, d
+}
+
+// leaseCall runs lease.lua once under the breaker and the deadline.
+func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLeases, ttl string) (rueidis.RedisMessage, error) {
+	args := []string{op, "server", "0", "0", id, maxLeases, ttl, s.minTTL}
+	if s.cfg.Clock == CallerClock {
+		args[1], args[2], args[3] = "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond()/1000)
+	}
+	var msg rueidis.RedisMessage
+	_, err := s.breaker.Execute(func() ([]int64, error) {
+		cctx := ctx
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+			defer cancel()
+		}
+		var err error
+		msg, err = leaseScript.Exec(cctx, s.client, []string{key}, args).ToMessage()
+		return nil, err
+	})
+	if err == nil && s.degraded.Swap(false) {
+		s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
+	}
+	return msg, err
+}
+
+// leaseError describes a failed lease call.
+func (s *Store) leaseError(name, key string, err error) error {
+	if unavailable(err) {
+		return fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", name, key, &unavailableError{err: err})
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		return fmt.Errorf("redisstore: concurrency rule %q, key %q (redis key %q): %w: %s", name, key, s.LeaseKey(name, key), ErrScript, re.Error())
+	}
+	return fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", name, key, err)
+}
+
+// micros formats d in whole microseconds, rounded up.
+func micros(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10)
+}
+
+// redisLease is a lease held in Redis.
+type redisLease struct {
+	s       *Store
+	key, id string
+	ttl     string // µs
+}
+
+// Renew implements portero.Lease.
+func (l *redisLease) Renew(ctx context.Context, now time.Time) error {
+	if l.s.closed.Load() {
+		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	res, err := l.s.leaseCall(ctx, now, l.key, "renew", l.id, "0", l.ttl)
+	if err != nil {
+		return fmt.Errorf("redisstore: renew lease %s of %q: %w", l.id, l.key, l.wrap(err))
+	}
+	if n, err := res.AsInt64(); err != nil || n != 1 {
+		return fmt.Errorf("redisstore: lease %s of %q: %w", l.id, l.key, portero.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release implements portero.Lease. Pass a context that has not ended
+// (context.WithoutCancel of a request's): the call is bounded by
+// Config.Timeout.
+func (l *redisLease) Release(ctx context.Context) error {
+	if l.s.closed.Load() {
+		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	if _, err := l.s.leaseCall(ctx, time.Time{}, l.key, "release", l.id, "0", "0"); err != nil {
+		return fmt.Errorf("redisstore: release lease %s of %q: %w", l.id, l.key, l.wrap(err))
+	}
+	return nil
+}
+
+func (l *redisLease) wrap(err error) error {
+	if unavailable(err) {
+		return &unavailableError{err: err}
+	}
+	return err
+}
+
+// openLease is the lease of FailOpen: it holds nothing.
+type openLease struct{}
+
+func (openLease) Renew(context.Context, time.Time) error { return nil }
+func (openLease) Release(context.Context) error          { return nil }
+
+// localLease is a lease of FailLocal, in this instance's memory.
+type localLease struct {
+	ls  *leaseState
+	k   localKey
+	id  uint64
+	ttl time.Duration
+}
+
+func (l *localLease) Renew(_ context.Context, now time.Time) error {
+	l.ls.mu.Lock()
+	defer l.ls.mu.Unlock()
+	set := l.ls.local[l.k]
+	ok := set != nil && set.Renew(l.id, now.UnixNano(), l.ttl)
+	if set != nil && set.Len() == 0 {
+		delete(l.ls.local, l.k)
+	}
+	if !ok {
+		return fmt.Errorf("redisstore: local lease on %q: %w", l.k.key, portero.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (l *localLease) Release(context.Context) error {
+	l.ls.mu.Lock()
+	defer l.ls.mu.Unlock()
+	if set := l.ls.local[l.k]; set != nil {
+		set.Release(l.id)
+		if set.Len() == 0 {
+			delete(l.ls.local, l.k)
+		}
+	}
+	return nil
+}

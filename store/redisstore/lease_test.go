@@ -1,0 +1,209 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/store/redisstore"
+	"github.com/portero-rl/portero/store/storetest"
+)
+
+// TestLeaseConformance runs the lease conformance suite against a real
+// redis-server in caller-clock mode: the same step tables and the same
+// random traces as the memory store, compared with
+// storetest.LeaseReference, and 40 concurrent acquisitions of 5 through
+// the one atomic script.
+func TestLeaseConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.RunLeases(t, func(t *testing.T) portero.LeaseStore {
+		return newStore(t, srv, redisstore.Config{Clock: redisstore.CallerClock})
+	})
+}
+
+// TestLeaseServerClock: with Redis's clock a lease's expiry is Redis TIME
+// plus the TTL, the set's own key expires with its last lease, and the last
+// release deletes it.
+func TestLeaseServerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, redisstore.Config{})
+	ctx := context.Background()
+	rule := portero.ConcurrencyRule{Name: "api", Max: 2, TTL: 30 * time.Second}
+	before := redisMicros(t, srv)
+	l, d, err := s.Acquire(ctx, time.Time{}, rule, "tenant-a")
+	if err != nil || !d.Allowed || d.Remaining != 1 || d.Limit != 2 {
+		t.Fatalf("Acquire = %+v, %v", d, err)
+	}
+	after := redisMicros(t, srv)
+	key := s.LeaseKey("api", "tenant-a")
+	if !strings.HasSuffix(key, "{tenant-a}:lease:api") {
+		t.Errorf("LeaseKey = %q", key)
+	}
+	members, err := redistest.Do(srv.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(members, "\n")
+	if len(f) != 2 {
+		t.Fatalf("ZRANGE = %q, want one lease", members)
+	}
+	exp, _ := strconv.ParseInt(f[1], 10, 64)
+	if exp < before+30_000_000 || exp > after+30_000_000 {
+		t.Errorf("expiry %d µs, want Redis TIME + 30 s, in [%d, %d]", exp, before+30_000_000, after+30_000_000)
+	}
+	if pttl, _ := redistest.Do(srv.Addr(), "PTTL", key); pttl == "-1" || pttl == "-2" {
+		t.Errorf("PTTL = %s, want the key to expire with its lease", pttl)
+	}
+	if err := l.Renew(ctx, time.Time{}); err != nil {
+		t.Errorf("Renew = %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	if n, _ := redistest.Do(srv.Addr(), "EXISTS", key); n != "0" {
+		t.Errorf("EXISTS after the last release = %s, want 0", n)
+	}
+	if err := l.Renew(ctx, time.Time{}); !errors.Is(err, portero.ErrLeaseLost) {
+		t.Errorf("Renew after Release = %v, want ErrLeaseLost", err)
+	}
+}
+
+// redisMicros reads Redis TIME in microseconds.
+func redisMicros(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	out, err := redistest.Do(srv.Addr(), "TIME")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(out, "\n")
+	s, _ := strconv.ParseInt(f[0], 10, 64)
+	us, _ := strconv.ParseInt(f[1], 10, 64)
+	return s*1_000_000 + us
+}
+
+// TestLeaseClosedClientStopsRenewing: an instance that holds a lease and
+// then loses its client (Close: no more renewals) keeps the slot taken only
+// until the lease's expiry on Redis's clock; then another instance gets it.
+func TestLeaseClosedClientStopsRenewing(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redisstore.Config{Prefix: "shared:"}
+	a, b := newStore(t, srv, cfg), newStore(t, srv, cfg)
+	ctx := context.Background()
+	rule := portero.ConcurrencyRule{Name: "one", Max: 1, TTL: time.Second}
+	l, d, err := a.Acquire(ctx, time.Time{}, rule, "k")
+	if err != nil || !d.Allowed {
+		t.Fatalf("a.Acquire = %+v, %v", d, err)
+	}
+	if err := l.Renew(ctx, time.Time{}); err != nil {
+		t.Fatalf("Renew = %v", err)
+	}
+	members, err := redistest.Do(srv.Addr(), "ZRANGE", a.LeaseKey("one", "k"), "0", "-1", "WITHSCORES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, _ := strconv.ParseInt(strings.Split(members, "\n")[1], 10, 64)
+	a.Close(ctx)
+	if err := l.Renew(ctx, time.Time{}); !errors.Is(err, portero.ErrClosed) {
+		t.Errorf("Renew after Close = %v, want ErrClosed", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		now := redisMicros(t, srv)
+		_, d, err := b.Acquire(ctx, time.Time{}, rule, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			if after := redisMicros(t, srv); after < exp {
+				t.Errorf("slot came back at %d µs, before the lease's expiry %d", after, exp)
+			}
+			break
+		}
+		// Refused: the wait it names ends at the lease's expiry.
+		if got := now + d.RetryAfter.Microseconds(); got > exp || d.RetryAfter > time.Second {
+			t.Errorf("refused with RetryAfter %v at %d µs: ends at %d, past the expiry %d", d.RetryAfter, now, got, exp)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot did not come back within 10 s of a 1 s lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLeaseFailurePolicies: with Redis killed, Acquire follows each rule's
+// policy, as AllowAll does: fail-closed refuses with ErrStoreUnavailable,
+// fail-open admits with a lease that holds nothing, local takes leases in
+// memory with LocalShare of Max. A Redis lease cannot be renewed meanwhile.
+func TestLeaseFailurePolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	var fallbacks atomic.Int64
+	s := newStore(t, srv, redisstore.Config{
+		Timeout:    50 * time.Millisecond,
+		Policies:   map[string]redisstore.Policy{"open": redisstore.FailOpen, "local": redisstore.FailLocal},
+		LocalShare: 0.5,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnFallback: func(redisstore.Fallback) { fallbacks.Add(1) },
+	})
+	ctx := context.Background()
+	closed := portero.ConcurrencyRule{Name: "closed", Max: 4}
+	open := portero.ConcurrencyRule{Name: "open", Max: 4}
+	local := portero.ConcurrencyRule{Name: "local", Max: 4}
+	held, _, err := s.Acquire(ctx, time.Now(), closed, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+
+	if l, d, err := s.Acquire(ctx, time.Now(), closed, "k"); l != nil || d.Allowed || !errors.Is(err, portero.ErrStoreUnavailable) {
+		t.Errorf("fail-closed: %v, %+v, %v; want refused with ErrStoreUnavailable", l, d, err)
+	}
+	for range 6 {
+		l, d, err := s.Acquire(ctx, time.Now(), open, "k")
+		if err != nil || !d.Allowed || l == nil || l.Renew(ctx, time.Now()) != nil || l.Release(ctx) != nil {
+			t.Fatalf("fail-open: %+v, %v; want admitted", d, err)
+		}
+	}
+	var got []portero.Lease
+	for range 4 {
+		l, d, err := s.Acquire(ctx, time.Now(), local, "k")
+		if err != nil {
+			t.Fatalf("local: %v", err)
+		}
+		if d.Allowed {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("local with share 0.5 of 4 admitted %d of 4, want 2", len(got))
+	}
+	got[0].Release(ctx)
+	if _, d, _ := s.Acquire(ctx, time.Now(), local, "k"); !d.Allowed {
+		t.Errorf("local after a release: %+v, want admitted", d)
+	}
+	if err := held.Renew(ctx, time.Now()); !errors.Is(err, portero.ErrStoreUnavailable) {
+		t.Errorf("Renew of a Redis lease while Redis is down = %v, want ErrStoreUnavailable", err)
+	}
+	if fallbacks.Load() == 0 || !s.Degraded() {
+		t.Errorf("fallbacks %d, degraded %v: want the fallback counted", fallbacks.Load(), s.Degraded())
+	}
+}
+
+// TestLeaseConformanceCluster runs the lease suite on a real three-master
+// Redis Cluster: each operation touches one key, so one slot, one node.
+func TestLeaseConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	c := redistest.StartCluster(t, 3)
+	storetest.RunLeases(t, func(t *testing.T) portero.LeaseStore {
+		return newStore(t, nil, redisstore.Config{Addrs: c.Addrs(), Clock: redisstore.CallerClock})
+	})
+}
