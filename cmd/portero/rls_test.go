@@ -3,14 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/portero-rl/portero/internal/testenv"
 	"io"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/testenv"
 )
 
 // startRLS runs `portero rls` on loopback ports and returns its gRPC and
@@ -95,10 +98,18 @@ func testRLSAndCheck(t *testing.T, transport string) {
 			if !errors.Is(err, errRefused) || exitCode(err) != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "Retry-After: ") {
 				t.Fatalf("11th check: %v\n%s", err, out)
 			}
-			// Check-only, limit override, JSON.
+			// Check-only, limit override, JSON: the shape of POST /v1/check
+			// over either door, not Go's field names.
 			out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", "api_key=k,plan=gold;hits=0", "--json")
 			if err != nil || !strings.Contains(out, "gold") {
 				t.Fatalf("check-only: %v\n%s", err, out)
+			}
+			var js checkapi.CheckResponse
+			dec := json.NewDecoder(strings.NewReader(out))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&js); err != nil || !js.Allowed || js.Code != "OK" || len(js.Descriptors) != 1 ||
+				js.Descriptors[0].Counted || js.Descriptors[0].Unit == "" || strings.Contains(out, `"Code"`) {
+				t.Fatalf("--json answer is not /v1/check's (allowed, OK, one descriptor with a unit, not counted under hits=0): %v\n%s", err, out)
 			}
 			out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", "x=y;limit=1/hour", "--hits", "2")
 			if !errors.Is(err, errRefused) {
@@ -106,7 +117,7 @@ func testRLSAndCheck(t *testing.T, transport string) {
 			}
 			// The server's errors reach the operator.
 			out, err = runCheck(t, "--server", server, "--domain", "nope", "-d", "a=b")
-			if err == nil || errors.Is(err, errRefused) || !strings.Contains(err.Error(), `unknown domain "nope"`) {
+			if err == nil || errors.Is(err, errRefused) || exitCode(err) != 3 || !strings.Contains(err.Error(), `unknown domain "nope"`) {
 				t.Fatalf("unknown domain: %v\n%s", err, out)
 			}
 		})
@@ -128,9 +139,16 @@ func TestCheckUsage(t *testing.T) {
 			t.Errorf("check %v: %v (exit %d), want a usage error", args, err, exitCode(err))
 		}
 	}
-	// Nothing listens: a plain error, not a usage error.
-	if _, err := runCheck(t, "--server", "http://127.0.0.1:1", "--domain", "edge", "-d", "a=b", "--timeout", "2s"); exitCode(err) != 1 {
-		t.Errorf("unreachable server: %v", err)
+	// Nothing listens: no answer, exit status 3 (1 is a refusal).
+	for _, server := range []string{"http://127.0.0.1:1", "grpc://127.0.0.1:1"} {
+		if _, err := runCheck(t, "--server", server, "--domain", "edge", "-d", "a=b", "--timeout", "2s"); exitCode(err) != 3 {
+			t.Errorf("unreachable server %s: %v (exit %d), want exit 3", server, err, exitCode(err))
+		}
+	}
+	// The help's examples are ones that work against portero rls.
+	out, _, _ := runCmd(t, "check", "--help")
+	if strings.Contains(out, "--policy api --key alice") || !strings.Contains(out, "exit status is 0 when allowed, 1 when over the limit, 2 for a usage\nerror and 3") {
+		t.Errorf("check --help:\n%s", out)
 	}
 }
 
