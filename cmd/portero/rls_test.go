@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -165,5 +167,65 @@ func TestRLSUsage(t *testing.T) {
 		if exitCode(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
 		}
+	}
+}
+
+// TestRLSWatchConfigMap: `rls --watch` on a mounted ConfigMap directory
+// reloads when the kubelet swaps ..data, through the same watcher as
+// serve (internal/watch), and the new limits answer.
+func TestRLSWatchConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(n int) string {
+		return fmt.Sprintf("domain: cm\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n)
+	}
+	publish := func(gen int, content string) {
+		ts := fmt.Sprintf("..2026_05_01_10_00_%02d.000000001", gen)
+		os.Mkdir(filepath.Join(dir, ts), 0o755)
+		os.WriteFile(filepath.Join(dir, ts, "limits.yaml"), []byte(content), 0o644)
+		old, _ := os.Readlink(filepath.Join(dir, "..data"))
+		os.Symlink(ts, filepath.Join(dir, "..data_tmp"))
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if old != "" {
+			os.RemoveAll(filepath.Join(dir, old))
+		} else {
+			os.Symlink("..data/limits.yaml", filepath.Join(dir, "limits.yaml"))
+		}
+	}
+	publish(1, conf(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"rls", "--config", dir, "--watch", "--grpc-listen", "off", "--http-listen", "127.0.0.1:0"}, out, errOut)
+	}()
+	defer func() { cancel(); <-done }()
+	re := regexp.MustCompile(`HTTP on (\S+)\n`)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("rls did not start:\n%s\n%s", out, errOut)
+		}
+	}
+	check := func(key string) string {
+		o, _ := runCheck(t, "--server", "http://"+addr, "--domain", "cm", "-d", "k="+key)
+		return strings.Fields(o + " x")[0]
+	}
+	if a, b := check("a"), check("a"); a != "OK" || b != "OVER_LIMIT" {
+		t.Fatalf("1/hour before the update: %s then %s", a, b)
+	}
+	publish(2, conf(5))
+	waitFor := time.Now().Add(15 * time.Second)
+	for !strings.Contains(errOut.String(), "rls: configuration reloaded") {
+		if time.Now().After(waitFor) {
+			t.Fatalf("no reload after the kubelet's swap:\n%s", errOut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a, b := check("b"), check("b"); a != "OK" || b != "OK" {
+		t.Errorf("5/hour after the update: %s then %s", a, b)
 	}
 }
