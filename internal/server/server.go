@@ -152,22 +152,26 @@ func (s *Server) degraded() bool {
 	return false
 }
 
-// storeDown reports whether the store cannot decide now: a Redis store
-// that has not connected yet or is answering from its failure policy.
-func (s *Server) storeDown() bool {
+// storeUnreached reports whether the store has not reached its backend
+// yet: a Redis store started while Redis was down (it dials in the
+// background).
+func (s *Server) storeUnreached() bool {
 	if rs := s.redis.Load(); rs != nil {
-		return !rs.Connected() || rs.Degraded()
+		return !rs.Connected()
 	}
 	return false
 }
 
 // readyCheck is the store's part of readiness: with on_error: deny an
-// instance whose store is down can only answer 503, so it says it is not
-// ready and load balancers send the traffic elsewhere. Under allow and
-// local it serves, and stays ready.
+// instance that has not reached Redis yet can only answer 503, so it says
+// it is not ready and load balancers send the traffic elsewhere. Under
+// allow and local it serves, and is ready. Once connected it stays ready
+// through later outages: those are decided per call by the failure policy
+// and end by themselves, where a not-ready instance would get no call to
+// find out that Redis is back.
 func (s *Server) readyCheck() error {
-	if s.gw.Config().FailClosed && s.storeDown() {
-		return errors.New("the store is unavailable and store.on_error is deny")
+	if s.gw.Config().FailClosed && s.storeUnreached() {
+		return errors.New("redis has not answered yet and store.on_error is deny")
 	}
 	return nil
 }
