@@ -133,6 +133,18 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		return usageErr(errors.New("both --grpc-listen and --http-listen are off: nothing to serve"))
 	}
 	opts := envoyconf.Options{MergeDomains: f.mergeDomains}
+	// The watcher's baseline is taken before the files are read, so that
+	// a change in between is a reload rather than lost.
+	var changes <-chan struct{}
+	if f.watch {
+		w, err := watch.New(f.config, watch.Options{Logger: logger})
+		if err != nil {
+			logger.Warn("rls: cannot watch the configuration; reload with SIGHUP", "err", err)
+		} else {
+			defer w.Close()
+			changes = w.C
+		}
+	}
 	limits, err := envoyconf.Load(f.config, opts)
 	if err != nil {
 		return usageErr(err)
@@ -207,16 +219,6 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	}
 	sig, stopSignals := lifecycle.NotifySignals()
 	defer stopSignals()
-	var changes <-chan struct{}
-	if f.watch {
-		w, err := watch.New(f.config, watch.Options{Logger: logger})
-		if err != nil {
-			logger.Warn("rls: cannot watch the configuration; reload with SIGHUP", "err", err)
-		} else {
-			defer w.Close()
-			changes = w.C
-		}
-	}
 	var first error
 	for running > 0 {
 		select {

@@ -36,7 +36,8 @@ Kubernetes ConfigMap update included; a file is applied once it has
 settled, and a bad one is refused, its errors logged, the running
 configuration kept). On SIGTERM or Ctrl-C it drains: /readyz answers 503
 for server.drain_period (5s) while requests are still served — a second
-SIGTERM or Ctrl-C ends the drain at once — then it stops accepting and lets
+SIGTERM or Ctrl-C ends the drain at once, and without any /readyz probe
+since the start there is none — then it stops accepting and lets
 in-flight requests finish within server.shutdown_timeout; it exits 1 if it
 had to cut some.
 

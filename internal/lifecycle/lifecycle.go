@@ -4,8 +4,9 @@
 // deadline, and the signals that drive them.
 //
 // The order on SIGTERM is: Readiness.Drain marks the server not ready and
-// keeps serving for the drain period, so that load balancers probing
-// /readyz see 503 and stop sending new requests; then Shutdown stops
+// keeps serving for the drain period (when something has probed readiness
+// at all), so that load balancers probing /readyz see 503 and stop sending
+// new requests; then Shutdown stops
 // accepting and gives in-flight requests the shutdown timeout, and reports
 // ErrInterrupted when it had to cut some. A second SIGTERM or Ctrl-C ends
 // the drain at once (Signals).
@@ -40,6 +41,7 @@ const (
 // called on every probe, so it must be quick.
 type Readiness struct {
 	state  atomic.Int32
+	probed atomic.Bool // Ready was asked since Serving
 	mu     sync.Mutex
 	checks []func() error
 }
@@ -55,8 +57,10 @@ func (r *Readiness) AddCheck(check func() error) {
 // Serving marks the listeners up.
 func (r *Readiness) Serving() { r.state.CompareAndSwap(starting, serving) }
 
-// Ready returns nil when ready, or why not.
+// Ready returns nil when ready, or why not. It is what a probe asks, and
+// it notes that one did (see Drain).
 func (r *Readiness) Ready() error {
+	r.probed.Store(true)
 	switch r.state.Load() {
 	case starting:
 		return errors.New("starting")
@@ -89,10 +93,18 @@ func (r *Readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 
 // Drain marks the server not ready and waits for period while it keeps
 // serving, or less if hurry receives or is closed. It returns at once for
-// a period of zero or less.
+// a period of zero or less, and when no probe has asked Ready since the
+// server started: then nothing watches readiness (a developer's Ctrl-C, a
+// test), and waiting would only delay the stop.
 func (r *Readiness) Drain(period time.Duration, hurry <-chan struct{}, log *slog.Logger) {
 	r.state.Store(draining)
 	if period <= 0 {
+		return
+	}
+	if !r.probed.Load() {
+		if log != nil {
+			log.Info("no readiness probe has asked since the start: stopping without the drain", "drain_period", period)
+		}
 		return
 	}
 	if log != nil {

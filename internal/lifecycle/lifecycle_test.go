@@ -50,11 +50,12 @@ func TestReadiness(t *testing.T) {
 }
 
 // TestDrain: not ready at once, for exactly the period on synctest's
-// clock, or until hurry.
+// clock, or until hurry; no wait at all when no probe ever asked.
 func TestDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r Readiness
 		r.Serving()
+		r.Ready() // a probe asked: someone watches
 		start := time.Now()
 		done := make(chan struct{})
 		go func() { r.Drain(5*time.Second, nil, nil); close(done) }()
@@ -69,12 +70,25 @@ func TestDrain(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		var r Readiness
+		r.Ready()
 		hurry := make(chan struct{})
 		start := time.Now()
 		go func() { time.Sleep(time.Second); close(hurry) }()
 		r.Drain(time.Minute, hurry, nil)
 		if took := time.Since(start); took != time.Second {
 			t.Errorf("Drain cut by hurry after 1s took %v", took)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		var r Readiness
+		r.Serving()
+		start := time.Now()
+		r.Drain(time.Minute, nil, nil)
+		if took := time.Since(start); took != 0 {
+			t.Errorf("Drain with no probe ever took %v, want no wait", took)
+		}
+		if r.Ready() == nil {
+			t.Error("ready after Drain")
 		}
 	})
 }

@@ -225,6 +225,10 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler}
 
+	// The watcher's baseline is taken before the file is read, so that a
+	// change in between is a reload rather than lost.
+	changes, stopWatch := s.watch()
+	defer stopWatch()
 	cfg, err := s.load()
 	if err != nil {
 		return err
@@ -342,7 +346,7 @@ func Run(ctx context.Context, opts Options) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.reloadLoop(rctx)
+		s.reloadLoop(rctx, changes)
 	}()
 
 	var runErr error
@@ -374,24 +378,28 @@ func Run(ctx context.Context, opts Options) error {
 	return runErr
 }
 
-// reloadLoop waits for reload triggers until ctx is done: the Reload
-// channel, and with Watch the file's settled changes (package watch, which
-// sees a Kubernetes ConfigMap's ..data swap and never half a file).
-func (s *Server) reloadLoop(ctx context.Context) {
-	var changes <-chan struct{}
-	if s.opts.Watch && s.opts.ConfigPath != "" {
-		o := s.opts.WatchOptions
-		if o.Logger == nil {
-			o.Logger = s.log
-		}
-		w, err := watch.New(s.opts.ConfigPath, o)
-		if err != nil {
-			s.log.Warn("cannot watch the configuration file; reload with SIGHUP", "err", err)
-		} else {
-			defer w.Close()
-			changes = w.C
-		}
+// watch starts the configuration watcher when Options.Watch asks for it
+// (package watch, which sees a Kubernetes ConfigMap's ..data swap and
+// never half a file) and returns its changes and how to stop it.
+func (s *Server) watch() (<-chan struct{}, func()) {
+	if !s.opts.Watch || s.opts.ConfigPath == "" {
+		return nil, func() {}
 	}
+	o := s.opts.WatchOptions
+	if o.Logger == nil {
+		o.Logger = s.log
+	}
+	w, err := watch.New(s.opts.ConfigPath, o)
+	if err != nil {
+		s.log.Warn("cannot watch the configuration file; reload with SIGHUP", "err", err)
+		return nil, func() {}
+	}
+	return w.C, func() { w.Close() }
+}
+
+// reloadLoop waits for reload triggers until ctx is done: the Reload
+// channel, and the watcher's settled changes.
+func (s *Server) reloadLoop(ctx context.Context, changes <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
