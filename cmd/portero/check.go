@@ -23,12 +23,29 @@ import (
 // answer was printed, and the exit status (1) tells scripts.
 var errRefused = errors.New("over limit")
 
+// checkFailed gives an error of `portero check` (no answer: the server
+// unreachable, an error status, a malformed reply) the exit status 3, so
+// that a script tells "refused" (1) from "could not ask" and from a usage
+// error (2). A refusal and a usage error pass through.
+func checkFailed(err error) error {
+	var u usageError
+	if err == nil || errors.Is(err, errRefused) || errors.As(err, &u) {
+		return err
+	}
+	return codeError{code: 3, err: err}
+}
+
+// checkFlags are the options of `portero check`.
+type checkFlags struct {
+	server, domain, policy, key string
+	descs                       []string
+	hits                        uint32
+	json                        bool
+	timeout                     time.Duration
+}
+
 func newCheckCmd() *cobra.Command {
-	var server, domain, policyName, key string
-	var descs []string
-	var hits uint32
-	var asJSON bool
-	var timeout time.Duration
+	var f checkFlags
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Ask a running Portero (or envoyproxy/ratelimit) whether a request may pass",
@@ -42,51 +59,65 @@ Each --descriptor is a comma-separated list of key=value entries, in order;
 append ;hits=N to set that descriptor's own hits_addend and
 ;limit=N/unit for a limit override.
 
-The exit status is 0 when allowed, 1 when over the limit or on error, 2 for a
-usage error.`,
+--policy and --key ask for a rule of a Portero policy instead, over HTTP, of
+a server that loads one (the checkapi package's; portero rls serves
+envoyproxy/ratelimit descriptors only, and answers 404).
+
+--json prints the answer as POST /v1/check's JSON, whichever the server:
+allowed, code, the deciding rule with limit, remaining, retry_after and
+reset_after, and one entry per descriptor (over gRPC, the fields Envoy's
+protocol carries).
+
+The exit status is 0 when allowed, 1 when over the limit, 2 for a usage
+error and 3 when no answer came (the server unreachable or failing).`,
 		Example: `  portero check --domain edge --descriptor remote_address=10.0.0.1
-  portero check --server http://127.0.0.1:8080 --domain edge --descriptor api_key=k1,plan=gold --hits 5
-  portero check --server http://127.0.0.1:8080 --policy api --key alice --json`,
+  portero check --server http://127.0.0.1:8082 --domain edge --descriptor api_key=k1,plan=gold --hits 5
+  portero check --domain edge -d remote_address=10.0.0.1 --json`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			if policyName != "" {
-				if !strings.HasPrefix(server, "http") {
-					return usageErr(errors.New("--policy needs an HTTP server (--server http://host:port)"))
-				}
-				return checkHTTP(ctx, cmd.OutOrStdout(), server, &checkapi.CheckRequest{Policy: policyName, Key: &key, Cost: costPtr(hits)}, asJSON)
-			}
-			if domain == "" || len(descs) == 0 {
-				return usageErr(errors.New("give --domain and at least one --descriptor (or --policy and --key)"))
-			}
-			req := &rls.Request{Domain: domain, Hits: hits}
-			for _, s := range descs {
-				d, err := parseDescriptor(s)
-				if err != nil {
-					return usageErr(fmt.Errorf("--descriptor %q: %w", s, err))
-				}
-				req.Descriptors = append(req.Descriptors, d)
-			}
-			switch {
-			case strings.HasPrefix(server, "http://") || strings.HasPrefix(server, "https://"):
-				return checkHTTP(ctx, cmd.OutOrStdout(), server, toCheckRequest(req), asJSON)
-			case strings.HasPrefix(server, "grpc://"):
-				return checkGRPC(ctx, cmd.OutOrStdout(), strings.TrimPrefix(server, "grpc://"), req, asJSON)
-			}
-			return usageErr(fmt.Errorf("--server %q: want grpc://host:port or http://host:port", server))
+			return checkFailed(doCheck(cmd, f))
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&server, "server", "grpc://127.0.0.1:8081", "grpc://host:port or http://host:port")
-	fl.StringVar(&domain, "domain", "", "rate limit domain")
-	fl.StringArrayVarP(&descs, "descriptor", "d", nil, "key=value[,key=value...][;hits=N][;limit=N/unit], repeatable")
-	fl.Uint32Var(&hits, "hits", 0, "the request's hits_addend (0 means 1)")
-	fl.StringVar(&policyName, "policy", "", "a rule of Portero's own policy (HTTP only), with --key")
-	fl.StringVar(&key, "key", "", "the key to count under --policy")
-	fl.BoolVar(&asJSON, "json", false, "print the answer as JSON")
-	fl.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
+	fl.StringVar(&f.server, "server", "grpc://127.0.0.1:8081", "grpc://host:port or http://host:port")
+	fl.StringVar(&f.domain, "domain", "", "rate limit domain")
+	fl.StringArrayVarP(&f.descs, "descriptor", "d", nil, "key=value[,key=value...][;hits=N][;limit=N/unit], repeatable")
+	fl.Uint32Var(&f.hits, "hits", 0, "the request's hits_addend (0 means 1)")
+	fl.StringVar(&f.policy, "policy", "", "a rule of a Portero policy (HTTP servers that load one), with --key")
+	fl.StringVar(&f.key, "key", "", "the key to count under --policy")
+	fl.BoolVar(&f.json, "json", false, "print the answer as /v1/check's JSON")
+	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	return cmd
+}
+
+// doCheck sends the one check of f and prints the answer.
+func doCheck(cmd *cobra.Command, f checkFlags) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	if f.policy != "" {
+		if !strings.HasPrefix(f.server, "http") {
+			return usageErr(errors.New("--policy needs an HTTP server (--server http://host:port)"))
+		}
+		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, &checkapi.CheckRequest{Policy: f.policy, Key: &f.key, Cost: costPtr(f.hits)}, f.json)
+	}
+	if f.domain == "" || len(f.descs) == 0 {
+		return usageErr(errors.New("give --domain and at least one --descriptor (or --policy and --key)"))
+	}
+	req := &rls.Request{Domain: f.domain, Hits: f.hits}
+	for _, s := range f.descs {
+		d, err := parseDescriptor(s)
+		if err != nil {
+			return usageErr(fmt.Errorf("--descriptor %q: %w", s, err))
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
+	switch {
+	case strings.HasPrefix(f.server, "http://") || strings.HasPrefix(f.server, "https://"):
+		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, toCheckRequest(req), f.json)
+	case strings.HasPrefix(f.server, "grpc://"):
+		return checkGRPC(ctx, cmd.OutOrStdout(), strings.TrimPrefix(f.server, "grpc://"), req, f.json)
+	}
+	return usageErr(fmt.Errorf("--server %q: want grpc://host:port or http://host:port", f.server))
 }
 
 func costPtr(h uint32) *int64 {
@@ -163,7 +194,7 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, req *rls.Request
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(a); err != nil {
+		if err := enc.Encode(answerJSON(req, a)); err != nil {
 			return err
 		}
 	} else {
@@ -183,6 +214,56 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, req *rls.Request
 		return errRefused
 	}
 	return nil
+}
+
+// answerJSON is a gRPC answer in the shape of POST /v1/check's, with the
+// fields Envoy's protocol carries: per descriptor its code, limit and
+// name, remaining and the time to reset; counted when the request was
+// allowed and the descriptor has a limit and a non-zero hits_addend (a
+// refused request counts against no limit); retry_after from the
+// Retry-After header when the server sent one. The deciding rule is, as
+// the HTTP door picks it, the refusing descriptor with the longest wait,
+// or when allowed the one with the least remaining.
+func answerJSON(req *rls.Request, a *rls.Answer) checkapi.CheckResponse {
+	out := checkapi.CheckResponse{Allowed: a.Code == rls.OK, Code: a.Code.String()}
+	var retry float64
+	for _, h := range a.Headers {
+		if strings.EqualFold(h.Name, "Retry-After") {
+			retry, _ = strconv.ParseFloat(h.Value, 64)
+		}
+	}
+	best := -1
+	for i, st := range a.Statuses {
+		dr := checkapi.DescriptorResult{Code: st.Code.String(), Remaining: int64(st.Remaining), ResetAfter: st.ResetAfter}
+		if st.Name != "" || st.RequestsPerUnit != 0 {
+			dr.Rule, dr.RequestsPerUnit, dr.Unit = st.Name, st.RequestsPerUnit, st.Unit.String()
+			hits := uint64(max(req.Hits, 1))
+			if i < len(req.Descriptors) && req.Descriptors[i].Hits != nil {
+				hits = *req.Descriptors[i].Hits
+			}
+			dr.Counted = out.Allowed && hits > 0
+			if st.Code != rls.OK {
+				dr.RetryAfter = retry
+			}
+			switch {
+			case best < 0:
+				best = i
+			case out.Allowed && st.Remaining < a.Statuses[best].Remaining:
+				best = i
+			case !out.Allowed && st.Code != rls.OK && (a.Statuses[best].Code == rls.OK || st.ResetAfter > a.Statuses[best].ResetAfter):
+				best = i
+			}
+		}
+		out.Descriptors = append(out.Descriptors, dr)
+	}
+	if best >= 0 {
+		st := a.Statuses[best]
+		out.Rule, out.Limit, out.Remaining, out.ResetAfter = st.Name, int64(st.RequestsPerUnit), int64(st.Remaining), st.ResetAfter
+		if !out.Allowed {
+			out.RetryAfter = retry
+		}
+	}
+	return out
 }
 
 func checkHTTP(ctx context.Context, w io.Writer, server string, req *checkapi.CheckRequest, asJSON bool) error {

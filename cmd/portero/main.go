@@ -12,12 +12,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/portero-rl/portero/internal/rls"
 )
 
 func main() {
+	rls.SetGRPCLogger() // grpc-go's lines through the command's logger
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -56,6 +60,8 @@ lets it in or turns it away, and tells the client when to come back.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version(debug.ReadBuildInfo())
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
 	// --- Top-level commands: append one line per command, in its own file. ---
@@ -84,8 +90,19 @@ func usageErr(err error) error {
 	return usageError{err}
 }
 
+// codeError carries an exit status of its own, for a command whose
+// statuses say more than "failed" (portero check: 3 when no answer came).
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e codeError) Error() string { return e.err.Error() }
+func (e codeError) Unwrap() error { return e.err }
+
 // exitCode is the process exit status for run's error: 0 for none, 2 for a
-// usage error (bad flag, bad argument, malformed input file), 1 otherwise.
+// usage error (bad flag, bad argument, malformed input file), a
+// codeError's own, 1 otherwise.
 func exitCode(err error) int {
 	if err == nil {
 		return 0
@@ -93,6 +110,10 @@ func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
+	}
+	var c codeError
+	if errors.As(err, &c) {
+		return c.code
 	}
 	return 1
 }

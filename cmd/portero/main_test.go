@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -360,5 +361,19 @@ func TestExitCode(t *testing.T) {
 	}
 	if usageErr(nil) != nil {
 		t.Error("usageErr(nil) != nil")
+	}
+	for _, tt := range []struct {
+		err  error
+		want int
+	}{
+		{checkFailed(errRefused), 1},
+		{checkFailed(fmt.Errorf("server says: %w", errRefused)), 1},
+		{checkFailed(usageErr(os.ErrNotExist)), 2},
+		{checkFailed(os.ErrNotExist), 3},
+		{checkFailed(nil), 0},
+	} {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("exitCode(checkFailed(%v)) = %d, want %d", tt.err, got, tt.want)
+		}
 	}
 }

@@ -7,11 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,14 +16,17 @@ import (
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/watch"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
 // rlsFlags are the options of `portero rls`.
 type rlsFlags struct {
-	config, grpcListen, httpListen, logLevel     string
+	config, grpcListen, httpListen               string
+	logs                                         logFlags
 	grpcTransport                                string
 	store, redisURL, redisFailure                string
 	onStoreError, authOnStoreError, defaultDom   string
@@ -54,20 +53,27 @@ All descriptors of one request are decided all-or-nothing: a refused request
 counts against no limit. Limits are envoyproxy/ratelimit's clock-aligned fixed
 windows unless a descriptor's rate_limit.portero picks another algorithm.
 
-It reloads the configuration on SIGHUP (and with --watch when a file changes;
-a bad file is refused and the running configuration kept), and on SIGTERM or
-Ctrl-C stops gracefully.`,
+Both listeners bind loopback by default (gRPC 127.0.0.1:8081, HTTP
+127.0.0.1:8082, clear of serve's 8080 and 9090). They have neither TLS nor a
+token: bound elsewhere, anyone who reaches them can spend any client's
+limits, and a warning says so. Put them on a private network or behind a
+proxy that authenticates.
+
+It reloads the configuration on SIGHUP (and with --watch when a file
+changes, a Kubernetes ConfigMap or a runtime directory's symlink swap
+included, once the files have settled; a bad file is refused and the running
+configuration kept), and on SIGTERM or Ctrl-C stops gracefully.`,
 		Example: `  portero rls --config examples/envoy/config
   portero rls --config /srv/runtime_data/current/ratelimit/config --store redis --redis-url redis://localhost:6379
-  portero rls --config limits.yaml --grpc-listen 127.0.0.1:8081 --http-listen off`,
+  portero rls --config limits.yaml --grpc-listen 10.0.0.5:8081 --http-listen off`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRLS(cmd.Context(), cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file or a directory of *.yaml/*.yml files (required)")
-	fl.StringVar(&f.grpcListen, "grpc-listen", ":8081", "gRPC address for Envoy (off to disable)")
+	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy (off to disable); loopback unless told otherwise")
 	fl.StringVar(&f.grpcTransport, "grpc-transport", "lean", "gRPC server: lean (unary calls only, about a third of grpc-go's CPU per call) or grpc-go (adds server reflection and health Watch)")
-	fl.StringVar(&f.httpListen, "http-listen", ":8080", "HTTP address for /v1/check and /v1/auth (off to disable)")
+	fl.StringVar(&f.httpListen, "http-listen", "127.0.0.1:8082", "HTTP address for /v1/check and /v1/auth (off to disable); loopback unless told otherwise")
 	fl.StringVar(&f.store, "store", "memory", "where counters live: memory or redis")
 	fl.StringVar(&f.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis address with --store redis")
 	fl.StringVar(&f.redisFailure, "redis-failure", "fail-closed", "what the Redis store does when Redis fails: fail-closed, fail-open or local")
@@ -78,11 +84,11 @@ Ctrl-C stops gracefully.`,
 	fl.StringVar(&f.ipHeader, "client-ip-header", "X-Forwarded-For", "the one forwarding header /v1/auth reads the client address from")
 	fl.BoolVar(&f.mergeDomains, "merge-domains", false, "let several files add to one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	fl.BoolVar(&f.allowUnknown, "allow-unknown-domains", false, "answer OK for unconfigured domains, as envoyproxy/ratelimit does (default: NOT_FOUND)")
-	fl.BoolVar(&f.watch, "watch", false, "reload when a configuration file changes (polls every 2s; works with symlink swaps)")
+	fl.BoolVar(&f.watch, "watch", false, "reload when a configuration file changes (file notifications, and a poll every 2s for symlink swaps)")
 	fl.BoolVar(&f.noHeaders, "no-headers", false, "do not send RateLimit, RateLimit-Policy and Retry-After in response_headers_to_add")
 	fl.DurationVar(&f.callTimeout, "call-timeout", time.Second, "longest time one decision may take when the caller's deadline is later")
 	fl.DurationVar(&f.grace, "grace", 5*time.Second, "how long in-flight calls may finish on shutdown")
-	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.logs.add(cmd)
 	return cmd
 }
 
@@ -100,11 +106,10 @@ func grpcServeFunc(transport string) (func(context.Context, net.Listener, *rls.S
 }
 
 func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return usageErr(err)
+	logger, err := f.logs.logger(cmd.ErrOrStderr())
+	if err != nil {
+		return err
 	}
-	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 	if f.config == "" {
 		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
 	}
@@ -128,6 +133,18 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		return usageErr(errors.New("both --grpc-listen and --http-listen are off: nothing to serve"))
 	}
 	opts := envoyconf.Options{MergeDomains: f.mergeDomains}
+	// The watcher's baseline is taken before the files are read, so that
+	// a change in between is a reload rather than lost.
+	var changes <-chan struct{}
+	if f.watch {
+		w, err := watch.New(f.config, watch.Options{Logger: logger})
+		if err != nil {
+			logger.Warn("rls: cannot watch the configuration; reload with SIGHUP", "err", err)
+		} else {
+			defer w.Close()
+			changes = w.C
+		}
+	}
 	limits, err := envoyconf.Load(f.config, opts)
 	if err != nil {
 		return usageErr(err)
@@ -155,6 +172,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 			return err
 		}
 		fmt.Fprintf(out, "portero rls: gRPC on %s (%s)\n", lis.Addr(), f.grpcTransport)
+		warnExposed(logger, "gRPC", f.grpcListen)
 		svc := rls.NewService(eng, rls.ServiceOptions{OnStoreError: onErr, CallTimeout: f.callTimeout, NoHeaders: f.noHeaders, Logger: logger})
 		running++
 		go func() { errc <- serveGRPC(ctx, lis, svc, f.grace) }()
@@ -171,7 +189,9 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 			return err
 		}
 		fmt.Fprintf(out, "portero rls: HTTP on %s\n", lis.Addr())
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		warnExposed(logger, "HTTP", f.httpListen)
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
 		running++
 		go func() {
 			err := srv.Serve(lis)
@@ -197,27 +217,15 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		eng.SetLimits(c)
 		logger.Info("rls: configuration reloaded", "why", why, "domains", strings.Join(c.Domains(), ","))
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	var tick <-chan time.Time
-	var last string
-	if f.watch {
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		tick = t.C
-		last = fingerprint(f.config)
-	}
+	sig, stopSignals := lifecycle.NotifySignals()
+	defer stopSignals()
 	var first error
 	for running > 0 {
 		select {
-		case <-hup:
+		case <-sig.Reload:
 			reload("SIGHUP")
-		case <-tick:
-			if fp := fingerprint(f.config); fp != last {
-				last = fp
-				reload("files changed")
-			}
+		case <-changes:
+			reload("files changed")
 		case err := <-errc:
 			running--
 			if err != nil && first == nil {
@@ -248,28 +256,18 @@ func openRLSStore(f rlsFlags, logger *slog.Logger) (portero.Store, error) {
 		if err != nil {
 			return nil, usageErr(fmt.Errorf("--redis-failure: %w", err))
 		}
-		return redisstore.New(redisstore.Config{URL: f.redisURL, Policy: p, Logger: logger})
+		// Started during an outage, it serves by its failure policy and
+		// counts in Redis once Redis answers.
+		return redisstore.New(redisstore.Config{URL: f.redisURL, Policy: p, Logger: logger, DialInBackground: true})
 	}
 	return nil, usageErr(fmt.Errorf("--store %q: want memory or redis", f.store))
 }
 
-// fingerprint summarises the names, sizes and times of the YAML files
-// under path (following symlinks), so that --watch sees edits and symlink
-// swaps.
-func fingerprint(path string) string {
-	var b strings.Builder
-	if target, err := filepath.EvalSymlinks(path); err == nil {
-		b.WriteString(target + "\n")
-		path = target
+// warnExposed warns when a listener of `portero rls`, which has neither TLS
+// nor a token, binds more than loopback.
+func warnExposed(log *slog.Logger, what, addr string) {
+	if !lifecycle.Loopback(addr) {
+		log.Warn("rls: the "+what+" listener is not on loopback and has no TLS or token: anyone who can reach it can spend any client's limits",
+			"addr", addr)
 	}
-	filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			fmt.Fprintf(&b, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
-		}
-		return nil
-	})
-	return b.String()
 }

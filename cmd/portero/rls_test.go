@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/portero-rl/portero/internal/testenv"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/testenv"
 )
 
 // startRLS runs `portero rls` on loopback ports and returns its gRPC and
@@ -95,10 +100,18 @@ func testRLSAndCheck(t *testing.T, transport string) {
 			if !errors.Is(err, errRefused) || exitCode(err) != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "Retry-After: ") {
 				t.Fatalf("11th check: %v\n%s", err, out)
 			}
-			// Check-only, limit override, JSON.
+			// Check-only, limit override, JSON: the shape of POST /v1/check
+			// over either door, not Go's field names.
 			out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", "api_key=k,plan=gold;hits=0", "--json")
 			if err != nil || !strings.Contains(out, "gold") {
 				t.Fatalf("check-only: %v\n%s", err, out)
+			}
+			var js checkapi.CheckResponse
+			dec := json.NewDecoder(strings.NewReader(out))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&js); err != nil || !js.Allowed || js.Code != "OK" || len(js.Descriptors) != 1 ||
+				js.Descriptors[0].Counted || js.Descriptors[0].Unit == "" || strings.Contains(out, `"Code"`) {
+				t.Fatalf("--json answer is not /v1/check's (allowed, OK, one descriptor with a unit, not counted under hits=0): %v\n%s", err, out)
 			}
 			out, err = runCheck(t, "--server", server, "--domain", "edge", "-d", "x=y;limit=1/hour", "--hits", "2")
 			if !errors.Is(err, errRefused) {
@@ -106,7 +119,7 @@ func testRLSAndCheck(t *testing.T, transport string) {
 			}
 			// The server's errors reach the operator.
 			out, err = runCheck(t, "--server", server, "--domain", "nope", "-d", "a=b")
-			if err == nil || errors.Is(err, errRefused) || !strings.Contains(err.Error(), `unknown domain "nope"`) {
+			if err == nil || errors.Is(err, errRefused) || exitCode(err) != 3 || !strings.Contains(err.Error(), `unknown domain "nope"`) {
 				t.Fatalf("unknown domain: %v\n%s", err, out)
 			}
 		})
@@ -128,9 +141,16 @@ func TestCheckUsage(t *testing.T) {
 			t.Errorf("check %v: %v (exit %d), want a usage error", args, err, exitCode(err))
 		}
 	}
-	// Nothing listens: a plain error, not a usage error.
-	if _, err := runCheck(t, "--server", "http://127.0.0.1:1", "--domain", "edge", "-d", "a=b", "--timeout", "2s"); exitCode(err) != 1 {
-		t.Errorf("unreachable server: %v", err)
+	// Nothing listens: no answer, exit status 3 (1 is a refusal).
+	for _, server := range []string{"http://127.0.0.1:1", "grpc://127.0.0.1:1"} {
+		if _, err := runCheck(t, "--server", server, "--domain", "edge", "-d", "a=b", "--timeout", "2s"); exitCode(err) != 3 {
+			t.Errorf("unreachable server %s: %v (exit %d), want exit 3", server, err, exitCode(err))
+		}
+	}
+	// The help's examples are ones that work against portero rls.
+	out, _, _ := runCmd(t, "check", "--help")
+	if strings.Contains(out, "--policy api --key alice") || !strings.Contains(out, "exit status is 0 when allowed, 1 when over the limit, 2 for a usage\nerror and 3") {
+		t.Errorf("check --help:\n%s", out)
 	}
 }
 
@@ -147,5 +167,65 @@ func TestRLSUsage(t *testing.T) {
 		if exitCode(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
 		}
+	}
+}
+
+// TestRLSWatchConfigMap: `rls --watch` on a mounted ConfigMap directory
+// reloads when the kubelet swaps ..data, through the same watcher as
+// serve (internal/watch), and the new limits answer.
+func TestRLSWatchConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(n int) string {
+		return fmt.Sprintf("domain: cm\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n)
+	}
+	publish := func(gen int, content string) {
+		ts := fmt.Sprintf("..2026_05_01_10_00_%02d.000000001", gen)
+		os.Mkdir(filepath.Join(dir, ts), 0o755)
+		os.WriteFile(filepath.Join(dir, ts, "limits.yaml"), []byte(content), 0o644)
+		old, _ := os.Readlink(filepath.Join(dir, "..data"))
+		os.Symlink(ts, filepath.Join(dir, "..data_tmp"))
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if old != "" {
+			os.RemoveAll(filepath.Join(dir, old))
+		} else {
+			os.Symlink("..data/limits.yaml", filepath.Join(dir, "limits.yaml"))
+		}
+	}
+	publish(1, conf(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"rls", "--config", dir, "--watch", "--grpc-listen", "off", "--http-listen", "127.0.0.1:0"}, out, errOut)
+	}()
+	defer func() { cancel(); <-done }()
+	re := regexp.MustCompile(`HTTP on (\S+)\n`)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("rls did not start:\n%s\n%s", out, errOut)
+		}
+	}
+	check := func(key string) string {
+		o, _ := runCheck(t, "--server", "http://"+addr, "--domain", "cm", "-d", "k="+key)
+		return strings.Fields(o + " x")[0]
+	}
+	if a, b := check("a"), check("a"); a != "OK" || b != "OVER_LIMIT" {
+		t.Fatalf("1/hour before the update: %s then %s", a, b)
+	}
+	publish(2, conf(5))
+	waitFor := time.Now().Add(15 * time.Second)
+	for !strings.Contains(errOut.String(), "rls: configuration reloaded") {
+		if time.Now().After(waitFor) {
+			t.Fatalf("no reload after the kubelet's swap:\n%s", errOut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a, b := check("b"), check("b"); a != "OK" || b != "OK" {
+		t.Errorf("5/hour after the update: %s then %s", a, b)
 	}
 }

@@ -2,21 +2,24 @@ package main
 
 import (
 	"errors"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/lifecycle"
+	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/internal/server"
 )
 
 // newServeCmd builds `portero serve`: the gateway.
 func newServeCmd() *cobra.Command {
-	var configPath, listen, adminListen, logLevel string
+	var configPath, listen, adminListen string
+	var logs logFlags
 	var watch bool
+	var refusalLines int
+	var drain time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway: rate limits in front of your upstreams",
@@ -28,51 +31,53 @@ Without --config it runs the built-in configuration (show it with
 'portero config default'): a memory store, a sample policy and a demo
 upstream, so that curl can watch the 429s at once.
 
-It reloads the configuration on SIGHUP and when the file changes (a bad
-file is refused, its errors logged, the running configuration kept), and
-on SIGTERM or Ctrl-C stops accepting and lets in-flight requests finish.`,
+It reloads the configuration on SIGHUP and when the file changes (a
+Kubernetes ConfigMap update included; a file is applied once it has
+settled, and a bad one is refused, its errors logged, the running
+configuration kept). On SIGTERM or Ctrl-C it drains: /readyz answers 503
+for server.drain_period (5s) while requests are still served — a second
+SIGTERM or Ctrl-C ends the drain at once, and without any /readyz probe
+since the start there is none — then it stops accepting and lets
+in-flight requests finish within server.shutdown_timeout; it exits 1 if it
+had to cut some.
+
+A Redis store that does not answer at start is no reason not to start: the
+gateway serves under store.on_error (and /readyz answers 503 under deny)
+until Redis answers, then counts there.
+
+Logs go to stderr, one logger for every line (--log-format text or json).
+Refusals are logged at INFO, at most --log-refusals lines a second per rule,
+each with the number of lines it stands for (suppressed); shadow refusals
+likewise.`,
 		Example: `  portero serve
   portero serve --config examples/gateway.yaml
-  portero serve --config portero.yaml --listen :8080 --admin-listen off`,
+  portero serve --config portero.yaml --listen :8080 --admin-listen off --log-format json`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usageErr(err)
+			logger, err := logs.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			ctx := cmd.Context()
-
-			// SIGHUP reloads; the goroutine ends with this command.
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			reload := make(chan struct{})
-			done := make(chan struct{})
-			defer close(done)
-			go func() {
-				for {
-					select {
-					case <-hup:
-						select {
-						case reload <- struct{}{}:
-						case <-done:
-							return
-						}
-					case <-done:
-						return
-					}
+			var drainPeriod *time.Duration
+			if cmd.Flags().Changed("drain-period") {
+				if drain < 0 {
+					return usageErr(fmt.Errorf("--drain-period %v: must not be negative", drain))
 				}
-			}()
-
-			err := server.Run(ctx, server.Options{
+				drainPeriod = &drain
+			}
+			sig, stop := lifecycle.NotifySignals()
+			defer stop()
+			err = server.Run(cmd.Context(), server.Options{
+				DrainPeriod: drainPeriod,
 				ConfigPath:  configPath,
 				Listen:      listen,
 				AdminListen: adminListen,
 				Stdout:      cmd.OutOrStdout(),
 				Logger:      logger,
-				Reload:      reload,
+				Reload:      sig.Reload,
+				Hurry:       sig.Hurry,
 				Watch:       watch && configPath != "",
+				LogSampler:  logging.NewSampler(refusalLines),
 			})
 			var ce config.Errors
 			if errors.As(err, &ce) {
@@ -86,6 +91,8 @@ on SIGTERM or Ctrl-C stops accepting and lets in-flight requests finish.`,
 	f.StringVar(&listen, "listen", "", "gateway address, overriding server.listen (such as :8080, or 127.0.0.1:0 for any free port)")
 	f.StringVar(&adminListen, "admin-listen", "", `admin address, overriding admin.listen; "off" to disable`)
 	f.BoolVar(&watch, "watch", true, "reload when the configuration file changes")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&drain, "drain-period", config.DefaultDrainPeriod, "how long /readyz answers 503 before the listeners close on SIGTERM, overriding server.drain_period (0 for none)")
+	f.IntVar(&refusalLines, "log-refusals", logging.DefaultPerSecond, "most refusal log lines a second per rule (0: every refusal, -1: none)")
+	logs.add(cmd)
 	return cmd
 }

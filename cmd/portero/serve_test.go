@@ -20,7 +20,7 @@ func TestServeEndToEnd(t *testing.T) {
 	out, errb := &testenv.Buffer{}, &testenv.Buffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, out, errb)
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--drain-period", "0"}, out, errb)
 	}()
 	re := regexp.MustCompile(`gateway listening on (http://\S+)`)
 	var gw string

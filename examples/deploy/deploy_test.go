@@ -295,11 +295,15 @@ func waitStatus(t *testing.T, url string, want int, exited <-chan error, stderr 
 	}
 }
 
-// shutdownTimeout reads server.shutdown_timeout from a configuration file.
+// shutdownTimeout reads how long the gateway may take to stop from a
+// configuration file: server.drain_period (5s when absent), during which
+// /readyz answers 503 and requests are still served, plus
+// server.shutdown_timeout for the requests in flight.
 func shutdownTimeout(t *testing.T, data []byte) time.Duration {
 	var f struct {
 		Server struct {
 			ShutdownTimeout string `yaml:"shutdown_timeout"`
+			DrainPeriod     string `yaml:"drain_period"`
 		} `yaml:"server"`
 	}
 	if err := yaml.Unmarshal(data, &f); err != nil {
@@ -309,7 +313,13 @@ func shutdownTimeout(t *testing.T, data []byte) time.Duration {
 	if err != nil {
 		t.Fatalf("shutdown_timeout %q: %v", f.Server.ShutdownTimeout, err)
 	}
-	return d
+	drain := 5 * time.Second
+	if f.Server.DrainPeriod != "" {
+		if drain, err = time.ParseDuration(f.Server.DrainPeriod); err != nil {
+			t.Fatalf("drain_period %q: %v", f.Server.DrainPeriod, err)
+		}
+	}
+	return drain + d
 }
 
 func TestSystemdUnit(t *testing.T) {
@@ -338,7 +348,7 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("TimeoutStopSec: %v", err)
 	}
 	if st := shutdownTimeout(t, conf); stop <= st {
-		t.Errorf("TimeoutStopSec %v ≤ shutdown_timeout %v: systemd would kill a draining gateway", stop, st)
+		t.Errorf("TimeoutStopSec %v ≤ drain_period + shutdown_timeout %v: systemd would kill a draining gateway", stop, st)
 	}
 
 	// systemd's own check, on a copy whose paths point at this checkout.
@@ -445,7 +455,7 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	grace := spec["terminationGracePeriodSeconds"].(int)
 	if st := shutdownTimeout(t, []byte(confText)); time.Duration(grace)*time.Second <= st {
-		t.Errorf("terminationGracePeriodSeconds %d ≤ shutdown_timeout %v: the kubelet would kill a draining gateway", grace, st)
+		t.Errorf("terminationGracePeriodSeconds %d ≤ drain_period + shutdown_timeout %v: the kubelet would kill a draining gateway", grace, st)
 	}
 	if get(docs["Service"], "spec", "ports").([]any)[0].(map[string]any)["targetPort"] != "http" {
 		t.Error("the Service does not target the http port")

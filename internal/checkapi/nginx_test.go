@@ -63,7 +63,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	}
 	conf := string(raw)
 	for _, sub := range [][2]string{
-		{"server 127.0.0.1:8080;", "server " + strings.TrimPrefix(portero.URL, "http://") + ";"},
+		{"server 127.0.0.1:8082;", "server " + strings.TrimPrefix(portero.URL, "http://") + ";"},
 		{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(app.URL, "http://") + ";"},
 		{"listen 8000;", "listen {{LISTEN}};"},
 	} {

@@ -65,6 +65,7 @@ type Server struct {
 	WriteTimeout      string `yaml:"write_timeout,omitempty"`
 	IdleTimeout       string `yaml:"idle_timeout,omitempty"`
 	ShutdownTimeout   string `yaml:"shutdown_timeout,omitempty"`
+	DrainPeriod       string `yaml:"drain_period,omitempty"`
 	MaxInFlight       int    `yaml:"max_in_flight,omitempty"`
 }
 
@@ -160,6 +161,9 @@ type Config struct {
 	AdminToken string
 	// Timeouts of the gateway listener.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout, ShutdownTimeout time.Duration
+	// DrainPeriod is how long /readyz answers 503 on SIGTERM before the
+	// listeners close; 0 for none.
+	DrainPeriod time.Duration
 	// MaxInFlight caps concurrent requests (503 beyond); 0 means no cap.
 	MaxInFlight int
 	// StoreType is "memory" or "redis"; StoreURL the Redis URL.
@@ -211,6 +215,7 @@ const (
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultDrainPeriod       = 5 * time.Second
 	DefaultUpstreamTimeout   = 30 * time.Second
 	DefaultDialTimeout       = 5 * time.Second
 )
@@ -473,6 +478,7 @@ func (p *parser) validate(f *File) *Config {
 	c.WriteTimeout = p.duration(f.Server.WriteTimeout, DefaultWriteTimeout, at("server", "write_timeout"))
 	c.IdleTimeout = p.duration(f.Server.IdleTimeout, DefaultIdleTimeout, at("server", "idle_timeout"))
 	c.ShutdownTimeout = p.duration(f.Server.ShutdownTimeout, DefaultShutdownTimeout, at("server", "shutdown_timeout"))
+	c.DrainPeriod = p.duration(f.Server.DrainPeriod, DefaultDrainPeriod, at("server", "drain_period"))
 	if f.Server.MaxInFlight < 0 {
 		p.errorf(at("server", "max_in_flight"), "%d: must not be negative (0 means no cap)", f.Server.MaxInFlight)
 	}

@@ -36,6 +36,9 @@ type Hooks struct {
 	OnProxyError func(r *http.Request, upstream string, err error)
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
+	// Ready, when set, decides what /readyz answers instead of SetReady:
+	// nil for 200, or the reason for a 503.
+	Ready func() error
 }
 
 // Gateway is an http.Handler. It is safe for concurrent use.
@@ -97,8 +100,8 @@ func (g *Gateway) Update(cfg *config.Config, store portero.Store) error {
 // Config returns the configuration in use.
 func (g *Gateway) Config() *config.Config { return g.table.Load().cfg }
 
-// SetReady sets what /readyz answers: 200 when ready, 503 when not (before
-// listening, and while draining at shutdown).
+// SetReady sets what /readyz answers when Hooks.Ready is nil: 200 when
+// ready, 503 when not (before listening, and while draining at shutdown).
 func (g *Gateway) SetReady(ok bool) { g.ready.Store(ok) }
 
 func (g *Gateway) limiterConfig(cfg *config.Config, store portero.Store) httplimit.Config {
@@ -125,7 +128,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/readyz":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !g.ready.Load() {
+		w.Header().Set("Cache-Control", "no-store")
+		if g.hooks.Ready != nil {
+			if err := g.hooks.Ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+				return
+			}
+		} else if !g.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("not ready\n"))
 			return

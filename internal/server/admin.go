@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
 )
 
@@ -35,6 +37,15 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.gw.Config()
 		f := cfg.File.Redacted()
+		// The addresses in effect, which --listen and --admin-listen may
+		// override and port 0 leaves to the system, not the file's.
+		if a := s.addrs.Load(); a != nil {
+			f.Server.Listen = a[0]
+			f.Admin.Listen = a[1]
+			if a[1] == "" {
+				f.Admin.Listen = "off"
+			}
+		}
 		out, err := config.Marshal(&f)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -46,9 +57,14 @@ func (s *Server) adminHandler() http.Handler {
 		_, _ = w.Write(out)
 	})
 	mux.HandleFunc("GET /api/refused", func(w http.ResponseWriter, r *http.Request) {
-		minutes, _ := strconv.Atoi(r.URL.Query().Get("minutes"))
-		if minutes == 0 {
-			minutes = 5
+		minutes := 5
+		if q := r.URL.Query().Get("minutes"); q != "" {
+			n, err := strconv.Atoi(q)
+			if err != nil || n < 1 || n > refusalMinutes {
+				writeProblem(w, http.StatusBadRequest, fmt.Sprintf("minutes=%q: want a whole number of minutes from 1 to %d", q, refusalMinutes))
+				return
+			}
+			minutes = n
 		}
 		writeJSON(w, http.StatusOK, s.obs.refused.top(s.now(), minutes, 50))
 	})
@@ -68,6 +84,14 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// writeProblem answers an RFC 9457 problem body.
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -87,8 +88,9 @@ type observer struct {
 	log      *slog.Logger
 	refused  *refusals
 	now      func() time.Time
-	degraded func() bool  // the store answers from its failure policy
-	lastWarn atomic.Int64 // unix ns of the last store-error log line
+	degraded func() bool      // the store answers from its failure policy
+	sample   *logging.Sampler // refusal lines per rule and second
+	lastWarn atomic.Int64     // unix ns of the last store-error log line
 	counters atomic.Pointer[ruleCounters]
 }
 
@@ -144,12 +146,21 @@ func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Dura
 		}
 		switch res.Outcome {
 		case policy.Refused:
-			o.refused.add(res.Rule.Name, res.Key, false, o.now())
-			o.log.Debug("refused", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
-				"retry_after", res.Decision.RetryAfter)
+			now := o.now()
+			o.refused.add(res.Rule.Name, res.Key, false, now)
+			// Sampled per rule: a flood of refusals is a few lines a
+			// second, each saying how many it stands for.
+			if ok, n := o.sample.Allow(res.Rule.Name, now); ok {
+				o.log.Info("refused", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
+					"retry_after", res.Decision.RetryAfter, "suppressed", n)
+			}
 		case policy.ShadowRefused:
-			o.refused.add(res.Rule.Name, res.Key, true, o.now())
-			o.log.Info("shadow rule would refuse", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path)
+			now := o.now()
+			o.refused.add(res.Rule.Name, res.Key, true, now)
+			if ok, n := o.sample.Allow(res.Rule.Name+" (shadow)", now); ok {
+				o.log.Info("shadow rule would refuse", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
+					"suppressed", n)
+			}
 		}
 	}
 }

@@ -1,8 +1,9 @@
 // Package server runs `portero serve`: the gateway listener, the admin
 // listener (Prometheus metrics, effective config, refused keys, a live
 // view), configuration reloads on SIGHUP and on file change, and graceful
-// shutdown. Run owns every goroutine it starts and returns only after they
-// have stopped.
+// shutdown (a drain with /readyz at 503, then in-flight requests get the
+// shutdown timeout). Run owns every goroutine it starts and returns only
+// after they have stopped.
 package server
 
 import (
@@ -13,17 +14,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/gateway"
+	"github.com/portero-rl/portero/internal/lifecycle"
+	"github.com/portero-rl/portero/internal/logging"
+	"github.com/portero-rl/portero/internal/watch"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
@@ -40,18 +40,28 @@ type Options struct {
 	// Stdout receives the addresses listened on, one line each; nil means
 	// io.Discard.
 	Stdout io.Writer
-	// Logger receives the logs; nil means text logs to os.Stderr.
+	// Logger receives the logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Reload, when not nil, triggers a reload for every value received
 	// (serve sends one per SIGHUP).
 	Reload <-chan struct{}
-	// Watch reloads when the configuration file changes.
+	// DrainPeriod, when not nil, overrides server.drain_period.
+	DrainPeriod *time.Duration
+	// Hurry, when it receives or is closed, ends the drain at shutdown
+	// early (serve closes it at a second SIGTERM or Ctrl-C).
+	Hurry <-chan struct{}
+	// Watch reloads when the configuration file changes (package watch).
 	Watch bool
+	// WatchOptions tune the watcher; the zero value is its defaults.
+	WatchOptions watch.Options
+	// LogSampler bounds the refusal and shadow-refusal lines per rule;
+	// nil means logging.DefaultPerSecond a second.
+	LogSampler *logging.Sampler
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
-	// OpenStore opens a store for a configuration; nil means the built-in
-	// stores (memory; redis when it is built in).
-	OpenStore func(cfg *config.Config) (portero.Store, error)
+	// OpenStore opens a store for a configuration, logging to log; nil
+	// means OpenStore.
+	OpenStore func(cfg *config.Config, log *slog.Logger) (portero.Store, error)
 }
 
 // Server is one running `portero serve`.
@@ -63,17 +73,23 @@ type Server struct {
 	gw      *gateway.Gateway
 	now     func() time.Time
 
+	ready lifecycle.Readiness
+	addrs atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
+
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
-	store    portero.Store
+	store    *leased
 	redis    atomic.Pointer[redisstore.Store] // store, when it is a Redis store: read per request without mu
 	storeKey storeSettings
-	retired  []portero.Store // replaced by a reload; closed when Run returns
+	closers  sync.WaitGroup // close retired stores once idle
 }
 
 // OpenStore opens the store a configuration names: memory (store/memstore)
 // or redis (store/redisstore, with on_error mapped to its failure policy:
-// allow → fail-open, deny → fail-closed, local → local).
-func OpenStore(cfg *config.Config) (portero.Store, error) {
+// allow → fail-open, deny → fail-closed, local → local, and its lines
+// logged to log). A Redis that does not answer yet is no error: the store
+// starts under its failure policy and switches to Redis once it answers
+// (redisstore.Config.DialInBackground); only a malformed URL is.
+func OpenStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	switch cfg.StoreType {
 	case "memory":
 		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
@@ -85,7 +101,8 @@ func OpenStore(cfg *config.Config) (portero.Store, error) {
 		case "local":
 			pol = redisstore.FailLocal
 		}
-		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Policy: pol, LocalShare: cfg.LocalShare, Timeout: cfg.StoreTimeout})
+		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Policy: pol, LocalShare: cfg.LocalShare, Timeout: cfg.StoreTimeout,
+			Logger: log, DialInBackground: true})
 	}
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
 }
@@ -118,10 +135,12 @@ func (s *Server) load() (*config.Config, error) {
 	return config.Load(s.opts.ConfigPath)
 }
 
+// currentStore is the store of the running configuration, for the admin
+// API.
 func (s *Server) currentStore() portero.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.store
+	return s.store.Store
 }
 
 // degraded reports whether the store is answering from its failure policy
@@ -133,11 +152,50 @@ func (s *Server) degraded() bool {
 	return false
 }
 
-// setStore makes st the current store; s.mu is held or no request runs yet.
-func (s *Server) setStore(st portero.Store, key storeSettings) {
+// storeUnreached reports whether the store has not reached its backend
+// yet: a Redis store started while Redis was down (it dials in the
+// background).
+func (s *Server) storeUnreached() bool {
+	if rs := s.redis.Load(); rs != nil {
+		return !rs.Connected()
+	}
+	return false
+}
+
+// readyCheck is the store's part of readiness: with on_error: deny an
+// instance that has not reached Redis yet can only answer 503, so it says
+// it is not ready and load balancers send the traffic elsewhere. Under
+// allow and local it serves, and is ready. Once connected it stays ready
+// through later outages: those are decided per call by the failure policy
+// and end by themselves, where a not-ready instance would get no call to
+// find out that Redis is back.
+func (s *Server) readyCheck() error {
+	if s.gw.Config().FailClosed && s.storeUnreached() {
+		return errors.New("redis has not answered yet and store.on_error is deny")
+	}
+	return nil
+}
+
+// setStore makes st the current store and retires the one it replaces,
+// which is closed once the calls in it are done; s.mu is held or no
+// request runs yet.
+func (s *Server) setStore(st *leased, key storeSettings) {
+	old := s.store
 	s.store, s.storeKey = st, key
-	rs, _ := st.(*redisstore.Store)
+	rs, _ := st.Store.(*redisstore.Store)
 	s.redis.Store(rs)
+	if old == nil {
+		return
+	}
+	idle := old.retire(st)
+	s.closers.Go(func() {
+		<-idle
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := old.Store.Close(cctx); err != nil {
+			s.log.Warn("closing the replaced store", "err", err)
+		}
+	})
 }
 
 func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
@@ -150,7 +208,7 @@ func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
 func Run(ctx context.Context, opts Options) error {
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, metrics: newMetrics()}
 	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		s.log = slog.Default()
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -161,34 +219,49 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.OpenStore == nil {
 		s.opts.OpenStore = OpenStore
 	}
-	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded}
+	sampler := opts.LogSampler
+	if sampler == nil {
+		sampler = logging.NewSampler(logging.DefaultPerSecond)
+	}
+	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler}
 
+	// The watcher's baseline is taken before the file is read, so that a
+	// change in between is a reload rather than lost.
+	changes, stopWatch := s.watch()
+	defer stopWatch()
 	cfg, err := s.load()
 	if err != nil {
 		return err
 	}
-	store, err := s.opts.OpenStore(cfg)
+	st, err := s.opts.OpenStore(cfg, s.log)
 	if err != nil {
 		return err
 	}
+	store := newLeased(st)
 	s.setStore(store, storeKey(cfg))
 	defer func() {
+		// Stores replaced by reloads close as their last calls finish;
+		// by now no request runs, so this waits only for the closes.
+		s.closers.Wait()
 		s.mu.Lock()
-		stores := append(s.retired, s.store)
+		cur := s.store.Store
 		s.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		for _, st := range stores {
-			if err := st.Close(cctx); err != nil {
-				s.log.Warn("closing the store", "err", err)
-			}
+		if err := cur.Close(cctx); err != nil {
+			s.log.Warn("closing the store", "err", err)
 		}
 	}()
+	if rs, ok := st.(*redisstore.Store); ok && !rs.Connected() {
+		s.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_error", cfg.OnError,
+			"ready", !cfg.FailClosed)
+	}
 	s.gw, err = gateway.New(cfg, store, gateway.Hooks{
 		OnDecision:   s.obs.onDecision,
 		OnError:      s.obs.onError,
 		OnProxyError: s.obs.onProxyError,
 		Now:          opts.Now,
+		Ready:        s.ready.Ready,
 	})
 	if err != nil {
 		return err
@@ -227,11 +300,18 @@ func Run(ctx context.Context, opts Options) error {
 			ln.Close()
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		if host, _, _ := net.SplitHostPort(adminListen); !isLoopback(host) && cfg.AdminToken == "" {
+		if !lifecycle.Loopback(adminListen) && cfg.AdminToken == "" {
 			s.log.Warn("the admin listener is not on loopback and has no token", "addr", adminListen)
 		}
-		adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	}
+	addrs := [2]string{ln.Addr().String()}
+	if adminLn != nil {
+		addrs[1] = adminLn.Addr().String()
+	}
+	s.addrs.Store(&addrs)
+	s.ready.AddCheck(s.readyCheck)
 
 	gwURL := "http://" + ln.Addr().String()
 	fmt.Fprintf(opts.Stdout, "portero: gateway listening on %s\n", gwURL)
@@ -259,14 +339,14 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}()
 	}
-	s.gw.SetReady(true)
+	s.ready.Serving()
 
 	// Reloads: on the Reload channel and on file changes.
 	rctx, stopReloads := context.WithCancel(ctx)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.reloadLoop(rctx)
+		s.reloadLoop(rctx, changes)
 	}()
 
 	var runErr error
@@ -275,59 +355,54 @@ func Run(ctx context.Context, opts Options) error {
 	case runErr = <-errc:
 	}
 	stopReloads()
-	s.gw.SetReady(false)
-	s.log.Info("shutting down; letting in-flight requests finish", "timeout", s.gw.Config().ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), s.gw.Config().ShutdownTimeout)
-	defer cancel()
-	if err := gwSrv.Shutdown(sctx); err != nil {
-		s.log.Warn("gateway shutdown", "err", err)
-		gwSrv.Close()
+	final := s.gw.Config()
+	if runErr == nil {
+		// The listeners keep serving while /readyz says 503, so that load
+		// balancers stop sending before they close.
+		drain := final.DrainPeriod
+		if s.opts.DrainPeriod != nil {
+			drain = *s.opts.DrainPeriod
+		}
+		s.ready.Drain(drain, s.opts.Hurry, s.log)
+	} else {
+		s.ready.Drain(0, nil, nil)
 	}
-	if adminSrv != nil {
-		if err := adminSrv.Shutdown(sctx); err != nil {
-			adminSrv.Close()
+	s.log.Info("shutting down; letting in-flight requests finish", "timeout", final.ShutdownTimeout)
+	if err := lifecycle.Shutdown(final.ShutdownTimeout, gwSrv, adminSrv); err != nil {
+		s.log.Error("shutdown", "err", err)
+		if runErr == nil {
+			runErr = err
 		}
 	}
 	wg.Wait()
 	return runErr
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
+// watch starts the configuration watcher when Options.Watch asks for it
+// (package watch, which sees a Kubernetes ConfigMap's ..data swap and
+// never half a file) and returns its changes and how to stop it.
+func (s *Server) watch() (<-chan struct{}, func()) {
+	if !s.opts.Watch || s.opts.ConfigPath == "" {
+		return nil, func() {}
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	o := s.opts.WatchOptions
+	if o.Logger == nil {
+		o.Logger = s.log
+	}
+	w, err := watch.New(s.opts.ConfigPath, o)
+	if err != nil {
+		s.log.Warn("cannot watch the configuration file; reload with SIGHUP", "err", err)
+		return nil, func() {}
+	}
+	return w.C, func() { w.Close() }
 }
 
-// reloadLoop waits for reload triggers until ctx is done.
-func (s *Server) reloadLoop(ctx context.Context) {
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if s.opts.Watch && s.opts.ConfigPath != "" {
-		w, err := fsnotify.NewWatcher()
-		if err != nil {
-			s.log.Warn("cannot watch the configuration file; reload with SIGHUP", "err", err)
-		} else {
-			defer w.Close()
-			// Watch the directory: editors and Kubernetes replace files by
-			// renaming, which a watch on the file itself would lose.
-			if err := w.Add(filepath.Dir(s.opts.ConfigPath)); err != nil {
-				s.log.Warn("cannot watch the configuration file; reload with SIGHUP", "err", err)
-			}
-			events, errs = w.Events, w.Errors
-		}
-	}
-	target := filepath.Clean(s.opts.ConfigPath)
-	// Debounce: editors write a file in several steps.
-	var timer *time.Timer
-	var fire <-chan time.Time
+// reloadLoop waits for reload triggers until ctx is done: the Reload
+// channel, and the watcher's settled changes.
+func (s *Server) reloadLoop(ctx context.Context, changes <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
 			return
 		case _, ok := <-s.opts.Reload:
 			if !ok {
@@ -335,21 +410,8 @@ func (s *Server) reloadLoop(ctx context.Context) {
 				continue
 			}
 			s.Reload("signal")
-		case ev := <-events:
-			if filepath.Clean(ev.Name) != target || ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) == 0 {
-				continue
-			}
-			if timer == nil {
-				timer = time.NewTimer(100 * time.Millisecond)
-			} else {
-				timer.Reset(100 * time.Millisecond)
-			}
-			fire = timer.C
-		case <-fire:
-			fire = nil
+		case <-changes:
 			s.Reload("file change")
-		case err := <-errs:
-			s.log.Warn("watching the configuration file", "err", err)
 		}
 	}
 }
@@ -378,15 +440,17 @@ func (s *Server) Reload(why string) error {
 	old := s.gw.Config()
 	store, key := s.store, storeKey(cfg)
 	if key != s.storeKey {
-		if store, err = s.opts.OpenStore(cfg); err != nil {
+		st, err := s.opts.OpenStore(cfg, s.log)
+		if err != nil {
 			s.metrics.reloads.WithLabelValues("error").Inc()
 			s.log.Error("configuration refused: cannot open its store; keeping the running one", "reason", why, "error", err)
 			return err
 		}
+		store = newLeased(st)
 	}
 	if err := s.gw.Update(cfg, store); err != nil {
 		if store != s.store {
-			_ = store.Close(context.Background())
+			_ = store.Store.Close(context.Background())
 		}
 		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("configuration refused; keeping the running one", "reason", why, "error", err)
@@ -394,9 +458,8 @@ func (s *Server) Reload(why string) error {
 	}
 	if store != s.store {
 		s.log.Info("store changed: counters start afresh", "type", cfg.StoreType)
-		// Requests still using the old store finish with it; it is closed
-		// when Run returns.
-		s.retired = append(s.retired, s.store)
+		// Requests still using the old store finish with it; it closes
+		// when the last of them is done.
 		s.setStore(store, key)
 	}
 	s.obs.setPolicy(cfg.Policy)

@@ -43,6 +43,13 @@ func start(t *testing.T, opts server.Options) *running {
 	if opts.AdminListen == "" {
 		opts.AdminListen = "127.0.0.1:0"
 	}
+	// Without a Hurry of the test's own, the drain is skipped at stop (as
+	// a second Ctrl-C would), so that each test does not wait it out.
+	var hurry chan struct{}
+	if opts.Hurry == nil {
+		hurry = make(chan struct{})
+		opts.Hurry = hurry
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- server.Run(ctx, opts) }()
@@ -53,6 +60,9 @@ func start(t *testing.T, opts server.Options) *running {
 			return nil
 		}
 		stopped = true
+		if hurry != nil {
+			close(hurry)
+		}
 		cancel()
 		select {
 		case err := <-done:
@@ -341,10 +351,12 @@ func TestBadConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bad.yaml:2:35: rules[0].limit") || !strings.Contains(err.Error(), "bad.yaml:1:21: routes[0].upstream") {
 		t.Errorf("err = %v", err)
 	}
+	// A Redis URL that cannot be a URL is a configuration error; a Redis
+	// that does not answer is not (TestStartWithRedisDown).
 	path2 := filepath.Join(t.TempDir(), "redis.yaml")
-	writeFile(t, path2, "store: {type: redis, url: 'redis://127.0.0.1:1/0'}\nupstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n")
+	writeFile(t, path2, "store: {type: redis, url: 'redis://127.0.0.1:notaport/0'}\nupstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n")
 	if err := server.Run(context.Background(), server.Options{ConfigPath: path2, Listen: "127.0.0.1:0"}); err == nil {
-		t.Error("redis store with nothing listening: no error")
+		t.Error("a malformed redis URL: no error")
 	}
 }
 
@@ -355,7 +367,7 @@ func TestBadConfig(t *testing.T) {
 func TestReloadReopensStore(t *testing.T) {
 	var mu sync.Mutex
 	var opened []string
-	open := func(cfg *config.Config) (portero.Store, error) {
+	open := func(cfg *config.Config, _ *slog.Logger) (portero.Store, error) {
 		mu.Lock()
 		opened = append(opened, fmt.Sprintf("%s %s %v %v", cfg.StoreType, cfg.OnError, cfg.LocalShare, cfg.StoreTimeout))
 		mu.Unlock()

@@ -67,7 +67,8 @@ func TestCalendarServerClockPicksPeriod(t *testing.T) {
 	}
 	defer s.Close(context.Background())
 	ctx := context.Background()
-	tm, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
+	client := s.conn.Load().client
+	tm, err := client.Do(ctx, client.B().Time().Build()).AsStrSlice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestCalendarServerClockPicksPeriod(t *testing.T) {
 		if driver {
 			script = s.scripts.all
 		}
-		return script.Exec(ctx, s.client, []string{"calendar-test:" + key}, args).AsIntSlice()
+		return script.Exec(ctx, client, []string{"calendar-test:" + key}, args).AsIntSlice()
 	}
 	check := func(name string, res []int64, err error, end int64) {
 		t.Helper()
@@ -113,10 +114,10 @@ func TestCalendarServerClockPicksPeriod(t *testing.T) {
 				t.Errorf("periods [T%+d, T%+d) around TIME: %v, %v; want an error saying the clocks differ", x[0]-T, x[2]-T, res, err)
 			}
 		}
-		if n, _ := s.client.Do(ctx, s.client.B().Exists().Key("calendar-test:outside").Build()).AsInt64(); n != 0 {
+		if n, _ := client.Do(ctx, client.B().Exists().Key("calendar-test:outside").Build()).AsInt64(); n != 0 {
 			t.Errorf("a failed call wrote state")
 		}
-		s.client.Do(ctx, s.client.B().Del().Key("calendar-test:first", "calendar-test:second").Build())
+		client.Do(ctx, client.B().Del().Key("calendar-test:first", "calendar-test:second").Build())
 	}
 }
 

@@ -42,7 +42,7 @@ func newFailureRig(t *testing.T) *failureRig {
 	r.local = portero.Rule{Name: "local", Algorithm: portero.SlidingLog, Limit: lim}
 	r.store = newStore(t, r.srv, redisstore.Config{
 		Timeout:         rigTimeout,
-		BreakerFailures: 3,
+		BreakerMinCalls: 3,
 		BreakerOpen:     300 * time.Millisecond,
 		Policies:        map[string]redisstore.Policy{"open": redisstore.FailOpen, "closed": redisstore.FailClosed, "local": redisstore.FailLocal},
 		LocalShare:      0.5,
@@ -66,6 +66,21 @@ func (r *failureRig) call(t *testing.T, rule portero.Rule, key string) (portero.
 		return portero.Decision{}, err, el
 	}
 	return d[0], err, el
+}
+
+// waitOpen makes calls until the breaker opens: it opens once failures
+// are at least half of the calls that ended in its window, so after traffic
+// that Redis answered it takes a while of failures.
+func (r *failureRig) waitOpen(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	for r.store.Stats().Breaker != "open" {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("breaker not open after 10 s of failures: %+v", r.store.Stats())
+		}
+		r.call(t, r.open, "until-open")
+	}
+	t.Logf("breaker open %v after the outage began", time.Since(start).Round(time.Millisecond))
 }
 
 // checkPolicies asserts what each policy does while Redis is down, that no
@@ -203,6 +218,7 @@ func TestKillAndRestart(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	r.srv.Kill()
 	time.Sleep(100 * time.Millisecond)
+	r.waitOpen(t)
 	r.checkPolicies(t, "kill")
 	close(stop)
 	wg.Wait()
@@ -228,6 +244,7 @@ func TestFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.srv.Freeze()
+	r.waitOpen(t)
 	r.checkPolicies(t, "frozen")
 	r.srv.Thaw()
 	took := r.waitExact(t, "frozen")

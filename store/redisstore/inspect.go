@@ -34,9 +34,15 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 	if err != nil {
 		return portero.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
+	cn := s.conn.Load()
+	if cn == nil {
+		return portero.Decision{}, &unavailableError{err: errNotConnected}
+	}
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
 	hits := []portero.Hit{{Rule: rule, Key: key, Cost: 1}}
 	out := make([]portero.Decision, 1)
-	if _, err := s.run(ctx, now, []*compiled{c}, hits, oneCall(s.key(c, hits[0]), c.alg), false, out); err != nil {
+	if _, err := s.run(ctx, cn, now, []*compiled{c}, hits, oneCall(s.key(c, hits[0]), c.alg), false, out); err != nil {
 		return portero.Decision{}, err
 	}
 	return out[0], nil
@@ -60,12 +66,13 @@ func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error 
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	k := s.key(c, portero.Hit{Rule: rule, Key: key, Cost: 1})
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
+	if cn := s.conn.Load(); cn == nil {
+		err = errNotConnected
+	} else {
+		err = cn.client.Do(ctx, cn.client.B().Del().Key(k).Build()).Error()
 	}
-	err = s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error()
 	if s.over != nil {
 		s.over.drop(k)
 	}

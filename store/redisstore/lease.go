@@ -174,15 +174,15 @@ func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLe
 		args[1], args[2], args[3] = "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond()/1000)
 	}
 	var msg rueidis.RedisMessage
+	cn := s.conn.Load()
+	if cn == nil {
+		return msg, &unavailableError{err: errNotConnected}
+	}
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
 	_, err := s.breaker.Execute(func() ([]int64, error) {
-		cctx := ctx
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-			defer cancel()
-		}
 		var err error
-		msg, err = leaseScript.Exec(cctx, s.client, []string{key}, args).ToMessage()
+		msg, err = leaseScript.Exec(ctx, cn.client, []string{key}, args).ToMessage()
 		return nil, err
 	})
 	if err == nil && s.degraded.Swap(false) {

@@ -64,11 +64,14 @@
 //
 // # Failure
 //
-// Every Redis call has a deadline (Config.Timeout), and a circuit breaker
-// stops calling a Redis that keeps failing, then probes it. While Redis is
-// unavailable each rule follows its Policy: FailClosed refuses, FailOpen
-// admits, FailLocal decides in a local memory store with a share of the
-// limit. See docs/distributed.md.
+// Every call has a deadline (Config.Timeout) that starts when AllowAll is
+// called and bounds the caller's whole wait, queueing for a batch
+// included. A circuit breaker stops calling a Redis that fails most calls
+// over a short window, and probes it again soon after, so that a stall
+// costs about its own length. While Redis is unavailable (and, with
+// Config.DialInBackground, until it first answers) each rule follows its
+// Policy: FailClosed refuses, FailOpen admits, FailLocal decides in a
+// local memory store with a share of the limit. See docs/distributed.md.
 package redisstore
 
 import (
@@ -106,8 +109,10 @@ const (
 	DefaultPrefix          = "portero:"
 	DefaultTimeout         = 50 * time.Millisecond
 	DefaultMinTTL          = 10 * time.Minute
-	DefaultBreakerFailures = 5
-	DefaultBreakerOpen     = time.Second
+	DefaultBreakerWindow   = time.Second
+	DefaultBreakerRatio    = 0.5
+	DefaultBreakerMinCalls = 20
+	DefaultBreakerOpen     = 100 * time.Millisecond
 	DefaultMaxFlushDelay   = 20 * time.Microsecond
 	DefaultBatch           = 64
 )
@@ -128,6 +133,14 @@ type Config struct {
 	// Client, when set, is used instead of dialling URL or Addrs; Close then
 	// leaves it open, and the two fields below do not apply.
 	Client rueidis.Client
+	// DialInBackground makes New return the store even when Redis does not
+	// answer yet (a malformed address is still an error): calls are then
+	// decided by the failure policies, as in an outage, while the store
+	// dials again in the background (after 100 ms, doubling to at most
+	// 2 s) until Redis answers or Close. Connected says which. A gateway
+	// restarted during an outage thus starts and serves by its policy
+	// instead of failing.
+	DialInBackground bool
 	// MaxFlushDelay is how long rueidis's auto-pipelining may wait after
 	// writing a batch of commands to collect the next one: under load it
 	// cuts the write and read system calls per decision (measured on 2
@@ -154,7 +167,10 @@ type Config struct {
 	// real time, since the caller's instants need not follow Redis's clock
 	// (a replay may run slower than real time). DefaultMinTTL when zero.
 	MinTTL time.Duration
-	// Timeout is the deadline of each Redis call; DefaultTimeout when zero.
+	// Timeout bounds each AllowAll, Peek and Reset from the moment it is
+	// called: time spent queued for a batch counts, so no caller waits
+	// longer (plus scheduling). A caller's context deadline that comes
+	// first applies instead. DefaultTimeout when zero.
 	Timeout time.Duration
 	// Policy is the failure policy of rules not in Policies; FailClosed when
 	// empty.
@@ -165,18 +181,30 @@ type Config struct {
 	// instance may admit under FailLocal, in (0, 1]; 1 when zero. With N
 	// instances, 1/N keeps the total near the limit.
 	LocalShare float64
-	// BreakerFailures is how many consecutive failed calls open the circuit
-	// breaker; DefaultBreakerFailures when zero.
-	BreakerFailures int
+	// The circuit breaker opens when, over the last BreakerWindow (a
+	// rolling window of ten buckets; DefaultBreakerWindow when zero), at
+	// least BreakerMinCalls calls to Redis ended (DefaultBreakerMinCalls
+	// when zero) and at least BreakerRatio of them failed for want of
+	// Redis (a fraction in (0, 1]; DefaultBreakerRatio when zero). A ratio
+	// rather than a run of consecutive failures: a scheduling hiccup on a
+	// loaded host makes every call in flight time out at once, which is a
+	// run but a tiny share of the window's calls.
+	BreakerWindow   time.Duration
+	BreakerRatio    float64
+	BreakerMinCalls int
 	// BreakerOpen is how long the open breaker answers without calling
-	// Redis before it lets one probe through; DefaultBreakerOpen when zero.
+	// Redis before it lets one probe through (which closes it when Redis
+	// answers); DefaultBreakerOpen when zero. Short, so that a stall costs
+	// about its own length; each probe of a Redis still down costs one
+	// caller the Timeout.
 	BreakerOpen time.Duration
 	// HashTag returns the hash tag of a hit's key; nil means the hit's key.
 	// Hits with one tag share a cluster slot and so one atomic script. A tag
 	// must not contain '}'.
 	HashTag func(portero.Hit) string
-	// Logger receives a line when the fallback starts and ends and when the
-	// breaker changes state; slog.Default() when nil.
+	// Logger receives the store's lines: when the fallback starts and
+	// ends, when the breaker changes state, when a background dial fails
+	// and succeeds; slog.Default() when nil.
 	Logger *slog.Logger
 	// OnFallback, when set, is called for every call decided by a failure
 	// policy instead of Redis. It must be quick and safe for concurrent use.
@@ -220,27 +248,35 @@ type Stats struct {
 	Batches, Batched uint64
 	// Degraded reports whether the last call fell back.
 	Degraded bool
+	// Connected reports whether the store has a Redis client (see
+	// Config.DialInBackground).
+	Connected bool
 	// Breaker is the circuit breaker's state: closed, half-open or open.
 	Breaker string
 }
 
 // Store is a portero.Store in Redis. It is safe for concurrent use; it
-// starts no goroutines of its own beyond the Redis client's, which Close
-// stops.
+// starts no goroutines of its own beyond the Redis client's and, with
+// Config.DialInBackground while Redis has not answered yet, the dialler;
+// Close stops them.
 type Store struct {
 	cfg       Config
-	client    rueidis.Client
+	conn      atomic.Pointer[conn] // nil until connected
 	ownClient bool
-	cluster   bool
 	scripts   *scripts
 	rules     sync.Map // portero.Rule → *compiled
 	breaker   *gobreaker.CircuitBreaker[[]int64]
 	log       *slog.Logger
 	local     *localStore
 	over      *overCache // nil when Config.OverLimitCache is 0
-	batch     *batcher   // nil when batching is off (Config.Batch, cluster)
 	closed    atomic.Bool
 	degraded  atomic.Bool
+	stop      chan struct{} // closed by Close: ends the dialler
+	dialMu    sync.Mutex    // orders the dialler's handover with Close
+	dialing   sync.WaitGroup
+	// execHook, when set by a test of this package, is called before each
+	// script run with the run's context and, for a batch, its items.
+	execHook func(ctx context.Context, batch []*batchItem)
 	// minTTL is the scripts' ARGV 5, the TTL floor in ms: Config.MinTTL
 	// rounded up with CallerClock, "0" with ServerClock.
 	minTTL string
@@ -250,6 +286,16 @@ type Store struct {
 }
 
 var _ portero.Store = (*Store)(nil)
+
+// conn is a connected client and what depends on its mode.
+type conn struct {
+	client  rueidis.Client
+	cluster bool
+	batch   *batcher // nil when batching is off (Config.Batch, cluster)
+}
+
+// errNotConnected is why calls fall back before Redis first answered.
+var errNotConnected = errors.New("not connected to redis yet")
 
 // New validates cfg, connects to Redis and returns the store. A malformed
 // URL or an address that does not answer is an error naming the store and
@@ -264,8 +310,14 @@ func New(cfg Config) (*Store, error) {
 	if cfg.MinTTL == 0 {
 		cfg.MinTTL = DefaultMinTTL
 	}
-	if cfg.BreakerFailures == 0 {
-		cfg.BreakerFailures = DefaultBreakerFailures
+	if cfg.BreakerWindow == 0 {
+		cfg.BreakerWindow = DefaultBreakerWindow
+	}
+	if cfg.BreakerRatio == 0 {
+		cfg.BreakerRatio = DefaultBreakerRatio
+	}
+	if cfg.BreakerMinCalls == 0 {
+		cfg.BreakerMinCalls = DefaultBreakerMinCalls
 	}
 	if cfg.BreakerOpen == 0 {
 		cfg.BreakerOpen = DefaultBreakerOpen
@@ -289,8 +341,10 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: timeout %v: must be positive", cfg.Timeout)
 	case cfg.MinTTL < 0:
 		return nil, fmt.Errorf("redisstore: min TTL %v: must be positive", cfg.MinTTL)
-	case cfg.BreakerFailures < 0 || cfg.BreakerOpen < 0:
-		return nil, fmt.Errorf("redisstore: breaker: failures %d, open %v: must be positive", cfg.BreakerFailures, cfg.BreakerOpen)
+	case cfg.BreakerMinCalls < 0 || cfg.BreakerOpen < 0 || cfg.BreakerWindow < 0:
+		return nil, fmt.Errorf("redisstore: breaker: min calls %d, window %v, open %v: must be positive", cfg.BreakerMinCalls, cfg.BreakerWindow, cfg.BreakerOpen)
+	case !(cfg.BreakerRatio > 0 && cfg.BreakerRatio <= 1):
+		return nil, fmt.Errorf("redisstore: breaker ratio %v: want a fraction in (0, 1]", cfg.BreakerRatio)
 	case !(cfg.LocalShare > 0 && cfg.LocalShare <= 1):
 		return nil, fmt.Errorf("redisstore: local share %v: want a fraction in (0, 1]", cfg.LocalShare)
 	case cfg.Clock != ServerClock && cfg.Clock != CallerClock:
@@ -306,67 +360,120 @@ func New(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("rule %q: %w", name, err)
 		}
 	}
-	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare), minTTL: "0"}
+	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare), minTTL: "0", stop: make(chan struct{})}
 	if cfg.Clock == CallerClock {
 		s.minTTL = strconv.FormatInt(int64((cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
 	}
 	if cfg.OverLimitCache > 0 {
 		s.over = newOverCache(cfg.OverLimitCache)
 	}
-	s.client = cfg.Client
-	if s.client == nil {
-		var opt rueidis.ClientOption
-		switch {
-		case cfg.URL != "" && len(cfg.Addrs) > 0:
-			return nil, errors.New("redisstore: set URL or Addrs, not both")
-		case cfg.URL != "":
-			o, err := rueidis.ParseURL(cfg.URL)
-			if err != nil {
-				// The parser's message quotes the URL: hide its password.
-				msg := strings.ReplaceAll(err.Error(), cfg.URL, redactURL(cfg.URL))
-				return nil, fmt.Errorf("redisstore: redis URL %q: %s", redactURL(cfg.URL), msg)
-			}
-			opt = o
-		case len(cfg.Addrs) > 0:
-			opt.InitAddress = cfg.Addrs
-		default:
-			return nil, errors.New("redisstore: no Redis address: set Config.URL or Config.Addrs")
-		}
-		opt.DisableCache = true // no client-side caching: every decision asks Redis
-		opt.MaxFlushDelay = cfg.MaxFlushDelay
-		if opt.MaxFlushDelay == 0 {
-			opt.MaxFlushDelay = DefaultMaxFlushDelay
-		} else if opt.MaxFlushDelay < 0 {
-			opt.MaxFlushDelay = 0
-		}
-		opt.PipelineMultiplex = cfg.PipelineMultiplex
-		if opt.Dialer.Timeout == 0 {
-			opt.Dialer.Timeout = time.Second
-		}
-		c, err := rueidis.NewClient(opt)
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: connect to %v: %w", opt.InitAddress, err)
-		}
-		s.client, s.ownClient = c, true
-	}
-	s.cluster = s.client.Mode() == rueidis.ClientModeCluster
-	if cfg.Batch > 1 && !s.cluster {
-		s.batch = newBatcher(cfg.Batch)
-	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
-		Name:        "redisstore",
-		MaxRequests: 1,
-		Timeout:     cfg.BreakerOpen,
+		Name:         "redisstore",
+		MaxRequests:  1,
+		Interval:     cfg.BreakerWindow,
+		BucketPeriod: cfg.BreakerWindow / 10,
+		Timeout:      cfg.BreakerOpen,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures)
+			ended := c.TotalSuccesses + c.TotalFailures
+			return ended >= uint32(cfg.BreakerMinCalls) && float64(c.TotalFailures) >= cfg.BreakerRatio*float64(ended)
 		},
 		IsSuccessful: func(err error) bool { return err == nil || !unavailable(err) },
+		// A caller that gave up says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			s.log.Warn("redisstore: circuit breaker "+to.String(), "from", from.String())
 		},
 	})
+	if cfg.Client != nil {
+		s.connected(cfg.Client)
+		return s, nil
+	}
+	var opt rueidis.ClientOption
+	switch {
+	case cfg.URL != "" && len(cfg.Addrs) > 0:
+		return nil, errors.New("redisstore: set URL or Addrs, not both")
+	case cfg.URL != "":
+		o, err := rueidis.ParseURL(cfg.URL)
+		if err != nil {
+			// The parser's message quotes the URL: hide its password.
+			msg := strings.ReplaceAll(err.Error(), cfg.URL, redactURL(cfg.URL))
+			return nil, fmt.Errorf("redisstore: redis URL %q: %s", redactURL(cfg.URL), msg)
+		}
+		opt = o
+	case len(cfg.Addrs) > 0:
+		opt.InitAddress = cfg.Addrs
+	default:
+		return nil, errors.New("redisstore: no Redis address: set Config.URL or Config.Addrs")
+	}
+	opt.DisableCache = true // no client-side caching: every decision asks Redis
+	opt.MaxFlushDelay = cfg.MaxFlushDelay
+	if opt.MaxFlushDelay == 0 {
+		opt.MaxFlushDelay = DefaultMaxFlushDelay
+	} else if opt.MaxFlushDelay < 0 {
+		opt.MaxFlushDelay = 0
+	}
+	opt.PipelineMultiplex = cfg.PipelineMultiplex
+	if opt.Dialer.Timeout == 0 {
+		opt.Dialer.Timeout = time.Second
+	}
+	s.ownClient = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		err = fmt.Errorf("redisstore: connect to %v: %w", opt.InitAddress, err)
+		if !cfg.DialInBackground {
+			return nil, err
+		}
+		s.log.Warn("redisstore: redis does not answer; failure policies decide until it does", "err", err)
+		s.dialing.Go(func() { s.dial(opt) })
+		return s, nil
+	}
+	s.connected(c)
 	return s, nil
 }
+
+// connected installs a client.
+func (s *Store) connected(c rueidis.Client) {
+	cn := &conn{client: c, cluster: c.Mode() == rueidis.ClientModeCluster}
+	if s.cfg.Batch > 1 && !cn.cluster {
+		cn.batch = newBatcher(s.cfg.Batch)
+	}
+	s.conn.Store(cn)
+}
+
+// dial retries connecting until it succeeds or the store closes.
+func (s *Store) dial(opt rueidis.ClientOption) {
+	wait := 100 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			s.log.Debug("redisstore: redis still does not answer", "err", err, "next", 2*wait)
+			wait = min(2*wait, 2*time.Second)
+			continue
+		}
+		s.dialMu.Lock()
+		if s.closed.Load() {
+			s.dialMu.Unlock()
+			c.Close()
+			return
+		}
+		s.connected(c)
+		s.dialMu.Unlock()
+		s.log.Info("redisstore: connected to redis: exact shared limiting starts", "addr", opt.InitAddress)
+		return
+	}
+}
+
+// Connected reports whether the store has reached Redis: always true
+// without Config.DialInBackground; with it, false until Redis first
+// answered (calls until then follow the failure policies).
+func (s *Store) Connected() bool { return s.conn.Load() != nil }
 
 // redactURL hides a password in a Redis URL.
 func redactURL(u string) string {
@@ -382,11 +489,16 @@ func redactURL(u string) string {
 // Later calls return errors wrapping portero.ErrClosed; a second Close is
 // harmless and returns such an error.
 func (s *Store) Close(context.Context) error {
+	s.dialMu.Lock()
 	if s.closed.Swap(true) {
+		s.dialMu.Unlock()
 		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
 	}
-	if s.ownClient {
-		s.client.Close()
+	s.dialMu.Unlock()
+	close(s.stop)
+	s.dialing.Wait()
+	if cn := s.conn.Load(); cn != nil && s.ownClient {
+		cn.client.Close()
 	}
 	return nil
 }
@@ -407,6 +519,7 @@ func (s *Store) Stats() Stats {
 		Batches:   s.batches.Load(),
 		Batched:   s.batched.Load(),
 		Degraded:  s.degraded.Load(),
+		Connected: s.Connected(),
 		Breaker:   s.breaker.State().String(),
 	}
 }
@@ -476,6 +589,14 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	if len(hits) == 0 {
 		return out, nil
 	}
+	cn := s.conn.Load()
+	if cn == nil {
+		return s.fallback(ctx, now, cs, hits, &unavailableError{err: errNotConnected})
+	}
+	// The deadline starts now: a call that queues for a batch spends its
+	// wait out of the same Timeout.
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
 	var calls []call
 	if len(hits) == 1 {
 		// The common case: one hit, one slot, the one-hit script; built
@@ -494,15 +615,15 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		}
 		calls = []call{oneCall(key, cs[0].alg)}
 	} else {
-		calls = s.split(cs, hits)
+		calls = s.split(cn, cs, hits)
 	}
 	var err error
-	if s.batch != nil && len(hits) == 1 && hits[0].Rule.Algorithm != portero.SlidingLog {
-		err = s.batch.do(ctx, s, now, cs, hits, calls[0], out)
+	if cn.batch != nil && len(hits) == 1 && hits[0].Rule.Algorithm != portero.SlidingLog {
+		err = cn.batch.do(ctx, s, cn, now, cs, hits, calls[0], out)
 	} else if len(calls) == 1 {
-		_, err = s.run(ctx, now, cs, hits, calls[0], true, out)
+		_, err = s.run(ctx, cn, now, cs, hits, calls[0], true, out)
 	} else {
-		err = s.runSlots(ctx, now, cs, hits, calls, out)
+		err = s.runSlots(ctx, cn, now, cs, hits, calls, out)
 	}
 	if s.over != nil && len(hits) > 1 {
 		// A call of several hits may have counted on a cached key: its
@@ -527,10 +648,19 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	return s.fallback(ctx, now, cs, hits, err)
 }
 
+// deadline bounds ctx by Config.Timeout from now, unless ctx's own
+// deadline comes first (then no timer of our own is needed).
+func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.cfg.Timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
 // split groups the hits by cluster slot; on a single server there is one
 // group.
-func (s *Store) split(cs []*compiled, hits []portero.Hit) []call {
-	if !s.cluster {
+func (s *Store) split(cn *conn, cs []*compiled, hits []portero.Hit) []call {
+	if !cn.cluster {
 		c := call{idx: make([]int, len(hits)), keys: make([]string, len(hits)), algs: make([]portero.Algorithm, len(hits))}
 		for i, h := range hits {
 			c.idx[i], c.keys[i], c.algs[i] = i, s.key(cs[i], h), cs[i].alg
@@ -556,10 +686,10 @@ func (s *Store) split(cs []*compiled, hits []portero.Hit) []call {
 
 // runSlots decides hits spread over several cluster slots: first without
 // counting, then counting slot by slot.
-func (s *Store) runSlots(ctx context.Context, now time.Time, cs []*compiled, hits []portero.Hit, calls []call, out []portero.Decision) error {
+func (s *Store) runSlots(ctx context.Context, cn *conn, now time.Time, cs []*compiled, hits []portero.Hit, calls []call, out []portero.Decision) error {
 	all := true
 	for _, c := range calls {
-		ok, err := s.run(ctx, now, cs, hits, c, false, out)
+		ok, err := s.run(ctx, cn, now, cs, hits, c, false, out)
 		if err != nil {
 			return err
 		}
@@ -569,7 +699,7 @@ func (s *Store) runSlots(ctx context.Context, now time.Time, cs []*compiled, hit
 		return nil
 	}
 	for _, c := range calls {
-		ok, err := s.run(ctx, now, cs, hits, c, true, out)
+		ok, err := s.run(ctx, cn, now, cs, hits, c, true, out)
 		if err != nil || !ok {
 			return err
 		}
@@ -578,8 +708,8 @@ func (s *Store) runSlots(ctx context.Context, now time.Time, cs []*compiled, hit
 }
 
 // run executes one script and fills out at c.idx. It reports whether every
-// hit was allowed.
-func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []portero.Hit, c call, commit bool, out []portero.Decision) (bool, error) {
+// hit was allowed. ctx carries the call's deadline (deadline).
+func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled, hits []portero.Hit, c call, commit bool, out []portero.Decision) (bool, error) {
 	args := make([]string, 5, 5+5*len(c.idx))
 	if s.cfg.Clock == CallerClock {
 		args[0] = "caller"
@@ -600,16 +730,11 @@ func (s *Store) run(ctx context.Context, now time.Time, cs []*compiled, hits []p
 	script := s.scripts.pick(c.algs)
 	var all bool
 	_, err := s.breaker.Execute(func() ([]int64, error) {
-		cctx := ctx
-		// A caller's deadline that comes first is deadline enough: no
-		// timer of our own.
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.cfg.Timeout {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-			defer cancel()
+		if s.execHook != nil {
+			s.execHook(ctx, nil)
 		}
 		sent := time.Now()
-		res, err := script.Exec(cctx, s.client, c.keys, args).ToArray()
+		res, err := script.Exec(ctx, cn.client, c.keys, args).ToArray()
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+)
+
+// leased is the store of one configuration generation, counting the calls
+// in flight in it, so that a reload that replaces the store can close the
+// old one as soon as the requests holding it are done — not at exit, which
+// leaked Redis connections, files and memstore sweepers for every reload.
+//
+// A request took its store when it began, from the configuration it
+// loaded; it may call AllowAll after a reload retired that store. Such a
+// late call goes to the store that replaced it (the one the request would
+// have got a moment later), never to a closed one: so retiring never waits
+// for, nor fails, a request. The check is one counter: a call first counts
+// itself in, then looks at retired; retire sets retired, then looks at the
+// count. Whichever comes second sees the other (Go's atomics are
+// sequentially consistent), so no call runs in a store after it is closed.
+type leased struct {
+	portero.Store
+	inflight atomic.Int64
+	retired  atomic.Bool
+	next     atomic.Pointer[leased]
+	idleOnce sync.Once
+	idle     chan struct{} // closed once retired with no call in flight
+}
+
+func newLeased(st portero.Store) *leased { return &leased{Store: st, idle: make(chan struct{})} }
+
+// AllowAll implements portero.Store.
+func (l *leased) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	l.inflight.Add(1)
+	if l.retired.Load() {
+		l.release()
+		return l.next.Load().AllowAll(ctx, now, hits)
+	}
+	defer l.release()
+	return l.Store.AllowAll(ctx, now, hits)
+}
+
+func (l *leased) release() {
+	if l.inflight.Add(-1) == 0 && l.retired.Load() {
+		l.idleOnce.Do(func() { close(l.idle) })
+	}
+}
+
+// retire hands later calls to next and returns a channel closed once no
+// call is in flight in l, when l.Store may be closed.
+func (l *leased) retire(next *leased) <-chan struct{} {
+	l.next.Store(next)
+	l.retired.Store(true)
+	if l.inflight.Load() == 0 {
+		l.idleOnce.Do(func() { close(l.idle) })
+	}
+	return l.idle
+}
