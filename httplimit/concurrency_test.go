@@ -47,7 +47,9 @@ type holdGate struct {
 	release chan struct{}
 }
 
-func newHoldGate() *holdGate { return &holdGate{entered: make(chan struct{}, 100), release: make(chan struct{})} }
+func newHoldGate() *holdGate {
+	return &holdGate{entered: make(chan struct{}, 100), release: make(chan struct{})}
+}
 
 func (g *holdGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.entered <- struct{}{}
