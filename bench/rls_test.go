@@ -3,7 +3,7 @@ package bench
 // The RLS benchmark: Portero's Envoy rate limit service (gRPC
 // ShouldRateLimit over loopback, over one HTTP/2 connection and over four,
 // as Envoy keeps one per worker thread; N concurrent streams) on grpc-go's
-// server (rls.Serve) and on the lean transport (rls.ServeLean), with the
+// server (rls.Serve, the default) and on the lean transport, with the
 // memory store and with the Redis store, beside gubernator v2.13.0 as a
 // single node (its own gRPC GetRateLimits over loopback, dialled the same
 // way), and beside the Redis store's own AllowAll figure at the same
@@ -38,7 +38,7 @@ package bench
 // PORTERO_BENCH_RLS_SECONDS the seconds per row (default 3),
 // PORTERO_BENCH_RLS_STREAMS the calls in flight (default 64; 1,16,64 for a
 // sweep); PORTERO_BENCH_RLS_ONLY runs only the subjects whose name
-// contains it. PORTERO_BENCH_RLS_PROFILE=dir makes each server write a CPU
+// contains it (or one of its |-separated parts). PORTERO_BENCH_RLS_PROFILE=dir makes each server write a CPU
 // profile (dir/<subject>.cpu) and, for Portero, an allocation profile.
 
 import (
@@ -180,7 +180,7 @@ func spawn(t testing.TB, kind string) (string, int, func()) {
 
 // TestRLSServe is the child side of spawn: it serves PORTERO_BENCH_RLS_SERVE
 // ("memory", "redis=<addr>", "gubernator", or "portero-lean-memory" and
-// "portero-lean-redis=<addr>" for Portero on rls.ServeLean) on 127.0.0.1,
+// "portero-lean-redis=<addr>" for Portero on the lean transport) on 127.0.0.1,
 // prints "RLS-ADDR <addr>" and serves until its stdin closes.
 func TestRLSServe(t *testing.T) {
 	kind := os.Getenv("PORTERO_BENCH_RLS_SERVE")
@@ -192,7 +192,7 @@ func TestRLSServe(t *testing.T) {
 	porteroKind, serve := kind, serveGRPCGo
 	if k, ok := strings.CutPrefix(kind, "portero-lean-"); ok {
 		if serveLean == nil {
-			t.Fatalf("server %q: rls.ServeLean is not wired in (see serveLean)", kind)
+			t.Fatalf("server %q: the lean transport is not wired in (see serveLean)", kind)
 		}
 		porteroKind, serve = k, serveLean
 	}
@@ -238,18 +238,21 @@ func TestRLSServe(t *testing.T) {
 }
 
 // rlsServeFunc runs svc on lis until ctx is done, then stops gracefully
-// within grace: rls.Serve without options, or rls.ServeLean.
+// within grace: rls.Serve on one transport.
 type rlsServeFunc func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error
 
-// serveGRPCGo is Portero's RLS on grpc-go's server.
+// serveGRPCGo is Portero's RLS on grpc-go's server, with the options
+// `portero rls` runs by default.
 func serveGRPCGo(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
-	return rls.Serve(ctx, lis, svc, grace)
+	return rls.Serve(ctx, lis, svc, rls.ServerOptions{ShutdownGrace: grace})
 }
 
 // serveLean is Portero's RLS on its lean HTTP/2 transport (internal/h2grpc),
-// with the same semantics as rls.Serve. Set it to nil to leave the
-// portero-lean subjects and test cases out.
-var serveLean rlsServeFunc = rls.ServeLean
+// with the same semantics and the same default limits. Set it to nil to
+// leave the portero-lean subjects and test cases out.
+var serveLean rlsServeFunc = func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
+	return rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: rls.TransportLean, ShutdownGrace: grace})
+}
 
 // startRLS runs Portero's RLS with store st, the envoyproxy/ratelimit YAML
 // config and service options so on 127.0.0.1 with serve, and returns its
@@ -776,7 +779,7 @@ func TestRLSReport(t *testing.T) {
 	only := os.Getenv("PORTERO_BENCH_RLS_ONLY")
 	var subs []rlsSubject
 	for _, s := range rlsSubjects(redisAddr) {
-		if only == "" || strings.Contains(s.name, only) {
+		if only == "" || slices.ContainsFunc(strings.Split(only, "|"), func(o string) bool { return strings.Contains(s.name, o) }) {
 			subs = append(subs, s)
 		}
 	}
