@@ -34,6 +34,10 @@ package bench
 // h2 or both (the default); PORTERO_BENCH_RLS_CONNS the connection counts
 // of grpc-go's client (default 1; 1,4 adds four, one per Envoy worker).
 //
+// PORTERO_BENCH_RLS_BASELINE=path adds the memory-store subjects served by
+// another build of this test binary (go test -c at an earlier commit), so
+// that before and after are measured side by side in the same rounds.
+//
 // PORTERO_BENCH_RLS_ROUNDS sets the rounds (default 5),
 // PORTERO_BENCH_RLS_SECONDS the seconds per row (default 3),
 // PORTERO_BENCH_RLS_STREAMS the calls in flight (default 64; 1,16,64 for a
@@ -137,7 +141,13 @@ func roundRobin(n int) func() int {
 // its gRPC address, its process id and a func that stops it.
 func spawn(t testing.TB, kind string) (string, int, func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRLSServe$", "-test.count=1")
+	exe := os.Args[0]
+	if k, ok := strings.CutPrefix(kind, "before:"); ok {
+		// The same server built from an earlier commit: see
+		// PORTERO_BENCH_RLS_BASELINE.
+		exe, kind = os.Getenv("PORTERO_BENCH_RLS_BASELINE"), k
+	}
+	cmd := exec.Command(exe, "-test.run=^TestRLSServe$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "PORTERO_BENCH_RLS_SERVE="+kind)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -518,6 +528,9 @@ const (
 	nameLeanRedis  = "portero lean rls, redis store"
 	nameGubernator = "gubernator v2.13.0, single node"
 	nameStoreAlone = "redis store AllowAll alone (no gRPC)"
+	// nameBefore starts the names of the subjects served by the baseline
+	// binary.
+	nameBefore = "before: "
 )
 
 func rlsSubjects(redisAddr string) []rlsSubject {
@@ -543,6 +556,10 @@ func rlsSubjects(redisAddr string) []rlsSubject {
 	addPortero(nameMemory, "memory")
 	if serveLean != nil {
 		addPortero(nameLeanMemory, "portero-lean-memory")
+	}
+	if os.Getenv("PORTERO_BENCH_RLS_BASELINE") != "" {
+		addPortero(nameBefore+nameMemory, "before:memory")
+		addPortero(nameBefore+nameLeanMemory, "before:portero-lean-memory")
 	}
 	if grpcGo {
 		for _, n := range rlsConns() {
@@ -865,6 +882,8 @@ func TestRLSReport(t *testing.T) {
 			sideBySide(rowKey(nameRedis, client, conns), alone, conc, fmt.Sprintf("%s client, %d conn: portero rls (grpc-go), redis store / the redis store alone", client, conns), "")
 			sideBySide(rowKey(nameLeanRedis, client, conns), alone, conc, fmt.Sprintf("%s client, %d conn: portero lean rls, redis store / the redis store alone", client, conns), "")
 			sideBySide(rowKey(nameLeanMemory, client, conns), rowKey(nameMemory, client, conns), conc, fmt.Sprintf("%s client, %d conn: lean / grpc-go, memory store", client, conns), "")
+			sideBySide(rowKey(nameBefore+nameMemory, client, conns), g, conc, fmt.Sprintf("%s client, %d conn: before: portero rls (grpc-go) / gubernator", client, conns), "")
+			sideBySide(rowKey(nameBefore+nameLeanMemory, client, conns), g, conc, fmt.Sprintf("%s client, %d conn: before: portero lean rls / gubernator", client, conns), "")
 		}
 	}
 }
