@@ -775,10 +775,25 @@ func redisURL(u string) bool {
 
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err == nil {
+		if u.User == nil {
+			return s
+		}
+		return u.Redacted()
+	}
+	// A URL that url.Parse refuses, such as a sentinel list
+	// (redis-sentinel://u:pw@h1:26379,h2/m), may still hold a password.
+	scheme, rest, ok := strings.Cut(s, "://")
+	authority, path, slash := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if !ok || at < 0 {
 		return s
 	}
-	return u.Redacted()
+	out := scheme + "://REDACTED@" + authority[at+1:]
+	if slash {
+		out += "/" + path
+	}
+	return out
 }
 
 // Redacted returns a copy of f with secrets (admin token, Redis password)

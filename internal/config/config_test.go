@@ -167,6 +167,15 @@ func TestRedacted(t *testing.T) {
 	if c.AdminToken != "hunter2" {
 		t.Error("Redacted changed the original")
 	}
+	// A sentinel list, which url.Parse refuses, is redacted too.
+	c, err = config.Parse("r.yaml", []byte("store: {type: redis, url: 'redis-sentinel://u:hunter3@h1:26379,h2/mymaster'}\nupstreams: {a: {type: demo}}\nroutes: [{upstream: a}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = c.File.Redacted()
+	if out, _ := config.Marshal(&f); strings.Contains(string(out), "hunter3") || !strings.Contains(string(out), "h1:26379,h2/mymaster") {
+		t.Errorf("sentinel URL redacted as:\n%s", out)
+	}
 }
 
 func FuzzParse(f *testing.F) {
