@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/portero-rl/portero/internal/watch"
 )
 
 // TLSOptions are the files of the grpc-go transport's TLS. They are read
@@ -61,8 +63,11 @@ func (t TLSOptions) validate() error {
 
 // certReloader holds the TLS configuration built from the files and
 // builds it again when they change. It is the one place that watches
-// them: each handshake compares the files with what they held at the last
-// read.
+// them: each handshake compares the files' digests with those of the last
+// read. (internal/watch's Watcher, which reloads the RLS configuration,
+// would add a goroutine per file and a settling delay; a handshake that
+// compares needs neither, serves a renewed certificate from the next
+// connection on, and retries a half-written file once it changes again.)
 type certReloader struct {
 	files TLSOptions
 	log   *slog.Logger
@@ -106,9 +111,10 @@ func (r *certReloader) forClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 	return r.cur.Load(), nil
 }
 
-// fingerprint is the content of every file, following symlinks (a few
-// kilobytes: cheaper than the handshake that reads it, and unlike sizes
-// and times it cannot miss a rewrite); a file that cannot be read counts
+// fingerprint digests every file (internal/watch's Fingerprint, the one
+// content digest of the configuration watchers; a few kilobytes, cheaper
+// than the handshake that asks, and unlike sizes and times it cannot miss a
+// rewrite). A file that cannot be read, or is too large to be one, counts
 // as changed.
 func (r *certReloader) fingerprint() string {
 	var b strings.Builder
@@ -116,13 +122,16 @@ func (r *certReloader) fingerprint() string {
 		if f == "" {
 			continue
 		}
-		data, err := readPEM(f)
-		if err != nil {
-			fmt.Fprintf(&b, "%v\n", err)
+		if fi, err := os.Stat(f); err != nil || fi.Size() > maxPEM {
+			fmt.Fprintf(&b, "%s: unreadable or too large: %v\n", f, err)
 			continue
 		}
-		fmt.Fprintf(&b, "%s %d\n", f, len(data))
-		b.Write(data)
+		fp, err := watch.Fingerprint(f)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", f, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s %x\n", f, fp)
 	}
 	return b.String()
 }
