@@ -276,7 +276,7 @@ func TestH2ClientRun(t *testing.T) {
 // cause a single error.
 func TestH2ClientMaxConcurrentStreams(t *testing.T) {
 	serve := func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
-		return rls.Serve(ctx, lis, svc, grace, grpc.MaxConcurrentStreams(2))
+		return rls.Serve(ctx, lis, svc, rls.ServerOptions{ShutdownGrace: grace, MaxConcurrentStreams: 2})
 	}
 	addr, stop := startTestRLS(t, serve, time.Time{})
 	defer stop()

@@ -3,7 +3,7 @@ package bench
 // The RLS benchmark: Portero's Envoy rate limit service (gRPC
 // ShouldRateLimit over loopback, over one HTTP/2 connection and over four,
 // as Envoy keeps one per worker thread; N concurrent streams) on grpc-go's
-// server (rls.Serve) and on the lean transport (rls.ServeLean), with the
+// server (rls.Serve, the default) and on the lean transport, with the
 // memory store and with the Redis store, beside gubernator v2.13.0 as a
 // single node (its own gRPC GetRateLimits over loopback, dialled the same
 // way), and beside the Redis store's own AllowAll figure at the same
@@ -19,22 +19,31 @@ package bench
 // depends on what else runs on the machine.
 //
 // The report is a test so that it can print a table; it runs only with
-// PORTERO_BENCH_RLS=1 (about 140 seconds; Redis rows need redis-server):
+// PORTERO_BENCH_RLS=1 (Redis rows need redis-server). Every server runs
+// at once and the subjects are measured in interleaved rounds (see
+// TestRLSReport), at 64 streams unless told otherwise:
 //
-//	cd bench && PORTERO_BENCH_RLS=1 go test -run TestRLSReport -v -count=1 .
+//	cd bench && PORTERO_BENCH_RLS=1 go test -run TestRLSReport -v -count=1 -timeout 30m .
 //
-// Two clients stand for Envoy: grpc-go's (1 or 4 connections, a goroutine
-// per call in flight), and a raw HTTP/2 client (h2client_test.go, 1
-// connection, one goroutine keeping N calls in flight), whose CPU per call
-// is a fraction of grpc-go's (5-10 µs against 30-45 µs at 64 streams) and
-// closer to Envoy's C++ codec, so that calls/s on this 2-core machine
-// depend less on the client's share of the cores.
-// PORTERO_BENCH_RLS_CLIENT picks them: grpc, h2 or both (the default).
+// Two clients stand for Envoy: grpc-go's (a goroutine per call in flight),
+// and a raw HTTP/2 client (h2client_test.go, 1 connection, one goroutine
+// keeping N calls in flight), whose CPU per call is a fraction of grpc-go's
+// (5-10 µs against 30-45 µs at 64 streams) and closer to Envoy's C++
+// codec, so that calls/s on this 2-core machine depend less on the
+// client's share of the cores. PORTERO_BENCH_RLS_CLIENT picks them: grpc,
+// h2 or both (the default); PORTERO_BENCH_RLS_CONNS the connection counts
+// of grpc-go's client (default 1; 1,4 adds four, one per Envoy worker).
 //
-// PORTERO_BENCH_RLS_SECONDS sets the seconds per row (default 3);
-// PORTERO_BENCH_RLS_ONLY runs only the subjects whose name contains it.
-// PORTERO_BENCH_RLS_PROFILE=dir makes each server write a CPU profile
-// (dir/<subject>.cpu) and, for Portero, an allocation profile.
+// PORTERO_BENCH_RLS_BASELINE=path adds the memory-store subjects served by
+// another build of this test binary (go test -c at an earlier commit), so
+// that before and after are measured side by side in the same rounds.
+//
+// PORTERO_BENCH_RLS_ROUNDS sets the rounds (default 5),
+// PORTERO_BENCH_RLS_SECONDS the seconds per row (default 3),
+// PORTERO_BENCH_RLS_STREAMS the calls in flight (default 64; 1,16,64 for a
+// sweep); PORTERO_BENCH_RLS_ONLY runs only the subjects whose name
+// contains it (or one of its |-separated parts). PORTERO_BENCH_RLS_PROFILE=dir makes each server write a CPU
+// profile (dir/<subject>.cpu) and, for Portero, an allocation profile.
 
 import (
 	"bufio"
@@ -132,7 +141,13 @@ func roundRobin(n int) func() int {
 // its gRPC address, its process id and a func that stops it.
 func spawn(t testing.TB, kind string) (string, int, func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRLSServe$", "-test.count=1")
+	exe := os.Args[0]
+	if k, ok := strings.CutPrefix(kind, "before:"); ok {
+		// The same server built from an earlier commit: see
+		// PORTERO_BENCH_RLS_BASELINE.
+		exe, kind = os.Getenv("PORTERO_BENCH_RLS_BASELINE"), k
+	}
+	cmd := exec.Command(exe, "-test.run=^TestRLSServe$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "PORTERO_BENCH_RLS_SERVE="+kind)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -175,7 +190,7 @@ func spawn(t testing.TB, kind string) (string, int, func()) {
 
 // TestRLSServe is the child side of spawn: it serves PORTERO_BENCH_RLS_SERVE
 // ("memory", "redis=<addr>", "gubernator", or "portero-lean-memory" and
-// "portero-lean-redis=<addr>" for Portero on rls.ServeLean) on 127.0.0.1,
+// "portero-lean-redis=<addr>" for Portero on the lean transport) on 127.0.0.1,
 // prints "RLS-ADDR <addr>" and serves until its stdin closes.
 func TestRLSServe(t *testing.T) {
 	kind := os.Getenv("PORTERO_BENCH_RLS_SERVE")
@@ -187,7 +202,7 @@ func TestRLSServe(t *testing.T) {
 	porteroKind, serve := kind, serveGRPCGo
 	if k, ok := strings.CutPrefix(kind, "portero-lean-"); ok {
 		if serveLean == nil {
-			t.Fatalf("server %q: rls.ServeLean is not wired in (see serveLean)", kind)
+			t.Fatalf("server %q: the lean transport is not wired in (see serveLean)", kind)
 		}
 		porteroKind, serve = k, serveLean
 	}
@@ -233,18 +248,21 @@ func TestRLSServe(t *testing.T) {
 }
 
 // rlsServeFunc runs svc on lis until ctx is done, then stops gracefully
-// within grace: rls.Serve without options, or rls.ServeLean.
+// within grace: rls.Serve on one transport.
 type rlsServeFunc func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error
 
-// serveGRPCGo is Portero's RLS on grpc-go's server.
+// serveGRPCGo is Portero's RLS on grpc-go's server, with the options
+// `portero rls` runs by default.
 func serveGRPCGo(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
-	return rls.Serve(ctx, lis, svc, grace)
+	return rls.Serve(ctx, lis, svc, rls.ServerOptions{ShutdownGrace: grace})
 }
 
 // serveLean is Portero's RLS on its lean HTTP/2 transport (internal/h2grpc),
-// with the same semantics as rls.Serve. Set it to nil to leave the
-// portero-lean subjects and test cases out.
-var serveLean rlsServeFunc = rls.ServeLean
+// with the same semantics and the same default limits. Set it to nil to
+// leave the portero-lean subjects and test cases out.
+var serveLean rlsServeFunc = func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
+	return rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: rls.TransportLean, ShutdownGrace: grace})
+}
 
 // startRLS runs Portero's RLS with store st, the envoyproxy/ratelimit YAML
 // config and service options so on 127.0.0.1 with serve, and returns its
@@ -486,10 +504,22 @@ func rlsClients() (grpcGo, raw bool) {
 	}
 }
 
-// rlsConns are the connection counts grpc-go's client is measured with:
-// one, as a single-threaded Envoy keeps, and four, as an Envoy with four
-// worker threads keeps (one per worker). The raw client keeps one.
-var rlsConns = []int{1, 4}
+// rlsConns are the connection counts grpc-go's client is measured with
+// (PORTERO_BENCH_RLS_CONNS, default 1: a single-threaded Envoy keeps one
+// connection; 1,4 adds four, as an Envoy with four worker threads keeps).
+// The raw client keeps one.
+func rlsConns() []int {
+	v := cmp.Or(os.Getenv("PORTERO_BENCH_RLS_CONNS"), "1")
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			panic("PORTERO_BENCH_RLS_CONNS=" + v + ": want a comma-separated list of connection counts")
+		}
+		out = append(out, n)
+	}
+	return out
+}
 
 const (
 	nameMemory     = "portero rls, memory store"
@@ -498,6 +528,9 @@ const (
 	nameLeanRedis  = "portero lean rls, redis store"
 	nameGubernator = "gubernator v2.13.0, single node"
 	nameStoreAlone = "redis store AllowAll alone (no gRPC)"
+	// nameBefore starts the names of the subjects served by the baseline
+	// binary.
+	nameBefore = "before: "
 )
 
 func rlsSubjects(redisAddr string) []rlsSubject {
@@ -508,7 +541,7 @@ func rlsSubjects(redisAddr string) []rlsSubject {
 	// addPortero adds the subjects of Portero server kind under name.
 	addPortero := func(name, kind string) {
 		if grpcGo {
-			for _, n := range rlsConns {
+			for _, n := range rlsConns() {
 				subs = append(subs, rlsSubject{name: name, client: "grpc-go", conns: n, open: func(t testing.TB) (func(int, time.Duration) rlsRow, func()) {
 					call, pid, stop := porteroClient(t, kind, n)
 					return grpcGoRun(call, pid), stop
@@ -524,8 +557,12 @@ func rlsSubjects(redisAddr string) []rlsSubject {
 	if serveLean != nil {
 		addPortero(nameLeanMemory, "portero-lean-memory")
 	}
+	if os.Getenv("PORTERO_BENCH_RLS_BASELINE") != "" {
+		addPortero(nameBefore+nameMemory, "before:memory")
+		addPortero(nameBefore+nameLeanMemory, "before:portero-lean-memory")
+	}
 	if grpcGo {
-		for _, n := range rlsConns {
+		for _, n := range rlsConns() {
 			subs = append(subs, rlsSubject{name: nameGubernator, client: "grpc-go", conns: n, open: func(t testing.TB) (func(int, time.Duration) rlsRow, func()) {
 				call, pid, stop := gubernatorClient(t, n)
 				return grpcGoRun(call, pid), stop
@@ -709,14 +746,40 @@ func micros(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 1, 64)
 }
 
+// envInt reads a positive integer from the environment, def when unset.
+func envInt(t testing.TB, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+// TestRLSReport measures every subject in interleaved rounds: all servers
+// run at once (idle but for the one measured), and each round measures
+// every subject once, starting one subject later than the round before, so
+// that a burst of load from elsewhere on the shared machine lands on
+// different subjects in different rounds. Ratios between subjects are
+// taken within each round (side by side) and summarised by their median.
 func TestRLSReport(t *testing.T) {
 	if os.Getenv("PORTERO_BENCH_RLS") != "1" {
 		t.Skip("set PORTERO_BENCH_RLS=1 to run the RLS benchmark report")
 	}
-	secs := 3
-	if s := os.Getenv("PORTERO_BENCH_RLS_SECONDS"); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			secs = n
+	secs := envInt(t, "PORTERO_BENCH_RLS_SECONDS", 3)
+	rounds := envInt(t, "PORTERO_BENCH_RLS_ROUNDS", 5)
+	concs := []int{64}
+	if v := os.Getenv("PORTERO_BENCH_RLS_STREAMS"); v != "" {
+		concs = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				t.Fatalf("PORTERO_BENCH_RLS_STREAMS=%q: want a comma-separated list of stream counts", v)
+			}
+			concs = append(concs, n)
 		}
 	}
 	redisAddr := ""
@@ -730,84 +793,143 @@ func TestRLSReport(t *testing.T) {
 	} else {
 		t.Log("redis-server not found: Redis rows skipped")
 	}
-	fmt.Printf("\nShouldRateLimit-equivalent decisions, %d s per row, GOMAXPROCS=%d, keys=%d, limit 1000/s per key;\n", secs, runtime.GOMAXPROCS(0), rlsKeys)
-	fmt.Printf("CPU µs per call of the server process, of the client (for the store alone: client and store) and of redis-server\n\n")
-	fmt.Printf("| subject | client | conns | streams | calls/s | p50 | p99 | server CPU | client CPU | redis CPU | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	only := os.Getenv("PORTERO_BENCH_RLS_ONLY")
-	at64 := map[string]rlsRow{} // rowKey(name, client, conns) → the row at 64 streams
+	var subs []rlsSubject
 	for _, s := range rlsSubjects(redisAddr) {
-		if only != "" && !strings.Contains(s.name, only) {
-			continue
+		if only == "" || slices.ContainsFunc(strings.Split(only, "|"), func(o string) bool { return strings.Contains(s.name, o) }) {
+			subs = append(subs, s)
 		}
+	}
+	runs := make([]func(int, time.Duration) rlsRow, len(subs))
+	for i, s := range subs {
 		run, closeFn := s.open(t)
-		// Warm up: connections, tables, scripts.
-		run(8, 300*time.Millisecond)
-		concs := []int{1, 16, 64}
-		if s.conns > 1 {
-			concs = []int{16, 64} // one stream uses one connection
+		defer closeFn()
+		run(8, 300*time.Millisecond) // warm up: connections, tables, scripts
+		runs[i] = run
+	}
+	fmt.Printf("\nShouldRateLimit-equivalent decisions, %d rounds of %d s per row, GOMAXPROCS=%d, keys=%d, limit 1000/s per key;\n", rounds, secs, runtime.GOMAXPROCS(0), rlsKeys)
+	fmt.Printf("CPU µs per call of the server process, of the client (for the store alone: client and store) and of redis-server\n\n")
+	fmt.Printf("| round | subject | client | conns | streams | calls/s | p50 | p99 | server CPU | client CPU | redis CPU | errors |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	// rows[rowKey][conc] holds one row per round.
+	rows := map[string]map[int][]rlsRow{}
+	for r := 0; r < rounds; r++ {
+		for j := range subs {
+			i := (j + r) % len(subs)
+			s := subs[i]
+			key := rowKey(s.name, s.client, s.conns)
+			if rows[key] == nil {
+				rows[key] = map[int][]rlsRow{}
+			}
+			for _, conc := range concs {
+				if s.conns > 1 && conc < s.conns {
+					continue
+				}
+				row := runs[i](conc, time.Duration(secs)*time.Second)
+				fmt.Printf("| %d | %s | %s | %s | %d | %.0f | %v | %v | %s | %s | %s | %d |\n", r+1, s.name, s.client, connsText(s.conns), conc, row.calls,
+					row.p50.Round(time.Microsecond), row.p99.Round(time.Microsecond), micros(row.server), micros(row.client), micros(row.redis), row.errs)
+				if row.errs > 0 {
+					t.Errorf("%s (%s, %s conns) at %d, round %d: %d errors", s.name, s.client, connsText(s.conns), conc, r+1, row.errs)
+				}
+				rows[key][conc] = append(rows[key][conc], row)
+			}
 		}
-		conns := "-"
-		if s.conns > 0 {
-			conns = strconv.Itoa(s.conns)
-		}
+	}
+	fmt.Printf("\nMedians over the rounds:\n\n| subject | client | conns | streams | calls/s (min–max) | p99 | server CPU | client CPU | redis CPU |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range subs {
 		for _, conc := range concs {
-			r := run(conc, time.Duration(secs)*time.Second)
-			fmt.Printf("| %s | %s | %s | %d | %.0f | %v | %v | %s | %s | %s | %d |\n", s.name, s.client, conns, conc, r.calls,
-				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), micros(r.server), micros(r.client), micros(r.redis), r.errs)
-			if r.errs > 0 {
-				t.Errorf("%s (%s, %s conns) at %d: %d errors", s.name, s.client, conns, conc, r.errs)
+			rs := rows[rowKey(s.name, s.client, s.conns)][conc]
+			if len(rs) == 0 {
+				continue
 			}
-			if conc == 64 {
-				at64[rowKey(s.name, s.client, conns)] = r
-			}
-		}
-		closeFn()
-	}
-	fmt.Printf("\nAt 64 streams:\n\n")
-	type clientConns struct{ client, conns string }
-	var ccs []clientConns
-	for _, n := range rlsConns {
-		ccs = append(ccs, clientConns{"grpc-go", strconv.Itoa(n)})
-	}
-	ccs = append(ccs, clientConns{"raw h2", "1"})
-	for _, cc := range ccs {
-		for _, p := range []string{nameMemory, nameLeanMemory} {
-			if m, g := at64[rowKey(p, cc.client, cc.conns)], at64[rowKey(nameGubernator, cc.client, cc.conns)]; m.calls > 0 && g.calls > 0 {
-				fmt.Printf("* %s, %s conn(s): %s vs gubernator: %.2f× the calls/s, %.2f× fewer server CPU per call (target ≥ 4× the calls/s)\n",
-					cc.client, cc.conns, p, m.calls/g.calls, ratio(g.server, m.server))
-			}
+			calls := medianOf(rs, func(r rlsRow) float64 { return r.calls })
+			lo, hi := extremes(rs, func(r rlsRow) float64 { return r.calls })
+			fmt.Printf("| %s | %s | %s | %d | %.0f (%.0f–%.0f) | %v | %s | %s | %s |\n", s.name, s.client, connsText(s.conns), conc, calls, lo, hi,
+				time.Duration(medianOf(rs, func(r rlsRow) float64 { return float64(r.p99) })).Round(time.Microsecond),
+				micros(time.Duration(medianOf(rs, func(r rlsRow) float64 { return float64(r.server) }))),
+				micros(time.Duration(medianOf(rs, func(r rlsRow) float64 { return float64(r.client) }))),
+				micros(time.Duration(medianOf(rs, func(r rlsRow) float64 { return float64(r.redis) }))))
 		}
 	}
-	for _, cc := range ccs {
-		for _, p := range []string{nameRedis, nameLeanRedis} {
-			if r, a := at64[rowKey(p, cc.client, cc.conns)], at64[rowKey(nameStoreAlone, "-", "-")]; r.calls > 0 && a.calls > 0 {
-				fmt.Printf("* %s, %s conn(s): %s vs the redis store alone: %.0f%% of the calls/s; CPU per call beside redis-server's: %s+%s µs vs %s+%s µs (target ≥ 80%% of the calls/s)\n",
-					cc.client, cc.conns, p, 100*r.calls/a.calls, micros(r.server), micros(r.redis), micros(a.client), micros(a.redis))
-			}
+	// sideBySide prints the per-round ratio of a's calls/s to b's.
+	sideBySide := func(a, b string, conc int, what, target string) {
+		ra, rb := rows[a][conc], rows[b][conc]
+		n := min(len(ra), len(rb))
+		if n == 0 {
+			return
 		}
-	}
-	for _, cc := range ccs {
-		for _, pair := range [][2]string{{nameLeanMemory, nameMemory}, {nameLeanRedis, nameRedis}} {
-			if l, g := at64[rowKey(pair[0], cc.client, cc.conns)], at64[rowKey(pair[1], cc.client, cc.conns)]; l.calls > 0 && g.calls > 0 {
-				fmt.Printf("* %s, %s conn(s): %s vs on grpc-go's server: %.2f× the calls/s, server CPU per call %s vs %s µs\n",
-					cc.client, cc.conns, pair[0], l.calls/g.calls, micros(l.server), micros(g.server))
-			}
+		ratios := make([]float64, n)
+		var each []string
+		for i := range n {
+			ratios[i] = ra[i].calls / rb[i].calls
+			each = append(each, strconv.FormatFloat(ratios[i], 'f', 2, 64))
 		}
+		sorted := slices.Clone(ratios)
+		slices.Sort(sorted)
+		fmt.Printf("* %d streams, %s: median %.2f× (rounds: %s)%s\n", conc, what, median(sorted), strings.Join(each, ", "), target)
 	}
-	for _, p := range []string{nameMemory, nameLeanMemory, nameGubernator, nameRedis, nameLeanRedis} {
-		if r, g := at64[rowKey(p, "raw h2", "1")], at64[rowKey(p, "grpc-go", "1")]; r.calls > 0 && g.calls > 0 {
-			fmt.Printf("* %s, 1 conn: raw h2 vs grpc-go client: client CPU per call %s vs %s µs, %.2f× the calls/s, server CPU per call %s vs %s µs\n",
-				p, micros(r.client), micros(g.client), r.calls/g.calls, micros(r.server), micros(g.server))
+	fmt.Printf("\nSide by side, calls/s ratio within each round:\n\n")
+	ccs := [][2]any{{"raw h2", 1}}
+	for _, n := range rlsConns() {
+		ccs = append(ccs, [2]any{"grpc-go", n})
+	}
+	for _, conc := range concs {
+		for _, cc := range ccs {
+			client, conns := cc[0].(string), cc[1].(int)
+			g := rowKey(nameGubernator, client, conns)
+			sideBySide(rowKey(nameMemory, client, conns), g, conc, fmt.Sprintf("%s client, %d conn: portero rls (grpc-go) / gubernator", client, conns), " (target ≥ 2.5×)")
+			sideBySide(rowKey(nameLeanMemory, client, conns), g, conc, fmt.Sprintf("%s client, %d conn: portero lean rls / gubernator", client, conns), " (target ≥ 4×)")
+			alone := rowKey(nameStoreAlone, "-", 0)
+			sideBySide(rowKey(nameRedis, client, conns), alone, conc, fmt.Sprintf("%s client, %d conn: portero rls (grpc-go), redis store / the redis store alone", client, conns), "")
+			sideBySide(rowKey(nameLeanRedis, client, conns), alone, conc, fmt.Sprintf("%s client, %d conn: portero lean rls, redis store / the redis store alone", client, conns), "")
+			sideBySide(rowKey(nameLeanMemory, client, conns), rowKey(nameMemory, client, conns), conc, fmt.Sprintf("%s client, %d conn: lean / grpc-go, memory store", client, conns), "")
+			sideBySide(rowKey(nameBefore+nameMemory, client, conns), g, conc, fmt.Sprintf("%s client, %d conn: before: portero rls (grpc-go) / gubernator", client, conns), "")
+			sideBySide(rowKey(nameBefore+nameLeanMemory, client, conns), g, conc, fmt.Sprintf("%s client, %d conn: before: portero lean rls / gubernator", client, conns), "")
 		}
 	}
 }
 
-func rowKey(name, client, conns string) string { return name + "/" + client + "/" + conns }
+func connsText(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
 
-// ratio returns a/b, 0 when b is 0.
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
+// medianOf returns the median of f over rs.
+func medianOf(rs []rlsRow, f func(rlsRow) float64) float64 {
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = f(r)
+	}
+	slices.Sort(vs)
+	return median(vs)
+}
+
+// median of sorted values.
+func median(vs []float64) float64 {
+	n := len(vs)
+	if n == 0 {
 		return 0
 	}
-	return float64(a) / float64(b)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
+}
+
+func extremes(rs []rlsRow, f func(rlsRow) float64) (lo, hi float64) {
+	for i, r := range rs {
+		v := f(r)
+		if i == 0 || v < lo {
+			lo = v
+		}
+		if i == 0 || v > hi {
+			hi = v
+		}
+	}
+	return lo, hi
+}
+
+func rowKey(name, client string, conns int) string {
+	return name + "/" + client + "/" + strconv.Itoa(conns)
 }

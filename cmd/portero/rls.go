@@ -27,12 +27,12 @@ import (
 type rlsFlags struct {
 	config, grpcListen, httpListen               string
 	logs                                         logFlags
-	grpcTransport                                string
 	store, redisURL, redisFailure                string
 	onStoreError, authOnStoreError, defaultDom   string
 	trusted, ipHeader                            string
 	mergeDomains, allowUnknown, watch, noHeaders bool
 	callTimeout, grace                           time.Duration
+	transport                                    *transportFlags
 }
 
 func newRLSCmd() *cobra.Command {
@@ -44,8 +44,8 @@ func newRLSCmd() *cobra.Command {
 
   gRPC  envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, a drop-in
         for envoyproxy/ratelimit reading the same YAML (--config, a file or a
-        directory of *.yaml files), plus the gRPC health service; server
-        reflection with --grpc-transport grpc-go;
+        directory of *.yaml files), plus the gRPC health service and server
+        reflection; TLS and mTLS with --grpc-tls-*;
   HTTP  POST /v1/check (JSON decisions), /v1/auth (nginx auth_request,
         Traefik forwardAuth) and /healthz.
 
@@ -54,10 +54,13 @@ counts against no limit. Limits are envoyproxy/ratelimit's clock-aligned fixed
 windows unless a descriptor's rate_limit.portero picks another algorithm.
 
 Both listeners bind loopback by default (gRPC 127.0.0.1:8081, HTTP
-127.0.0.1:8082, clear of serve's 8080 and 9090). They have neither TLS nor a
-token: bound elsewhere, anyone who reaches them can spend any client's
-limits, and a warning says so. Put them on a private network or behind a
-proxy that authenticates.
+127.0.0.1:8082, clear of serve's 8080 and 9090). Bound elsewhere, anyone who
+reaches them can spend any client's limits, and a warning says so, unless
+gRPC requires client certificates (--grpc-tls-client-ca): put them on a
+private network, behind a proxy that authenticates, or use mTLS. gRPC runs on
+grpc-go with connection caps, timeouts and keepalive enforcement
+(--grpc-*); --grpc-transport lean is a faster server for loopback and unix
+sockets only.
 
 It reloads the configuration on SIGHUP (and with --watch when a file
 changes, a Kubernetes ConfigMap or a runtime directory's symlink swap
@@ -71,11 +74,11 @@ configuration kept), and on SIGTERM or Ctrl-C stops gracefully.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file or a directory of *.yaml/*.yml files (required)")
-	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy (off to disable); loopback unless told otherwise")
-	fl.StringVar(&f.grpcTransport, "grpc-transport", "lean", "gRPC server: lean (unary calls only, about a third of grpc-go's CPU per call) or grpc-go (adds server reflection and health Watch)")
+	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy: host:port, unix:PATH, or off; loopback unless told otherwise")
+	f.transport = addTransportFlags(fl)
 	fl.StringVar(&f.httpListen, "http-listen", "127.0.0.1:8082", "HTTP address for /v1/check and /v1/auth (off to disable); loopback unless told otherwise")
 	fl.StringVar(&f.store, "store", "memory", "where counters live: memory or redis")
-	fl.StringVar(&f.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis address with --store redis")
+	fl.StringVar(&f.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis with --store redis: redis://host:port[/db], rediss:// for TLS, or redis-sentinel://host:port[,host:port…]/master")
 	fl.StringVar(&f.redisFailure, "redis-failure", "fail-closed", "what the Redis store does when Redis fails: fail-closed, fail-open or local")
 	fl.StringVar(&f.onStoreError, "on-store-error", "error", "answer of gRPC and /v1/check when the store reports a failure: error (Envoy's failure_mode_deny decides), open or closed")
 	fl.StringVar(&f.authOnStoreError, "auth-on-store-error", "open", "answer of /v1/auth when the store reports a failure: open (200), closed (deny status) or error (503)")
@@ -90,19 +93,6 @@ configuration kept), and on SIGTERM or Ctrl-C stops gracefully.`,
 	fl.DurationVar(&f.grace, "grace", 5*time.Second, "how long in-flight calls may finish on shutdown")
 	f.logs.add(cmd)
 	return cmd
-}
-
-// grpcServeFunc picks the gRPC server of --grpc-transport.
-func grpcServeFunc(transport string) (func(context.Context, net.Listener, *rls.Service, time.Duration) error, error) {
-	switch transport {
-	case "lean":
-		return rls.ServeLean, nil
-	case "grpc-go":
-		return func(ctx context.Context, lis net.Listener, svc *rls.Service, grace time.Duration) error {
-			return rls.Serve(ctx, lis, svc, grace)
-		}, nil
-	}
-	return nil, fmt.Errorf("--grpc-transport: %q is neither lean nor grpc-go", transport)
 }
 
 func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
@@ -125,7 +115,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if err != nil {
 		return usageErr(fmt.Errorf("--trusted-proxies: %w", err))
 	}
-	serveGRPC, err := grpcServeFunc(f.grpcTransport)
+	serverOpts, err := f.transport.options(f.grace)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -167,15 +157,27 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	running := 0
 	out := cmd.OutOrStdout()
 	if f.grpcListen != "off" {
-		lis, err := net.Listen("tcp", f.grpcListen)
+		svc := rls.NewService(eng, rls.ServiceOptions{OnStoreError: onErr, CallTimeout: f.callTimeout, NoHeaders: f.noHeaders, Logger: logger})
+		grpcSrv, err := rls.NewServer(svc, serverOpts)
+		if err != nil {
+			return usageErr(err)
+		}
+		lis, err := rls.Listen(f.grpcListen, serverOpts.SocketMode)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "portero rls: gRPC on %s (%s)\n", lis.Addr(), f.grpcTransport)
-		warnExposed(logger, "gRPC", f.grpcListen)
-		svc := rls.NewService(eng, rls.ServiceOptions{OnStoreError: onErr, CallTimeout: f.callTimeout, NoHeaders: f.noHeaders, Logger: logger})
+		fmt.Fprintf(out, "portero rls: gRPC on %s (%s)\n", lis.Addr(), serverOpts.Transport)
+		if serverOpts.TLS.ClientCAFile == "" {
+			warnExposed(logger, "gRPC", f.grpcListen)
+		}
 		running++
-		go func() { errc <- serveGRPC(ctx, lis, svc, f.grace) }()
+		go func() { errc <- grpcSrv.Serve(lis) }()
+		go func() {
+			<-ctx.Done()
+			sctx, scancel := context.WithTimeout(context.Background(), f.grace)
+			defer scancel()
+			grpcSrv.Shutdown(sctx)
+		}()
 	}
 	if f.httpListen != "off" {
 		h, err := checkapi.New(checkapi.Config{Engine: eng, OnStoreError: onErr, AuthOnStoreError: authOnErr,
@@ -263,10 +265,11 @@ func openRLSStore(f rlsFlags, logger *slog.Logger) (portero.Store, error) {
 	return nil, usageErr(fmt.Errorf("--store %q: want memory or redis", f.store))
 }
 
-// warnExposed warns when a listener of `portero rls`, which has neither TLS
-// nor a token, binds more than loopback.
+// warnExposed warns when a listener of `portero rls` that authenticates no
+// client (no token; for gRPC, no mTLS) binds more than loopback or a unix
+// socket.
 func warnExposed(log *slog.Logger, what, addr string) {
-	if !lifecycle.Loopback(addr) {
+	if !lifecycle.Loopback(addr) && !strings.HasPrefix(addr, "unix:") {
 		log.Warn("rls: the "+what+" listener is not on loopback and has no TLS or token: anyone who can reach it can spend any client's limits",
 			"addr", addr)
 	}

@@ -128,19 +128,21 @@ func TestSyntaxErrors(t *testing.T) {
 func TestStoreValidation(t *testing.T) {
 	base := "upstreams: {a: {type: demo}}\nroutes: [{upstream: a}]\n"
 	for src, want := range map[string]string{
-		"store: {type: redis, url: 'redis://:pw@127.0.0.1:6379/0'}":     "",
-		"store: {type: redis, url: 'http://x'}":                         "store.url",
-		"store: {type: memcached}":                                      "store.type",
-		"store: {type: memory, on_error: maybe}":                        "store.on_error",
-		"client_ip: {header: X-Forwarded-For}":                          "client_ip.header: is only read from trusted proxies",
-		"client_ip: {trusted_proxies: [10.0.0.0/8, bogus]}":             "client_ip.trusted_proxies[1]",
-		"client_ip: {trusted_proxies: [10.0.0.0/8], ipv6_prefix: 200}":  "ipv6_prefix",
-		"client_ip: {trusted_proxies: [10.0.0.0/8], header: 'X Real'}":  `client_ip.header: "X Real": not a header name`,
-		"client_ip: {trusted_proxies: [10.0.0.0/8], header: X-Real_IP}": "",
-		"identity: {user_header: 'X-User:'}":                            `identity.user_header: "X-User:": not a header name`,
-		"identity: {tenant_header: X-Tenant}":                           "",
-		"admin: {listen: 'off'}":                                        "",
-		"admin: {token_env: PORTERO_TEST_UNSET_VAR}":                    "admin.token_env",
+		"store: {type: redis, url: 'redis://:pw@127.0.0.1:6379/0'}":         "",
+		"store: {type: redis, url: 'http://x'}":                             "store.url",
+		"store: {type: redis, url: 'redis-sentinel://h:26379,h2/mymaster'}": "",
+		"store: {type: redis, url: 'redis-sentinel://h:26379'}":             "store.url",
+		"store: {type: memcached}":                                          "store.type",
+		"store: {type: memory, on_error: maybe}":                            "store.on_error",
+		"client_ip: {header: X-Forwarded-For}":                              "client_ip.header: is only read from trusted proxies",
+		"client_ip: {trusted_proxies: [10.0.0.0/8, bogus]}":                 "client_ip.trusted_proxies[1]",
+		"client_ip: {trusted_proxies: [10.0.0.0/8], ipv6_prefix: 200}":      "ipv6_prefix",
+		"client_ip: {trusted_proxies: [10.0.0.0/8], header: 'X Real'}":      `client_ip.header: "X Real": not a header name`,
+		"client_ip: {trusted_proxies: [10.0.0.0/8], header: X-Real_IP}":     "",
+		"identity: {user_header: 'X-User:'}":                                `identity.user_header: "X-User:": not a header name`,
+		"identity: {tenant_header: X-Tenant}":                               "",
+		"admin: {listen: 'off'}":                                            "",
+		"admin: {token_env: PORTERO_TEST_UNSET_VAR}":                        "admin.token_env",
 	} {
 		_, err := config.Parse("s.yaml", []byte(base+src))
 		switch {
@@ -164,6 +166,15 @@ func TestRedacted(t *testing.T) {
 	}
 	if c.AdminToken != "hunter2" {
 		t.Error("Redacted changed the original")
+	}
+	// A sentinel list, which url.Parse refuses, is redacted too.
+	c, err = config.Parse("r.yaml", []byte("store: {type: redis, url: 'redis-sentinel://u:hunter3@h1:26379,h2/mymaster'}\nupstreams: {a: {type: demo}}\nroutes: [{upstream: a}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = c.File.Redacted()
+	if out, _ := config.Marshal(&f); strings.Contains(string(out), "hunter3") || !strings.Contains(string(out), "h1:26379,h2/mymaster") {
+		t.Errorf("sentinel URL redacted as:\n%s", out)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"runtime"
 	"strconv"
@@ -93,7 +94,20 @@ type conn struct {
 	// answered with more resets or, for trailers, a connection error.
 	resetIDs  [64]uint32
 	resetNext uint8
+
+	// Connection lifetime (c.mu): when the last call ended (the idle
+	// clock), the last client PING and the strikes of PingMinInterval,
+	// and the timers of IdleTimeout and MaxConnectionAge, stopped by
+	// finish.
+	idleSince   time.Time
+	lastPing    time.Time
+	pingStrikes int
+	idleTimer   *time.Timer
+	ageTimer    *time.Timer
 }
+
+// maxPingStrikes is grpc-go's: the third PING too soon ends the connection.
+const maxPingStrikes = 2
 
 // outWriter appends the write Framer's frames to conn.out (mu held).
 type outWriter struct{ c *conn }
@@ -139,6 +153,7 @@ func (c *conn) serve() {
 	go c.writeLoop()
 	c.mu.Lock()
 	c.signalLocked()
+	c.startTimersLocked()
 	c.mu.Unlock()
 	defer c.finish()
 	if err := c.handshake(); err != nil {
@@ -167,6 +182,80 @@ func (c *conn) serve() {
 		}
 	}
 }
+
+// startTimersLocked starts the timers of IdleTimeout and
+// MaxConnectionAge; c.mu held.
+func (c *conn) startTimersLocked() {
+	o := &c.srv.opts
+	if o.IdleTimeout > 0 {
+		c.idleSince = time.Now()
+		c.idleTimer = time.AfterFunc(o.IdleTimeout, c.checkIdle)
+	}
+	if o.MaxConnectionAge > 0 {
+		// ±10%, as grpc-go's MaxConnectionAge.
+		age := o.MaxConnectionAge + time.Duration((rand.Float64()*0.2-0.1)*float64(o.MaxConnectionAge))
+		c.ageTimer = time.AfterFunc(age, c.expire)
+	}
+}
+
+// checkIdle runs when IdleTimeout may have passed without a call: it sends
+// GOAWAY if so, or looks again when it might have.
+func (c *conn) checkIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead || c.goingAway {
+		return
+	}
+	timeout := c.srv.opts.IdleTimeout
+	if c.active > 0 {
+		c.idleTimer.Reset(timeout)
+		return
+	}
+	if left := timeout - time.Since(c.idleSince); left > 0 {
+		c.idleTimer.Reset(left)
+		return
+	}
+	c.goAwayLocked()
+}
+
+// expire runs at MaxConnectionAge: GOAWAY, and after the grace the
+// connection is closed, whatever is still in flight.
+func (c *conn) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.goAwayLocked()
+	if g := c.srv.opts.MaxConnectionAgeGrace; g > 0 {
+		c.ageTimer = time.AfterFunc(g, func() { c.nc.Close() })
+	}
+}
+
+// onPing answers a client PING, and enforces PingMinInterval.
+func (c *conn) onPing(f *http2.PingFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gap := c.srv.opts.PingMinInterval; gap > 0 {
+		now := time.Now()
+		if !c.lastPing.IsZero() && now.Sub(c.lastPing) < gap {
+			c.pingStrikes++
+		}
+		c.lastPing = now
+		if c.pingStrikes > maxPingStrikes {
+			c.srv.opts.Logger.Debug("h2grpc: too many pings", "remote", c.nc.RemoteAddr().String())
+			c.wfr.WriteGoAway(c.maxStreamID, http2.ErrCodeEnhanceYourCalm, []byte("too_many_pings"))
+			c.signalLocked()
+			return errTooManyPings
+		}
+	}
+	c.wfr.WritePing(true, f.Data)
+	c.signalLocked()
+	return nil
+}
+
+// errTooManyPings ends the reader after the GOAWAY of onPing.
+var errTooManyPings = errors.New("h2grpc: too many pings")
 
 // handshake reads the client preface and the client's first SETTINGS.
 func (c *conn) handshake() error {
@@ -250,6 +339,12 @@ func (c *conn) finish() {
 	c.cancel()
 	c.mu.Lock()
 	c.dead = true
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+	if c.ageTimer != nil {
+		c.ageTimer.Stop()
+	}
 	for id, st := range c.streams {
 		delete(c.streams, id)
 		st.reset = true
@@ -344,10 +439,7 @@ func (c *conn) process(f http2.Frame) error {
 		return c.onWindowUpdate(f)
 	case *http2.PingFrame:
 		if !f.IsAck() {
-			c.mu.Lock()
-			c.wfr.WritePing(true, f.Data)
-			c.signalLocked()
-			c.mu.Unlock()
+			return c.onPing(f)
 		}
 	case *http2.RSTStreamFrame:
 		return c.onReset(f)
@@ -815,6 +907,9 @@ func (c *conn) releaseLocked(st *stream) {
 	c.active--
 	c.held -= st.held
 	st.held = 0
+	if c.active == 0 && c.idleTimer != nil {
+		c.idleSince = time.Now()
+	}
 	c.drainCheckLocked()
 }
 
@@ -832,6 +927,10 @@ func (c *conn) drainCheckLocked() {
 func (c *conn) goAway() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.goAwayLocked()
+}
+
+func (c *conn) goAwayLocked() {
 	if c.goingAway {
 		return
 	}
@@ -975,6 +1074,7 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.answered = true
+	c.pingStrikes = 0 // as grpc-go forgives them when it sends data
 	// The request is no longer needed.
 	st.msg = nil
 	c.held -= st.held

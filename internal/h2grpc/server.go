@@ -17,8 +17,9 @@
 //
 // # What it does not do
 //
-// No TLS (put Portero behind a sidecar or a mesh for that, as
-// envoyproxy/ratelimit users do), no streaming methods (server reflection
+// No TLS, and so no listener but loopback TCP and unix sockets (Serve
+// refuses any other TCP address): it is for a proxy on the same host or in
+// the same pod. No streaming methods (server reflection
 // stays on the grpc-go transport), no compression (a request compressed with
 // anything but identity is answered UNIMPLEMENTED, which gRPC clients treat
 // as "retry uncompressed" only if configured to; Envoy does not compress its
@@ -34,15 +35,20 @@
 // or 4 × MaxRecvMsgSize), a bound on the answer bytes queued for the socket
 // (128 KiB of DATA; the rest waits in the answers) and one on all bytes
 // queued for a peer that does not read (8 MiB, past which the connection
-// is closed).
+// is closed). Connections are bounded in time too: HandshakeTimeout for the
+// preface, and when set IdleTimeout, MaxConnectionAge with its grace, and
+// PingMinInterval against PING floods (see Options). A cap on the number
+// of connections belongs to the listener (package rls wraps it).
 package h2grpc
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +86,26 @@ type Options struct {
 	// HandshakeTimeout bounds the connection preface and the client's
 	// first SETTINGS. 0 means 10 s.
 	HandshakeTimeout time.Duration
+	// IdleTimeout ends a connection that has had no call in flight for
+	// that long: GOAWAY, then close. 0 means never.
+	IdleTimeout time.Duration
+	// MaxConnectionAge ends a connection once it is that old, give or take
+	// 10% (random, so that the connections opened together do not all go
+	// at once): GOAWAY, so the client opens a new connection for its next
+	// calls, while the calls in flight are answered. 0 means never.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long calls in flight may still take
+	// after the GOAWAY of MaxConnectionAge; then the connection is closed.
+	// 0 means until they finish.
+	MaxConnectionAgeGrace time.Duration
+	// PingMinInterval is the shortest time the client may leave between
+	// two PINGs, as grpc-go's keepalive.EnforcementPolicy.MinTime: a PING
+	// sooner than that after the previous one is a strike, and the third
+	// strike ends the connection with GOAWAY ENHANCE_YOUR_CALM and the
+	// debug data "too_many_pings" (what grpc-go sends, and what its
+	// clients recognise). Strikes are forgiven whenever an answer is sent.
+	// 0 means pings are answered however often they come.
+	PingMinInterval time.Duration
 	// Logger receives connection errors at debug level; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -109,6 +135,29 @@ const (
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("h2grpc: server closed")
+
+// ErrNotLoopback is returned by Serve for a listener on a TCP address that
+// is not a loopback address.
+var ErrNotLoopback = errors.New("h2grpc: serves only loopback TCP addresses and unix sockets: it has no TLS and trusts its peers to be local")
+
+// CheckLocal returns ErrNotLoopback, wrapped with the address, when addr
+// is a TCP address that is not loopback (an unspecified address such as
+// ":8081" included); unix sockets and other non-TCP listeners are local.
+func CheckLocal(addr net.Addr) error {
+	if !strings.HasPrefix(addr.Network(), "tcp") {
+		return nil
+	}
+	var ip net.IP
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		ip = ta.IP
+	} else if host, _, err := net.SplitHostPort(addr.String()); err == nil {
+		ip = net.ParseIP(host)
+	}
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%w; %s is not", ErrNotLoopback, addr)
+	}
+	return nil
+}
 
 // Server serves the registered handlers on any number of listeners.
 type Server struct {
@@ -165,8 +214,13 @@ func NewServer(o Options) *Server {
 func (s *Server) Handle(method string, h Handler) { s.handlers[method] = h }
 
 // Serve accepts connections on lis until Shutdown or Close, and returns
-// ErrServerClosed then, or the listener's error.
+// ErrServerClosed then, or the listener's error. It refuses (and closes) a
+// listener on a TCP address that is not loopback: see CheckLocal.
 func (s *Server) Serve(lis net.Listener) error {
+	if err := CheckLocal(lis.Addr()); err != nil {
+		lis.Close()
+		return err
+	}
 	s.startOnce.Do(s.startWorkers)
 	s.mu.Lock()
 	if s.closing {

@@ -1,5 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server on a free loopback port, or a Redis Cluster of several masters.
+// server on a free loopback port, a Redis Cluster of several masters, or a
+// master with replicas watched by Redis Sentinels (redis-server
+// --sentinel).
 // Every process lives in the test's t.TempDir(), runs with persistence off
 // (--save "" --appendonly no) and is stopped in t.Cleanup.
 //
@@ -36,6 +38,7 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	conf string // a configuration file, first on the command line (a sentinel's)
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -45,6 +48,13 @@ type Server struct {
 // returns it ready to accept commands. Extra arguments are appended to the
 // command line (for example "--cluster-enabled", "yes").
 func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	return start(t, nil, extra)
+}
+
+// start starts a redis-server whose configuration file, when conf is not
+// nil, is written by conf for the port chosen.
+func start(t testing.TB, conf func(dir string, port int) string, extra []string) *Server {
 	t.Helper()
 	bin := testenv.NeedCommand(t, "redis-server")
 	dir := t.TempDir()
@@ -56,6 +66,9 @@ func Start(t testing.TB, extra ...string) *Server {
 			continue
 		}
 		s := &Server{t: t, bin: bin, dir: dir, port: port, args: extra}
+		if conf != nil {
+			s.conf = conf(dir, port)
+		}
 		if err := s.start(); err != nil {
 			lastErr = err
 			continue
@@ -116,6 +129,9 @@ func (s *Server) start() error {
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
 	args = append(args, s.args...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
+	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
@@ -354,4 +370,207 @@ func (c *Cluster) Addrs() []string {
 		out[i] = s.Addr()
 	}
 	return out
+}
+
+// Sentinel is a Redis master with replicas and the Redis Sentinels that
+// watch it (each a redis-server --sentinel process, as Debian's
+// redis-sentinel runs), all on loopback ports.
+type Sentinel struct {
+	// Name is the master set's name, as the sentinels know it.
+	Name      string
+	Master    *Server
+	Replicas  []*Server
+	Sentinels []*Server
+}
+
+// SentinelDownAfter and SentinelFailoverTimeout are the sentinels'
+// down-after-milliseconds and failover-timeout: small, so that a failover
+// takes a second or two, not the minutes of the defaults.
+const (
+	SentinelDownAfter       = 500 * time.Millisecond
+	SentinelFailoverTimeout = 2 * time.Second
+)
+
+// StartSentinel starts a master named "mymaster" with replicas replicas
+// and sentinels sentinels (quorum: a majority of them), and waits until
+// every replica is in sync and every sentinel knows the master, its
+// replicas and the other sentinels, so that a failover can start at once.
+func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
+	t.Helper()
+	if replicas < 1 || sentinels < 1 {
+		t.Fatalf("redistest: a sentinel setup needs a replica and a sentinel, got %d and %d", replicas, sentinels)
+	}
+	s := &Sentinel{Name: "mymaster", Master: Start(t)}
+	for range replicas {
+		s.Replicas = append(s.Replicas, Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port())))
+	}
+	quorum := sentinels/2 + 1
+	for range sentinels {
+		s.Sentinels = append(s.Sentinels, start(t, func(dir string, port int) string {
+			path := filepath.Join(dir, "sentinel.conf")
+			conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\n"+
+				"sentinel down-after-milliseconds %s %d\n"+
+				"sentinel failover-timeout %s %d\n"+
+				"sentinel parallel-syncs %s 1\n",
+				s.Name, s.Master.Port(), quorum,
+				s.Name, SentinelDownAfter.Milliseconds(),
+				s.Name, SentinelFailoverTimeout.Milliseconds(), s.Name)
+			if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+			return path
+		}, []string{"--sentinel"}))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready, why := s.ready(replicas, sentinels)
+		if ready {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: sentinels not ready after 30s: %s", why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ready reports whether the setup is ready for a failover, or why not.
+func (s *Sentinel) ready(replicas, sentinels int) (bool, string) {
+	for _, r := range s.Replicas {
+		info, err := Do(r.Addr(), "INFO", "replication")
+		if err != nil || !strings.Contains(info, "master_link_status:up") {
+			return false, fmt.Sprintf("replica %s: %v %s", r.Addr(), err, info)
+		}
+	}
+	for _, sn := range s.Sentinels {
+		m, err := Do(sn.Addr(), "SENTINEL", "MASTER", s.Name)
+		if err != nil {
+			return false, fmt.Sprintf("sentinel %s: %v", sn.Addr(), err)
+		}
+		f := fields(m)
+		if f["num-slaves"] != strconv.Itoa(replicas) || f["num-other-sentinels"] != strconv.Itoa(sentinels-1) || !strings.HasPrefix(f["flags"], "master") {
+			return false, fmt.Sprintf("sentinel %s: %v", sn.Addr(), f)
+		}
+	}
+	return true, ""
+}
+
+// fields reads a reply of alternating names and values, one a line.
+func fields(reply string) map[string]string {
+	ls := strings.Split(reply, "\n")
+	m := map[string]string{}
+	for i := 0; i+1 < len(ls); i += 2 {
+		m[ls[i]] = ls[i+1]
+	}
+	return m
+}
+
+// Addrs returns the sentinels' addresses.
+func (s *Sentinel) Addrs() []string {
+	out := make([]string, len(s.Sentinels))
+	for i, sn := range s.Sentinels {
+		out[i] = sn.Addr()
+	}
+	return out
+}
+
+// MasterAddr returns the master's address as the sentinels report it (the
+// first that answers).
+func (s *Sentinel) MasterAddr() (string, error) {
+	var err error
+	for _, sn := range s.Sentinels {
+		var r string
+		if r, err = Do(sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name); err == nil {
+			host, port, ok := strings.Cut(r, "\n")
+			if !ok {
+				return "", fmt.Errorf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME = %q", r)
+			}
+			return net.JoinHostPort(host, port), nil
+		}
+	}
+	return "", err
+}
+
+// Server returns the server (master or replica) at addr, or nil.
+func (s *Sentinel) Server(addr string) *Server {
+	for _, srv := range append([]*Server{s.Master}, s.Replicas...) {
+		if srv.Addr() == addr {
+			return srv
+		}
+	}
+	return nil
+}
+
+// Promoted returns the master every sentinel reports, when they agree on
+// one other than old and it answers as a master; "" otherwise.
+func (s *Sentinel) Promoted(old string) string {
+	addr := ""
+	for _, sn := range s.Sentinels {
+		r, err := Do(sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name)
+		host, port, _ := strings.Cut(r, "\n")
+		a := net.JoinHostPort(host, port)
+		if err != nil || a == old || (addr != "" && a != addr) {
+			return ""
+		}
+		addr = a
+	}
+	if info, err := Do(addr, "INFO", "replication"); err != nil || !strings.Contains(info, "role:master") {
+		return ""
+	}
+	return addr
+}
+
+// WaitFailover waits until Promoted reports a master other than old, and
+// returns its address; it fails the test after timeout.
+func (s *Sentinel) WaitFailover(t testing.TB, old string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if addr := s.Promoted(old); addr != "" {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: no failover away from %s within %v", old, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitSynced waits until every replica of the master at addr has received
+// all it wrote (their replication offsets are equal), or fails the test
+// after timeout.
+func (s *Sentinel) WaitSynced(t testing.TB, addr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		info, err := Do(addr, "INFO", "replication")
+		synced := err == nil
+		want := infoField(info, "master_repl_offset")
+		for _, srv := range append([]*Server{s.Master}, s.Replicas...) {
+			if srv.Addr() == addr || srv.process() == nil {
+				continue
+			}
+			ri, err := Do(srv.Addr(), "INFO", "replication")
+			if err != nil || !strings.Contains(ri, "master_link_status:up") || infoField(ri, "slave_repl_offset") != want {
+				synced = false
+			}
+		}
+		if synced && want != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replicas of %s not in sync within %v: %v", addr, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// infoField is one field of an INFO reply.
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package redistest
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServerLifecycle(t *testing.T) {
@@ -33,5 +34,32 @@ func TestCluster(t *testing.T) {
 		if err != nil || !strings.Contains(info, "cluster_slots_assigned:16384") {
 			t.Fatalf("CLUSTER INFO on %s = %q, %v", a, info, err)
 		}
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sentinel start-up and failover take a few seconds")
+	}
+	t0 := time.Now()
+	s := StartSentinel(t, 1, 3)
+	t.Logf("ready in %v", time.Since(t0).Round(time.Millisecond))
+	old, err := s.MasterAddr()
+	if err != nil || old != s.Master.Addr() {
+		t.Fatalf("MasterAddr = %q, %v; want %s", old, err, s.Master.Addr())
+	}
+	if _, err := Do(old, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitSynced(t, old, 5*time.Second)
+	start := time.Now()
+	s.Master.Freeze()
+	promoted := s.WaitFailover(t, old, 30*time.Second)
+	t.Logf("failover in %v", time.Since(start).Round(time.Millisecond))
+	if promoted != s.Replicas[0].Addr() {
+		t.Fatalf("promoted %s, want the replica %s", promoted, s.Replicas[0].Addr())
+	}
+	if v, err := Do(promoted, "GET", "k"); err != nil || v != "v" {
+		t.Fatalf("GET on the new master = %q, %v; want the replicated v", v, err)
 	}
 }

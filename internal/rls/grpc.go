@@ -34,18 +34,12 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"net"
-	"runtime"
 	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -296,67 +290,6 @@ func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
 		}
 	}
 	return out
-}
-
-// NewServer returns a grpc.Server with svc, the gRPC health service
-// (SERVING for "" and ServiceName) and server reflection registered, and
-// the health server so that the caller can flip it on shutdown.
-func NewServer(svc *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(append(DefaultServerOptions(), opts...)...)
-	pb.RegisterRateLimitServiceServer(g, svc)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(g, hs)
-	reflection.Register(g)
-	return g, hs
-}
-
-// DefaultServerOptions are the options NewServer and Serve start from (the
-// caller's come after them and win): a pool of 16 stream workers per
-// GOMAXPROCS, so that most calls run on a goroutine whose stack has already
-// grown instead of on a new goroutine per stream (gRPC still starts one
-// when every worker is busy, so a slow store never queues calls). Write
-// buffers shared between connections are grpc-go's default.
-func DefaultServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
-	}
-}
-
-// Serve runs svc on lis until ctx is done, then stops gracefully: health
-// turns NOT_SERVING, new calls are refused, calls in flight get up to grace
-// (0 means 5s) to finish before the server stops hard. It returns nil after
-// a shutdown caused by ctx, or the error that stopped serving.
-func Serve(ctx context.Context, lis net.Listener, svc *Service, grace time.Duration, opts ...grpc.ServerOption) error {
-	if grace <= 0 {
-		grace = 5 * time.Second
-	}
-	g, hs := NewServer(svc, opts...)
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(lis) }()
-	select {
-	case err := <-errc:
-		// The listener failed: end the connections it left too.
-		g.Stop()
-		return err
-	case <-ctx.Done():
-	}
-	hs.Shutdown()
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		g.Stop()
-		<-done
-	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return err
-	}
-	return nil
 }
 
 // ToRequest converts the protobuf request (for tools and tests that hold

@@ -2,10 +2,7 @@ package rls
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -73,31 +70,4 @@ func NewLeanServer(svc *Service, o h2grpc.Options) (*h2grpc.Server, *LeanHealth)
 	srv.Handle(methodShouldRateLimit, svc.shouldRateLimitWire)
 	srv.Handle(methodHealthCheck, hs.check)
 	return srv, hs
-}
-
-// ServeLean is Serve on the lean transport: it runs svc on lis until ctx
-// is done, then stops gracefully (health NOT_SERVING, GOAWAY, calls in
-// flight get up to grace, 0 meaning 5s, then the server closes).
-func ServeLean(ctx context.Context, lis net.Listener, svc *Service, grace time.Duration) error {
-	if grace <= 0 {
-		grace = 5 * time.Second
-	}
-	srv, hs := NewLeanServer(svc, h2grpc.Options{Logger: svc.opts.Logger})
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case err := <-errc:
-		// The listener failed: end the connections it left too.
-		srv.Close()
-		return err
-	case <-ctx.Done():
-	}
-	hs.Shutdown()
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	srv.Shutdown(sctx)
-	if err := <-errc; err != nil && !errors.Is(err, h2grpc.ErrServerClosed) {
-		return err
-	}
-	return nil
 }

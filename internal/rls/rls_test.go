@@ -111,14 +111,9 @@ func start(t *testing.T, s setup) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	svc := NewService(eng, s.svc)
-	switch s.transport {
-	case "lean":
-		go func() { done <- ServeLean(ctx, lis, svc, time.Second) }()
-	case "grpc-go":
-		go func() { done <- Serve(ctx, lis, svc, time.Second) }()
-	default:
-		t.Fatalf("unknown transport %q", s.transport)
-	}
+	go func() {
+		done <- Serve(ctx, lis, svc, ServerOptions{Transport: Transport(s.transport), ShutdownGrace: time.Second})
+	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +531,9 @@ func TestHealthReflectionGracefulStop(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, lis, NewService(eng, ServiceOptions{}), time.Second) }()
+	go func() {
+		done <- Serve(ctx, lis, NewService(eng, ServiceOptions{}), ServerOptions{ShutdownGrace: time.Second})
+	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

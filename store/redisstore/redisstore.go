@@ -125,11 +125,18 @@ var ErrScript = errors.New("redis script failed")
 // Config configures a Store. The zero value of each field means its default.
 type Config struct {
 	// URL is the Redis address as redis://[[user]:password@]host:port[/db]
-	// (rediss:// for TLS). Either URL or Addrs is required.
+	// (rediss:// for TLS), or Redis Sentinels as
+	// redis-sentinel://host:port[,host:port…]/master[/db] (see sentinel.go).
+	// Either URL or Addrs is required.
 	URL string
 	// Addrs are host:port addresses: one server, or seed nodes of a Redis
-	// Cluster (detected automatically).
+	// Cluster (detected automatically), or with SentinelMaster the Redis
+	// Sentinels.
 	Addrs []string
+	// SentinelMaster, with Addrs, is the name of the master set that the
+	// Redis Sentinels at Addrs watch: the store decides on its master and
+	// follows failovers (sentinel.go; the URL form is redis-sentinel://).
+	SentinelMaster string
 	// Client, when set, is used instead of dialling URL or Addrs; Close then
 	// leaves it open, and the two fields below do not apply.
 	Client rueidis.Client
@@ -390,10 +397,10 @@ func New(cfg Config) (*Store, error) {
 	}
 	var opt rueidis.ClientOption
 	switch {
-	case cfg.URL != "" && len(cfg.Addrs) > 0:
-		return nil, errors.New("redisstore: set URL or Addrs, not both")
+	case cfg.URL != "" && (len(cfg.Addrs) > 0 || cfg.SentinelMaster != ""):
+		return nil, errors.New("redisstore: set URL, or Addrs (and SentinelMaster), not both")
 	case cfg.URL != "":
-		o, err := rueidis.ParseURL(cfg.URL)
+		o, err := parseURL(cfg.URL)
 		if err != nil {
 			// The parser's message quotes the URL: hide its password.
 			msg := strings.ReplaceAll(err.Error(), cfg.URL, redactURL(cfg.URL))
@@ -401,7 +408,7 @@ func New(cfg Config) (*Store, error) {
 		}
 		opt = o
 	case len(cfg.Addrs) > 0:
-		opt.InitAddress = cfg.Addrs
+		opt.InitAddress, opt.Sentinel.MasterSet = cfg.Addrs, cfg.SentinelMaster
 	default:
 		return nil, errors.New("redisstore: no Redis address: set Config.URL or Config.Addrs")
 	}
@@ -416,6 +423,7 @@ func New(cfg Config) (*Store, error) {
 	if opt.Dialer.Timeout == 0 {
 		opt.Dialer.Timeout = time.Second
 	}
+	sentinelDefaults(&opt)
 	s.ownClient = true
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
