@@ -146,6 +146,9 @@ func (s *fixedStore) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit
 	}
 	return s.decs[:len(hits)], nil
 }
+func (s *fixedStore) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+	return portero.Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Second}, nil
+}
 func (s *fixedStore) Reset(context.Context, portero.Rule, string) error { return nil }
 func (s *fixedStore) Close(context.Context) error                       { return nil }
 

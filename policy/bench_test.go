@@ -21,6 +21,9 @@ func (s *allowAll) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit) 
 	}
 	return s.decs[:len(hits)], nil
 }
+func (s *allowAll) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+	return portero.Decision{Allowed: true, Limit: 100, Remaining: 50}, nil
+}
 func (s *allowAll) Reset(context.Context, portero.Rule, string) error { return nil }
 func (s *allowAll) Close(context.Context) error                       { return nil }
 
