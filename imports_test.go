@@ -22,6 +22,7 @@ func TestImportsFlowDownward(t *testing.T) {
 		{mod + "/store/memstore", []string{mod, mod + "/algorithm"}},
 		{mod + "/overload", nil},
 		{mod + "/iolimit", []string{mod, mod + "/algorithm"}},
+		{mod + "/engine", []string{mod, mod + "/algorithm", mod + "/store/memstore"}},
 	} {
 		name := strings.TrimPrefix(strings.TrimPrefix(tc.pkg, mod), "/")
 		if name == "" {
