@@ -7,10 +7,11 @@ import (
 )
 
 // TestImportsFlowDownward enforces the layering of ARCHITECTURE.md: the
-// vocabulary (this package), the pure algorithms and the in-memory store
-// import only the standard library and the module's packages below them, so
-// that a program embedding Portero's core pulls in nothing else and no
-// lower layer can reach up into a door, a config format or a backend.
+// vocabulary (this package), the pure algorithms, the in-memory store and
+// the engine import only the standard library and the module's packages
+// below them, so that a program embedding Portero's core pulls in nothing
+// else and no lower layer can reach up into a door, a config format or a
+// backend. The header writer adds only httpsfv, which quotes rule names.
 func TestImportsFlowDownward(t *testing.T) {
 	const mod = "github.com/portero-rl/portero"
 	for _, tc := range []struct {
@@ -23,6 +24,7 @@ func TestImportsFlowDownward(t *testing.T) {
 		{mod + "/overload", nil},
 		{mod + "/iolimit", []string{mod, mod + "/algorithm"}},
 		{mod + "/engine", []string{mod, mod + "/algorithm", mod + "/store/memstore"}},
+		{mod + "/engine/header", []string{mod, mod + "/algorithm", mod + "/store/memstore", mod + "/engine", "github.com/dunglas/httpsfv"}},
 	} {
 		name := strings.TrimPrefix(strings.TrimPrefix(tc.pkg, mod), "/")
 		if name == "" {

@@ -238,7 +238,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 				return err
 			}
 			if d.Allowed {
-				d.Remaining = min(d.Remaining+1, d.Limit) // nothing was taken
+				untaken(&d, 1)
 			}
 		}
 		switch {
@@ -271,7 +271,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 			}
 			switch {
 			case d.Allowed:
-				d.Remaining, d.Delay = min(d.Remaining+1, d.Limit), 0
+				untaken(&d, 1)
 				res.Outcome = NotCounted
 			case res.Rule.Shadow:
 				res.Outcome = ShadowRefused
@@ -336,7 +336,7 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 				res := &v.Results[i]
 				switch d := &res.Decision; {
 				case d.Allowed:
-					d.Remaining, d.Delay = min(d.Remaining+res.Cost, d.Limit), 0 // nothing was taken
+					untaken(d, res.Cost)
 					res.Outcome = NotCounted
 				case res.Rule.Shadow:
 					res.Outcome = ShadowRefused
@@ -366,6 +366,17 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		active = next
 	}
 	return nil
+}
+
+// untaken turns the decision of an admitted hit of cost that was not
+// counted into what stands now: cost more remaining (at most the limit), no
+// queueing delay, and nothing to wait for once the quota is whole. (When it
+// is not whole, ResetAfter still includes cost: at most cost/r too long.)
+func untaken(d *portero.Decision, cost int64) {
+	d.Remaining, d.Delay = min(d.Remaining+cost, d.Limit), 0
+	if d.Remaining >= d.Limit {
+		d.ResetAfter = 0
+	}
 }
 
 // policyStore answers as FailAllow or FailDeny would: every hit allowed
