@@ -22,6 +22,8 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/algorithm"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/engine/header"
 )
 
 // Request is what a door tells the policy about one request. It is built by
@@ -94,6 +96,7 @@ type Rule struct {
 	Mode Mode
 
 	store       portero.Rule
+	engine      *engine.Rule
 	maxCost     int64
 	matchString string // Match.String(), the route key part of rules keyed by route
 	index       int
@@ -105,6 +108,10 @@ func (r *Rule) Index() int { return r.index }
 
 // Shadow reports whether the rule is in shadow mode.
 func (r *Rule) Shadow() bool { return r.Mode == Shadow }
+
+// Engine returns the rule as the engine decides it: its store rule, shadow
+// mode, quota unit, Index and header text.
+func (r *Rule) Engine() *engine.Rule { return r.engine }
 
 // StoreRule returns the portero.Rule a store counts this rule under. Two
 // policies whose rules have equal store rules share counters, which is why a
@@ -180,6 +187,16 @@ func New(rules []Rule, opts Options) (*Policy, error) {
 		}
 		names[r.Name] = i
 		r.index = len(p.rules)
+		er := engine.Rule{Rule: r.store, Shadow: r.Mode == Shadow, Unit: r.Cost.Unit(), Index: r.index}
+		ann, err := header.Announce(&er)
+		if err == nil {
+			er.Announce = ann
+			r.engine, err = engine.NewRule(er)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rules[%d] (%s): %w", i, r.Name, err))
+			continue
+		}
 		p.rules = append(p.rules, &r)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -316,16 +333,18 @@ type Verdict struct {
 	Violated []int
 
 	// Scratch space kept between EvaluateInto calls on the same Verdict.
-	hits   []portero.Hit
-	active []int
-	key    []byte
+	hits     []portero.Hit
+	compiled []engine.Hit
+	active   []int
+	key      []byte
 }
 
 // Reset empties v for reuse, keeping its memory.
 func (v *Verdict) Reset() {
 	clear(v.Results) // drop references to rules and keys
 	clear(v.hits)
-	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0], key: v.key[:0]}
+	clear(v.compiled)
+	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], compiled: v.compiled[:0], active: v.active[:0], key: v.key[:0]}
 }
 
 // RuleError is returned by Evaluate when a request cannot be evaluated
@@ -363,23 +382,17 @@ func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Tim
 func (p *Policy) EvaluateInto(ctx context.Context, store portero.Store, now time.Time, req *Request, v *Verdict) error {
 	v.Reset()
 	v.Allowed = true
-	for _, r := range p.rules {
-		if !r.Match.Matches(req) {
-			continue
+	var err error
+	v.compiled, v.key, err = p.Compile(req, v.compiled[:0], v.key)
+	if err != nil {
+		return err
+	}
+	for _, h := range v.compiled {
+		r := p.rules[h.Rule.Index]
+		if h.Cost > r.maxCost {
+			return &RuleError{Rule: r.Name, Err: fmt.Errorf("%w: cost %d (%s) is more than the %d the rule admits at once", portero.ErrCostExceedsLimit, h.Cost, r.Cost, r.maxCost)}
 		}
-		key, buf, ok := r.Key.key(v.key, p, r, req, v.Results)
-		v.key = buf
-		if !ok {
-			continue
-		}
-		cost, err := r.Cost.of(req)
-		if err != nil {
-			return &RuleError{Rule: r.Name, Err: err}
-		}
-		if cost > r.maxCost {
-			return &RuleError{Rule: r.Name, Err: fmt.Errorf("%w: cost %d (%s) is more than the %d the rule admits at once", portero.ErrCostExceedsLimit, cost, r.Cost, r.maxCost)}
-		}
-		v.Results = append(v.Results, Result{Rule: r, Key: key, Cost: cost})
+		v.Results = append(v.Results, Result{Rule: r, Key: h.Key, Cost: h.Cost})
 	}
 	if len(v.Results) == 0 {
 		return nil
