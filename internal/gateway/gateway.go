@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
@@ -246,7 +247,7 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 			// the incoming chain only when it came from a trusted proxy, then
 			// append the peer.
 			if len(trusted.TrustedProxies) > 0 {
-				if peer, ok := httplimit.ParseHop(pr.In.RemoteAddr); ok && trusted.Trusted(peer) {
+				if peer, ok := clientip.ParseHop(pr.In.RemoteAddr); ok && trusted.Trusted(peer) {
 					if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
 						pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 					}
