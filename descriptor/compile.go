@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,13 +68,37 @@ type Options struct {
 	// MaxDescriptors and MaxEntries bound one request (default 64 and 32),
 	// MaxValueLen one key or value in bytes (default 1024).
 	MaxDescriptors, MaxEntries, MaxValueLen int
+	// MaxOverrides caps the distinct limit overrides (domain, descriptor
+	// keys, requests_per_unit and unit) the compiler turns into rules over
+	// its life; DefaultMaxOverrides when zero. Descriptor values do not
+	// count: they are keys of the override's rule, bounded by the store's
+	// max_keys and expiring with its window. A store keeps every rule it
+	// was asked about, so a request with a new override beyond the cap is
+	// refused as invalid rather than growing memory.
+	MaxOverrides int
 }
+
+// DefaultMaxOverrides is the default of Options.MaxOverrides: far more
+// distinct override limits than an Envoy route configuration produces, and
+// at most a few megabytes of store rules.
+const DefaultMaxOverrides = 1024
 
 // Compiler compiles requests against a configuration that can be swapped
 // at any time (SetLimits). It is safe for concurrent use.
 type Compiler struct {
 	opts   Options
 	limits atomic.Pointer[Config]
+
+	ovMu      sync.RWMutex
+	overrides map[overrideKey]*Limit // at most opts.MaxOverrides
+}
+
+// overrideKey identifies the rule of a limit override: its values are
+// store keys under it, not part of it.
+type overrideKey struct {
+	domain, keys string
+	rpu          uint32
+	unit         Unit
 }
 
 // NewCompiler returns a compiler of requests against c (nil for no domains
@@ -88,7 +113,10 @@ func NewCompiler(c *Config, o Options) *Compiler {
 	if o.MaxValueLen <= 0 {
 		o.MaxValueLen = 1024
 	}
-	cp := &Compiler{opts: o}
+	if o.MaxOverrides <= 0 {
+		o.MaxOverrides = DefaultMaxOverrides
+	}
+	cp := &Compiler{opts: o, overrides: map[overrideKey]*Limit{}}
 	cp.limits.Store(c)
 	return cp
 }
@@ -138,7 +166,7 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 	}
 	cfg := c.limits.Load()
 	dom := cfg.Domain(req.Domain)
-	if dom == nil && !c.opts.AllowUnknownDomains && !allOverridden(req) {
+	if dom == nil && !c.opts.AllowUnknownDomains {
 		return &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %q (configured: %s)", req.Domain, strings.Join(cfg.Domains(), ", "))}
 	}
 	reqHits := int64(req.Hits)
@@ -149,9 +177,11 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 		d := &req.Descriptors[i]
 		var lim *Limit
 		var m Match
-		if d.Override != nil {
+		if dom != nil && d.Override != nil {
+			// In an unknown domain (AllowUnknownDomains) an override is
+			// ignored, as envoyproxy/ratelimit ignores it: no rule is made.
 			var err error
-			if lim, err = OverrideLimit(req.Domain, d.Entries, *d.Override); err != nil {
+			if lim, err = c.override(req.Domain, d); err != nil {
 				return badRequest("descriptor %d: %v", i, err)
 			}
 		} else if dom != nil {
@@ -218,13 +248,31 @@ func (p *Plan) replace() {
 	p.Hits, p.Of = hits, of
 }
 
-func allOverridden(req *Request) bool {
-	for i := range req.Descriptors {
-		if req.Descriptors[i].Override == nil {
-			return false
-		}
+// override returns the limit of d's override, one per distinct
+// overrideKey, made once and kept (a store keeps its rules too), at most
+// MaxOverrides of them.
+func (c *Compiler) override(domain string, d *Descriptor) (*Limit, error) {
+	k := overrideKey{domain: domain, keys: Keys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
+	c.ovMu.RLock()
+	l := c.overrides[k]
+	c.ovMu.RUnlock()
+	if l != nil {
+		return l, nil
 	}
-	return true
+	l, err := OverrideLimit(domain, d.Entries, *d.Override)
+	if err != nil {
+		return nil, err
+	}
+	c.ovMu.Lock()
+	defer c.ovMu.Unlock()
+	if old := c.overrides[k]; old != nil {
+		return old, nil
+	}
+	if len(c.overrides) >= c.opts.MaxOverrides {
+		return nil, fmt.Errorf("limit override %d/%s: more than %d distinct limit overrides (domain, keys, requests_per_unit, unit) since start; each is a rule the store keeps", k.rpu, k.unit, c.opts.MaxOverrides)
+	}
+	c.overrides[k] = l
+	return l, nil
 }
 
 func (c *Compiler) validate(req *Request) error {

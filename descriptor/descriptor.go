@@ -375,6 +375,19 @@ func Key(entries []Entry) string {
 	return b.String()
 }
 
+// Keys formats the keys of entries, without their values, joined by ".":
+// the name of an override's rule.
+func Keys(entries []Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+	}
+	return b.String()
+}
+
 // StoreKey returns the key a descriptor is counted under in the store:
 // the domain and the entries, unambiguously joined (a '|' between parts,
 // '=' between key and value, '\' escaping those three). An entry matched by

@@ -131,16 +131,16 @@ func TestOverrideLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.PolicyName() != "edge.remote_address_10.0.0.1" || o.Rule.Limit != (portero.Limit{Count: 42, Window: 24 * time.Hour}) || o.Rule.Announce.Policy != `"edge.remote_address_10.0.0.1";q=42;w=86400` {
+	if o.PolicyName() != "edge.remote_address" || o.Rule.Limit != (portero.Limit{Count: 42, Window: 24 * time.Hour}) || o.Rule.Announce.Policy != `"edge.remote_address";q=42;w=86400` {
 		t.Errorf("override: %s %+v %q", o.PolicyName(), o.Rule.Limit, o.Rule.Announce.Policy)
 	}
-	// Values from the request that an sf-string cannot carry are
+	// Keys from the request that an sf-string cannot carry are
 	// percent-encoded in the header text only.
-	u, err := descriptor.OverrideLimit("edge", entries("path", "/café%"), descriptor.Override{RequestsPerUnit: 1, Unit: descriptor.Second})
+	u, err := descriptor.OverrideLimit("edge", entries("café%", "v"), descriptor.Override{RequestsPerUnit: 1, Unit: descriptor.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.PolicyName() != "edge.path_/café%" || u.Rule.Announce.Name != `"edge.path_/caf%C3%A9%25"` {
+	if u.PolicyName() != "edge.café%" || u.Rule.Announce.Name != `"edge.caf%C3%A9%25"` {
 		t.Errorf("override with UTF-8: %q announced %s", u.PolicyName(), u.Rule.Announce.Name)
 	}
 	if _, err := descriptor.OverrideLimit("edge", entries("k", "v"), descriptor.Override{RequestsPerUnit: 1, Unit: 99}); err == nil {
@@ -171,7 +171,7 @@ func TestCompile(t *testing.T) {
 			"free edge|api_key=k|plan=free 1 | -1 0"},
 		{"an override replaces the configuration", descriptor.Request{Domain: "edge", Descriptors: []descriptor.Descriptor{
 			{Entries: entries("remote_address", "1"), Override: &descriptor.Override{RequestsPerUnit: 7, Unit: descriptor.Hour}}}},
-			"edge.remote_address_1 edge|remote_address=1 1 | 0"},
+			"edge.remote_address edge|remote_address=1 1 | 0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var p descriptor.Plan

@@ -106,16 +106,19 @@ type Override struct {
 }
 
 // OverrideLimit returns the limit of a descriptor's override: a fixed
-// window of rpu per unit, named as envoyproxy/ratelimit names it (the
-// domain and the descriptor's Key). A name holding bytes an sf-string
-// cannot carry (it comes from the request's values) is announced with
-// those bytes, and '%', percent-encoded. A zero rpu is a limit that admits
-// nothing. It reports an error for an unknown unit.
+// window of rpu per unit, named after the domain and the descriptor's keys
+// without their values ("edge.remote_address"): the values are store keys
+// under the rule (see StoreKey), so that a client sending a new value each
+// time adds a key, bounded and expiring like any key, and not a rule. A
+// name holding bytes an sf-string cannot carry (keys come from the
+// request) is announced with those bytes, and '%', percent-encoded. A zero
+// rpu is a limit that admits nothing. It reports an error for an unknown
+// unit.
 func OverrideLimit(domain string, entries []Entry, o Override) (*Limit, error) {
 	if !o.Unit.Valid() {
 		return nil, fmt.Errorf("limit override: invalid unit %d", int32(o.Unit))
 	}
-	name := domain + "." + Key(entries)
+	name := domain + "." + Keys(entries)
 	l := &Limit{FullKey: name, Unit: o.Unit, RequestsPerUnit: o.RequestsPerUnit}
 	r := engine.Rule{Rule: portero.Rule{Name: name, Algorithm: portero.FixedWindow}}
 	r.Limit.Window = o.Unit.Duration()
