@@ -351,7 +351,8 @@ func CodeOf(v *engine.Verdict) Code {
 type Status struct {
 	// Code is OverLimit when this descriptor refuses the request.
 	Code Code
-	// Limit is the limit that applied; nil when none did.
+	// Limit is the limit that applied; nil when none did (no match, a
+	// replaced limit, or an unlimited one).
 	Limit *Limit
 	// Outcome is the engine's outcome for the descriptor's hit; empty when
 	// it had none.
@@ -389,7 +390,7 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 	pd := &p.Descriptors[i]
 	st := Status{Code: OK, Limit: pd.Limit}
 	if pd.Limit != nil && pd.Limit.Unlimited {
-		st.Unlimited, st.Remaining = true, math.MaxUint32
+		st.Limit, st.Unlimited, st.Remaining = nil, true, math.MaxUint32
 		return st
 	}
 	if pd.Hit < 0 || pd.Hit >= len(v.Results) {

@@ -143,6 +143,12 @@ func TestOverrideLimit(t *testing.T) {
 	if u.PolicyName() != "edge.café%" || u.Rule.Announce.Name != `"edge.caf%C3%A9%25"` {
 		t.Errorf("override with UTF-8: %q announced %s", u.PolicyName(), u.Rule.Announce.Name)
 	}
+	if r, err := descriptor.OverrideLimit("edge", entries("a", "1", "b", ""), descriptor.Override{RequestsPerUnit: 7, Unit: descriptor.Hour}); err != nil || r.PolicyName() != "edge.a.b" {
+		t.Errorf("override of two entries: %v, %v; want edge.a.b", r, err)
+	}
+	if r, err := descriptor.OverrideLimit("edge", entries("a", "1"), descriptor.Override{Unit: descriptor.Second}); err != nil || !r.Blocked() || r.Rule.MaxCost() != 0 {
+		t.Errorf("override of 0 per second: %+v, %v; want blocked", r, err)
+	}
 	if _, err := descriptor.OverrideLimit("edge", entries("k", "v"), descriptor.Override{RequestsPerUnit: 1, Unit: 99}); err == nil {
 		t.Error("unit 99: nil error")
 	}

@@ -206,8 +206,8 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 		ents = append(ents, entry{rule: r, res: res, ann: ann})
 	}
 	if len(ents) == 0 {
-		if !v.Allowed && !v.NeverPasses() {
-			fields = append(fields, staticInt(RetryAfter, canonicalRetryAfter, 1))
+		if retry := RetryAfterSeconds(v); retry > 0 {
+			fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
 		}
 		return fields, buf
 	}
@@ -251,11 +251,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 		fields = append(fields, Field{Name: RateLimit, Key: canonicalRateLimit, Start: start, End: len(buf), Dynamic: true})
 	}
 
-	if !v.Allowed && !v.NeverPasses() {
-		retry := int64(1)
-		for _, i := range v.Violated {
-			retry = max(retry, CeilSeconds(v.Results[i].Decision.RetryAfter))
-		}
+	if retry := RetryAfterSeconds(v); retry > 0 {
 		fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
 	}
 
@@ -269,6 +265,21 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 		}
 	}
 	return fields, buf
+}
+
+// RetryAfterSeconds is the Retry-After of v in whole seconds: for a
+// refusal, the longest wait of the hits that refused it, rounded up, at
+// least 1; 0 when v is allowed or can never pass. Doors that repeat it (in
+// a problem body) use it, so that they agree with the field.
+func RetryAfterSeconds(v *engine.Verdict) int64 {
+	if v.Allowed || v.NeverPasses() {
+		return 0
+	}
+	retry := int64(1)
+	for _, i := range v.Violated {
+		retry = max(retry, CeilSeconds(v.Results[i].Decision.RetryAfter))
+	}
+	return retry
 }
 
 // isAll reports whether ents are exactly w's enforced rules, in order.
