@@ -28,7 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 	"github.com/portero-rl/portero/policy"
 )
@@ -152,7 +152,7 @@ type Config struct {
 	// Policy holds the rules.
 	Policy *policy.Policy
 	// ClientIP is the client-address setting for the middleware.
-	ClientIP httplimit.ClientIP
+	ClientIP clientip.Config
 	// Listen and AdminListen are the addresses; AdminListen is empty when the
 	// admin listener is off.
 	Listen, AdminListen string
@@ -551,7 +551,7 @@ func (p *parser) validate(f *File) *Config {
 
 	// client_ip
 	for i, s := range f.ClientIP.TrustedProxies {
-		pfx, err := httplimit.ParsePrefixes([]string{s})
+		pfx, err := clientip.ParsePrefixes([]string{s})
 		if err != nil {
 			p.errorf(at("client_ip", "trusted_proxies", i), "%v", err)
 			continue
@@ -559,7 +559,7 @@ func (p *parser) validate(f *File) *Config {
 		c.ClientIP.TrustedProxies = append(c.ClientIP.TrustedProxies, pfx...)
 	}
 	c.ClientIP.Header = f.ClientIP.Header
-	if f.ClientIP.Header != "" && !httplimit.ValidHeaderName(f.ClientIP.Header) {
+	if f.ClientIP.Header != "" && !clientip.ValidHeaderName(f.ClientIP.Header) {
 		p.errorf(at("client_ip", "header"), "%q: not a header name", f.ClientIP.Header)
 	}
 	if f.ClientIP.Header != "" && len(f.ClientIP.TrustedProxies) == 0 {
@@ -572,7 +572,7 @@ func (p *parser) validate(f *File) *Config {
 		p.errorf(at("client_ip", "ipv4_prefix"), "%d: want 1 to 32 (default 32)", v)
 	}
 	for _, h := range []struct{ v, name string }{{f.Identity.UserHeader, "user_header"}, {f.Identity.TenantHeader, "tenant_header"}} {
-		if h.v != "" && !httplimit.ValidHeaderName(h.v) {
+		if h.v != "" && !clientip.ValidHeaderName(h.v) {
 			p.errorf(at("identity", h.name), "%q: not a header name", h.v)
 		}
 	}
