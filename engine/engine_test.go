@@ -422,6 +422,7 @@ func TestQuota(t *testing.T) {
 		{portero.TokenBucket, "10/s burst 40", 40, 4 * time.Second},
 		{portero.GCRA, "2/s", 2, time.Second},
 		{portero.LeakyQueue, "1/s burst 5", 5, 5 * time.Second},
+		{portero.FixedWindow, "2/day tz Europe/Madrid", 2, 24 * time.Hour}, // a calendar quota: its nominal period
 	} {
 		r := mustRule(t, "r", tt.alg, tt.limit, false)
 		if q, w := r.Quota(); q != tt.q || w != tt.w {

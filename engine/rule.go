@@ -82,7 +82,7 @@ func NewRule(r Rule) (*Rule, error) {
 }
 
 func (r *Rule) admitsNothing() bool {
-	return r.Limit.Count == 0 && r.Limit.Burst == 0 && r.Limit.Rate == 0
+	return r.Limit.Count == 0 && r.Limit.Burst == 0 && r.Limit.Rate == 0 && !r.Limit.IsCalendar()
 }
 
 // MaxCost returns the largest cost one request may have under r: the count
@@ -95,11 +95,16 @@ func (r *Rule) MaxCost() int64 { return r.maxCost }
 // algorithm: for the window algorithms (fixed, anchored, sliding log,
 // sliding counter) q is the count L and w the window W; for the buckets,
 // GCRA and the queue q is the burst B and w the time the rate takes to
-// refill all of it, B/r (the window when that does not fit a Duration).
-// A rule that admits nothing announces q = 0 over its window.
+// refill all of it, B/r (the window when that does not fit a Duration);
+// for a calendar quota (a Limit with a Period) q is the count and w the
+// period's nominal length (portero.Period.Nominal: 24 h, 7 or 30 days). A
+// rule that admits nothing announces q = 0 over its window.
 func (r *Rule) Quota() (q int64, w time.Duration) {
 	if r.admitsNothing() {
 		return 0, r.Limit.Window
+	}
+	if r.Limit.IsCalendar() {
+		return r.Limit.Count, r.Limit.Period.Nominal()
 	}
 	if windowed(r.Algorithm) {
 		return r.Limit.Count, r.Limit.Window

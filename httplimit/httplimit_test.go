@@ -316,9 +316,16 @@ func TestIdentityAndCost(t *testing.T) {
 	if pol := checkSF(t, resp.Header, "RateLimit-Policy"); pol["bytes"]["qu"] != "content-bytes" {
 		t.Errorf("bytes policy = %v, want qu=content-bytes", pol["bytes"])
 	}
+	// More than the rule can ever admit at once: a 429 that says it can
+	// never pass (the rule, the cost, the maximum), with no Retry-After.
 	resp, body := do(t, "PUT", srv.URL, nil, strings.Repeat("a", 101))
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "bytes") {
-		t.Errorf("101 bytes: %d %s, want 413 naming the rule", resp.StatusCode, body)
+	var prob httplimit.Problem
+	if err := json.Unmarshal(body, &prob); err != nil {
+		t.Fatalf("101 bytes: %s: %v", body, err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" || prob.Type != httplimit.ProblemQuotaExceeded ||
+		prob.Cost != 101 || prob.MaxCost == nil || *prob.MaxCost != 100 || prob.RetryAfter != 0 || !strings.Contains(prob.Detail, `rule "bytes" admits at most 100 content-bytes at once and this request costs 101: it can never pass`) {
+		t.Errorf("101 bytes: %d %v %s, want a 429 that can never pass", resp.StatusCode, resp.Header, body)
 	}
 	// Chunked body of unknown length: 411.
 	req, _ := http.NewRequest("PUT", srv.URL, io.MultiReader(strings.NewReader("abc")))
@@ -341,10 +348,14 @@ func TestStoreFailure(t *testing.T) {
 	if resp, _ := do(t, "GET", open.URL, nil, ""); resp.StatusCode != 200 || calls.Load() != 1 || errs.Load() != 1 {
 		t.Errorf("fail open: status %d calls %d errors %d", resp.StatusCode, calls.Load(), errs.Load())
 	}
-	closed, calls := serve(t, httplimit.Config{Store: store, FailClosed: true}, rule(t, "g", "global", "1/min"))
+	closed, calls := serve(t, httplimit.Config{Store: store, OnStoreError: portero.FailDeny}, rule(t, "g", "global", "1/min"))
 	resp, body := do(t, "GET", closed.URL, nil, "")
 	if resp.StatusCode != 503 || calls.Load() != 0 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "temporary-reduced-capacity") {
 		t.Errorf("fail closed: status %d calls %d body %s, want 503", resp.StatusCode, calls.Load(), body)
+	}
+	p, _ := policy.New([]policy.Rule{rule(t, "g", "global", "1/min")}, policy.Options{})
+	if _, err := httplimit.New(httplimit.Config{Policy: p, Store: store, OnStoreError: portero.FailError}); err == nil {
+		t.Error("OnStoreError error accepted: the middleware has no caller to report to")
 	}
 }
 

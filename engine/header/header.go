@@ -97,6 +97,25 @@ func Announce(r *engine.Rule) (engine.Announcement, error) {
 	return engine.Announcement{Name: name, Policy: pol}, nil
 }
 
+// AnnounceConcurrency returns the announcement of a concurrency limit of
+// max requests in flight named name: "name";q=max;qu="concurrent-requests",
+// without w (a concurrency limit has no window). It fails as Announce does.
+// The concurrency middleware, beside the engine, calls it once per rule.
+func AnnounceConcurrency(name string, max int64) (engine.Announcement, error) {
+	quoted, err := httpsfv.Marshal(httpsfv.NewItem(name))
+	if err != nil {
+		return engine.Announcement{}, fmt.Errorf("name %q cannot appear in a RateLimit header (printable ASCII only): %w", name, err)
+	}
+	item := httpsfv.NewItem(name)
+	item.Params.Add("q", max)
+	item.Params.Add("qu", "concurrent-requests")
+	pol, err := httpsfv.Marshal(item)
+	if err != nil {
+		return engine.Announcement{}, fmt.Errorf("concurrency rule %q: RateLimit-Policy q=%d: %w", name, max, err)
+	}
+	return engine.Announcement{Name: quoted, Policy: pol}, nil
+}
+
 // Field is one header field of a verdict: Name (as the standards spell
 // it), Key (its canonical form, for an http.Header), and a value that is
 // either Static text, formatted once, or, when Dynamic, the bytes

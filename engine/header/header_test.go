@@ -68,6 +68,16 @@ func TestAnnounce(t *testing.T) {
 	}
 }
 
+func TestAnnounceConcurrency(t *testing.T) {
+	a, err := header.AnnounceConcurrency("per-client", 4)
+	if err != nil || a.Name != `"per-client"` || a.Policy != `"per-client";q=4;qu="concurrent-requests"` {
+		t.Errorf("AnnounceConcurrency = %+v, %v", a, err)
+	}
+	if _, err := header.AnnounceConcurrency("café", 4); err == nil {
+		t.Error("AnnounceConcurrency(café) = nil error")
+	}
+}
+
 // flaky fails while down.
 type flaky struct {
 	portero.Store

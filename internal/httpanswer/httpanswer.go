@@ -16,6 +16,7 @@
 package httpanswer
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -168,9 +169,19 @@ func NewTexts(rules []*engine.Rule) *Texts {
 }
 
 func retryDetail(r *engine.Rule) string {
-	q, w := r.Quota()
-	d := jsonString(fmt.Sprintf("rule %q allows %d per %s for this client; retry in ", r.Name, q, w))
+	d := jsonString(retryText(r))
 	return d[:len(d)-1] // without the closing quote
+}
+
+// retryText is the detail of a refusal by r, up to the seconds.
+func retryText(r *engine.Rule) string {
+	q, w := r.Quota()
+	if l := r.Limit; l.IsCalendar() {
+		// A spent quota says so: going slower does not help, the next
+		// period does.
+		return fmt.Sprintf("rule %q is a quota of %d per calendar %s (%s) for this client, spent for this %s; retry in ", r.Name, q, l.Period, cmp.Or(l.Zone, "UTC"), l.Period)
+	}
+	return fmt.Sprintf("rule %q allows %d per %s for this client; retry in ", r.Name, q, w)
 }
 
 func jsonString(s string) string {
@@ -268,9 +279,7 @@ func Refusal(status int, v *engine.Verdict, retry int64) Problem {
 		max := res.Rule.MaxCost()
 		p.Detail, p.Cost, p.MaxCost = neverDetail(res), res.Cost, &max
 	case len(v.Violated) > 0:
-		r := v.Results[v.Violated[0]].Rule
-		q, w := r.Quota()
-		p.Detail = fmt.Sprintf("rule %q allows %d per %s for this client; retry in %d s", r.Name, q, w, retry)
+		p.Detail = fmt.Sprintf("%s%d s", retryText(v.Results[v.Violated[0]].Rule), retry)
 		p.RetryAfter = retry
 	default:
 		p.RetryAfter = retry
