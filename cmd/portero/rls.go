@@ -268,10 +268,10 @@ func openRLSStore(f rlsFlags, logger *slog.Logger) (portero.Store, error) {
 	case "memory":
 		return memstore.New(memstore.Config{})
 	case "redis":
-		// The store reports a failure as an error (redisstore's FailClosed
-		// returns it) and the engine applies --on-store-error. Started
-		// during an outage, it counts in Redis once Redis answers.
-		return redisstore.New(redisstore.Config{URL: f.redisURL, Policy: redisstore.FailClosed, Logger: logger, DialInBackground: true})
+		// The store reports a failure as an error and the engine applies
+		// --on-store-error. Started during an outage, it counts in Redis
+		// once Redis answers.
+		return redisstore.New(redisstore.Config{URL: f.redisURL, Logger: logger, DialInBackground: true})
 	}
 	return nil, usageErr(fmt.Errorf("--store %q: want memory or redis", f.store))
 }

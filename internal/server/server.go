@@ -95,7 +95,7 @@ func OpenStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	case "memory":
 		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
 	case "redis":
-		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Policy: redisstore.FailClosed, Timeout: cfg.StoreTimeout,
+		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Timeout: cfg.StoreTimeout,
 			Logger: log, DialInBackground: true})
 	}
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
