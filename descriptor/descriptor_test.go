@@ -267,7 +267,7 @@ func TestStatus(t *testing.T) {
 	if st := p.Status(1, v, now); !st.Unlimited || st.Remaining != math.MaxUint32 || st.Code != descriptor.OK {
 		t.Errorf("unlimited: %+v", st)
 	}
-	if st := p.Status(2, v, now); st.Limit != nil || st.Code != descriptor.OK || st.Outcome != "" {
+	if st := p.Status(2, v, now); st.Limit != nil || st.Code != descriptor.OK || st.Outcome != 0 {
 		t.Errorf("no match: %+v", st)
 	}
 	// A blocked address can never pass: OVER_LIMIT without a retry time,

@@ -197,7 +197,7 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 	}
 	for i := range v.Results {
 		r := &v.Results[i]
-		r.Decision, r.Outcome = portero.Decision{}, ""
+		r.Decision, r.Outcome = portero.Decision{}, 0
 	}
 	if ferr := e.decide(ctx, fallback, now, v); ferr != nil {
 		v.Reset()
@@ -262,7 +262,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 		// nothing, but tell each where it stands.
 		for i := range v.Results {
 			res := &v.Results[i]
-			if res.Outcome != "" {
+			if res.Outcome != 0 {
 				continue
 			}
 			d, err := st.Peek(ctx, res.Rule.Rule, res.Key, now)
@@ -299,7 +299,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
 	active := v.active[:0]
 	for i := range v.Results {
-		if v.Results[i].Outcome == "" {
+		if v.Results[i].Outcome == 0 {
 			active = append(active, i)
 		}
 	}

@@ -88,7 +88,7 @@ func outcomes(v *engine.Verdict) string {
 		b.WriteString("refused:")
 	}
 	for _, r := range v.Results {
-		b.WriteString(" " + string(r.Outcome))
+		b.WriteString(" " + r.Outcome.String())
 	}
 	return b.String()
 }

@@ -23,33 +23,51 @@ type Hit struct {
 	CheckOnly bool
 }
 
-// Outcome is what happened to a request under one hit.
-type Outcome string
+// Outcome is what happened to a request under one hit. Its String (and
+// text form) is the name metrics and logs use; the zero Outcome is none
+// yet ("").
+type Outcome uint8
 
-// The outcomes. Metrics and logs use these names.
+// The outcomes. Metrics and logs use their names.
 const (
-	// Allowed: counted and admitted.
-	Allowed Outcome = "allowed"
-	// NearLimit: counted and admitted, with Options.NearLimit (0.8 by
-	// default) or more of the limit used.
-	NearLimit Outcome = "near-limit"
-	// Refused: an enforced rule refused the request.
-	Refused Outcome = "refused"
-	// ShadowRefused: a shadow rule would have refused; the request was not
-	// refused for it.
-	ShadowRefused Outcome = "shadow-refused"
-	// NotCounted: the hit would have admitted the request, but another hit
-	// refused it, so (all-or-nothing) nothing was counted.
-	NotCounted Outcome = "not-counted"
-	// CheckOnly: a check-only hit that would admit one more unit; nothing
-	// was counted for it.
-	CheckOnly Outcome = "check-only"
-	// CanNeverPass: the hit's cost is more than its rule can ever admit at
-	// once (or the rule admits nothing). Retrying never helps, so the
-	// refusal carries no retry time. Under a shadow rule it does not
-	// refuse.
-	CanNeverPass Outcome = "can-never-pass"
+	// Allowed ("allowed"): counted and admitted.
+	Allowed Outcome = iota + 1
+	// NearLimit ("near-limit"): counted and admitted, with Options.NearLimit
+	// (0.8 by default) or more of the limit used.
+	NearLimit
+	// Refused ("refused"): an enforced rule refused the request.
+	Refused
+	// ShadowRefused ("shadow-refused"): a shadow rule would have refused;
+	// the request was not refused for it.
+	ShadowRefused
+	// NotCounted ("not-counted"): the hit would have admitted the request,
+	// but another hit refused it, so (all-or-nothing) nothing was counted.
+	NotCounted
+	// CheckOnly ("check-only"): a check-only hit that would admit one more
+	// unit; nothing was counted for it.
+	CheckOnly
+	// CanNeverPass ("can-never-pass"): the hit's cost is more than its rule
+	// can ever admit at once (or the rule admits nothing). Retrying never
+	// helps, so the refusal carries no retry time. Under a shadow rule it
+	// does not refuse.
+	CanNeverPass
 )
+
+var outcomeNames = [...]string{"", "allowed", "near-limit", "refused", "shadow-refused", "not-counted", "check-only", "can-never-pass"}
+
+// Outcomes lists every outcome in order.
+var Outcomes = []Outcome{Allowed, NearLimit, Refused, ShadowRefused, NotCounted, CheckOnly, CanNeverPass}
+
+// String returns the outcome's name, such as "near-limit".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "outcome(" + string(rune('0'+o%10)) + ")"
+}
+
+// MarshalText implements encoding.TextMarshaler: the outcome's name.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // Result is the verdict on one hit.
 type Result struct {

@@ -268,7 +268,7 @@ func TestShadow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outcomes = append(outcomes, string(v.Results[0].Outcome)+"/"+string(v.Results[1].Outcome))
+		outcomes = append(outcomes, v.Results[0].Outcome.String()+"/"+v.Results[1].Outcome.String())
 	}
 	want := "near-limit/allowed shadow-refused/allowed shadow-refused/near-limit shadow-refused/refused"
 	if got := strings.Join(outcomes, " "); got != want {

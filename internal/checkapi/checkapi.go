@@ -447,7 +447,7 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 		st := p.Status(i, &v, now)
 		dr := DescriptorResult{Code: st.Code.String(), Remaining: st.Remaining, RetryAfter: st.RetryAfter.Seconds(),
 			ResetAfter: st.ResetAfter.Seconds(), Counted: st.Counted, Shadow: st.Shadow, Unlimited: st.Unlimited,
-			CheckOnly: st.CheckOnly, Outcome: string(st.Outcome), Failure: string(st.Failure)}
+			CheckOnly: st.CheckOnly, Outcome: st.Outcome.String(), Failure: string(st.Failure)}
 		if l := st.Limit; l != nil {
 			dr.Rule, dr.RequestsPerUnit, dr.Unit = l.PolicyName(), l.RequestsPerUnit, l.Unit.String()
 			if l.Rule != nil {
@@ -561,7 +561,7 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 	res := &v.Results[0]
 	d := res.Decision
 	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String(), Rule: rule.Name, Limit: d.Limit, Remaining: max(d.Remaining, 0),
-		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds(), Outcome: string(res.Outcome)}
+		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds(), Outcome: res.Outcome.String()}
 	if v.Degraded != nil {
 		out.Degraded = v.Degraded.Error()
 	}

@@ -116,7 +116,7 @@ func (o *observer) setPolicy(p *policy.Policy) {
 	t := &ruleCounters{rules: rules, c: make([][len(outcomes)]prometheus.Counter, len(rules))}
 	for i, r := range rules {
 		for j, out := range outcomes {
-			t.c[i][j] = o.m.decisions.WithLabelValues(r.Name, string(out))
+			t.c[i][j] = o.m.decisions.WithLabelValues(r.Name, out.String())
 		}
 	}
 	o.counters.Store(t)
@@ -134,7 +134,7 @@ func (o *observer) decision(res *engine.Result) prometheus.Counter {
 			}
 		}
 	}
-	return o.m.decisions.WithLabelValues(res.Rule.Name, string(res.Outcome))
+	return o.m.decisions.WithLabelValues(res.Rule.Name, res.Outcome.String())
 }
 
 func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Duration) {

@@ -52,7 +52,7 @@ func TestDecisionCounters(t *testing.T) {
 		{"b", engine.Allowed, 1}, {"b", engine.NotCounted, 1}, {"c", engine.NearLimit, 1}, {"c", engine.Refused, 1},
 		{"a", engine.Allowed, 1}, {"b", engine.ShadowRefused, 1}, {"c", engine.Allowed, 0},
 	} {
-		if got := counterValue(t, o.m.decisions.WithLabelValues(tt.rule, string(tt.outcome))); got != tt.want {
+		if got := counterValue(t, o.m.decisions.WithLabelValues(tt.rule, tt.outcome.String())); got != tt.want {
 			t.Errorf("decisions{rule=%s,outcome=%s} = %v, want %v", tt.rule, tt.outcome, got, tt.want)
 		}
 	}
