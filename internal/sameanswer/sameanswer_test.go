@@ -177,9 +177,12 @@ func postCheck(t *testing.T, url, body string) answer {
 }
 
 // envoy: the rule as a descriptor over a real gRPC client.
-type envoy struct{ c *rls.Client }
+type envoy struct {
+	c         *rls.Client
+	transport rls.Transport
+}
 
-func (envoy) name() string { return "Envoy RLS" }
+func (d envoy) name() string { return "Envoy RLS (" + string(d.transport) + ")" }
 
 func (d envoy) ask(t *testing.T, r request) answer {
 	t.Helper()
@@ -251,30 +254,34 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 	}
 	out = append(out, checkPolicy{checkDoor(open()).URL}, checkDomain{checkDoor(open()).URL})
 
-	e, err := engine.New(engine.Options{Store: open(), OnError: cmpOr(pol, portero.FailError)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), e, rls.ServiceOptions{Now: now, Logger: quiet})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rls.ServeLean(ctx, lis, svc, time.Second) }()
-	c, err := rls.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ServeLean: %v", err)
+	// The RLS on both of its transports, each over a store of its own.
+	for _, tr := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
+		e, err := engine.New(engine.Options{Store: open(), OnError: cmpOr(pol, portero.FailError)})
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	return append(out, envoy{c})
+		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), e, rls.ServiceOptions{Now: now, Logger: quiet})
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: tr, ShutdownGrace: time.Second}) }()
+		c, err := rls.Dial(lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Close()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("rls.Serve (%s): %v", tr, err)
+			}
+		})
+		out = append(out, envoy{c, tr})
+	}
+	return out
 }
 
 func cmpOr(a, b portero.FailurePolicy) portero.FailurePolicy {
@@ -416,7 +423,7 @@ func TestSameFailurePolicies(t *testing.T) {
 			hits := uint64(1)
 			_, err := d.c.ShouldRateLimit(context.Background(), &descriptor.Request{Domain: "edge", Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "api_key", Value: "k"}}, Hits: &hits}}})
 			if err == nil || !strings.Contains(err.Error(), "Unavailable") {
-				t.Errorf("RLS under error with Redis down: %v, want UNAVAILABLE", err)
+				t.Errorf("%s under error with Redis down: %v, want UNAVAILABLE", d.name(), err)
 			}
 		}
 	}
