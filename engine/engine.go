@@ -163,7 +163,7 @@ func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
 //
 // Other errors wrap ErrInvalidHit. After an error v holds no verdict.
 func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
-	v.Reset()
+	v.reuse()
 	for i := range hits {
 		h := &hits[i]
 		switch {

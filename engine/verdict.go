@@ -114,6 +114,15 @@ type Verdict struct {
 func (v *Verdict) Reset() {
 	clear(v.Results)
 	clear(v.hits)
+	v.reuse()
+}
+
+// reuse empties v as Reset does but leaves the old entries in its memory:
+// Decide overwrites each one it uses, and clearing them first cost a tenth
+// of a memory-store decision (write barriers while the collector runs).
+// What a larger earlier request left beyond the new length stays
+// referenced until it is overwritten or v is dropped or Reset.
+func (v *Verdict) reuse() {
 	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0]}
 }
 

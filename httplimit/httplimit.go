@@ -282,9 +282,10 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{id: map[string]str
 
 func (s *scratch) release() {
 	s.req = policy.Request{}
-	clear(s.hits)
+	// The hits and the verdict are reset by the next Compile and Decide
+	// (what they hold until then, the last request's keys, goes with the
+	// scratch when the pool drops it).
 	s.hits = s.hits[:0]
-	s.v.Reset()
 	clear(s.id)
 	s.fields.Reset()
 	if cap(s.body) > 4<<10 {

@@ -86,9 +86,10 @@ type Fields struct {
 	Buf  []byte
 }
 
-// Reset empties f for reuse.
+// Reset empties f for reuse. The old entries are not cleared: they refer
+// to header names and to texts prepared with the configuration, not to a
+// request, and each is overwritten before it is read again.
 func (f *Fields) Reset() {
-	clear(f.List)
 	f.List, f.Buf = f.List[:0], f.Buf[:0]
 }
 
