@@ -7,10 +7,11 @@ import (
 )
 
 // TestImportsFlowDownward enforces the layering of ARCHITECTURE.md: the
-// vocabulary (this package), the pure algorithms and the in-memory store
-// import only the standard library and the module's packages below them, so
-// that a program embedding Portero's core pulls in nothing else and no
-// lower layer can reach up into a door, a config format or a backend.
+// vocabulary (this package), the pure algorithms, the in-memory store and
+// the engine import only the standard library and the module's packages
+// below them, so that a program embedding Portero's core pulls in nothing
+// else and no lower layer can reach up into a door, a config format or a
+// backend. The header writer adds only httpsfv, which quotes rule names.
 func TestImportsFlowDownward(t *testing.T) {
 	const mod = "github.com/portero-rl/portero"
 	for _, tc := range []struct {
@@ -22,6 +23,8 @@ func TestImportsFlowDownward(t *testing.T) {
 		{mod + "/store/memstore", []string{mod, mod + "/algorithm"}},
 		{mod + "/overload", nil},
 		{mod + "/iolimit", []string{mod, mod + "/algorithm"}},
+		{mod + "/engine", []string{mod, mod + "/algorithm", mod + "/store/memstore"}},
+		{mod + "/engine/header", []string{mod, mod + "/algorithm", mod + "/store/memstore", mod + "/engine", "github.com/dunglas/httpsfv"}},
 	} {
 		name := strings.TrimPrefix(strings.TrimPrefix(tc.pkg, mod), "/")
 		if name == "" {
@@ -50,5 +53,62 @@ func TestImportsFlowDownward(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDoorsDoNotImportDoors enforces the rest of ARCHITECTURE.md's layering
+// over every package of the module, with one `go list -deps`:
+//
+//   - a door (httplimit, internal/rls, internal/checkapi) imports no other
+//     door and nothing above the doors: each only translates its protocol
+//     to and from the engine;
+//   - internal/gateway, the middleware in front of a reverse proxy, may
+//     import httplimit and no other door;
+//   - internal/server may import the gateway and the doors, not cmd;
+//   - every other package (the vocabulary, algorithm, the stores, engine,
+//     engine/header, the compilers policy and descriptor, config, sim …)
+//     imports no door and nothing above them: so config, for one, imports
+//     no door.
+func TestDoorsDoNotImportDoors(t *testing.T) {
+	const mod = "github.com/portero-rl/portero"
+	doors := []string{mod + "/httplimit", mod + "/internal/rls", mod + "/internal/checkapi"}
+	above := []string{mod + "/internal/gateway", mod + "/internal/server", mod + "/cmd/portero"}
+	// allowed[p] lists what p may import among doors and above.
+	allowed := map[string][]string{
+		mod + "/internal/gateway": {mod + "/httplimit"},
+		mod + "/internal/server":  append([]string{mod + "/internal/gateway"}, doors...),
+		mod + "/cmd/portero":      append(append([]string(nil), doors...), above...),
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list dependencies: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps=false", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, out)
+	}
+	restricted := append(append([]string(nil), doors...), above...)
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		pkg, deps := f[0], f[1:]
+		ok := map[string]bool{pkg: true}
+		for _, a := range allowed[pkg] {
+			ok[a] = true
+		}
+		checked++
+		for _, d := range deps {
+			for _, r := range restricted {
+				if d == r && !ok[d] {
+					t.Errorf("%s depends on %s: a door or what is above the doors", pkg, d)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("go list ./... listed %d packages: the test no longer sees the module", checked)
 	}
 }

@@ -69,11 +69,6 @@ type Decision struct {
 	// Delay is, for a queue (leaky-queue), how long an admitted request waits
 	// before it departs; zero for every other algorithm.
 	Delay time.Duration
-	// Degraded reports a decision made by the store's failure policy (fail
-	// open, or a local share of the limit) because its backend could not be
-	// asked: Limit, Remaining and ResetAfter then describe no shared count,
-	// so doors announce no quota values for the rule.
-	Degraded bool
 	// Quota reports a calendar quota's decision (a Limit with a Period): a
 	// refusal then means that the key has spent its quota for the period,
 	// not that it goes too fast, and RetryAfter is the time to the next

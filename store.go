@@ -45,8 +45,17 @@ type Store interface {
 	// and key add up; for the sliding log see algorithm.SlidingLog's
 	// DecideAfter). In a refused call an Allowed decision beside a refused
 	// one means "this hit alone would have passed", with the Remaining it
-	// would have left. Errors mean bad input or a failing backend.
+	// would have left. Errors mean bad input or a failing backend: a store
+	// either decides or returns an error, never both (the failure policy
+	// that answers instead is the caller's, see FailurePolicy).
 	AllowAll(ctx context.Context, now time.Time, hits []Hit) ([]Decision, error)
+	// Peek returns the decision a request of cost 1 from key under rule
+	// would get at instant now, without counting it: the Decision AllowAll
+	// would return for that one hit, with Allowed saying whether it would
+	// pass and Remaining what it would leave. A key with no state answers
+	// as a fresh one. Nothing observable changes. Errors are those of
+	// AllowAll; a store never answers a Peek it could not make.
+	Peek(ctx context.Context, rule Rule, key string, now time.Time) (Decision, error)
 	// Close releases the store and stops every goroutine it started.
 	Close(ctx context.Context) error
 }

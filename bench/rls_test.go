@@ -79,6 +79,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
@@ -273,7 +275,7 @@ func startRLS(t testing.TB, st portero.Store, config string, so rls.ServiceOptio
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := rls.NewEngine(rls.Options{Store: st, Limits: lim})
+	eng, err := engine.New(engine.Options{Store: st, OnError: portero.FailError})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +285,9 @@ func startRLS(t testing.TB, st portero.Store, config string, so rls.ServiceOptio
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, lis, rls.NewService(eng, so), time.Second) }()
+	go func() {
+		done <- serve(ctx, lis, rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), eng, so), time.Second)
+	}()
 	var once sync.Once
 	return lis.Addr().String(), func() {
 		once.Do(func() {

@@ -15,9 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/portero-rl/portero/internal/sfv"
 )
 
 var (
@@ -684,5 +683,7 @@ func newUUIDKey() string {
 	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	return string(sfv.AppendString(nil, fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])))
+	// A UUID is printable ASCII: always a valid sf-string.
+	key, _ := httpsfv.Marshal(httpsfv.NewItem(fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])))
+	return key
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/internal/sfv"
+	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
 )
@@ -103,6 +103,7 @@ type concRule struct {
 	lease   portero.ConcurrencyRule
 	service bool   // refusals are the service's (503)
 	policy  string // the RateLimit-Policy member
+	quoted  string // the name as an sf-string, for the RateLimit item
 }
 
 // NewConcurrency validates cfg and returns the middleware.
@@ -173,11 +174,12 @@ func (c *Concurrency) Update(cfg ConcurrencyConfig) error {
 		if e := lr.LeaseTTL() / 3; cc.every == 0 || e < cc.every {
 			cc.every = e
 		}
-		member := sfv.AppendString(nil, r.Name)
-		member = append(member, ";q="...)
-		member = strconv.AppendInt(member, r.Max, 10)
-		member = append(member, `;qu="concurrent-requests"`...)
-		cc.rules = append(cc.rules, concRule{ConcurrencyRule: r, lease: lr, service: !r.Key.PerClient(), policy: string(member)})
+		ann, err := header.AnnounceConcurrency(r.Name, r.Max)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		cc.rules = append(cc.rules, concRule{ConcurrencyRule: r, lease: lr, service: !r.Key.PerClient(), policy: ann.Policy, quoted: ann.Name})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -256,7 +258,7 @@ func (cfg *concConfig) acquire(w http.ResponseWriter, r *http.Request) ([]heldLe
 	h := w.Header()
 	for _, hl := range held {
 		h.Add(hRateLimitPolicy, hl.rule.policy)
-		h.Add(hRateLimit, string(strconv.AppendInt(append(sfv.AppendString(nil, hl.rule.Name), ";r="...), max(hl.d.Remaining, 0), 10)))
+		h.Add(hRateLimit, string(strconv.AppendInt(append([]byte(hl.rule.quoted), ";r="...), max(hl.d.Remaining, 0), 10)))
 	}
 	return held, true
 }
@@ -272,7 +274,7 @@ func (cfg *concConfig) refuse(w http.ResponseWriter, rule *concRule, d portero.D
 	secs := max(ceilSeconds(retry), 1)
 	h := w.Header()
 	h.Add(hRateLimitPolicy, rule.policy)
-	h.Add(hRateLimit, string(append(sfv.AppendString(nil, rule.Name), ";r=0"...)))
+	h.Add(hRateLimit, rule.quoted+";r=0")
 	h.Set(hRetryAfter, strconv.FormatInt(secs, 10))
 	p := Problem{
 		Type:             ProblemQuotaExceeded,

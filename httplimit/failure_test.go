@@ -8,22 +8,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
-// TestFailurePolicyHeaders: while Redis is down a fail-open or local rule
-// is decided by the failure policy, not by a count, so the response keeps
-// the rule in RateLimit-Policy but sends no RateLimit item for it (it used
-// to send made-up values such as "per-client";r=599;t=0), and no legacy
-// X-RateLimit-* fields made from it. Real redis-server, killed.
+// TestFailurePolicyHeaders: while Redis is down a rule is decided by the
+// failure policy, not by a count, so the response keeps the rule in
+// RateLimit-Policy but sends no RateLimit item for it (it used to send
+// made-up values such as "per-client";r=599;t=0), and no legacy
+// X-RateLimit-* fields made from it; under deny the answer is a 503 with
+// Retry-After. Real redis-server, killed.
 func TestFailurePolicyHeaders(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, pol := range []redisstore.Policy{redisstore.FailOpen, redisstore.FailLocal} {
+	for _, pol := range []portero.FailurePolicy{portero.FailAllow, portero.FailLocal, portero.FailDeny} {
 		t.Run(string(pol), func(t *testing.T) {
-			store, err := redisstore.New(redisstore.Config{URL: srv.URL(), Policy: pol, Timeout: 100 * time.Millisecond, Prefix: "t-" + string(pol) + ":"})
+			store, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 100 * time.Millisecond, Prefix: "t-" + string(pol) + ":"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -32,29 +35,36 @@ func TestFailurePolicyHeaders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var degraded []bool
-			lim, err := httplimit.New(httplimit.Config{Policy: p, Store: store, LegacyHeaders: true,
-				OnDecision: func(_ *http.Request, v *policy.Verdict, _ time.Duration) {
-					degraded = append(degraded, v.Results[0].Decision.Degraded)
+			var failures []portero.FailurePolicy
+			lim, err := httplimit.New(httplimit.Config{Policy: p, Store: store, LegacyHeaders: true, OnStoreError: pol,
+				OnDecision: func(_ *http.Request, v *engine.Verdict, _ time.Duration) {
+					failures = append(failures, v.Results[0].Failure)
 				}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-			get := func() http.Header {
+			get := func(want int) http.Header {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-				if rec.Code != 200 {
-					t.Fatalf("status %d, want 200", rec.Code)
+				if rec.Code != want {
+					t.Fatalf("status %d, want %d", rec.Code, want)
 				}
 				return rec.Header()
 			}
-			if hd := get(); !strings.HasPrefix(hd.Get("RateLimit"), `"per-client";r=599;`) {
+			if hd := get(200); !strings.HasPrefix(hd.Get("RateLimit"), `"per-client";r=599;`) {
 				t.Fatalf("healthy: RateLimit = %q", hd.Get("RateLimit"))
 			}
 			srv.Kill()
 			t.Cleanup(srv.Restart)
-			hd := get()
+			want := 200
+			if pol == portero.FailDeny {
+				want = 503
+			}
+			hd := get(want)
+			if pol == portero.FailDeny && hd.Get("Retry-After") != "1" {
+				t.Errorf("deny: Retry-After = %q, want 1", hd.Get("Retry-After"))
+			}
 			if got := hd.Get("RateLimit-Policy"); got != `"per-client";q=600;w=60` {
 				t.Errorf("degraded: RateLimit-Policy = %q, want the rule", got)
 			}
@@ -63,8 +73,8 @@ func TestFailurePolicyHeaders(t *testing.T) {
 					t.Errorf("degraded: %s = %q, want none", name, v)
 				}
 			}
-			if len(degraded) != 2 || degraded[0] || !degraded[1] {
-				t.Errorf("Decision.Degraded of the two decisions = %v, want [false true]", degraded)
+			if len(failures) != 2 || failures[0] != "" || failures[1] != pol {
+				t.Errorf("Result.Failure of the two decisions = %q, want [\"\" %s]", failures, pol)
 			}
 		})
 	}

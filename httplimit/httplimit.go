@@ -2,8 +2,9 @@
 // shape func(http.Handler) http.Handler, so chi, gin (through its
 // WrapH/adapter), echo (echo.WrapMiddleware) and plain net/http can use it.
 //
-// For each request it finds the client (ClientIP), builds a policy.Request,
-// asks the policy for a verdict — before the handler runs and before the
+// It is a door: for each request it finds the client (ClientIP), builds a
+// policy.Request, has the policy compile it into hits and the engine
+// (package engine) decide them — before the handler runs and before the
 // body is read — and then either answers for itself or passes the request
 // on:
 //
@@ -11,13 +12,18 @@
 //     rounded up (at least 1), Cache-Control: no-store, and an
 //     application/problem+json body of type quota-exceeded naming the
 //     violated policies;
-//   - refused for the service's own sake (store down with FailClosed, or
-//     a service-wide concurrency limit full): 503 Service Unavailable of type
-//     temporary-reduced-capacity — never 429, since the client did nothing
-//     wrong;
-//   - a cost that cannot be used: 400, 411 or 413 naming the rule and header;
+//   - a cost above what a rule can ever admit at once: 429 of the same
+//     type without Retry-After (retrying never helps), whose detail names
+//     the rule, the cost and the rule's maximum (also in its cost and
+//     max-cost members);
+//   - refused for the service's own sake (the store down under
+//     OnStoreError deny, or a service-wide concurrency limit full): 503
+//     Service Unavailable of type temporary-reduced-capacity — never 429,
+//     since the client did nothing wrong;
+//   - a cost that cannot be read: 400 or 411 naming the rule and header;
 //   - allowed: the handler runs, with RateLimit-Policy and RateLimit
-//     (draft-ietf-httpapi-ratelimit-headers-11) added to its response.
+//     (draft-ietf-httpapi-ratelimit-headers-11) added to its response, as
+//     engine/header writes them for every door.
 //
 // A queue rule (leaky-queue) shapes: an admitted request is held for its
 // Decision.Delay, until its place in the queue departs, before the handler
@@ -49,6 +55,9 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/engine/header"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
@@ -79,18 +88,25 @@ type Config struct {
 	// clients, describing the refusing rule or else the one closest to
 	// exhaustion.
 	LegacyHeaders bool
-	// FailClosed refuses requests with 503 when the store fails. The default
-	// (false) lets them pass: a broken limiter should not take the service
-	// down with it.
-	FailClosed bool
+	// OnStoreError is the failure policy when the store fails
+	// (portero.FailurePolicy): FailAllow (the default when empty) lets
+	// requests pass uncounted, since a broken limiter should not take the
+	// service down with it; FailDeny answers 503; FailLocal decides in this
+	// instance's memory with LocalShare of each limit. FailError is refused:
+	// the middleware has no caller to report an error to.
+	OnStoreError portero.FailurePolicy
+	// LocalShare is the share of each limit one instance admits under
+	// FailLocal, in (0, 1]; 0 means 1.
+	LocalShare float64
 	// OnDecision, when not nil, is called after every evaluation with the
-	// verdict and the time the store took; it must be fast and safe for
+	// verdict and the time the decision took; it must be fast and safe for
 	// concurrent use (metrics, logs). The verdict is reused for later
 	// requests once OnDecision returns: copy what must outlive the call (the
 	// strings in it, such as Result.Key, may be kept).
-	OnDecision func(r *http.Request, v *policy.Verdict, storeTime time.Duration)
+	OnDecision func(r *http.Request, v *engine.Verdict, storeTime time.Duration)
 	// OnError, when not nil, is called when a request could not be
-	// evaluated: a store failure or an unusable cost.
+	// evaluated normally: a store failure (v.Degraded; the failure policy
+	// answered) or an unusable cost.
 	OnError func(r *http.Request, err error)
 	// Shapes says, by rule name, how a leaky-queue rule holds the requests
 	// it admits (overload.Shape: nginx's delay=N, and a longest hold); a
@@ -98,9 +114,10 @@ type Config struct {
 	// a rule that does not exist or is not a queue is an error.
 	Shapes map[string]overload.Shape
 
-	pre                      *prepared // formatted once per policy by Update
-	userHeader, tenantHeader string    // canonical forms of UserHeader and TenantHeader
-	defaultNow               bool      // Now was nil: the decision time can be the start of the store timer
+	pre                      *prepared      // formatted once per policy by Update
+	engine                   *engine.Engine // built by Update over Store
+	userHeader, tenantHeader string         // canonical forms of UserHeader and TenantHeader
+	defaultNow               bool           // Now was nil: the decision time can be the start of the store timer
 }
 
 // Limiter is the middleware. It is safe for concurrent use, and its
@@ -144,7 +161,15 @@ func (l *Limiter) Update(cfg Config) error {
 	if cfg.defaultNow {
 		cfg.Now = time.Now
 	}
-	cfg.pre = prepare(cfg.Policy)
+	if cfg.OnStoreError == portero.FailError {
+		return errors.New("httplimit: OnStoreError error: the middleware has no caller to report an error to; want allow, deny or local")
+	}
+	e, err := engine.New(engine.Options{Store: cfg.Store, OnError: cfg.OnStoreError, LocalShare: cfg.LocalShare})
+	if err != nil {
+		return fmt.Errorf("httplimit: %w", err)
+	}
+	cfg.engine = e
+	cfg.pre = prepare(cfg.Policy, cfg.LegacyHeaders)
 	if err := cfg.pre.setShapes(cfg.Policy, cfg.Shapes); err != nil {
 		return err
 	}
@@ -244,20 +269,25 @@ func headerValue(h http.Header, name string) string {
 // scratch is the memory one request needs to be decided, kept in a pool so
 // that the decision path allocates almost nothing of its own.
 type scratch struct {
-	req  policy.Request
-	v    policy.Verdict
-	id   map[string]string
-	hs   headerSet
-	body []byte
+	req    policy.Request
+	hits   []engine.Hit
+	keys   []byte
+	v      engine.Verdict
+	id     map[string]string
+	fields httpanswer.Fields
+	body   []byte
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{id: map[string]string{}} }}
 
 func (s *scratch) release() {
 	s.req = policy.Request{}
-	s.v.Reset()
+	// The hits and the verdict are reset by the next Compile and Decide
+	// (what they hold until then, the last request's keys, goes with the
+	// scratch when the pool drops it).
+	s.hits = s.hits[:0]
 	clear(s.id)
-	s.hs.reset()
+	s.fields.Reset()
 	if cap(s.body) > 4<<10 {
 		s.body = nil // do not keep an unusually large body around
 	}
@@ -294,24 +324,30 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	if !cfg.defaultNow {
 		start = time.Now()
 	}
-	err := cfg.Policy.EvaluateInto(r.Context(), cfg.Store, now, &s.req, &s.v)
+	var err error
+	s.hits, s.keys, err = cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
+	if err == nil {
+		err = cfg.engine.Decide(r.Context(), now, s.hits, &s.v)
+	}
 	if err != nil {
 		s.release()
 		if cfg.OnError != nil {
 			cfg.OnError(r, err)
 		}
 		var re *policy.RuleError
-		switch {
-		case errors.As(err, &re):
+		if errors.As(err, &re) {
 			writeCostError(w, re)
-		case cfg.FailClosed:
-			WriteUnavailable(w, time.Second, "the rate limiter cannot reach its store")
-		default:
-			next.ServeHTTP(w, r) // fail open
+			return
 		}
+		// Only a bug reaches here (the failure policy answers store
+		// failures): say so rather than guess.
+		writeProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError, Detail: err.Error()})
 		return
 	}
 	v := &s.v
+	if v.Degraded != nil && cfg.OnError != nil {
+		cfg.OnError(r, v.Degraded)
+	}
 	delay := time.Duration(0)
 	if v.Allowed {
 		left, ok := budget(r.Context())
@@ -323,9 +359,10 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		cfg.OnDecision(r, v, time.Since(start))
 	}
 	h := w.Header()
-	retry := s.hs.verdict(v, cfg.LegacyHeaders, cfg.pre)
+	f := &s.fields
+	f.Verdict(cfg.pre.writer, v)
 	if v.Allowed {
-		s.hs.apply(h)
+		f.Apply(h)
 		s.release() // before the handler runs: it may take long
 		if delay > 0 && !hold(r.Context(), delay) {
 			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
@@ -334,13 +371,23 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		next.ServeHTTP(w, r)
 		return
 	}
+	f.Static(hCacheControl, "no-store")
+	if v.Unavailable() {
+		// The store failed and the failure policy is deny: the service's
+		// fault, not the client's.
+		f.Apply(h)
+		s.release()
+		writeProblem(w, Problem{Type: ProblemTemporaryReducedCapacity, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the rate limiter cannot reach its store", RetryAfter: 1})
+		return
+	}
 	// Refused: the problem body and its headers go out with the rate-limit
 	// headers in one batch.
-	s.body = appendRefusal(s.body, v, retry, cfg.pre)
-	s.hs.static(hContentType, "application/problem+json")
-	s.hs.static(hContentTypeOptions, "nosniff")
-	s.hs.int(hContentLength, int64(len(s.body)))
-	s.hs.apply(h)
+	s.body = cfg.pre.texts.AppendRefusal(s.body, http.StatusTooManyRequests, v, header.RetryAfterSeconds(v))
+	f.Static(hContentType, "application/problem+json")
+	f.Static(hContentTypeOptions, "nosniff")
+	f.Int(hContentLength, int64(len(s.body)))
+	f.Apply(h)
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(s.body)
 	s.release()

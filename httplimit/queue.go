@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
@@ -56,16 +57,16 @@ func (pre *prepared) shapeOf(i int) overload.Shape {
 // request's deadline, hasDeadline whether it has one. When a rule's hold
 // would outlast its bound, v becomes the refusal of every such rule and
 // queueDelay returns -1.
-func queueDelay(v *policy.Verdict, pre *prepared, left time.Duration, hasDeadline bool) time.Duration {
+func queueDelay(v *engine.Verdict, pre *prepared, left time.Duration, hasDeadline bool) time.Duration {
 	var d time.Duration
 	refused := false
 	for i := range v.Results {
 		res := &v.Results[i]
-		if res.Rule.Shadow() || res.Decision.Delay == 0 {
+		if res.Rule.Shadow || res.Decision.Delay == 0 {
 			continue
 		}
-		sh := pre.shapeOf(res.Rule.Index())
-		h := sh.Hold(res.Decision.Delay, res.Rule.StoreRule().Limit.Interval())
+		sh := pre.shapeOf(res.Rule.Index)
+		h := sh.Hold(res.Decision.Delay, res.Rule.Limit.Interval())
 		if bound, ok := sh.Bound(left, hasDeadline); ok && h > bound {
 			refused = true
 		}
@@ -93,16 +94,16 @@ func budget(ctx context.Context) (time.Duration, bool) {
 // the RetryAfter after which the same request, joining the queue behind the
 // place this one keeps (a queue cannot give a place back through the Store
 // interface), would be held within the same bound.
-func refuseQueued(v *policy.Verdict, pre *prepared, left time.Duration, hasDeadline bool) {
+func refuseQueued(v *engine.Verdict, pre *prepared, left time.Duration, hasDeadline bool) {
 	v.Allowed = false
 	v.Violated = v.Violated[:0]
 	for i := range v.Results {
 		res := &v.Results[i]
-		if res.Rule.Shadow() || res.Decision.Delay == 0 {
+		if res.Rule.Shadow || res.Decision.Delay == 0 {
 			continue
 		}
-		sh := pre.shapeOf(res.Rule.Index())
-		interval := res.Rule.StoreRule().Limit.Interval()
+		sh := pre.shapeOf(res.Rule.Index)
+		interval := res.Rule.Limit.Interval()
 		h := sh.Hold(res.Decision.Delay, interval)
 		bound, ok := sh.Bound(left, hasDeadline)
 		if !ok || h <= bound {
@@ -112,7 +113,7 @@ func refuseQueued(v *policy.Verdict, pre *prepared, left time.Duration, hasDeadl
 		res.Decision.Allowed = false
 		res.Decision.RetryAfter = max(h+own-bound, time.Millisecond)
 		res.Decision.Delay = 0
-		res.Outcome = policy.Refused
+		res.Outcome = engine.Refused
 		v.Violated = append(v.Violated, i)
 	}
 }

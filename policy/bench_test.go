@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -21,13 +22,16 @@ func (s *allowAll) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit) 
 	}
 	return s.decs[:len(hits)], nil
 }
+func (s *allowAll) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+	return portero.Decision{Allowed: true, Limit: 100, Remaining: 50}, nil
+}
 func (s *allowAll) Reset(context.Context, portero.Rule, string) error { return nil }
 func (s *allowAll) Close(context.Context) error                       { return nil }
 
 // BenchmarkEvaluate measures one evaluation of four stacked rules (by ip,
 // by API key, by host and route, global) with a store that does nothing:
-// Evaluate allocates a new Verdict, EvaluateInto reuses one, as the
-// middleware does with its pool.
+// Compile alone (matching, keys, costs), and Compile then engine.Decide into
+// a reused Verdict, as the middleware does with its pool.
 func BenchmarkEvaluate(b *testing.B) {
 	p, err := policy.New([]policy.Rule{
 		{Name: "per-ip", Key: policy.MustParseKey("ip"), Limit: portero.MustParseLimit("100/s")},
@@ -45,20 +49,32 @@ func BenchmarkEvaluate(b *testing.B) {
 		Header: http.Header{"X-Api-Key": {"k-123"}}, ClientIP: netip.MustParseAddr("2001:db8::1"), Route: "items"}
 	store := &allowAll{decs: make([]portero.Decision, 8)}
 	ctx, now := context.Background(), time.Now()
-	b.Run("Evaluate", func(b *testing.B) {
+	b.Run("Compile", func(b *testing.B) {
+		var hits []engine.Hit
+		var keys []byte
 		b.ReportAllocs()
 		for b.Loop() {
-			v, err := p.Evaluate(ctx, store, now, req)
-			if err != nil || len(v.Results) != 4 {
-				b.Fatalf("%v, %d results", err, len(v.Results))
+			hits, keys, err = p.Compile(req, hits[:0], keys)
+			if err != nil || len(hits) != 4 {
+				b.Fatalf("%v, %d hits", err, len(hits))
 			}
 		}
 	})
 	b.Run("EvaluateInto", func(b *testing.B) {
-		var v policy.Verdict
+		e, err := engine.New(engine.Options{Store: store})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var hits []engine.Hit
+		var keys []byte
+		var v engine.Verdict
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := p.EvaluateInto(ctx, store, now, req, &v); err != nil || len(v.Results) != 4 {
+			hits, keys, err = p.Compile(req, hits[:0], keys)
+			if err == nil {
+				err = e.Decide(ctx, now, hits, &v)
+			}
+			if err != nil || len(v.Results) != 4 {
 				b.Fatalf("%v, %d results", err, len(v.Results))
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/policy/policytest"
 )
@@ -31,7 +32,7 @@ func TestKeyValues(t *testing.T) {
 		r := req("GET", "/", "192.0.2.1")
 		r.Host = tt.host
 		r.Header["X-Id"] = []string{tt.id}
-		v, err := p.Evaluate(context.Background(), &policytest.Store{}, t0, r)
+		v, err := evaluate(p, context.Background(), &policytest.Store{}, t0, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,20 +53,20 @@ func TestEvaluateIntoReuse(t *testing.T) {
 	)
 	store := &policytest.Store{}
 	ctx := context.Background()
-	var v policy.Verdict
-	if err := p.EvaluateInto(ctx, store, t0, req("POST", "/login", "192.0.2.1"), &v); err != nil || !v.Allowed || len(v.Results) != 2 {
+	var v engine.Verdict
+	if err := evaluateInto(p, ctx, store, t0, req("POST", "/login", "192.0.2.1"), &v); err != nil || !v.Allowed || len(v.Results) != 2 {
 		t.Fatalf("first login: %v %+v", err, v)
 	}
 	if k0, k1 := v.Results[0].Key, v.Results[1].Key; k0 != k1 || unsafe.StringData(k0) != unsafe.StringData(k1) {
 		t.Errorf("first login: keys %q and %q are two strings, want one shared", k0, k1)
 	}
-	if err := p.EvaluateInto(ctx, store, t0, req("POST", "/login", "192.0.2.1"), &v); err != nil || v.Allowed || len(v.Violated) != 1 {
+	if err := evaluateInto(p, ctx, store, t0, req("POST", "/login", "192.0.2.1"), &v); err != nil || v.Allowed || len(v.Violated) != 1 {
 		t.Fatalf("second login: %v %+v, want refused by login", err, v)
 	}
-	if err := p.EvaluateInto(ctx, store, t0, req("GET", "/", "192.0.2.2"), &v); err != nil {
+	if err := evaluateInto(p, ctx, store, t0, req("GET", "/", "192.0.2.2"), &v); err != nil {
 		t.Fatal(err)
 	}
-	if !v.Allowed || len(v.Results) != 1 || len(v.Violated) != 0 || v.Results[0].Key != "ip=192.0.2.2/32" || v.Results[0].Outcome != policy.Allowed {
+	if !v.Allowed || len(v.Results) != 1 || len(v.Violated) != 0 || v.Results[0].Key != "ip=192.0.2.2/32" || v.Results[0].Outcome != engine.Allowed {
 		t.Errorf("after reuse: %+v, want one allowed result for 192.0.2.2", v)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+
+	"github.com/portero-rl/portero/engine"
 )
 
 // A Key says under which name a rule counts a request: the seed's "clave".
@@ -160,9 +162,9 @@ func (p keyPart) String() string {
 // key returns the store key of req under k for rule r, appending to buf (a
 // scratch buffer the caller reuses); ok is false when a part has no value.
 // The string is freshly allocated unless it equals one of the keys in prev
-// (the keys of earlier rules of the same request, which stacked rules keyed
-// by ip share) or the key is constant: stores may keep it.
-func (k Key) key(buf []byte, p *Policy, r *Rule, req *Request, prev []Result) (key string, out []byte, ok bool) {
+// (the keys of the earlier hits of the same request, which stacked rules
+// keyed by ip share) or the key is constant: stores may keep it.
+func (k Key) key(buf []byte, p *Policy, r *Rule, req *Request, prev []engine.Hit) (key string, out []byte, ok bool) {
 	if k.constant != "" {
 		return k.constant, buf, true
 	}

@@ -29,7 +29,7 @@ func TestKeyOf(t *testing.T) {
 	routed := *full
 	routed.Route = "users"
 	for _, r := range []*policy.Request{full, &routed, req("GET", "/users/7", "")} {
-		v, err := p.Evaluate(context.Background(), &policytest.Store{}, t0, r)
+		v, err := evaluate(p, context.Background(), &policytest.Store{}, t0, r)
 		if err != nil {
 			t.Fatal(err)
 		}

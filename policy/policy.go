@@ -1,27 +1,27 @@
-// Package policy decides which rules apply to a request, under which key and
-// at what cost, and asks a store for all of them at once. It is the layer
-// between the doors (httplimit, the gateway) and the stores: it knows rules,
-// keys, costs and modes, and nothing about HTTP responses, Redis or the wall
-// clock (the caller passes now).
+// Package policy is the compiler of Portero's own rules: it decides which
+// rules apply to a request, under which key and at what cost, and turns
+// that into the engine's hits (Compile). It is the peer of package
+// descriptor, which compiles envoyproxy/ratelimit's descriptors; neither
+// decides: package engine does, for every door. It knows rules, keys,
+// costs and modes, and nothing about HTTP responses, stores or the clock.
 //
 // Limits stack: a request must pass every rule that applies to it (per user,
-// per tenant, global, per endpoint). The decision is all-or-nothing: when one
-// enforced rule refuses, the request is counted under none of them, and the
-// verdict names the rule that refused with that rule's own numbers. Rules in
-// shadow mode are counted, reported and measured, but never refuse.
+// per tenant, global, per endpoint). The engine decides them all-or-nothing:
+// when one enforced rule refuses, the request is counted under none of them,
+// and the verdict names the rule that refused with that rule's own numbers.
+// Rules in shadow mode are counted, reported and measured, but never refuse.
 package policy
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/algorithm"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/engine/header"
 )
 
 // Request is what a door tells the policy about one request. It is built by
@@ -94,6 +94,7 @@ type Rule struct {
 	Mode Mode
 
 	store       portero.Rule
+	engine      *engine.Rule
 	maxCost     int64
 	matchString string // Match.String(), the route key part of rules keyed by route
 	index       int
@@ -106,31 +107,14 @@ func (r *Rule) Index() int { return r.index }
 // Shadow reports whether the rule is in shadow mode.
 func (r *Rule) Shadow() bool { return r.Mode == Shadow }
 
+// Engine returns the rule as the engine decides it: its store rule, shadow
+// mode, quota unit, Index and header text.
+func (r *Rule) Engine() *engine.Rule { return r.engine }
+
 // StoreRule returns the portero.Rule a store counts this rule under. Two
 // policies whose rules have equal store rules share counters, which is why a
 // reload keeps the counters of the rules it leaves unchanged.
 func (r *Rule) StoreRule() portero.Rule { return r.store }
-
-// Quota returns the quota the rule announces in RateLimit-Policy: q units
-// per window w. For the window algorithms it is Count per Window; for the
-// buckets, GCRA and the queue it is the burst (capacity) and the time the
-// rate takes to refill all of it. For a calendar quota it is Count per the
-// period's nominal length (portero.Period.Nominal: 24 h, 7 or 30 days).
-func (r *Rule) Quota() (q int64, w time.Duration) {
-	if r.Limit.IsCalendar() {
-		return r.Limit.Count, r.Limit.Period.Nominal()
-	}
-	switch r.Algorithm {
-	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
-		return r.Limit.Count, r.Limit.Window
-	}
-	c := r.Limit.Capacity()
-	iv := r.Limit.Interval()
-	if iv > 0 && c <= math.MaxInt64/int64(iv) {
-		return c, time.Duration(c) * iv
-	}
-	return c, r.Limit.Window
-}
 
 // Options tune a policy. The zero value is the default.
 type Options struct {
@@ -180,6 +164,16 @@ func New(rules []Rule, opts Options) (*Policy, error) {
 		}
 		names[r.Name] = i
 		r.index = len(p.rules)
+		er := engine.Rule{Rule: r.store, Shadow: r.Mode == Shadow, Unit: r.Cost.Unit(), Index: r.index}
+		ann, err := header.Announce(&er)
+		if err == nil {
+			er.Announce = ann
+			r.engine, err = engine.NewRule(er)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rules[%d] (%s): %w", i, r.Name, err))
+			continue
+		}
 		p.rules = append(p.rules, &r)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -270,68 +264,8 @@ func (p *Policy) groupIP(a netip.Addr) netip.Prefix {
 	return pfx
 }
 
-// Outcome is what happened to a request under one rule.
-type Outcome string
-
-// The outcomes, used in metrics and logs.
-const (
-	// Allowed: counted and admitted.
-	Allowed Outcome = "allowed"
-	// NearLimit: counted and admitted, with at most a fifth of the limit
-	// left.
-	NearLimit Outcome = "near-limit"
-	// Refused: an enforced rule refused the request.
-	Refused Outcome = "refused"
-	// ShadowRefused: a shadow rule would have refused; the request was not
-	// refused for it.
-	ShadowRefused Outcome = "shadow-refused"
-	// NotCounted: the rule would have admitted the request, but another rule
-	// refused it, so (all-or-nothing) nothing was counted.
-	NotCounted Outcome = "not-counted"
-)
-
-// Result is the verdict of one rule on one request.
-type Result struct {
-	// Rule is the rule that applied.
-	Rule *Rule
-	// Key is the store key the request was counted under.
-	Key string
-	// Cost is the number of units the request costs under the rule.
-	Cost int64
-	// Decision is the rule's own decision, with its own limit, remaining and
-	// retry-after.
-	Decision portero.Decision
-	// Outcome is what happened.
-	Outcome Outcome
-}
-
-// Verdict is the policy's answer for one request.
-type Verdict struct {
-	// Allowed reports whether the request may pass.
-	Allowed bool
-	// Results has one entry per rule that applied, in rule order.
-	Results []Result
-	// Violated lists the indexes in Results of the enforced rules that
-	// refused the request; empty when Allowed.
-	Violated []int
-
-	// Scratch space kept between EvaluateInto calls on the same Verdict.
-	hits   []portero.Hit
-	active []int
-	key    []byte
-}
-
-// Reset empties v for reuse, keeping its memory.
-func (v *Verdict) Reset() {
-	clear(v.Results) // drop references to rules and keys
-	clear(v.hits)
-	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0], key: v.key[:0]}
-}
-
-// RuleError is returned by Evaluate when a request cannot be evaluated
-// under a rule: its cost is malformed (ErrBadCost), missing
-// (ErrLengthRequired) or larger than the rule could ever admit
-// (portero.ErrCostExceedsLimit).
+// RuleError is returned by Compile when a request's cost under a rule
+// cannot be read: malformed (ErrBadCost) or missing (ErrLengthRequired).
 type RuleError struct {
 	Rule string
 	Err  error
@@ -341,121 +275,3 @@ func (e *RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule, e
 
 // Unwrap returns the cause.
 func (e *RuleError) Unwrap() error { return e.Err }
-
-// Evaluate finds the rules that apply to req, computes their keys and costs
-// and asks store to decide them all at instant now, all-or-nothing. A
-// refusal is a Verdict with Allowed false, not an error. Errors are a
-// *RuleError for a request whose cost cannot be used, or the store's error
-// (wrapping portero.ErrStoreUnavailable when the backend failed).
-func (p *Policy) Evaluate(ctx context.Context, store portero.Store, now time.Time, req *Request) (*Verdict, error) {
-	v := new(Verdict)
-	if err := p.EvaluateInto(ctx, store, now, req, v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
-// EvaluateInto is Evaluate writing the verdict into v, which it resets
-// first and whose memory it reuses: a door that keeps Verdicts in a
-// sync.Pool decides without allocating, except for the store keys and what
-// the store itself allocates. After an error v holds no meaningful verdict.
-// The store must not keep the hits slice it is given after it returns.
-func (p *Policy) EvaluateInto(ctx context.Context, store portero.Store, now time.Time, req *Request, v *Verdict) error {
-	v.Reset()
-	v.Allowed = true
-	for _, r := range p.rules {
-		if !r.Match.Matches(req) {
-			continue
-		}
-		key, buf, ok := r.Key.key(v.key, p, r, req, v.Results)
-		v.key = buf
-		if !ok {
-			continue
-		}
-		cost, err := r.Cost.of(req)
-		if err != nil {
-			return &RuleError{Rule: r.Name, Err: err}
-		}
-		if cost > r.maxCost {
-			return &RuleError{Rule: r.Name, Err: fmt.Errorf("%w: cost %d (%s) is more than the %d the rule admits at once", portero.ErrCostExceedsLimit, cost, r.Cost, r.maxCost)}
-		}
-		v.Results = append(v.Results, Result{Rule: r, Key: key, Cost: cost})
-	}
-	if len(v.Results) == 0 {
-		return nil
-	}
-	// Ask for every hit at once. When only shadow rules refuse, drop them and
-	// ask again, so the enforced rules are counted; at most one extra round
-	// per shadow rule.
-	active := v.active[:0]
-	for i := range v.Results {
-		active = append(active, i)
-	}
-	v.active = active
-	hits := v.hits[:0]
-	defer func() { v.hits = hits }()
-	for {
-		hits = hits[:0]
-		for _, i := range active {
-			res := &v.Results[i]
-			hits = append(hits, portero.Hit{Rule: res.Rule.store, Key: res.Key, Cost: res.Cost})
-		}
-		decs, err := store.AllowAll(ctx, now, hits)
-		if err != nil {
-			return err
-		}
-		if len(decs) != len(hits) {
-			return fmt.Errorf("%w: store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
-		}
-		enforcedRefused, shadowRefused := false, false
-		for j, i := range active {
-			v.Results[i].Decision = decs[j]
-			if !decs[j].Allowed {
-				if v.Results[i].Rule.Shadow() {
-					shadowRefused = true
-				} else {
-					enforcedRefused = true
-				}
-			}
-		}
-		if enforcedRefused {
-			v.Allowed = false
-			for _, i := range active {
-				res := &v.Results[i]
-				switch {
-				case res.Decision.Allowed:
-					res.Outcome = NotCounted
-				case res.Rule.Shadow():
-					res.Outcome = ShadowRefused
-				default:
-					res.Outcome = Refused
-					v.Violated = append(v.Violated, i)
-				}
-			}
-			return nil
-		}
-		if !shadowRefused {
-			for _, i := range active {
-				res := &v.Results[i]
-				res.Outcome = Allowed
-				if res.Decision.Remaining*5 <= res.Decision.Limit {
-					res.Outcome = NearLimit
-				}
-			}
-			return nil
-		}
-		next := active[:0] // filtered in place: next never overtakes active
-		for _, i := range active {
-			res := &v.Results[i]
-			if !res.Decision.Allowed {
-				res.Outcome = ShadowRefused
-				continue
-			}
-			next = append(next, i)
-		}
-		active = next
-		if len(active) == 0 {
-			return nil
-		}
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/policy/policytest"
 )
@@ -108,7 +109,7 @@ func TestKeys(t *testing.T) {
 	r := req("GET", "/users/7", "2001:db8:1:2:3:4:5:6")
 	r.Header["X-Api-Key"] = []string{"k+=1"}
 	r.Identity = map[string]string{"user": "alice", "tenant": "acme"}
-	v, err := p.Evaluate(context.Background(), store, t0, r)
+	v, err := evaluate(p, context.Background(), store, t0, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	// Without an API key or a user, those rules do not apply.
-	v, err = p.Evaluate(context.Background(), store, t0, req("GET", "/", "192.0.2.1"))
+	v, err = evaluate(p, context.Background(), store, t0, req("GET", "/", "192.0.2.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestKeys(t *testing.T) {
 	// A long header value is hashed.
 	r = req("GET", "/", "")
 	r.Header["X-Api-Key"] = []string{strings.Repeat("x", 1000)}
-	v, _ = p.Evaluate(context.Background(), store, t0, r)
+	v, _ = evaluate(p, context.Background(), store, t0, r)
 	if k := v.Results[0].Key; len(k) > 100 || !strings.Contains(k, "sha256:") {
 		t.Errorf("long key = %q, want a short hash", k)
 	}
@@ -155,16 +156,16 @@ func TestIPv6Prefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &policytest.Store{}
-	if v, _ := p.Evaluate(context.Background(), store, t0, req("GET", "/", "2001:db8:0:1::1")); !v.Allowed {
+	if v, _ := evaluate(p, context.Background(), store, t0, req("GET", "/", "2001:db8:0:1::1")); !v.Allowed {
 		t.Fatal("first request refused")
 	}
 	// Another address in the same /56: same key, refused.
-	v, _ := p.Evaluate(context.Background(), store, t0, req("GET", "/", "2001:db8:0:ff::2"))
+	v, _ := evaluate(p, context.Background(), store, t0, req("GET", "/", "2001:db8:0:ff::2"))
 	if v.Allowed {
 		t.Fatalf("second address in the same /56 allowed, key %q", v.Results[0].Key)
 	}
 	// IPv4-mapped IPv6 counts as the IPv4 address.
-	if v, _ := p.Evaluate(context.Background(), store, t0, req("GET", "/", "::ffff:192.0.2.1")); v.Results[0].Key != "ip=192.0.2.1/32" {
+	if v, _ := evaluate(p, context.Background(), store, t0, req("GET", "/", "::ffff:192.0.2.1")); v.Results[0].Key != "ip=192.0.2.1/32" {
 		t.Errorf("mapped key = %q", v.Results[0].Key)
 	}
 }
@@ -201,7 +202,7 @@ func TestMatch(t *testing.T) {
 		if mod != nil {
 			mod(r)
 		}
-		v, err := p.Evaluate(context.Background(), &policytest.Store{}, t0, r)
+		v, err := evaluate(p, context.Background(), &policytest.Store{}, t0, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,12 +223,12 @@ func TestStackedAllOrNothing(t *testing.T) {
 	)
 	ctx := context.Background()
 	for i := range 2 {
-		v, err := p.Evaluate(ctx, store, t0, req("POST", "/login", "192.0.2.1"))
+		v, err := evaluate(p, ctx, store, t0, req("POST", "/login", "192.0.2.1"))
 		if err != nil || !v.Allowed {
 			t.Fatalf("login %d: allowed=%v err=%v", i, v.Allowed, err)
 		}
 	}
-	v, err := p.Evaluate(ctx, store, t0, req("POST", "/login", "192.0.2.1"))
+	v, err := evaluate(p, ctx, store, t0, req("POST", "/login", "192.0.2.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,17 +239,17 @@ func TestStackedAllOrNothing(t *testing.T) {
 	if bad.Rule.Name != "login" || bad.Decision.Limit != 2 || bad.Decision.Remaining != 0 || bad.Decision.RetryAfter <= 0 {
 		t.Errorf("violated = %s limit %d remaining %d retry %v, want login 2 0 >0", bad.Rule.Name, bad.Decision.Limit, bad.Decision.Remaining, bad.Decision.RetryAfter)
 	}
-	if v.Results[0].Outcome != policy.NotCounted || v.Results[1].Outcome != policy.Refused {
+	if v.Results[0].Outcome != engine.NotCounted || v.Results[1].Outcome != engine.Refused {
 		t.Errorf("outcomes = %s, %s, want not-counted, refused", v.Results[0].Outcome, v.Results[1].Outcome)
 	}
 	// Refused logins did not consume per-ip: 8 reads remain (10 − 2).
 	for i := range 8 {
-		v, _ := p.Evaluate(ctx, store, t0, req("GET", "/", "192.0.2.1"))
+		v, _ := evaluate(p, ctx, store, t0, req("GET", "/", "192.0.2.1"))
 		if !v.Allowed {
 			t.Fatalf("read %d refused: refused logins were counted under per-ip", i)
 		}
 	}
-	v, _ = p.Evaluate(ctx, store, t0, req("GET", "/", "192.0.2.1"))
+	v, _ = evaluate(p, ctx, store, t0, req("GET", "/", "192.0.2.1"))
 	if v.Allowed {
 		t.Fatal("read 9 allowed, want per-ip exhausted")
 	}
@@ -263,11 +264,11 @@ func TestShadow(t *testing.T) {
 	ctx := context.Background()
 	var outcomes []string
 	for range 4 {
-		v, err := p.Evaluate(ctx, store, t0, req("GET", "/", "192.0.2.1"))
+		v, err := evaluate(p, ctx, store, t0, req("GET", "/", "192.0.2.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		outcomes = append(outcomes, string(v.Results[0].Outcome)+"/"+string(v.Results[1].Outcome))
+		outcomes = append(outcomes, v.Results[0].Outcome.String()+"/"+v.Results[1].Outcome.String())
 	}
 	want := "near-limit/allowed shadow-refused/allowed shadow-refused/near-limit shadow-refused/refused"
 	if got := strings.Join(outcomes, " "); got != want {
@@ -284,30 +285,32 @@ func TestCost(t *testing.T) {
 	ctx := context.Background()
 	r := req("GET", "/", "")
 	r.Header["X-Cost"] = []string{"4"}
-	v, err := p.Evaluate(ctx, store, t0, r)
+	v, err := evaluate(p, ctx, store, t0, r)
 	if err != nil || v.Results[0].Cost != 4 || v.Results[0].Decision.Remaining != 6 {
 		t.Fatalf("cost 4: %+v %v", v, err)
 	}
 	r.Header["X-Cost"] = []string{"-1"}
-	_, err = p.Evaluate(ctx, store, t0, r)
+	_, err = evaluate(p, ctx, store, t0, r)
 	var re *policy.RuleError
 	if !errors.As(err, &re) || !errors.Is(err, policy.ErrBadCost) || !strings.Contains(err.Error(), "X-Cost") {
 		t.Errorf("bad cost header: err = %v", err)
 	}
+	// More than the rule admits at once is no error: the engine refuses it
+	// as a request that can never pass.
 	r.Header["X-Cost"] = []string{"11"}
-	if _, err = p.Evaluate(ctx, store, t0, r); !errors.Is(err, portero.ErrCostExceedsLimit) {
-		t.Errorf("cost 11 > 10: err = %v", err)
+	if v, err = evaluate(p, ctx, store, t0, r); err != nil || v.Allowed || v.Results[0].Outcome != engine.CanNeverPass {
+		t.Errorf("cost 11 > 10: %+v, %v; want refused, can never pass", v, err)
 	}
 	post := req("POST", "/", "")
 	post.ContentLength = -1
-	if _, err = p.Evaluate(ctx, store, t0, post); !errors.Is(err, policy.ErrLengthRequired) {
+	if _, err = evaluate(p, ctx, store, t0, post); !errors.Is(err, policy.ErrLengthRequired) {
 		t.Errorf("unknown length: err = %v", err)
 	}
 	post.ContentLength = 600
-	if v, err := p.Evaluate(ctx, store, t0, post); err != nil || !v.Allowed || v.Results[1].Cost != 600 {
+	if v, err := evaluate(p, ctx, store, t0, post); err != nil || !v.Allowed || v.Results[1].Cost != 600 {
 		t.Fatalf("600 bytes: %+v %v", v, err)
 	}
-	if v, _ := p.Evaluate(ctx, store, t0, post); v.Allowed {
+	if v, _ := evaluate(p, ctx, store, t0, post); v.Allowed {
 		t.Error("second 600 bytes allowed, want refused by bytes")
 	}
 }
@@ -344,7 +347,7 @@ func TestStoreError(t *testing.T) {
 	store := &policytest.Store{}
 	store.SetErr(portero.ErrStoreUnavailable)
 	p := mustPolicy(t, policy.Rule{Name: "g", Key: policy.MustParseKey("global"), Limit: portero.PerMinute(1)})
-	if _, err := p.Evaluate(context.Background(), store, t0, req("GET", "/", "")); !errors.Is(err, portero.ErrStoreUnavailable) {
+	if _, err := evaluate(p, context.Background(), store, t0, req("GET", "/", "")); !errors.Is(err, portero.ErrStoreUnavailable) {
 		t.Errorf("err = %v, want ErrStoreUnavailable", err)
 	}
 }
@@ -362,7 +365,7 @@ func TestQuota(t *testing.T) {
 	} {
 		r := policy.Rule{Name: "r", Key: policy.MustParseKey("ip"), Algorithm: tt.alg, Limit: portero.MustParseLimit(tt.limit)}
 		p := mustPolicy(t, r)
-		q, w := p.Rules()[0].Quota()
+		q, w := p.Rules()[0].Engine().Quota()
 		if q != tt.q || w != tt.w {
 			t.Errorf("%s %s: Quota() = %d, %v, want %d, %v", tt.alg, tt.limit, q, w, tt.q, tt.w)
 		}
@@ -431,14 +434,14 @@ func TestCalendarQuota(t *testing.T) {
 	if q.Algorithm != portero.FixedWindow {
 		t.Fatalf("a quota's default algorithm = %s, want fixed-window", q.Algorithm)
 	}
-	if n, w := q.Quota(); n != 3 || w != 24*time.Hour {
+	if n, w := q.Engine().Quota(); n != 3 || w != 24*time.Hour {
 		t.Errorf("Quota() = %d, %v; want 3, 24h", n, w)
 	}
 	ctx := context.Background()
 	now := time.Date(2024, 3, 31, 20, 0, 0, 0, time.UTC) // 22:00 in Madrid
-	eval := func(at time.Time) *policy.Verdict {
+	eval := func(at time.Time) *engine.Verdict {
 		t.Helper()
-		v, err := p.Evaluate(ctx, store, at, req("GET", "/", "192.0.2.1"))
+		v, err := evaluate(p, ctx, store, at, req("GET", "/", "192.0.2.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -452,8 +455,9 @@ func TestCalendarQuota(t *testing.T) {
 	if v.Allowed || len(v.Violated) != 1 || v.Results[v.Violated[0]].Rule.Name != "rate" || v.Results[v.Violated[0]].Decision.Quota {
 		t.Fatalf("third at once: %+v, want refused by the rate, not as a quota", v)
 	}
-	if d := v.Results[1].Decision; !d.Quota || !d.Allowed || d.Remaining != 0 || v.Results[1].Outcome != policy.NotCounted {
-		t.Errorf("quota beside the rate refusal: %+v %s, want a quota decision with 0 left after it, not counted", d, v.Results[1].Outcome)
+	// Not counted: it says what is available now (nothing was taken).
+	if d := v.Results[1].Decision; !d.Quota || !d.Allowed || d.Remaining != 1 || v.Results[1].Outcome != engine.NotCounted {
+		t.Errorf("quota beside the rate refusal: %+v %s, want a quota decision with 1 available, not counted", d, v.Results[1].Outcome)
 	}
 	// A second later the rate has room: the third unit of the quota.
 	if v := eval(now.Add(time.Second)); !v.Allowed {
@@ -469,8 +473,8 @@ func TestCalendarQuota(t *testing.T) {
 	if bad.Rule.Name != "quota" || !bad.Decision.Quota || bad.Decision.RetryAfter != 2*time.Hour-time.Minute || bad.Decision.PeriodLeft != bad.Decision.RetryAfter {
 		t.Errorf("fourth: %s %+v, want the quota refusing until 22:00 UTC (1 h 59 min)", bad.Rule.Name, bad.Decision)
 	}
-	if r := v.Results[0]; r.Outcome != policy.NotCounted || r.Decision.Remaining != 1 {
-		t.Errorf("rate beside the quota refusal: %+v %s, want 1 left after it, not counted", r.Decision, r.Outcome)
+	if r := v.Results[0]; r.Outcome != engine.NotCounted || r.Decision.Remaining != 2 {
+		t.Errorf("rate beside the quota refusal: %+v %s, want its 2 available, not counted", r.Decision, r.Outcome)
 	}
 	if v := eval(time.Date(2024, 3, 31, 22, 0, 0, 0, time.UTC)); !v.Allowed {
 		t.Errorf("at Madrid's midnight: %+v, want the quota back", v)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/checkapi"
-	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/rls"
 )
 
@@ -103,7 +103,7 @@ func doCheck(cmd *cobra.Command, f checkFlags) error {
 	if f.domain == "" || len(f.descs) == 0 {
 		return usageErr(errors.New("give --domain and at least one --descriptor (or --policy and --key)"))
 	}
-	req := &rls.Request{Domain: f.domain, Hits: f.hits}
+	req := &descriptor.Request{Domain: f.domain, Hits: f.hits}
 	for _, s := range f.descs {
 		d, err := parseDescriptor(s)
 		if err != nil {
@@ -129,15 +129,15 @@ func costPtr(h uint32) *int64 {
 }
 
 // parseDescriptor reads "k=v,k2=v2;hits=0;limit=10/minute".
-func parseDescriptor(s string) (rls.Descriptor, error) {
-	var d rls.Descriptor
+func parseDescriptor(s string) (descriptor.Descriptor, error) {
+	var d descriptor.Descriptor
 	parts := strings.Split(s, ";")
 	for _, e := range strings.Split(parts[0], ",") {
 		k, v, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
 			return d, fmt.Errorf("entry %q: want key=value", e)
 		}
-		d.Entries = append(d.Entries, envoyconf.Entry{Key: k, Value: v})
+		d.Entries = append(d.Entries, descriptor.Entry{Key: k, Value: v})
 	}
 	for _, opt := range parts[1:] {
 		name, val, _ := strings.Cut(opt, "=")
@@ -154,11 +154,11 @@ func parseDescriptor(s string) (rls.Descriptor, error) {
 			if !ok || err != nil {
 				return d, fmt.Errorf("limit %q: want N/unit such as 10/minute", val)
 			}
-			u, err := envoyconf.ParseUnit(unit)
+			u, err := descriptor.ParseUnit(unit)
 			if err != nil {
 				return d, fmt.Errorf("limit %q: %w", val, err)
 			}
-			d.Override = &rls.Override{RequestsPerUnit: uint32(n), Unit: u}
+			d.Override = &descriptor.Override{RequestsPerUnit: uint32(n), Unit: u}
 		default:
 			return d, fmt.Errorf("option %q: want hits=N or limit=N/unit", opt)
 		}
@@ -166,7 +166,7 @@ func parseDescriptor(s string) (rls.Descriptor, error) {
 	return d, nil
 }
 
-func toCheckRequest(r *rls.Request) *checkapi.CheckRequest {
+func toCheckRequest(r *descriptor.Request) *checkapi.CheckRequest {
 	out := &checkapi.CheckRequest{Domain: r.Domain, Cost: costPtr(r.Hits)}
 	for _, d := range r.Descriptors {
 		cd := checkapi.CheckDescriptor{HitsAddend: d.Hits}
@@ -181,7 +181,7 @@ func toCheckRequest(r *rls.Request) *checkapi.CheckRequest {
 	return out
 }
 
-func checkGRPC(ctx context.Context, w io.Writer, target string, req *rls.Request, asJSON bool) error {
+func checkGRPC(ctx context.Context, w io.Writer, target string, req *descriptor.Request, asJSON bool) error {
 	c, err := rls.Dial(target)
 	if err != nil {
 		return err
@@ -210,7 +210,7 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, req *rls.Request
 			fmt.Fprintf(w, "  %s: %s\n", h.Name, h.Value)
 		}
 	}
-	if a.Code != rls.OK {
+	if a.Code != descriptor.OK {
 		return errRefused
 	}
 	return nil
@@ -224,8 +224,8 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, req *rls.Request
 // Retry-After header when the server sent one. The deciding rule is, as
 // the HTTP door picks it, the refusing descriptor with the longest wait,
 // or when allowed the one with the least remaining.
-func answerJSON(req *rls.Request, a *rls.Answer) checkapi.CheckResponse {
-	out := checkapi.CheckResponse{Allowed: a.Code == rls.OK, Code: a.Code.String()}
+func answerJSON(req *descriptor.Request, a *rls.Answer) checkapi.CheckResponse {
+	out := checkapi.CheckResponse{Allowed: a.Code == descriptor.OK, Code: a.Code.String()}
 	var retry float64
 	for _, h := range a.Headers {
 		if strings.EqualFold(h.Name, "Retry-After") {
@@ -242,7 +242,7 @@ func answerJSON(req *rls.Request, a *rls.Answer) checkapi.CheckResponse {
 				hits = *req.Descriptors[i].Hits
 			}
 			dr.Counted = out.Allowed && hits > 0
-			if st.Code != rls.OK {
+			if st.Code != descriptor.OK {
 				dr.RetryAfter = retry
 			}
 			switch {
@@ -250,7 +250,7 @@ func answerJSON(req *rls.Request, a *rls.Answer) checkapi.CheckResponse {
 				best = i
 			case out.Allowed && st.Remaining < a.Statuses[best].Remaining:
 				best = i
-			case !out.Allowed && st.Code != rls.OK && (a.Statuses[best].Code == rls.OK || st.ResetAfter > a.Statuses[best].ResetAfter):
+			case !out.Allowed && st.Code != descriptor.OK && (a.Statuses[best].Code == descriptor.OK || st.ResetAfter > a.Statuses[best].ResetAfter):
 				best = i
 			}
 		}
@@ -281,6 +281,19 @@ func checkHTTP(ctx context.Context, w io.Writer, server string, req *checkapi.Ch
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// A request that can never pass: a refusal, told as a problem.
+		var p struct {
+			Detail string `json:"detail"`
+		}
+		json.Unmarshal(raw, &p)
+		if asJSON {
+			w.Write(raw)
+		} else {
+			fmt.Fprintf(w, "OVER_LIMIT\n  %s\n", p.Detail)
+		}
+		return errRefused
 	}
 	if resp.StatusCode != http.StatusOK {
 		var p struct {

@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/clientip"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/lifecycle"
@@ -27,8 +29,9 @@ import (
 type rlsFlags struct {
 	config, grpcListen, httpListen               string
 	logs                                         logFlags
-	store, redisURL, redisFailure                string
+	store, redisURL                              string
 	onStoreError, authOnStoreError, defaultDom   string
+	localShare                                   float64
 	trusted, ipHeader                            string
 	mergeDomains, allowUnknown, watch, noHeaders bool
 	callTimeout, grace                           time.Duration
@@ -79,9 +82,9 @@ configuration kept), and on SIGTERM or Ctrl-C stops gracefully.`,
 	fl.StringVar(&f.httpListen, "http-listen", "127.0.0.1:8082", "HTTP address for /v1/check and /v1/auth (off to disable); loopback unless told otherwise")
 	fl.StringVar(&f.store, "store", "memory", "where counters live: memory or redis")
 	fl.StringVar(&f.redisURL, "redis-url", "redis://127.0.0.1:6379", "Redis with --store redis: redis://host:port[/db], rediss:// for TLS, or redis-sentinel://host:port[,host:port…]/master")
-	fl.StringVar(&f.redisFailure, "redis-failure", "fail-closed", "what the Redis store does when Redis fails: fail-closed, fail-open or local")
-	fl.StringVar(&f.onStoreError, "on-store-error", "error", "answer of gRPC and /v1/check when the store reports a failure: error (Envoy's failure_mode_deny decides), open or closed")
-	fl.StringVar(&f.authOnStoreError, "auth-on-store-error", "open", "answer of /v1/auth when the store reports a failure: open (200), closed (deny status) or error (503)")
+	fl.StringVar(&f.onStoreError, "on-store-error", "error", "failure policy of gRPC and /v1/check when the store fails: error (gRPC UNAVAILABLE, so that Envoy's failure_mode_deny decides; 503), allow, deny (OVER_LIMIT) or local (a share of each limit in this instance's memory, --store redis)")
+	fl.StringVar(&f.authOnStoreError, "auth-on-store-error", "allow", "failure policy of /v1/auth when the store fails: allow (200), deny (the deny status), local or error (503)")
+	fl.Float64Var(&f.localShare, "local-share", 1, "with local: the share of each limit one instance admits from memory while the store fails, in (0, 1]")
 	fl.StringVar(&f.defaultDom, "auth-domain", "", "domain of /v1/auth requests that name none")
 	fl.StringVar(&f.trusted, "trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated networks whose forwarding headers /v1/auth believes")
 	fl.StringVar(&f.ipHeader, "client-ip-header", "X-Forwarded-For", "the one forwarding header /v1/auth reads the client address from")
@@ -103,15 +106,18 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if f.config == "" {
 		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
 	}
-	onErr, err := rls.ParseFailurePolicy(f.onStoreError)
+	onErr, err := portero.ParseFailurePolicy(f.onStoreError)
 	if err != nil {
 		return usageErr(fmt.Errorf("--on-store-error: %w", err))
 	}
-	authOnErr, err := rls.ParseFailurePolicy(f.authOnStoreError)
+	authOnErr, err := portero.ParseFailurePolicy(f.authOnStoreError)
 	if err != nil {
 		return usageErr(fmt.Errorf("--auth-on-store-error: %w", err))
 	}
-	trusted, err := httplimit.ParsePrefixes(splitList(f.trusted))
+	if (onErr == portero.FailLocal || authOnErr == portero.FailLocal) && f.store != "redis" {
+		return usageErr(errors.New("failure policy local applies to --store redis only: the memory store does not fail"))
+	}
+	trusted, err := clientip.ParsePrefixes(splitList(f.trusted))
 	if err != nil {
 		return usageErr(fmt.Errorf("--trusted-proxies: %w", err))
 	}
@@ -145,9 +151,17 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	}
 	defer store.Close(context.Background())
 
-	eng, err := rls.NewEngine(rls.Options{Store: store, Limits: limits, AllowUnknownDomains: f.allowUnknown})
+	// One compiler and one engine for gRPC and /v1/check (the same
+	// counters, the same failure policy), a second engine for /v1/auth's
+	// failure policy.
+	compiler := descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: f.allowUnknown})
+	eng, err := engine.New(engine.Options{Store: store, OnError: onErr, LocalShare: f.localShare})
 	if err != nil {
-		return err
+		return usageErr(err)
+	}
+	authEng, err := engine.New(engine.Options{Store: store, OnError: authOnErr, LocalShare: f.localShare})
+	if err != nil {
+		return usageErr(err)
 	}
 	logger.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()))
 
@@ -157,7 +171,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	running := 0
 	out := cmd.OutOrStdout()
 	if f.grpcListen != "off" {
-		svc := rls.NewService(eng, rls.ServiceOptions{OnStoreError: onErr, CallTimeout: f.callTimeout, NoHeaders: f.noHeaders, Logger: logger})
+		svc := rls.NewService(compiler, eng, rls.ServiceOptions{CallTimeout: f.callTimeout, NoHeaders: f.noHeaders, Logger: logger})
 		grpcSrv, err := rls.NewServer(svc, serverOpts)
 		if err != nil {
 			return usageErr(err)
@@ -180,8 +194,8 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		}()
 	}
 	if f.httpListen != "off" {
-		h, err := checkapi.New(checkapi.Config{Engine: eng, OnStoreError: onErr, AuthOnStoreError: authOnErr,
-			ClientIP: httplimit.ClientIP{TrustedProxies: trusted, Header: f.ipHeader}, DefaultDomain: f.defaultDom,
+		h, err := checkapi.New(checkapi.Config{Compiler: compiler, Engine: eng, AuthEngine: authEng,
+			ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, DefaultDomain: f.defaultDom,
 			Timeout: f.callTimeout, Logger: logger})
 		if err != nil {
 			return usageErr(err)
@@ -216,7 +230,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 			logger.Error("rls: reload refused, keeping the running configuration", "why", why, "err", err)
 			return
 		}
-		eng.SetLimits(c)
+		compiler.SetLimits(c)
 		logger.Info("rls: configuration reloaded", "why", why, "domains", strings.Join(c.Domains(), ","))
 	}
 	sig, stopSignals := lifecycle.NotifySignals()
@@ -254,13 +268,10 @@ func openRLSStore(f rlsFlags, logger *slog.Logger) (portero.Store, error) {
 	case "memory":
 		return memstore.New(memstore.Config{})
 	case "redis":
-		p, err := redisstore.ParsePolicy(f.redisFailure)
-		if err != nil {
-			return nil, usageErr(fmt.Errorf("--redis-failure: %w", err))
-		}
-		// Started during an outage, it serves by its failure policy and
-		// counts in Redis once Redis answers.
-		return redisstore.New(redisstore.Config{URL: f.redisURL, Policy: p, Logger: logger, DialInBackground: true})
+		// The store reports a failure as an error and the engine applies
+		// --on-store-error. Started during an outage, it counts in Redis
+		// once Redis answers.
+		return redisstore.New(redisstore.Config{URL: f.redisURL, Logger: logger, DialInBackground: true})
 	}
 	return nil, usageErr(fmt.Errorf("--store %q: want memory or redis", f.store))
 }

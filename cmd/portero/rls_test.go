@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/testenv"
 )
 
@@ -162,11 +166,70 @@ func TestRLSUsage(t *testing.T) {
 		{"rls", "--config", "no/such/dir"},
 		{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "off", "--http-listen", "off"},
 		{"rls", "--config", "../../examples/envoy/config", "--grpc-transport", "quic", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off"},
+		// One failure policy, one vocabulary: the old flag and spellings go.
+		{"rls", "--config", "../../examples/envoy/config", "--redis-failure", "fail-closed"},
+		{"rls", "--config", "../../examples/envoy/config", "--on-store-error", "closed"},
+		{"rls", "--config", "../../examples/envoy/config", "--auth-on-store-error", "open"},
+		{"rls", "--config", "../../examples/envoy/config", "--on-store-error", "local"}, // the memory store does not fail
 	} {
 		err := run(context.Background(), args, io.Discard, io.Discard)
 		if exitCode(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
 		}
+	}
+}
+
+// TestRLSFailClosed: behind a real redis-server that dies, `portero rls
+// --on-store-error deny` refuses (OVER_LIMIT, and /v1/check allowed:false)
+// where it used to fail open (the Redis store's fail-closed refusals came
+// with an error, so Envoy saw an error and, by its default, let the
+// request through); with the default flags it reports the failure
+// (UNAVAILABLE, 503), so that Envoy's failure_mode_deny decides, and says
+// so in --help.
+func TestRLSFailClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	deny, denyHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL(), "--on-store-error", "deny")
+	def, defHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL())
+	ask := func(addr string) (*rls.Answer, error) {
+		c, err := rls.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return c.ShouldRateLimit(ctx, &descriptor.Request{Domain: "edge", Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "remote_address", Value: "10.9.0.1"}}}}})
+	}
+	check := func(addr string) (int, checkapi.CheckResponse) {
+		resp, err := http.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.9.0.2"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out checkapi.CheckResponse
+		json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	if a, err := ask(deny); err != nil || a.Code != descriptor.OK {
+		t.Fatalf("Redis up: %+v, %v", a, err)
+	}
+	srv.Kill()
+	t.Cleanup(srv.Restart)
+	if a, err := ask(deny); err != nil || a.Code != descriptor.OverLimit {
+		t.Errorf("deny, Redis down: gRPC %+v, %v; want OVER_LIMIT", a, err)
+	}
+	if code, out := check(denyHTTP); code != 200 || out.Allowed || out.Degraded == "" {
+		t.Errorf("deny, Redis down: /v1/check %d %+v; want refused, degraded", code, out)
+	}
+	if _, err := ask(def); err == nil || !strings.Contains(err.Error(), "Unavailable") {
+		t.Errorf("default flags, Redis down: gRPC %v; want UNAVAILABLE", err)
+	}
+	if code, _ := check(defHTTP); code != 503 {
+		t.Errorf("default flags, Redis down: /v1/check %d; want 503", code)
+	}
+	out, _, _ := runCmd(t, "rls", "--help")
+	if !strings.Contains(out, "--on-store-error string") || !strings.Contains(out, "failure_mode_deny") || strings.Contains(out, "redis-failure") {
+		t.Errorf("rls --help does not describe the one failure policy flag:\n%s", out)
 	}
 }
 

@@ -1,7 +1,10 @@
 // Package checkapi is Portero's HTTP decision service: a JSON API that
-// answers "allowed or not" for a domain and descriptors (the same engine as
-// the Envoy RLS door) or for a Portero policy rule and key, and an
-// auth_request-style endpoint for nginx and Traefik ForwardAuth.
+// answers "allowed or not" for a domain and descriptors (compiled by
+// package descriptor, as the Envoy RLS door compiles them) or for a Portero
+// policy rule and key, and an auth_request-style endpoint for nginx and
+// Traefik ForwardAuth. It is a door: every request is decided by package
+// engine, and its RateLimit fields are written by engine/header, as at
+// every other door.
 //
 // # POST /v1/check
 //
@@ -16,7 +19,8 @@
 // A descriptor may also carry "hits_addend" (0 checks without counting) and
 // "limit": {"requests_per_unit": 5, "unit": "minute"}, as in Envoy. Or, for
 // a rule of Portero's own policy: {"policy": "rule-name", "key": "abc",
-// "cost": 1}.
+// "cost": 1}, where cost 0 checks without counting and a shadow rule never
+// refuses.
 //
 // Response, 200 for every decision, allowed or refused:
 //
@@ -25,10 +29,19 @@
 //	 "descriptors": [...]}
 //
 // Times are seconds (fractions allowed). The response also carries the
-// RateLimit-Policy, RateLimit and (when refused) Retry-After headers. Errors
-// are RFC 9457 problem bodies: 400 for bad input, 404 for an unknown domain
-// or rule, 405, 413 for an oversized body, 503 when the store failed and the
-// failure policy is "error".
+// RateLimit-Policy, RateLimit and (when refused) Retry-After headers.
+//
+// A request whose cost is more than a rule can ever admit at once is
+// answered as at every HTTP door: 429 with an application/problem+json body
+// of type quota-exceeded whose detail names the rule, the cost and the most
+// the rule admits (also in its cost and max-cost members), and no
+// Retry-After, since waiting never helps.
+//
+// When the store fails, the engine's failure policy answers: allow and deny
+// are decisions (200, with "degraded" saying why, and no RateLimit item for
+// the rules the policy decided); error is a 503. Errors are RFC 9457
+// problem bodies: 400 for bad input, 404 for an unknown domain or rule,
+// 405, 413 for an oversized body, 415, 503.
 //
 // # /v1/auth (nginx auth_request, Traefik forwardAuth)
 //
@@ -49,8 +62,10 @@
 // Allowed: 200 with X-Portero-Decision: allowed and the RateLimit fields.
 // Refused: deny_status (403 by default when X-Original-URI is present,
 // since nginx turns any other status into a 500; 429 otherwise, which
-// Traefik passes on to the client as is) with Retry-After, RateLimit,
-// RateLimit-Policy, Cache-Control: no-store and a problem body.
+// Traefik passes on to the client as is) with Retry-After (none when the
+// request can never pass), RateLimit, RateLimit-Policy, Cache-Control:
+// no-store and a problem body. The store failing is decided by AuthEngine's
+// failure policy (allow lets traffic through; error is a 503).
 package checkapi
 
 import (
@@ -70,33 +85,34 @@ import (
 	"strings"
 	"time"
 
-	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/httplimit"
-	"github.com/portero-rl/portero/internal/config/envoyconf"
-	"github.com/portero-rl/portero/internal/rls"
-	"github.com/portero-rl/portero/internal/sfv"
+	"github.com/portero-rl/portero/clientip"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/engine/header"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/policy"
 )
 
-// Config configures a Handler. Engine is required; the zero value of every
-// other field means its default.
+// Config configures a Handler. Compiler and Engine are required; the zero
+// value of every other field means its default.
 type Config struct {
-	// Engine decides domain/descriptor requests (shared with the RLS door).
-	Engine *rls.Engine
-	// Store and Policy serve {"policy", "key"} requests; both nil disables
-	// them (404).
-	Store  portero.Store
+	// Compiler compiles domain/descriptor requests (shared with the RLS
+	// door).
+	Compiler *descriptor.Compiler
+	// Engine decides /v1/check requests, domain and policy alike (shared
+	// with the RLS door: the same counters, the same failure policy, under
+	// which portero.FailError answers 503).
+	Engine *engine.Engine
+	// AuthEngine decides /v1/auth requests; nil means Engine. Its failure
+	// policy is the auth endpoint's: nginx turns a 503 into a 500 for the
+	// client and Traefik passes it on, so FailAllow lets traffic through
+	// while the store is down.
+	AuthEngine *engine.Engine
+	// Policy serves {"policy", "key"} requests; nil disables them (404).
 	Policy func() *policy.Policy
-	// OnStoreError is the /v1/check answer when the store fails: FailError
-	// (503, the default), FailOpen (allowed) or FailClosed (refused).
-	OnStoreError rls.FailurePolicy
-	// AuthOnStoreError is the same for /v1/auth. Note that nginx turns a
-	// 503 into a 500 for the client and Traefik passes it on: set FailOpen
-	// to let traffic through while the store is down.
-	AuthOnStoreError rls.FailurePolicy
 	// ClientIP finds the original client's address for {ip}. Its zero value
 	// trusts forwarding headers (X-Forwarded-For) from loopback proxies only.
-	ClientIP httplimit.ClientIP
+	ClientIP clientip.Config
 	// DefaultDomain is used by /v1/auth when the query names none.
 	DefaultDomain string
 	// MaxBody bounds a /v1/check body in bytes; 0 means 64 KiB.
@@ -118,8 +134,11 @@ type Handler struct {
 
 // New validates cfg and returns the handler.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Engine == nil {
-		return nil, errors.New("checkapi: an engine is required")
+	if cfg.Engine == nil || cfg.Compiler == nil {
+		return nil, errors.New("checkapi: a compiler and an engine are required")
+	}
+	if cfg.AuthEngine == nil {
+		cfg.AuthEngine = cfg.Engine
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 64 << 10
@@ -194,6 +213,9 @@ type CheckResponse struct {
 	Remaining  int64   `json:"remaining"`
 	RetryAfter float64 `json:"retry_after"`
 	ResetAfter float64 `json:"reset_after"`
+	// Outcome is the engine's outcome of a policy request (allowed,
+	// near-limit, refused, shadow-refused, check-only).
+	Outcome string `json:"outcome,omitempty"`
 	// Descriptors has one entry per request descriptor (domain requests).
 	Descriptors []DescriptorResult `json:"descriptors,omitempty"`
 	// Degraded is set when the failure policy answered because the store
@@ -214,6 +236,11 @@ type DescriptorResult struct {
 	Counted         bool    `json:"counted"`
 	Shadow          bool    `json:"shadow,omitempty"`
 	Unlimited       bool    `json:"unlimited,omitempty"`
+	CheckOnly       bool    `json:"check_only,omitempty"`
+	// Outcome is the engine's outcome for the descriptor; Failure the
+	// failure policy that decided it when the store could not.
+	Outcome string `json:"outcome,omitempty"`
+	Failure string `json:"failure,omitempty"`
 }
 
 func problem(w http.ResponseWriter, status int, detail string) {
@@ -222,7 +249,7 @@ func problem(w http.ResponseWriter, status int, detail string) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	json.NewEncoder(w).Encode(httpanswer.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
 }
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
@@ -372,7 +399,7 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 		problem(w, http.StatusBadRequest, "key goes with policy; a domain takes descriptors")
 		return
 	}
-	req := &rls.Request{Domain: in.Domain}
+	req := &descriptor.Request{Domain: in.Domain}
 	if in.Cost != nil {
 		if *in.Cost < 0 || *in.Cost > math.MaxUint32 {
 			problem(w, http.StatusBadRequest, fmt.Sprintf("cost %d: want 0 to %d", *in.Cost, uint32(math.MaxUint32)))
@@ -381,79 +408,120 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 		req.Hits = uint32(*in.Cost)
 	}
 	for i, d := range in.Descriptors {
-		out := rls.Descriptor{Hits: d.HitsAddend}
+		out := descriptor.Descriptor{Hits: d.HitsAddend}
 		for _, e := range d.Entries {
-			out.Entries = append(out.Entries, envoyconf.Entry{Key: e.Key, Value: e.Value})
+			out.Entries = append(out.Entries, descriptor.Entry{Key: e.Key, Value: e.Value})
 		}
 		if d.Limit != nil {
-			u, err := envoyconf.ParseUnit(d.Limit.Unit)
+			u, err := descriptor.ParseUnit(d.Limit.Unit)
 			if err != nil {
 				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %d: limit: %v", i, err))
 				return
 			}
-			out.Override = &rls.Override{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: u}
+			out.Override = &descriptor.Override{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: u}
 		}
 		req.Descriptors = append(req.Descriptors, out)
 	}
-	resp, ok := h.decide(ctx, w, req, h.cfg.OnStoreError)
-	if !ok {
+	var p descriptor.Plan
+	if !h.compile(w, req, &p) {
 		return
 	}
-	setHeaders(w.Header(), resp)
-	out := CheckResponse{Allowed: resp.Code == rls.OK, Code: resp.Code.String()}
-	if resp.Degraded != nil {
-		out.Degraded = resp.Degraded.Error()
+	now := h.cfg.Now()
+	var v engine.Verdict
+	if !h.decide(ctx, w, h.cfg.Engine, now, p.Hits, &v, req.Domain) {
+		return
 	}
-	if st := resp.Decision(); st != nil {
+	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String()}
+	if v.Degraded != nil {
+		out.Degraded = v.Degraded.Error()
+	}
+	if i := v.Decider(); i >= 0 {
+		st := p.Status(p.Of[i], &v, now)
 		out.Rule = st.Limit.PolicyName()
-		out.Limit = limitOf(st)
+		out.Limit = v.Results[i].Decision.Limit
 		out.Remaining = st.Remaining
 		out.RetryAfter = st.RetryAfter.Seconds()
 		out.ResetAfter = st.ResetAfter.Seconds()
-	} else if resp.Code == rls.OverLimit {
-		out.RetryAfter = 1
 	}
-	for i := range resp.Statuses {
-		st := &resp.Statuses[i]
+	for i := range p.Descriptors {
+		st := p.Status(i, &v, now)
 		dr := DescriptorResult{Code: st.Code.String(), Remaining: st.Remaining, RetryAfter: st.RetryAfter.Seconds(),
-			ResetAfter: st.ResetAfter.Seconds(), Counted: st.Counted, Shadow: st.Shadow, Unlimited: st.Unlimited}
+			ResetAfter: st.ResetAfter.Seconds(), Counted: st.Counted, Shadow: st.Shadow, Unlimited: st.Unlimited,
+			CheckOnly: st.CheckOnly, Outcome: st.Outcome.String(), Failure: string(st.Failure)}
 		if l := st.Limit; l != nil {
-			dr.Rule, dr.RequestsPerUnit, dr.Unit, dr.Algorithm = l.PolicyName(), l.RequestsPerUnit, l.Unit.String(), string(l.Rule.Algorithm)
+			dr.Rule, dr.RequestsPerUnit, dr.Unit = l.PolicyName(), l.RequestsPerUnit, l.Unit.String()
+			if l.Rule != nil {
+				dr.Algorithm = string(l.Rule.Algorithm)
+			}
 		}
 		out.Descriptors = append(out.Descriptors, dr)
+	}
+	h.answer(w, &v, out)
+}
+
+// compile compiles req into p and answers its errors; ok is false when an
+// error answer was written.
+func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *descriptor.Plan) bool {
+	err := h.cfg.Compiler.Compile(req, p)
+	if err == nil {
+		return true
+	}
+	status := http.StatusBadRequest
+	var re *descriptor.RequestError
+	if errors.As(err, &re) && re.Kind == descriptor.NotFound {
+		status = http.StatusNotFound
+	}
+	problem(w, status, err.Error())
+	return false
+}
+
+// decide has e decide hits into v and answers a store failure that e
+// reports (portero.FailError) with 503; ok is false when it did.
+func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.Engine, now time.Time, hits []engine.Hit, v *engine.Verdict, what string) bool {
+	err := e.Decide(ctx, now, hits, v)
+	if err != nil || v.Degraded != nil {
+		cause := v.Degraded
+		if err != nil {
+			cause = err
+		}
+		h.cfg.Logger.Warn("checkapi: store failed", "request", what, "policy", e.OnError().String(), "err", cause)
+	}
+	if err != nil {
+		httpanswer.WriteUnavailable(w, time.Second, "rate-limit store unavailable: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// answer writes the rate-limit fields of v and out as JSON (200), or, for
+// a request that can never pass, the 429 problem every HTTP door sends.
+func (h *Handler) answer(w http.ResponseWriter, v *engine.Verdict, out CheckResponse) {
+	var f httpanswer.Fields
+	f.Verdict(&writer, v)
+	if !v.Allowed {
+		f.Static("Cache-Control", "no-store")
+	}
+	f.Apply(w.Header())
+	if v.NeverPasses() {
+		writeRefusal(w, http.StatusTooManyRequests, v)
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func limitOf(st *rls.Status) int64 {
-	if b := st.Limit.Rule.Limit.Burst; b > 0 {
-		return b
-	}
-	return int64(st.Limit.RequestsPerUnit)
-}
+// writer writes the RateLimit fields of every answer (each rule's text is
+// prepared when its configuration loads).
+var writer header.Writer
 
-// decide runs the engine and answers errors; ok is false when an error
-// answer was written.
-func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, req *rls.Request, onErr rls.FailurePolicy) (*rls.Response, bool) {
-	resp, err := h.cfg.Engine.Decide(ctx, h.cfg.Now(), req)
-	if err == nil {
-		return resp, true
-	}
-	var re *rls.RequestError
-	if errors.As(err, &re) {
-		status := http.StatusBadRequest
-		if re.Kind == rls.NotFound {
-			status = http.StatusNotFound
-		}
-		problem(w, status, re.Msg)
-		return nil, false
-	}
-	h.cfg.Logger.Warn("checkapi: store failed", "domain", req.Domain, "policy", onErr.String(), "err", err)
-	if resp = h.cfg.Engine.FailureResponse(req, onErr, err); resp == nil {
-		httplimit.WriteUnavailable(w, time.Second, "rate-limit store unavailable: "+err.Error())
-		return nil, false
-	}
-	return resp, true
+// writeRefusal writes the problem body of refused verdict v with status.
+func writeRefusal(w http.ResponseWriter, status int, v *engine.Verdict) {
+	body := (*httpanswer.Texts)(nil).AppendRefusal(nil, status, v, header.RetryAfterSeconds(v))
+	hd := w.Header()
+	hd.Set("Content-Type", "application/problem+json")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
@@ -461,7 +529,7 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		problem(w, http.StatusBadRequest, "descriptors go with domain; a policy rule takes key")
 		return
 	}
-	if h.cfg.Policy == nil || h.cfg.Store == nil {
+	if h.cfg.Policy == nil {
 		problem(w, http.StatusNotFound, "no Portero policy is loaded: use domain and descriptors")
 		return
 	}
@@ -478,69 +546,26 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		problem(w, http.StatusBadRequest, "key is required with policy")
 		return
 	}
-	cost := int64(1)
+	hit := engine.Hit{Rule: rule.Engine(), Key: *in.Key, Cost: 1}
 	if in.Cost != nil {
-		cost = *in.Cost
+		if *in.Cost < 0 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("cost %d: must be 0 (check without counting) or more", *in.Cost))
+			return
+		}
+		hit.Cost, hit.CheckOnly = *in.Cost, *in.Cost == 0
 	}
-	sr := rule.StoreRule()
-	if cost < 1 {
-		problem(w, http.StatusBadRequest, fmt.Sprintf("cost %d: must be at least 1", cost))
+	var v engine.Verdict
+	if !h.decide(ctx, w, h.cfg.Engine, h.cfg.Now(), []engine.Hit{hit}, &v, "policy "+rule.Name) {
 		return
 	}
-	decs, err := h.cfg.Store.AllowAll(ctx, h.cfg.Now(), []portero.Hit{{Rule: sr, Key: *in.Key, Cost: cost}})
-	if err != nil {
-		if errors.Is(err, portero.ErrCostExceedsLimit) || errors.Is(err, portero.ErrInvalidCost) {
-			problem(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		switch h.cfg.OnStoreError {
-		case rls.FailOpen:
-			decs = []portero.Decision{{Allowed: true, Limit: sr.Limit.Count}}
-		case rls.FailClosed:
-			decs = []portero.Decision{{Allowed: false, Limit: sr.Limit.Count, RetryAfter: time.Second}}
-		default:
-			httplimit.WriteUnavailable(w, time.Second, "rate-limit store unavailable: "+err.Error())
-			return
-		}
+	res := &v.Results[0]
+	d := res.Decision
+	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String(), Rule: rule.Name, Limit: d.Limit, Remaining: max(d.Remaining, 0),
+		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds(), Outcome: res.Outcome.String()}
+	if v.Degraded != nil {
+		out.Degraded = v.Degraded.Error()
 	}
-	d := decs[0]
-	q, win := rule.Quota()
-	hd := w.Header()
-	hd.Set("RateLimit-Policy", string(sfv.AppendString(nil, rule.Name))+";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(max(ceilSec(win), 1), 10))
-	t := ceilSec(d.ResetAfter)
-	if !d.Allowed {
-		t = max(ceilSec(d.RetryAfter), 1)
-		hd.Set("Retry-After", strconv.FormatInt(t, 10))
-		hd.Set("Cache-Control", "no-store")
-	}
-	if err == nil && !d.Degraded { // a failure policy's answer has no values to tell
-		hd.Set("RateLimit", string(sfv.AppendString(nil, rule.Name))+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
-	}
-	out := CheckResponse{Allowed: d.Allowed, Code: rls.OK.String(), Rule: rule.Name, Limit: d.Limit, Remaining: d.Remaining,
-		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds()}
-	if !d.Allowed {
-		out.Code = rls.OverLimit.String()
-	}
-	if err != nil {
-		out.Degraded = err.Error()
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func ceilSec(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-func setHeaders(h http.Header, resp *rls.Response) {
-	for _, hd := range resp.Headers() {
-		h.Set(hd.Name, hd.Value)
-	}
-	if resp.Code == rls.OverLimit {
-		h.Set("Cache-Control", "no-store")
-	}
+	h.answer(w, &v, out)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -653,9 +678,9 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	if len(templates) == 0 {
 		templates = []string{"remote_address={ip}"}
 	}
-	req := &rls.Request{Domain: domain}
+	req := &descriptor.Request{Domain: domain}
 	for _, t := range templates {
-		var d rls.Descriptor
+		var d descriptor.Descriptor
 		keep := true
 		for _, part := range strings.Split(t, ",") {
 			k, v, ok := strings.Cut(part, "=")
@@ -672,7 +697,7 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 				keep = false
 				break
 			}
-			d.Entries = append(d.Entries, envoyconf.Entry{Key: k, Value: val})
+			d.Entries = append(d.Entries, descriptor.Entry{Key: k, Value: val})
 		}
 		if keep {
 			req.Descriptors = append(req.Descriptors, d)
@@ -686,36 +711,31 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	resp, ok := h.decide(ctx, w, req, h.cfg.AuthOnStoreError)
-	if !ok {
+	var p descriptor.Plan
+	if !h.compile(w, req, &p) {
 		return
 	}
-	setHeaders(hd, resp)
-	st := resp.Decision()
-	if st != nil {
-		hd.Set("X-Portero-Rule", st.Limit.PolicyName())
+	var v engine.Verdict
+	if !h.decide(ctx, w, h.cfg.AuthEngine, h.cfg.Now(), p.Hits, &v, req.Domain) {
+		return
 	}
-	if resp.Code == rls.OK {
+	var f httpanswer.Fields
+	f.Verdict(&writer, &v)
+	if i := v.Decider(); i >= 0 {
+		f.Static("X-Portero-Rule", v.Results[i].Rule.Name)
+	}
+	if v.Allowed {
 		decision := "allowed"
-		if resp.Degraded != nil {
+		if v.Degraded != nil {
 			decision = "allowed-store-unavailable"
 		}
-		hd.Set("X-Portero-Decision", decision)
+		f.Static("X-Portero-Decision", decision)
+		f.Apply(hd)
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	hd.Set("X-Portero-Decision", "refused")
-	p := httplimit.Problem{Type: httplimit.ProblemQuotaExceeded, Title: "Too Many Requests", Status: deny}
-	p.RetryAfter, _ = strconv.ParseInt(hd.Get("Retry-After"), 10, 64)
-	for i := range resp.Statuses {
-		if s := &resp.Statuses[i]; s.Code == rls.OverLimit && s.Limit != nil {
-			p.ViolatedPolicies = append(p.ViolatedPolicies, s.Limit.PolicyName())
-		}
-	}
-	if st != nil {
-		p.Detail = fmt.Sprintf("limit %q allows %d per %s; retry in %d s", st.Limit.PolicyName(), st.Limit.RequestsPerUnit, st.Limit.Unit, p.RetryAfter)
-	}
-	hd.Set("Content-Type", "application/problem+json")
-	w.WriteHeader(deny)
-	json.NewEncoder(w).Encode(p)
+	f.Static("X-Portero-Decision", "refused")
+	f.Static("Cache-Control", "no-store")
+	f.Apply(hd)
+	writeRefusal(w, deny, &v)
 }

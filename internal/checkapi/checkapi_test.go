@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
-	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/policy/policytest"
 	"github.com/portero-rl/portero/store/memstore"
@@ -29,33 +30,57 @@ type fixture struct {
 	store portero.Store
 }
 
-func newFixture(t *testing.T, mod func(*Config)) *fixture {
+// setup is what a fixture differs by: the store (a memory store when nil),
+// the engines' failure policies (FailError and FailAllow when empty, the
+// rls command's defaults), and the rest of the Config.
+type setup struct {
+	store                portero.Store
+	onError, authOnError portero.FailurePolicy
+	cfg                  func(*Config)
+}
+
+// doorConfig returns a Config over st whose compiler has the examples'
+// limits and whose engines have the given failure policies.
+func doorConfig(t testing.TB, st portero.Store, onError, authOnError portero.FailurePolicy) Config {
 	t.Helper()
-	var st portero.Store
-	ms, err := memstore.New(memstore.Config{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close(context.Background()) })
-	st = ms
 	lim, err := envoyconf.Load(examples, envoyconf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)}
-	if mod != nil {
-		mod(&cfg)
+	if onError == "" {
+		onError = portero.FailError
 	}
-	if cfg.Store != nil {
-		st = cfg.Store
+	if authOnError == "" {
+		authOnError = portero.FailAllow
 	}
-	eng, err := rls.NewEngine(rls.Options{Store: st, Limits: lim})
+	eng, err := engine.New(engine.Options{Store: st, OnError: onError})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Engine = eng
-	if cfg.Policy != nil {
-		cfg.Store = st
+	auth, err := engine.New(engine.Options{Store: st, OnError: authOnError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{Compiler: descriptor.NewCompiler(lim, descriptor.Options{}), Engine: eng, AuthEngine: auth,
+		Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)}
+}
+
+func newFixture(t *testing.T, mod func(*Config)) *fixture { return newFixtureWith(t, setup{cfg: mod}) }
+
+func newFixtureWith(t *testing.T, s setup) *fixture {
+	t.Helper()
+	st := s.store
+	if st == nil {
+		ms, err := memstore.New(memstore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ms.Close(context.Background()) })
+		st = ms
+	}
+	cfg := doorConfig(t, st, s.onError, s.authOnError)
+	if s.cfg != nil {
+		s.cfg(&cfg)
 	}
 	h, err := New(cfg)
 	if err != nil {
@@ -171,14 +196,14 @@ func TestCheckBadInput(t *testing.T) {
 
 func TestCheckStoreFailure(t *testing.T) {
 	for _, tt := range []struct {
-		p       rls.FailurePolicy
+		p       portero.FailurePolicy
 		status  int
 		allowed bool
-	}{{rls.FailError, 503, false}, {rls.FailOpen, 200, true}, {rls.FailClosed, 200, false}} {
+	}{{portero.FailError, 503, false}, {portero.FailAllow, 200, true}, {portero.FailDeny, 200, false}, {portero.FailLocal, 200, true}} {
 		t.Run(tt.p.String(), func(t *testing.T) {
 			st := &policytest.Store{}
 			st.SetErr(fmt.Errorf("down: %w", portero.ErrStoreUnavailable))
-			f := newFixture(t, func(c *Config) { c.Store = st; c.OnStoreError = tt.p })
+			f := newFixtureWith(t, setup{store: st, onError: tt.p})
 			resp, out, raw := f.post(t, `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`)
 			if resp.StatusCode != tt.status || (tt.status == 200 && (out.Allowed != tt.allowed || out.Degraded == "")) {
 				t.Errorf("%d %s", resp.StatusCode, raw)
@@ -212,8 +237,18 @@ func TestCheckPolicy(t *testing.T) {
 	if resp, _, raw := f.post(t, `{"policy":"api"}`); resp.StatusCode != 400 {
 		t.Errorf("no key: %d %s", resp.StatusCode, raw)
 	}
-	if resp, _, raw := f.post(t, `{"policy":"api","key":"bob","cost":5}`); resp.StatusCode != 400 {
-		t.Errorf("cost above the limit: %d %s", resp.StatusCode, raw)
+	// A cost above what the rule admits can never pass: the 429 problem of
+	// every HTTP door, without Retry-After.
+	if resp, _, raw := f.post(t, `{"policy":"api","key":"bob","cost":5}`); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" ||
+		!strings.Contains(raw, `rule \"api\" admits at most 2 at once and this request costs 5: it can never pass`) || !strings.Contains(raw, `"max-cost":2`) {
+		t.Errorf("cost above the limit: %d %v %s", resp.StatusCode, resp.Header, raw)
+	}
+	// cost 0 looks without counting.
+	if _, out, raw := f.post(t, `{"policy":"api","key":"carol","cost":0}`); !out.Allowed || out.Remaining != 2 || out.Outcome != "check-only" {
+		t.Errorf("cost 0: %s", raw)
+	}
+	if resp, _, raw := f.post(t, `{"policy":"api","key":"carol","cost":-1}`); resp.StatusCode != 400 {
+		t.Errorf("cost -1: %d %s", resp.StatusCode, raw)
 	}
 }
 
@@ -299,17 +334,17 @@ func TestAuthEndpoint(t *testing.T) {
 
 func TestAuthStoreFailure(t *testing.T) {
 	for _, tt := range []struct {
-		p      rls.FailurePolicy
+		p      portero.FailurePolicy
 		status int
-	}{{rls.FailError, 503}, {rls.FailOpen, 200}, {rls.FailClosed, 429}} {
+	}{{portero.FailError, 503}, {portero.FailAllow, 200}, {portero.FailDeny, 429}} {
 		st := &policytest.Store{}
 		st.SetErr(fmt.Errorf("down: %w", portero.ErrStoreUnavailable))
-		f := newFixture(t, func(c *Config) { c.Store = st; c.AuthOnStoreError = tt.p })
+		f := newFixtureWith(t, setup{store: st, authOnError: tt.p})
 		resp := authGet(t, f.srv.URL+"/v1/auth?domain=edge", nil)
 		if resp.StatusCode != tt.status {
 			t.Errorf("%v: %d, want %d", tt.p, resp.StatusCode, tt.status)
 		}
-		if tt.p == rls.FailOpen && resp.Header.Get("X-Portero-Decision") != "allowed-store-unavailable" {
+		if tt.p == portero.FailAllow && resp.Header.Get("X-Portero-Decision") != "allowed-store-unavailable" {
 			t.Errorf("open: decision %q", resp.Header.Get("X-Portero-Decision"))
 		}
 	}
@@ -317,7 +352,7 @@ func TestAuthStoreFailure(t *testing.T) {
 
 func TestNewNeedsEngine(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
-		t.Error("New without engine = nil error")
+		t.Error("New without compiler and engine = nil error")
 	}
 }
 
@@ -327,16 +362,11 @@ func FuzzCheck(f *testing.F) {
 	f.Add(`{"policy":"p","key":"k"}`)
 	ms, _ := memstore.New(memstore.Config{SweepInterval: -1})
 	defer ms.Close(context.Background())
-	lim, err := envoyconf.Load(examples, envoyconf.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	eng, _ := rls.NewEngine(rls.Options{Store: ms, Limits: lim})
-	h, _ := New(Config{Engine: eng})
+	h, _ := New(doorConfig(f, ms, "", ""))
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/check", strings.NewReader(body)))
-		if rec.Code != 200 && rec.Code != 400 && rec.Code != 404 && rec.Code != 413 {
+		if rec.Code != 200 && rec.Code != 400 && rec.Code != 404 && rec.Code != 413 && rec.Code != 415 && rec.Code != 429 {
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
 		}
 	})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,11 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/nginxtest"
-	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/store/memstore"
 )
 
@@ -32,12 +28,7 @@ func TestNginxAuthRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close(context.Background())
-	lim, err := envoyconf.Load(examples, envoyconf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, _ := rls.NewEngine(rls.Options{Store: ms, Limits: lim})
-	h, err := New(Config{Engine: eng, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	h, err := New(doorConfig(t, ms, "", ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 	"github.com/portero-rl/portero/policy"
 )
@@ -152,7 +152,7 @@ type Config struct {
 	// Policy holds the rules.
 	Policy *policy.Policy
 	// ClientIP is the client-address setting for the middleware.
-	ClientIP httplimit.ClientIP
+	ClientIP clientip.Config
 	// Listen and AdminListen are the addresses; AdminListen is empty when the
 	// admin listener is off.
 	Listen, AdminListen string
@@ -168,10 +168,10 @@ type Config struct {
 	MaxInFlight int
 	// StoreType is "memory" or "redis"; StoreURL the Redis URL.
 	StoreType, StoreURL string
-	// OnError is the store failure policy: allow, deny or local.
-	OnError string
-	// FailClosed refuses with 503 when the store fails (on_error: deny).
-	FailClosed bool
+	// OnError is the store failure policy (on_error): portero.FailAllow
+	// (the default), FailDeny (503) or FailLocal (redis only). FailError
+	// is refused: the gateway has no caller to report an error to.
+	OnError portero.FailurePolicy
 	// LocalShare is the share of each limit one instance may admit from
 	// memory while Redis fails (on_error: local); 0 means 1.
 	LocalShare float64
@@ -525,21 +525,21 @@ func (p *parser) validate(f *File) *Config {
 	default:
 		p.errorf(at("store", "type"), "%q: want memory or redis", f.Store.Type)
 	}
-	c.OnError = f.Store.OnError
-	switch f.Store.OnError {
-	case "":
-		c.OnError = "allow"
-	case "allow":
-	case "deny":
-		c.FailClosed = true
-	case "local":
-		if c.StoreType != "redis" {
+	c.OnError = portero.FailAllow
+	if f.Store.OnError != "" {
+		pol, err := portero.ParseFailurePolicy(f.Store.OnError)
+		switch {
+		case err != nil:
+			p.errorf(at("store", "on_error"), "%v: allow lets requests pass when the store fails, deny answers 503, local decides in memory (redis only)", err)
+		case pol == portero.FailError:
+			p.errorf(at("store", "on_error"), "error: the gateway has no caller to report a store failure to; want allow, deny or local")
+		case pol == portero.FailLocal && c.StoreType != "redis":
 			p.errorf(at("store", "on_error"), "local applies to the redis store only")
+		default:
+			c.OnError = pol
 		}
-	default:
-		p.errorf(at("store", "on_error"), "%q: want allow (let requests pass when the store fails), deny (answer 503) or local (decide in memory, redis only)", f.Store.OnError)
 	}
-	if v := f.Store.LocalShare; v != 0 && (v < 0 || v > 1 || c.OnError != "local") {
+	if v := f.Store.LocalShare; v != 0 && (v < 0 || v > 1 || c.OnError != portero.FailLocal) {
 		p.errorf(at("store", "local_share"), "%v: want a share in (0, 1], with on_error: local", v)
 	}
 	c.LocalShare = f.Store.LocalShare
@@ -551,7 +551,7 @@ func (p *parser) validate(f *File) *Config {
 
 	// client_ip
 	for i, s := range f.ClientIP.TrustedProxies {
-		pfx, err := httplimit.ParsePrefixes([]string{s})
+		pfx, err := clientip.ParsePrefixes([]string{s})
 		if err != nil {
 			p.errorf(at("client_ip", "trusted_proxies", i), "%v", err)
 			continue
@@ -559,7 +559,7 @@ func (p *parser) validate(f *File) *Config {
 		c.ClientIP.TrustedProxies = append(c.ClientIP.TrustedProxies, pfx...)
 	}
 	c.ClientIP.Header = f.ClientIP.Header
-	if f.ClientIP.Header != "" && !httplimit.ValidHeaderName(f.ClientIP.Header) {
+	if f.ClientIP.Header != "" && !clientip.ValidHeaderName(f.ClientIP.Header) {
 		p.errorf(at("client_ip", "header"), "%q: not a header name", f.ClientIP.Header)
 	}
 	if f.ClientIP.Header != "" && len(f.ClientIP.TrustedProxies) == 0 {
@@ -572,7 +572,7 @@ func (p *parser) validate(f *File) *Config {
 		p.errorf(at("client_ip", "ipv4_prefix"), "%d: want 1 to 32 (default 32)", v)
 	}
 	for _, h := range []struct{ v, name string }{{f.Identity.UserHeader, "user_header"}, {f.Identity.TenantHeader, "tenant_header"}} {
-		if h.v != "" && !httplimit.ValidHeaderName(h.v) {
+		if h.v != "" && !clientip.ValidHeaderName(h.v) {
 			p.errorf(at("identity", h.name), "%q: not a header name", h.v)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
@@ -48,9 +50,17 @@ func TestDefaultLoginExact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			e, err := engine.New(engine.Options{Store: store, OnError: portero.FailError})
+			if err != nil {
+				t.Fatal(err)
+			}
 			var got [4]bool
+			var v engine.Verdict
 			for i, off := range tm {
-				v, err := c.Policy.Evaluate(context.Background(), store, minute.Add(start+off), req)
+				hits, _, err := c.Policy.Compile(req, nil, nil)
+				if err == nil {
+					err = e.Decide(context.Background(), minute.Add(start+off), hits, &v)
+				}
 				if err != nil {
 					t.Fatal(err)
 				}

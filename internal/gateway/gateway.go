@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
@@ -28,7 +30,7 @@ import (
 // safe for concurrent use.
 type Hooks struct {
 	// OnDecision is called after every evaluation (see httplimit.Config).
-	OnDecision func(r *http.Request, v *policy.Verdict, storeTime time.Duration)
+	OnDecision func(r *http.Request, v *engine.Verdict, storeTime time.Duration)
 	// OnError is called when a request could not be evaluated.
 	OnError func(r *http.Request, err error)
 	// OnProxyError is called when an upstream could not be reached or gave a
@@ -113,7 +115,8 @@ func (g *Gateway) limiterConfig(cfg *config.Config, store portero.Store) httplim
 		TenantHeader:  cfg.File.Identity.TenantHeader,
 		Now:           g.hooks.Now,
 		LegacyHeaders: cfg.File.Headers.Legacy,
-		FailClosed:    cfg.FailClosed,
+		OnStoreError:  cfg.OnError,
+		LocalShare:    cfg.LocalShare,
 		OnDecision:    g.hooks.OnDecision,
 		OnError:       g.hooks.OnError,
 	}
@@ -246,7 +249,7 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 			// the incoming chain only when it came from a trusted proxy, then
 			// append the peer.
 			if len(trusted.TrustedProxies) > 0 {
-				if peer, ok := httplimit.ParseHop(pr.In.RemoteAddr); ok && trusted.Trusted(peer) {
+				if peer, ok := clientip.ParseHop(pr.In.RemoteAddr); ok && trusted.Trusted(peer) {
 					if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
 						pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 					}

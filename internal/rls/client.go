@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/descriptor"
 )
 
 // Client asks a running rate limit service (Portero or
@@ -35,21 +35,24 @@ func Dial(target string) (*Client, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// Header is one response header.
+type Header struct{ Name, Value string }
+
 // Answer is a ShouldRateLimit response without protobuf types.
 type Answer struct {
-	Code     Code
+	Code     descriptor.Code
 	Statuses []AnswerStatus
 	Headers  []Header
 }
 
 // AnswerStatus is one descriptor's status in an Answer.
 type AnswerStatus struct {
-	Code Code
+	Code descriptor.Code
 	// Name, RequestsPerUnit and Unit describe current_limit; Name is empty
 	// when the service reported none.
 	Name            string
 	RequestsPerUnit uint32
-	Unit            envoyconf.Unit
+	Unit            descriptor.Unit
 	Remaining       uint32
 	// ResetAfter is duration_until_reset.
 	ResetAfter float64 // seconds
@@ -57,7 +60,7 @@ type AnswerStatus struct {
 
 // ShouldRateLimit sends req and returns the answer; errors are the gRPC
 // status errors of the call.
-func (c *Client) ShouldRateLimit(ctx context.Context, req *Request) (*Answer, error) {
+func (c *Client) ShouldRateLimit(ctx context.Context, req *descriptor.Request) (*Answer, error) {
 	in := &pb.RateLimitRequest{Domain: req.Domain, HitsAddend: req.Hits}
 	for _, d := range req.Descriptors {
 		pd := &commonv3.RateLimitDescriptor{}
@@ -76,11 +79,11 @@ func (c *Client) ShouldRateLimit(ctx context.Context, req *Request) (*Answer, er
 	if err != nil {
 		return nil, err
 	}
-	a := &Answer{Code: Code(out.GetOverallCode())}
+	a := &Answer{Code: descriptor.Code(out.GetOverallCode())}
 	for _, s := range out.GetStatuses() {
-		as := AnswerStatus{Code: Code(s.GetCode()), Remaining: s.GetLimitRemaining(), ResetAfter: s.GetDurationUntilReset().AsDuration().Seconds()}
+		as := AnswerStatus{Code: descriptor.Code(s.GetCode()), Remaining: s.GetLimitRemaining(), ResetAfter: s.GetDurationUntilReset().AsDuration().Seconds()}
 		if l := s.GetCurrentLimit(); l != nil {
-			as.Name, as.RequestsPerUnit, as.Unit = l.GetName(), l.GetRequestsPerUnit(), envoyconf.Unit(l.GetUnit())
+			as.Name, as.RequestsPerUnit, as.Unit = l.GetName(), l.GetRequestsPerUnit(), descriptor.Unit(l.GetUnit())
 		}
 		a.Statuses = append(a.Statuses, as)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/portero-rl/portero/descriptor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -28,7 +29,7 @@ import (
 // wireCodec.Marshal hands to grpc-go, which frees the call.
 type wireCall struct {
 	rb  requestBlock
-	req *Request
+	req *descriptor.Request
 	err error  // why the request could not be decoded: a gRPC status
 	out []byte // the serialized RateLimitResponse, owned by grpc-go once marshalled
 }
@@ -104,11 +105,12 @@ func wireShouldRateLimit(srv any, ctx context.Context, dec func(any) error, inte
 		return nil, err
 	}
 	handle := func(ctx context.Context, _ any) (any, error) {
-		resp, err := s.decide(ctx, c.req)
+		a, err := s.decide(ctx, c.req)
 		if err != nil {
 			return nil, err
 		}
-		c.out = s.appendResponse(make([]byte, 0, responseCap), resp)
+		c.out = appendResponse(make([]byte, 0, responseCap), a)
+		a.release()
 		return c, nil
 	}
 	var out any

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 )
 
@@ -26,11 +27,8 @@ func directService(t *testing.T) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Options{Store: newMemStore(t), Limits: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return NewService(eng, ServiceOptions{Now: func() time.Time { return t0 }})
+	comp, eng := newDoor(t, newMemStore(t), c, descriptor.Options{}, "")
+	return NewService(comp, eng, ServiceOptions{Now: func() time.Time { return t0 }})
 }
 
 func withHits(d *commonv3.RateLimitDescriptor, h uint64) *commonv3.RateLimitDescriptor {
@@ -66,17 +64,17 @@ func TestPooledRequestIsCleared(t *testing.T) {
 // convert and answer as small ones do.
 func TestBeyondInlineStorage(t *testing.T) {
 	in := &pb.RateLimitRequest{Domain: "edge", HitsAddend: 2}
-	want := &Request{Domain: "edge", Hits: 2}
+	want := &descriptor.Request{Domain: "edge", Hits: 2}
 	for i := 0; i < inlineDescriptors+3; i++ {
 		ip := fmt.Sprintf("10.2.0.%d", i)
 		var d *commonv3.RateLimitDescriptor
-		var wd Descriptor
+		var wd descriptor.Descriptor
 		if i%2 == 0 {
 			d = desc("api_key", "k"+ip, "plan", "gold")
-			wd.Entries = []envoyconf.Entry{{Key: "api_key", Value: "k" + ip}, {Key: "plan", Value: "gold"}}
+			wd.Entries = []descriptor.Entry{{Key: "api_key", Value: "k" + ip}, {Key: "plan", Value: "gold"}}
 		} else {
 			d = desc("remote_address", ip)
-			wd.Entries = []envoyconf.Entry{{Key: "remote_address", Value: ip}}
+			wd.Entries = []descriptor.Entry{{Key: "remote_address", Value: ip}}
 		}
 		if i%3 == 0 {
 			withHits(d, uint64(i+1))
@@ -143,7 +141,7 @@ func TestDurationUntilReset(t *testing.T) {
 	}
 }
 
-// countingStore counts AllowAll calls.
+// countingStore counts AllowAll and Peek calls.
 type countingStore struct {
 	portero.Store
 	calls atomic.Int64
@@ -154,9 +152,15 @@ func (s *countingStore) AllowAll(ctx context.Context, now time.Time, hits []port
 	return s.Store.AllowAll(ctx, now, hits)
 }
 
+func (s *countingStore) Peek(ctx context.Context, r portero.Rule, key string, now time.Time) (portero.Decision, error) {
+	s.calls.Add(1)
+	return s.Store.Peek(ctx, r, key, now)
+}
+
 // A request costs one store call in the common cases: one or several
-// counted descriptors, one check-only descriptor, a refused request; two
-// only when it mixes counted and check-only descriptors.
+// counted descriptors (AllowAll), one check-only descriptor (Peek), a
+// refused request; two only when it mixes counted and check-only
+// descriptors.
 func TestOneStoreCallPerRequest(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		st := &countingStore{Store: newMemStore(t)}

@@ -1,9 +1,11 @@
 // Package rls is Portero's Envoy rate limit service: the gRPC service
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, a drop-in
 // for envoyproxy/ratelimit that reads the same YAML (package envoyconf) and
-// decides through any portero.Store. It is the only package that sees
-// protobuf types; the decision itself (Engine) is protobuf-free and shared
-// with the HTTP check API.
+// decides through any portero.Store. It is a door: it translates protobuf
+// into a descriptor.Request, package descriptor compiles that into hits,
+// package engine decides, and it translates the verdict back (statuses from
+// descriptor.Plan.Status, headers from engine/header). It is the only
+// package that sees protobuf types.
 //
 // # Semantics
 //
@@ -13,25 +15,29 @@
 // counting (the descriptor is OVER_LIMIT when not even one more hit would
 // pass). A descriptor's limit override replaces the configured limit.
 //
-// All descriptors of one request are decided all-or-nothing through
-// portero.Store.AllowAll: when any enforced descriptor is over its limit,
-// the request is OVER_LIMIT and none of its descriptors is counted.
-// envoyproxy/ratelimit instead increments every descriptor's counter, even
-// for requests it refuses, so a client hammering one limit also drains the
-// others; Portero charges only for requests that pass. shadow_mode rules are
-// counted when the request passes and never refuse it.
+// All descriptors of one request are decided all-or-nothing: when any
+// enforced descriptor is over its limit, the request is OVER_LIMIT and none
+// of its descriptors is counted. envoyproxy/ratelimit instead increments
+// every descriptor's counter, even for requests it refuses, so a client
+// hammering one limit also drains the others; Portero charges only for
+// requests that pass. shadow_mode rules are counted when the request passes
+// and never refuse it. A cost above what a limit can ever admit at once
+// (and a requests_per_unit of 0) is OVER_LIMIT without Retry-After: it can
+// never pass.
 //
 // The response carries overall_code, one status per descriptor
 // (current_limit, limit_remaining, duration_until_reset) and, in
 // response_headers_to_add, RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11) plus Retry-After when over the
 // limit, which Envoy copies onto its 429 (and the RateLimit fields onto
-// allowed responses).
+// allowed responses). When the store fails, the engine's failure policy
+// answers (or, under portero.FailError, the call is UNAVAILABLE); a
+// descriptor the policy decided carries no current_limit and no RateLimit
+// item, since its figures are no shared count.
 package rls
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math"
 	"sync"
@@ -43,7 +49,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
 )
 
 // ServiceName is the gRPC name of the rate limit service, also used for its
@@ -52,11 +59,6 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // ServiceOptions tune the gRPC door. The zero value is the default.
 type ServiceOptions struct {
-	// OnStoreError is what Envoy receives when the store fails: FailError
-	// (the default) answers gRPC UNAVAILABLE and lets Envoy's
-	// failure_mode_deny decide; FailOpen answers OK; FailClosed answers
-	// OVER_LIMIT.
-	OnStoreError FailurePolicy
 	// CallTimeout bounds one call when the caller's own deadline (Envoy's
 	// filter timeout, 20 ms by default) is later or absent. 0 means 1s.
 	CallTimeout time.Duration
@@ -68,17 +70,24 @@ type ServiceOptions struct {
 	Logger *slog.Logger
 }
 
-// Service implements RateLimitServiceServer over an Engine.
+// Service implements RateLimitServiceServer: it translates each request
+// into a descriptor.Request, compiles it (c), has the engine (e) decide,
+// and translates the verdict back. What happens when the store fails is
+// the engine's failure policy: under portero.FailError the call is
+// answered UNAVAILABLE, so that Envoy's failure_mode_deny decides; under
+// FailAllow, FailDeny or FailLocal the engine answers.
 type Service struct {
 	pb.UnimplementedRateLimitServiceServer
-	engine *Engine
-	opts   ServiceOptions
+	compiler *descriptor.Compiler
+	engine   *engine.Engine
+	opts     ServiceOptions
 }
 
 var _ pb.RateLimitServiceServer = (*Service)(nil)
 
-// NewService returns the gRPC door of e.
-func NewService(e *Engine, o ServiceOptions) *Service {
+// NewService returns the gRPC door over compiler c and engine e (which the
+// HTTP check API may share: the same counters, the same answers).
+func NewService(c *descriptor.Compiler, e *engine.Engine, o ServiceOptions) *Service {
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = time.Second
 	}
@@ -88,13 +97,14 @@ func NewService(e *Engine, o ServiceOptions) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Service{engine: e, opts: o}
+	return &Service{compiler: c, engine: e, opts: o}
 }
 
 // ShouldRateLimit implements RateLimitServiceServer. Bad input is
-// INVALID_ARGUMENT, an unknown domain NOT_FOUND (unless the engine allows
-// unknown domains), a store failure UNAVAILABLE under FailError, and an
-// expired deadline DEADLINE_EXCEEDED; none of them is ever answered OK.
+// INVALID_ARGUMENT, an unknown domain NOT_FOUND (unless the compiler allows
+// unknown domains), a store failure UNAVAILABLE under portero.FailError,
+// and an expired deadline DEADLINE_EXCEEDED; none of them is ever answered
+// OK.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	rb := requestPool.Get().(*requestBlock)
 	defer rb.release()
@@ -102,49 +112,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.decide(ctx, req)
+	a, err := s.decide(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	return s.toProto(resp), nil
-}
-
-// decide is ShouldRateLimit on the engine's types, shared by both
-// transports; its errors are gRPC statuses.
-func (s *Service) decide(ctx context.Context, req *Request) (*Response, error) {
-	parent := ctx
-	// Bound the call by CallTimeout unless the caller's deadline (Envoy
-	// always sends one) already comes first: then a second timer would
-	// never fire and only cost allocations.
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.opts.CallTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.CallTimeout)
-		defer cancel()
-	}
-	resp, err := s.engine.Decide(ctx, s.opts.Now(), req)
-	if err != nil {
-		var re *RequestError
-		if errors.As(err, &re) {
-			code := codes.InvalidArgument
-			if re.Kind == NotFound {
-				code = codes.NotFound
-			}
-			return nil, status.Error(code, re.Msg)
-		}
-		if perr := parent.Err(); perr != nil {
-			// The caller gave up: its answer no longer matters.
-			return nil, status.FromContextError(perr).Err()
-		}
-		s.opts.Logger.Warn("rls: store failed", "domain", req.Domain, "policy", s.opts.OnStoreError.String(), "err", err)
-		resp = s.engine.FailureResponse(req, s.opts.OnStoreError, err)
-		if resp == nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return nil, status.Errorf(codes.Unavailable, "store did not answer within %v: %v", s.opts.CallTimeout, err)
-			}
-			return nil, status.Errorf(codes.Unavailable, "store unavailable: %v", err)
-		}
-	}
-	return resp, nil
+	defer a.release()
+	return toProto(a), nil
 }
 
 // Requests with at most inlineDescriptors descriptors of at most
@@ -160,9 +133,9 @@ const (
 // requestPool, so that converting a request allocates nothing: nothing the
 // engine returns points into the request.
 type requestBlock struct {
-	req     Request
-	descs   [inlineDescriptors]Descriptor
-	entries [inlineEntries]envoyconf.Entry
+	req     descriptor.Request
+	descs   [inlineDescriptors]descriptor.Descriptor
+	entries [inlineEntries]descriptor.Entry
 	hits    [inlineDescriptors]uint64
 }
 
@@ -175,11 +148,11 @@ func (rb *requestBlock) release() {
 	requestPool.Put(rb)
 }
 
-func fromProto(in *pb.RateLimitRequest) (*Request, error) {
+func fromProto(in *pb.RateLimitRequest) (*descriptor.Request, error) {
 	return new(requestBlock).fromProto(in)
 }
 
-func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*Request, error) {
+func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*descriptor.Request, error) {
 	req := &rb.req
 	req.Domain, req.Hits = in.GetDomain(), in.GetHitsAddend()
 	pds := in.GetDescriptors()
@@ -190,11 +163,11 @@ func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*Request, error) {
 	if len(pds) <= inlineDescriptors {
 		req.Descriptors = rb.descs[:len(pds)]
 	} else {
-		req.Descriptors = make([]Descriptor, len(pds))
+		req.Descriptors = make([]descriptor.Descriptor, len(pds))
 	}
 	entries := rb.entries[:0:inlineEntries]
 	if n > inlineEntries {
-		entries = make([]envoyconf.Entry, 0, n)
+		entries = make([]descriptor.Entry, 0, n)
 	}
 	for i, d := range pds {
 		if d == nil {
@@ -206,11 +179,11 @@ func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*Request, error) {
 		out := &req.Descriptors[i]
 		start := len(entries)
 		for _, e := range d.GetEntries() {
-			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
+			entries = append(entries, descriptor.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		out.Entries = entries[start:len(entries):len(entries)]
 		if l := d.GetLimit(); l != nil {
-			out.Override = &Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
+			out.Override = &descriptor.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: descriptor.Unit(l.GetUnit())}
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			v := h.GetValue()
@@ -243,11 +216,11 @@ type responseBlock struct {
 	hvs      [maxHeaders]corev3.HeaderValue
 }
 
-func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
-	n := len(r.Statuses)
+func toProto(a *answer) *pb.RateLimitResponse {
+	n := len(a.statuses)
 	blk := new(responseBlock)
 	out := &blk.out
-	out.OverallCode = pb.RateLimitResponse_Code(r.Code)
+	out.OverallCode = pb.RateLimitResponse_Code(a.code)
 	var (
 		sts    []pb.RateLimitResponse_DescriptorStatus
 		limits []pb.RateLimitResponse_RateLimit
@@ -261,12 +234,13 @@ func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
 		limits = make([]pb.RateLimitResponse_RateLimit, n)
 		durs = make([]durationpb.Duration, n)
 	}
-	for i := range r.Statuses {
-		st := &r.Statuses[i]
+	for i := range a.statuses {
+		st := &a.statuses[i]
 		ps := &sts[i]
 		ps.Code = pb.RateLimitResponse_Code(st.Code)
 		ps.LimitRemaining = uint32(min(max(st.Remaining, 0), math.MaxUint32))
-		if l := st.Limit; l != nil {
+		if announced(st) {
+			l := st.Limit
 			cl := &limits[i]
 			cl.Name, cl.RequestsPerUnit, cl.Unit = l.PolicyName(), l.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(l.Unit)
 			ps.CurrentLimit = cl
@@ -277,21 +251,20 @@ func (s *Service) toProto(r *Response) *pb.RateLimitResponse {
 		}
 		out.Statuses[i] = ps
 	}
-	if !s.opts.NoHeaders {
-		var buf [maxHeaders]Header
-		hs := r.appendHeaders(buf[:0])
-		if len(hs) > 0 {
-			out.ResponseHeadersToAdd = blk.headers[:len(hs)]
-			for i, h := range hs {
-				hv := &blk.hvs[i]
-				hv.Key, hv.Value = h.Name, h.Value
-				out.ResponseHeadersToAdd[i] = hv
-			}
+	if len(a.fields) > 0 {
+		hs, hvs := blk.headers[:0], blk.hvs[:0]
+		if len(a.fields) > maxHeaders {
+			hs, hvs = make([]*corev3.HeaderValue, 0, len(a.fields)), make([]corev3.HeaderValue, 0, len(a.fields))
 		}
+		for _, f := range a.fields {
+			hvs = append(hvs, corev3.HeaderValue{Key: f.Name, Value: f.Value(a.buf)})
+			hs = append(hs, &hvs[len(hvs)-1])
+		}
+		out.ResponseHeadersToAdd = hs
 	}
 	return out
 }
 
 // ToRequest converts the protobuf request (for tools and tests that hold
-// one) into the engine's form.
-func ToRequest(in *pb.RateLimitRequest) (*Request, error) { return fromProto(in) }
+// one) into the compiler's form.
+func ToRequest(in *pb.RateLimitRequest) (*descriptor.Request, error) { return fromProto(in) }

@@ -54,11 +54,12 @@ func (s *Service) shouldRateLimitWire(ctx context.Context, msg, out []byte) ([]b
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.decide(ctx, req)
+	a, err := s.decide(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	return s.appendResponse(out, resp), nil
+	defer a.release()
+	return appendResponse(out, a), nil
 }
 
 // NewLeanServer returns an h2grpc server with ShouldRateLimit and the

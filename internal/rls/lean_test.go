@@ -15,6 +15,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/h2grpc"
 )
@@ -27,11 +28,8 @@ func TestLeanHealthGracefulStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Options{Store: newMemStore(t), Limits: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, hs := NewLeanServer(NewService(eng, ServiceOptions{}), h2grpc.Options{})
+	comp, eng := newDoor(t, newMemStore(t), c, descriptor.Options{}, "")
+	srv, hs := NewLeanServer(NewService(comp, eng, ServiceOptions{}), h2grpc.Options{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -22,6 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/policy/policytest"
 	"github.com/portero-rl/portero/store/memstore"
@@ -45,20 +46,34 @@ func (c *clock) Add(d time.Duration) {
 }
 
 type env struct {
-	client pb.RateLimitServiceClient
-	conn   *grpc.ClientConn
-	clock  *clock
-	engine *Engine
+	client   pb.RateLimitServiceClient
+	conn     *grpc.ClientConn
+	clock    *clock
+	compiler *descriptor.Compiler
 }
 
 type setup struct {
 	// transport is "grpc-go" (Serve) or "lean" (ServeLean).
 	transport string
 	store     portero.Store
-	eng       Options
+	compile   descriptor.Options
+	onError   portero.FailurePolicy // the engine's; FailError when empty
 	svc       ServiceOptions
-	limits    *envoyconf.Config
+	limits    *descriptor.Config
 	noLimit   bool
+}
+
+// newDoor returns the compiler and engine of a service over st.
+func newDoor(t testing.TB, st portero.Store, limits *descriptor.Config, o descriptor.Options, onError portero.FailurePolicy) (*descriptor.Compiler, *engine.Engine) {
+	t.Helper()
+	if onError == "" {
+		onError = portero.FailError
+	}
+	eng, err := engine.New(engine.Options{Store: st, OnError: onError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return descriptor.NewCompiler(limits, o), eng
 }
 
 func newMemStore(t testing.TB) portero.Store {
@@ -95,11 +110,7 @@ func start(t *testing.T, s setup) *env {
 		}
 		s.limits = c
 	}
-	s.eng.Store, s.eng.Limits = s.store, s.limits
-	eng, err := NewEngine(s.eng)
-	if err != nil {
-		t.Fatal(err)
-	}
+	comp, eng := newDoor(t, s.store, s.limits, s.compile, s.onError)
 	clk := &clock{now: t0}
 	if s.svc.Now == nil {
 		s.svc.Now = clk.Now
@@ -110,7 +121,7 @@ func start(t *testing.T, s setup) *env {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	svc := NewService(eng, s.svc)
+	svc := NewService(comp, eng, s.svc)
 	go func() {
 		done <- Serve(ctx, lis, svc, ServerOptions{Transport: Transport(s.transport), ShutdownGrace: time.Second})
 	}()
@@ -125,7 +136,7 @@ func start(t *testing.T, s setup) *env {
 			t.Errorf("Serve = %v", err)
 		}
 	})
-	return &env{client: pb.NewRateLimitServiceClient(conn), conn: conn, clock: clk, engine: eng}
+	return &env{client: pb.NewRateLimitServiceClient(conn), conn: conn, clock: clk, compiler: comp}
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {
@@ -231,9 +242,10 @@ func TestMatchingOverGRPC(t *testing.T) {
 		if st := e.call(t, "edge", 1, desc("internal", "yes")).Statuses[0]; st.LimitRemaining != 1<<32-1 {
 			t.Errorf("unlimited: limit_remaining = %d, want MaxUint32", st.LimitRemaining)
 		}
+		// A blocked address can never pass: no Retry-After.
 		resp := e.call(t, "edge", 1, desc("remote_address", "50.0.0.5"))
-		if got := header(resp, "Retry-After"); got != "1" {
-			t.Errorf("blocked: Retry-After = %q", got)
+		if got := header(resp, "Retry-After"); got != "" {
+			t.Errorf("blocked: Retry-After = %q, want none", got)
 		}
 	})
 }
@@ -304,8 +316,9 @@ func TestHitsAddend(t *testing.T) {
 		if resp := e.call(t, "edge", 4, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 3 {
 			t.Fatalf("cost 4 with 3 left: %v", resp)
 		}
-		// A cost larger than the limit itself is over, as in envoyproxy/ratelimit.
-		if resp := e.call(t, "edge", 1000, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || header(resp, "Retry-After") == "" {
+		// A cost larger than the limit itself is over, as in
+		// envoyproxy/ratelimit, and can never pass: no Retry-After.
+		if resp := e.call(t, "edge", 1000, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || header(resp, "Retry-After") != "" {
 			t.Fatalf("cost 1000 on 10/s: %v", resp)
 		}
 		e.call(t, "edge", 3, ip)
@@ -391,7 +404,8 @@ func TestShadowReplacesExtension(t *testing.T) {
 		if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
 			t.Fatalf("41st request in a burst of 40: %v", resp)
 		}
-		if got := header(resp, "RateLimit-Policy"); got != `"per_user";q=10;w=1;portero-burst=40` {
+		// A token bucket announces its burst and the time to refill it.
+		if got := header(resp, "RateLimit-Policy"); got != `"per_user";q=40;w=4` {
 			t.Errorf("RateLimit-Policy = %q", got)
 		}
 		e.clock.Add(100 * time.Millisecond) // one token at 10/s
@@ -445,7 +459,7 @@ func TestBadInput(t *testing.T) {
 
 func TestUnknownDomainAllowed(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
-		e := start(t, setup{transport: transport, eng: Options{AllowUnknownDomains: true}})
+		e := start(t, setup{transport: transport, compile: descriptor.Options{AllowUnknownDomains: true}})
 		resp := e.call(t, "nope", 1, desc("a", "b"))
 		if resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
 			t.Errorf("unknown domain with AllowUnknownDomains: %v", resp)
@@ -457,18 +471,19 @@ func TestStoreFailurePolicies(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		boom := fmt.Errorf("redis down: %w", portero.ErrStoreUnavailable)
 		for _, tt := range []struct {
-			policy FailurePolicy
+			policy portero.FailurePolicy
 			code   codes.Code
 			answer pb.RateLimitResponse_Code
 		}{
-			{FailError, codes.Unavailable, 0},
-			{FailOpen, codes.OK, pb.RateLimitResponse_OK},
-			{FailClosed, codes.OK, pb.RateLimitResponse_OVER_LIMIT},
+			{portero.FailError, codes.Unavailable, 0},
+			{portero.FailAllow, codes.OK, pb.RateLimitResponse_OK},
+			{portero.FailDeny, codes.OK, pb.RateLimitResponse_OVER_LIMIT},
+			{portero.FailLocal, codes.OK, pb.RateLimitResponse_OK},
 		} {
 			t.Run(tt.policy.String(), func(t *testing.T) {
 				st := &policytest.Store{}
 				st.SetErr(boom)
-				e := start(t, setup{transport: transport, store: st, svc: ServiceOptions{OnStoreError: tt.policy}})
+				e := start(t, setup{transport: transport, store: st, onError: tt.policy})
 				resp, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "1"), desc("nothing", "x")}})
 				if status.Code(err) != tt.code {
 					t.Fatalf("err = %v, want %v", err, tt.code)
@@ -482,8 +497,13 @@ func TestStoreFailurePolicies(t *testing.T) {
 				if resp.OverallCode != tt.answer {
 					t.Errorf("overall_code = %v, want %v", resp.OverallCode, tt.answer)
 				}
-				if tt.policy == FailClosed && (resp.Statuses[1].Code != pb.RateLimitResponse_OK || header(resp, "Retry-After") != "1") {
-					t.Errorf("closed: unmatched descriptor or Retry-After wrong: %v", resp)
+				// The failure policy's figures are no shared count: no
+				// current_limit, no RateLimit item, RateLimit-Policy kept.
+				if resp.Statuses[0].CurrentLimit != nil || header(resp, "RateLimit") != "" || header(resp, "RateLimit-Policy") != `"edge.remote_address";q=10;w=1` {
+					t.Errorf("%s: %v", tt.policy, resp)
+				}
+				if tt.policy == portero.FailDeny && (resp.Statuses[1].Code != pb.RateLimitResponse_OK || header(resp, "Retry-After") != "1") {
+					t.Errorf("deny: unmatched descriptor or Retry-After wrong: %v", resp)
 				}
 				// Bad input is still an error, not a policy answer.
 				_, err = e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "nope", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}})
@@ -501,6 +521,11 @@ type slowStore struct{ portero.Store }
 func (slowStore) AllowAll(ctx context.Context, _ time.Time, _ []portero.Hit) ([]portero.Decision, error) {
 	<-ctx.Done()
 	return nil, fmt.Errorf("%w: %w", portero.ErrStoreUnavailable, ctx.Err())
+}
+
+func (slowStore) Peek(ctx context.Context, _ portero.Rule, _ string, _ time.Time) (portero.Decision, error) {
+	<-ctx.Done()
+	return portero.Decision{}, fmt.Errorf("%w: %w", portero.ErrStoreUnavailable, ctx.Err())
 }
 
 func TestDeadlines(t *testing.T) {
@@ -524,7 +549,7 @@ func TestDeadlines(t *testing.T) {
 func TestHealthReflectionGracefulStop(t *testing.T) {
 	st := newMemStore(t)
 	c, _ := envoyconf.Load(examples, envoyconf.Options{})
-	eng, _ := NewEngine(Options{Store: st, Limits: c})
+	comp, eng := newDoor(t, st, c, descriptor.Options{}, "")
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -532,7 +557,7 @@ func TestHealthReflectionGracefulStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, lis, NewService(eng, ServiceOptions{}), ServerOptions{ShutdownGrace: time.Second})
+		done <- Serve(ctx, lis, NewService(comp, eng, ServiceOptions{}), ServerOptions{ShutdownGrace: time.Second})
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -617,7 +642,7 @@ func TestReload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.engine.SetLimits(c)
+		e.compiler.SetLimits(c)
 		ip := desc("remote_address", "10.8.8.8")
 		e.call(t, "edge", 1, ip)
 		if resp := e.call(t, "edge", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
@@ -627,22 +652,4 @@ func TestReload(t *testing.T) {
 			t.Errorf("removed domain: %v", err)
 		}
 	})
-}
-
-func TestNewEngineNeedsStore(t *testing.T) {
-	if _, err := NewEngine(Options{}); err == nil {
-		t.Error("NewEngine without a store = nil error")
-	}
-	for _, s := range []string{"error", "open", "allow", "closed", "deny"} {
-		if _, err := ParseFailurePolicy(s); err != nil {
-			t.Errorf("ParseFailurePolicy(%q) = %v", s, err)
-		}
-	}
-	if _, err := ParseFailurePolicy("maybe"); err == nil {
-		t.Error(`ParseFailurePolicy("maybe") = nil error`)
-	}
-	var re *RequestError
-	if !errors.As(badRequest("x"), &re) {
-		t.Error("badRequest is not a *RequestError")
-	}
 }

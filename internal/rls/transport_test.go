@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/h2grpc"
 )
@@ -217,12 +218,9 @@ func pipeServer(t *testing.T, o ServerOptions) (*pipeNet, *holdStore) {
 		t.Fatal(err)
 	}
 	st := &holdStore{Store: newMemStore(t)}
-	eng, err := NewEngine(Options{Store: st, Limits: c})
-	if err != nil {
-		t.Fatal(err)
-	}
+	comp, eng := newDoor(t, st, c, descriptor.Options{}, "")
 	// Calls held for minutes of bubble time are not the store failing.
-	s, err := NewServer(NewService(eng, ServiceOptions{CallTimeout: 24 * time.Hour, Logger: quietLogger()}), o)
+	s, err := NewServer(NewService(comp, eng, ServiceOptions{CallTimeout: 24 * time.Hour, Logger: quietLogger()}), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,14 +554,11 @@ func serveOn(t *testing.T, lis net.Listener, o ServerOptions, target string, dia
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Options{Store: newMemStore(t), Limits: c})
-	if err != nil {
-		t.Fatal(err)
-	}
+	comp, eng := newDoor(t, newMemStore(t), c, descriptor.Options{}, "")
 	o.ShutdownGrace = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, lis, NewService(eng, ServiceOptions{Logger: quietLogger()}), o) }()
+	go func() { done <- Serve(ctx, lis, NewService(comp, eng, ServiceOptions{Logger: quietLogger()}), o) }()
 	cc, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		t.Fatal(err)
@@ -584,11 +579,8 @@ func TestLeanRefusesNonLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Options{Store: newMemStore(t), Limits: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := NewService(eng, ServiceOptions{})
+	comp, eng := newDoor(t, newMemStore(t), c, descriptor.Options{}, "")
+	svc := NewService(comp, eng, ServiceOptions{})
 	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0"} {
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -610,7 +602,7 @@ func TestLeanRefusesNonLoopback(t *testing.T) {
 
 // Bad options are refused with errors that name them, all at once.
 func TestServerOptionsErrors(t *testing.T) {
-	svc := NewService(nil, ServiceOptions{})
+	svc := NewService(nil, nil, ServiceOptions{})
 	for _, tc := range []struct {
 		o    ServerOptions
 		want string

@@ -9,12 +9,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/descriptor"
 )
 
 // The lean transport reads RateLimitRequest and writes RateLimitResponse
 // with protowire (the protobuf module's own wire primitives) straight
-// from and into the engine's types: generic proto.Unmarshal, the
+// from and into the compiler's types: generic proto.Unmarshal, the
 // conversion and proto.Marshal cost a sixth of that server's CPU per call
 // and most of its allocations. The result is the same as proto.Unmarshal
 // followed by fromProto, and as proto.Marshal of toProto, which
@@ -63,7 +63,7 @@ const (
 // decode fills rb from a serialized RateLimitRequest. Strings are
 // substrings of one copy of msg, so that a request costs one string
 // allocation however many entries it has.
-func (rb *requestBlock) decode(msg []byte) (*Request, error) {
+func (rb *requestBlock) decode(msg []byte) (*descriptor.Request, error) {
 	req := &rb.req
 	req.Descriptors = rb.descs[:0:inlineDescriptors]
 	d := wireDecoder{rb: rb, all: string(msg), entries: rb.entries[:0:inlineEntries]}
@@ -94,7 +94,7 @@ func (rb *requestBlock) decode(msg []byte) (*Request, error) {
 			if err != nil {
 				return nil, err
 			}
-			req.Descriptors = append(req.Descriptors, Descriptor{})
+			req.Descriptors = append(req.Descriptors, descriptor.Descriptor{})
 			if err := d.descriptor(len(req.Descriptors)-1, msg[:next], v); err != nil {
 				return nil, err
 			}
@@ -144,7 +144,7 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 type wireDecoder struct {
 	rb       *requestBlock
 	all      string // a copy of the whole message: strings are cut from it
-	entries  []envoyconf.Entry
+	entries  []descriptor.Entry
 	negative map[int]bool // descriptors with is_negative_hits set
 }
 
@@ -188,7 +188,7 @@ func (d *wireDecoder) descriptor(i int, msg []byte, start int) error {
 			// A message field seen twice is merged, as proto.Unmarshal
 			// merges it.
 			if desc.Override == nil {
-				desc.Override = new(Override)
+				desc.Override = new(descriptor.Override)
 			}
 			if err := decodeOverride(msg[v:next], desc.Override); err != nil {
 				return err
@@ -238,8 +238,8 @@ func (d *wireDecoder) descriptor(i int, msg []byte, start int) error {
 }
 
 // entry decodes the Entry msg[start:].
-func (d *wireDecoder) entry(msg []byte, start int) (envoyconf.Entry, error) {
-	var e envoyconf.Entry
+func (d *wireDecoder) entry(msg []byte, start int) (descriptor.Entry, error) {
+	var e descriptor.Entry
 	for off := start; off < len(msg); {
 		num, typ, n := consumeTag(msg[off:])
 		if n < 0 {
@@ -275,13 +275,13 @@ func (d *wireDecoder) entry(msg []byte, start int) (envoyconf.Entry, error) {
 }
 
 // decodeOverride merges a RateLimitOverride into o.
-func decodeOverride(b []byte, o *Override) error {
+func decodeOverride(b []byte, o *descriptor.Override) error {
 	return decodeVarints(b, func(num protowire.Number, x uint64) {
 		switch num {
 		case overrideRequestsPerUnit:
 			o.RequestsPerUnit = uint32(x)
 		case overrideUnit:
-			o.Unit = envoyconf.Unit(int32(x))
+			o.Unit = descriptor.Unit(int32(x))
 		}
 	})
 }
@@ -322,54 +322,49 @@ func decodeVarints(b []byte, set func(num protowire.Number, x uint64)) error {
 	return nil
 }
 
-// appendResponse appends r serialized as the RateLimitResponse toProto
+// appendResponse appends a serialized as the RateLimitResponse toProto
 // would build, fields in number order as proto.Marshal writes them.
-func (s *Service) appendResponse(b []byte, r *Response) []byte {
-	if r.Code != 0 {
+func appendResponse(b []byte, a *answer) []byte {
+	if a.code != 0 {
 		b = protowire.AppendTag(b, respOverallCode, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(r.Code))
+		b = protowire.AppendVarint(b, uint64(a.code))
 	}
-	for i := range r.Statuses {
-		st := &r.Statuses[i]
+	for i := range a.statuses {
+		st := &a.statuses[i]
 		b = protowire.AppendTag(b, respStatuses, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(statusSize(st)))
 		b = appendStatus(b, st)
 	}
-	if !s.opts.NoHeaders {
-		var tb [maxHeaders]headerText
-		var vb [256]byte
-		hs, _ := r.appendHeaderText(tb[:0], vb[:0])
-		for _, h := range hs {
-			v := len(h.str) + len(h.bytes)
-			n := sizeString(headerKey, h.name)
-			if v > 0 {
-				n += protowire.SizeTag(headerValue) + protowire.SizeBytes(v)
-			}
-			b = protowire.AppendTag(b, respHeaders, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(n))
-			b = appendString(b, headerKey, h.name)
-			if v > 0 {
-				b = protowire.AppendTag(b, headerValue, protowire.BytesType)
-				b = protowire.AppendVarint(b, uint64(v))
-				b = append(append(b, h.str...), h.bytes...)
-			}
+	for _, f := range a.fields {
+		v := len(f.Static) + f.End - f.Start
+		n := sizeString(headerKey, f.Name)
+		if v > 0 {
+			n += protowire.SizeTag(headerValue) + protowire.SizeBytes(v)
+		}
+		b = protowire.AppendTag(b, respHeaders, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		b = appendString(b, headerKey, f.Name)
+		if v > 0 {
+			b = protowire.AppendTag(b, headerValue, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(v))
+			b = append(append(b, f.Static...), f.Bytes(a.buf)...)
 		}
 	}
 	return b
 }
 
 // The status as toProto converts it.
-func statusFields(st *Status) (remaining uint64, seconds int64, nanos int32) {
+func statusFields(st *descriptor.Status) (remaining uint64, seconds int64, nanos int32) {
 	remaining = uint64(min(max(st.Remaining, 0), math.MaxUint32))
 	seconds, nanos = int64(st.ResetAfter/time.Second), int32(st.ResetAfter%time.Second)
 	return
 }
 
-func statusSize(st *Status) int {
+func statusSize(st *descriptor.Status) int {
 	remaining, seconds, nanos := statusFields(st)
 	n := sizeVarint(statusCode, uint64(st.Code)) + sizeVarint(statusLimitRemaining, remaining)
-	if l := st.Limit; l != nil {
-		ln := limitSize(l)
+	if announced(st) {
+		ln := limitSize(st.Limit)
 		n += protowire.SizeTag(statusCurrentLimit) + protowire.SizeBytes(ln)
 		dn := sizeVarint(durationSeconds, uint64(seconds)) + sizeVarint(durationNanos, uint64(int64(nanos)))
 		n += protowire.SizeTag(statusDurationUntilReset) + protowire.SizeBytes(dn)
@@ -377,16 +372,17 @@ func statusSize(st *Status) int {
 	return n
 }
 
-func limitSize(l *envoyconf.RateLimit) int {
+func limitSize(l *descriptor.Limit) int {
 	return sizeVarint(limitRequestsPerUnit, uint64(l.RequestsPerUnit)) +
 		sizeVarint(limitUnit, uint64(int64(l.Unit))) +
 		sizeString(limitName, l.PolicyName())
 }
 
-func appendStatus(b []byte, st *Status) []byte {
+func appendStatus(b []byte, st *descriptor.Status) []byte {
 	remaining, seconds, nanos := statusFields(st)
 	b = appendVarint(b, statusCode, uint64(st.Code))
-	if l := st.Limit; l != nil {
+	if announced(st) {
+		l := st.Limit
 		b = protowire.AppendTag(b, statusCurrentLimit, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(limitSize(l)))
 		b = appendVarint(b, limitRequestsPerUnit, uint64(l.RequestsPerUnit))
@@ -394,7 +390,7 @@ func appendStatus(b []byte, st *Status) []byte {
 		b = appendString(b, limitName, l.PolicyName())
 	}
 	b = appendVarint(b, statusLimitRemaining, remaining)
-	if st.Limit != nil {
+	if announced(st) {
 		dn := sizeVarint(durationSeconds, uint64(seconds)) + sizeVarint(durationNanos, uint64(int64(nanos)))
 		b = protowire.AppendTag(b, statusDurationUntilReset, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(dn))

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	hdr "github.com/portero-rl/portero/engine/header"
 )
 
 // The wire codec must decide exactly what the generated types decide:
@@ -23,7 +25,7 @@ import (
 // unmarshals to toProto(r), on random messages and on fuzzed bytes.
 
 // viaProto is the reference: the generated types' path.
-func viaProto(b []byte) (*Request, error) {
+func viaProto(b []byte) (*descriptor.Request, error) {
 	in := new(pb.RateLimitRequest)
 	if err := proto.Unmarshal(b, in); err != nil {
 		return nil, err
@@ -33,15 +35,15 @@ func viaProto(b []byte) (*Request, error) {
 
 // viaWire is the lean transport's path; the result is copied out of the
 // pooled block.
-func viaWire(b []byte) (*Request, error) {
+func viaWire(b []byte) (*descriptor.Request, error) {
 	rb := new(requestBlock)
 	req, err := rb.decode(b)
 	if err != nil {
 		return nil, err
 	}
-	out := &Request{Domain: req.Domain, Hits: req.Hits, Descriptors: make([]Descriptor, len(req.Descriptors))}
+	out := &descriptor.Request{Domain: req.Domain, Hits: req.Hits, Descriptors: make([]descriptor.Descriptor, len(req.Descriptors))}
 	for i, d := range req.Descriptors {
-		out.Descriptors[i] = Descriptor{Entries: append([]envoyconf.Entry(nil), d.Entries...), Override: d.Override}
+		out.Descriptors[i] = descriptor.Descriptor{Entries: append([]descriptor.Entry(nil), d.Entries...), Override: d.Override}
 		if d.Hits != nil {
 			h := *d.Hits
 			out.Descriptors[i].Hits = &h
@@ -62,7 +64,7 @@ func sameRequest(t *testing.T, b []byte) {
 	if werr != nil {
 		return
 	}
-	norm := func(r *Request) {
+	norm := func(r *descriptor.Request) {
 		for i := range r.Descriptors {
 			if len(r.Descriptors[i].Entries) == 0 {
 				r.Descriptors[i].Entries = nil
@@ -172,7 +174,7 @@ func TestWireDecodeEdgeCases(t *testing.T) {
 		t.Fatalf("empty hits_addend: %+v, %v", req, err)
 	}
 	req, err = viaWire(cases["fields merged"])
-	if err != nil || *req.Descriptors[0].Hits != 7 || *req.Descriptors[0].Override != (Override{RequestsPerUnit: 9, Unit: envoyconf.Unit(typev3.RateLimitUnit_MINUTE)}) {
+	if err != nil || *req.Descriptors[0].Hits != 7 || *req.Descriptors[0].Override != (descriptor.Override{RequestsPerUnit: 9, Unit: descriptor.Unit(typev3.RateLimitUnit_MINUTE)}) {
 		t.Fatalf("merged fields: %+v, %v", req.Descriptors, err)
 	}
 	if _, err := viaWire(cases["negative hits"]); err == nil {
@@ -190,52 +192,74 @@ func FuzzWireDecode(f *testing.F) {
 }
 
 func TestWireResponseMatchesGeneratedTypes(t *testing.T) {
-	limits := []*envoyconf.RateLimit{
-		{Name: "per_ip", Unit: envoyconf.Unit(1), RequestsPerUnit: 10},
-		{FullKey: "edge.remote_address", Unit: envoyconf.Unit(2), RequestsPerUnit: 1000},
-		{Name: "日本 \"quoted\"", Unit: envoyconf.Unit(4), RequestsPerUnit: math.MaxUint32},
-		{Name: "zero", Unit: envoyconf.Unit(0), RequestsPerUnit: 0},
+	mk := func(s descriptor.LimitSpec) *descriptor.Limit {
+		l, err := descriptor.NewLimit(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
 	}
+	limits := []*descriptor.Limit{
+		mk(descriptor.LimitSpec{Name: "per_ip", Unit: descriptor.Second, RequestsPerUnit: 10}),
+		mk(descriptor.LimitSpec{FullKey: "edge.remote_address", Unit: descriptor.Minute, RequestsPerUnit: 1000}),
+		mk(descriptor.LimitSpec{Name: `quoted "name"`, Unit: descriptor.Day, RequestsPerUnit: math.MaxUint32}),
+		mk(descriptor.LimitSpec{Name: "zero", Unit: descriptor.Second}),
+		{Name: "日本", Unit: descriptor.Hour, RequestsPerUnit: 3}, // a name from the wire, not the header writer's
+	}
+	fields := []string{`"per_ip";q=10;w=1`, "", "12", `"a";r=1;t=2, "b";r=0;t=1`}
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, noHeaders := range []bool{false, true} {
-		s := &Service{opts: ServiceOptions{NoHeaders: noHeaders}}
-		for range 3000 {
-			resp := newResponse(r.IntN(5))
-			resp.Code = Code(r.IntN(3))
-			for i := range resp.Statuses {
-				st := &resp.Statuses[i]
-				st.Code = Code(r.IntN(3))
-				if r.IntN(4) > 0 {
-					st.Limit = limits[r.IntN(len(limits))]
-				}
-				st.Shadow, st.Unlimited = r.IntN(8) == 0, r.IntN(8) == 0
-				st.Remaining = r.Int64N(1<<34) - 1<<30
-				st.ResetAfter = time.Duration(r.Int64N(int64(3 * time.Hour)))
-				if r.IntN(5) == 0 {
-					st.ResetAfter = time.Duration(r.IntN(3)) * time.Second
-				}
-				st.RetryAfter = time.Duration(r.Int64N(int64(time.Minute)))
+	for range 3000 {
+		a := new(answer)
+		a.code = descriptor.Code(r.IntN(3))
+		for range r.IntN(5) {
+			var st descriptor.Status
+			st.Code = descriptor.Code(r.IntN(3))
+			if r.IntN(4) > 0 {
+				st.Limit = limits[r.IntN(len(limits))]
 			}
-			got := s.appendResponse([]byte("prefix"), resp)
-			if !bytes.HasPrefix(got, []byte("prefix")) {
-				t.Fatal("appendResponse did not append")
+			if r.IntN(6) == 0 {
+				st.Failure = portero.FailAllow
 			}
-			want := s.toProto(resp)
-			var back pb.RateLimitResponse
-			if err := proto.Unmarshal(got[len("prefix"):], &back); err != nil {
-				t.Fatalf("wire response does not parse: %v", err)
+			st.Shadow, st.Unlimited = r.IntN(8) == 0, r.IntN(8) == 0
+			st.Remaining = r.Int64N(1<<34) - 1<<30
+			st.ResetAfter = time.Duration(r.Int64N(int64(3 * time.Hour)))
+			if r.IntN(5) == 0 {
+				st.ResetAfter = time.Duration(r.IntN(3)) * time.Second
 			}
-			if !proto.Equal(&back, want) {
-				t.Fatalf("wire response\n %v\nwant\n %v", &back, want)
+			st.RetryAfter = time.Duration(r.Int64N(int64(time.Minute)))
+			a.statuses = append(a.statuses, st)
+		}
+		for k := range r.IntN(5) {
+			v := fields[r.IntN(len(fields))]
+			f := hdr.Field{Name: []string{"RateLimit-Policy", "RateLimit", "Retry-After", "X"}[k%4]}
+			if r.IntN(2) == 0 {
+				f.Static = v
+			} else {
+				f.Start = len(a.buf)
+				a.buf = append(a.buf, v...)
+				f.End, f.Dynamic = len(a.buf), true
 			}
-			// Byte for byte what proto.Marshal writes.
-			wb, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got[len("prefix"):], wb) {
-				t.Fatalf("wire bytes %x\nproto bytes %x", got[len("prefix"):], wb)
-			}
+			a.fields = append(a.fields, f)
+		}
+		got := appendResponse([]byte("prefix"), a)
+		if !bytes.HasPrefix(got, []byte("prefix")) {
+			t.Fatal("appendResponse did not append")
+		}
+		want := toProto(a)
+		var back pb.RateLimitResponse
+		if err := proto.Unmarshal(got[len("prefix"):], &back); err != nil {
+			t.Fatalf("wire response does not parse: %v", err)
+		}
+		if !proto.Equal(&back, want) {
+			t.Fatalf("wire response\n %v\nwant\n %v", &back, want)
+		}
+		// Byte for byte what proto.Marshal writes.
+		wb, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[len("prefix"):], wb) {
+			t.Fatalf("wire bytes %x\nproto bytes %x", got[len("prefix"):], wb)
 		}
 	}
 }

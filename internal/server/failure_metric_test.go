@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 )
 
-// TestFailurePolicyMetric: a rule decided by the store's failure policy
-// (Decision.Degraded) is counted in portero_failure_policy_decisions_total
+// TestFailurePolicyMetric: a rule decided by the failure policy
+// (engine.Result.Failure) is counted in portero_failure_policy_decisions_total
 // by rule; a rule decided by the store is not.
 func TestFailurePolicyMetric(t *testing.T) {
 	o := &observer{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), refused: &refusals{}, now: time.Now}
@@ -24,9 +25,9 @@ func TestFailurePolicyMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.setPolicy(p)
-	v := &policy.Verdict{Allowed: true, Results: []policy.Result{
-		{Rule: p.Rules()[0], Outcome: policy.Allowed, Decision: portero.Decision{Allowed: true, Degraded: true}},
-		{Rule: p.Rules()[1], Outcome: policy.Allowed, Decision: portero.Decision{Allowed: true}},
+	v := &engine.Verdict{Allowed: true, Results: []engine.Result{
+		{Hit: engine.Hit{Rule: p.Rules()[0].Engine()}, Outcome: engine.Allowed, Decision: portero.Decision{Allowed: true}, Failure: portero.FailAllow},
+		{Hit: engine.Hit{Rule: p.Rules()[1].Engine()}, Outcome: engine.Allowed, Decision: portero.Decision{Allowed: true}},
 	}}
 	for range 3 {
 		o.onDecision(httptest.NewRequest("GET", "/", nil), v, time.Microsecond)

@@ -15,7 +15,7 @@ import (
 // leaked Redis connections, files and memstore sweepers for every reload.
 //
 // A request took its store when it began, from the configuration it
-// loaded; it may call AllowAll after a reload retired that store. Such a
+// loaded; it may call AllowAll (or Peek) after a reload retired that store. Such a
 // late call goes to the store that replaced it (the one the request would
 // have got a moment later), never to a closed one: so retiring never waits
 // for, nor fails, a request. The check is one counter: a call first counts
@@ -42,6 +42,18 @@ func (l *leased) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit
 	}
 	defer l.release()
 	return l.Store.AllowAll(ctx, now, hits)
+}
+
+// Peek implements portero.Store, leased as AllowAll is (the engine peeks
+// for check-only hits and for hits that can never pass).
+func (l *leased) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+	l.inflight.Add(1)
+	if l.retired.Load() {
+		l.release()
+		return l.next.Load().Peek(ctx, rule, key, now)
+	}
+	defer l.release()
+	return l.Store.Peek(ctx, rule, key, now)
 }
 
 func (l *leased) release() {

@@ -20,6 +20,12 @@ func (b *blockingStore) AllowAll(ctx context.Context, _ time.Time, hits []porter
 	return make([]portero.Decision, len(hits)), nil
 }
 
+func (b *blockingStore) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+	b.calls <- struct{}{}
+	<-b.release
+	return portero.Decision{}, nil
+}
+
 func (b *blockingStore) Close(context.Context) error { return nil }
 
 // TestLeasedRetire: a retired store is idle only once the calls in it
@@ -46,6 +52,13 @@ func TestLeasedRetire(t *testing.T) {
 	case <-newS.calls:
 	default:
 		t.Fatal("a call after retire did not reach the successor")
+	}
+	// A late Peek too (the engine's check-only and can-never-pass hits).
+	old.Peek(context.Background(), portero.Rule{}, "k", time.Now())
+	select {
+	case <-newS.calls:
+	default:
+		t.Fatal("a Peek after retire did not reach the successor")
 	}
 	if len(oldS.calls) != 0 {
 		t.Fatal("a call after retire ran in the retired store")

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/policy"
 )
@@ -30,8 +31,8 @@ type metrics struct {
 	proxyErrors  *prometheus.CounterVec
 	configRules  prometheus.Gauge
 
-	// failurePolicy counts rule decisions made by the store's failure
-	// policy (portero.Decision.Degraded), by rule.
+	// failurePolicy counts rule decisions made by the failure policy
+	// (engine.Result.Failure) instead of the store, by rule.
 	failurePolicy *prometheus.CounterVec
 }
 
@@ -39,7 +40,7 @@ func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_decisions_total",
-		Help: "Decisions by rule and outcome (allowed, near-limit, refused, shadow-refused, not-counted).",
+		Help: "Decisions by rule and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).",
 	}, []string{"rule", "outcome"})
 	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "portero_store_latency_seconds",
@@ -52,7 +53,7 @@ func newMetrics() *metrics {
 	})
 	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_failure_policy_decisions_total",
-		Help: "Rule decisions made by the store's failure policy (on_error allow or local) instead of the shared count, by rule; their RateLimit values are not sent.",
+		Help: "Rule decisions made by the failure policy (on_error allow, deny or local) instead of the shared count, by rule; their RateLimit values are not sent.",
 	}, []string{"rule"})
 	// A GaugeFunc, so that requests only write the flag when it changes
 	// (one shared cache line written by every request costs throughput).
@@ -94,25 +95,28 @@ type observer struct {
 	counters atomic.Pointer[ruleCounters]
 }
 
-// outcomes are the policy's outcomes, in the order of ruleCounters.c.
-var outcomes = [...]policy.Outcome{policy.Allowed, policy.NearLimit, policy.Refused, policy.ShadowRefused, policy.NotCounted}
+// outcomes are the engine's outcomes, in the order of ruleCounters.c.
+var outcomes = [...]engine.Outcome{engine.Allowed, engine.NearLimit, engine.Refused, engine.ShadowRefused, engine.NotCounted, engine.CheckOnly, engine.CanNeverPass}
 
 // ruleCounters holds the decision counters of one policy's rules, looked
 // up once per configuration rather than hashed by label values on every
 // request.
 type ruleCounters struct {
-	rules []*policy.Rule
+	rules []*engine.Rule // by Index
 	c     [][len(outcomes)]prometheus.Counter
 }
 
 // setPolicy prepares the counters of p's rules; the server calls it for
 // every configuration it runs.
 func (o *observer) setPolicy(p *policy.Policy) {
-	rules := p.Rules()
+	rules := make([]*engine.Rule, len(p.Rules()))
+	for i, r := range p.Rules() {
+		rules[i] = r.Engine()
+	}
 	t := &ruleCounters{rules: rules, c: make([][len(outcomes)]prometheus.Counter, len(rules))}
 	for i, r := range rules {
 		for j, out := range outcomes {
-			t.c[i][j] = o.m.decisions.WithLabelValues(r.Name, string(out))
+			t.c[i][j] = o.m.decisions.WithLabelValues(r.Name, out.String())
 		}
 	}
 	o.counters.Store(t)
@@ -120,9 +124,9 @@ func (o *observer) setPolicy(p *policy.Policy) {
 
 // decision returns the counter of res, from the table when res comes from
 // the current policy.
-func (o *observer) decision(res *policy.Result) prometheus.Counter {
+func (o *observer) decision(res *engine.Result) prometheus.Counter {
 	if t := o.counters.Load(); t != nil {
-		if i := res.Rule.Index(); i < len(t.rules) && t.rules[i] == res.Rule {
+		if i := res.Rule.Index; i >= 0 && i < len(t.rules) && t.rules[i] == res.Rule {
 			for j, out := range outcomes {
 				if out == res.Outcome {
 					return t.c[i][j]
@@ -130,10 +134,10 @@ func (o *observer) decision(res *policy.Result) prometheus.Counter {
 			}
 		}
 	}
-	return o.m.decisions.WithLabelValues(res.Rule.Name, string(res.Outcome))
+	return o.m.decisions.WithLabelValues(res.Rule.Name, res.Outcome.String())
 }
 
-func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Duration) {
+func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Duration) {
 	o.m.storeLatency.Observe(took.Seconds())
 	if fb := o.degraded != nil && o.degraded(); o.m.fallback.Load() != fb {
 		o.m.fallback.Store(fb)
@@ -141,11 +145,14 @@ func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Dura
 	for i := range v.Results {
 		res := &v.Results[i]
 		o.decision(res).Inc()
-		if res.Decision.Degraded {
+		if res.Failure != "" {
 			o.m.failurePolicy.WithLabelValues(res.Rule.Name).Inc()
 		}
 		switch res.Outcome {
-		case policy.Refused:
+		case engine.Refused, engine.CanNeverPass:
+			if res.Rule.Shadow {
+				continue
+			}
 			now := o.now()
 			o.refused.add(res.Rule.Name, res.Key, false, now)
 			// Sampled per rule: a flood of refusals is a few lines a
@@ -154,7 +161,7 @@ func (o *observer) onDecision(r *http.Request, v *policy.Verdict, took time.Dura
 				o.log.Info("refused", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
 					"retry_after", res.Decision.RetryAfter, "suppressed", n)
 			}
-		case policy.ShadowRefused:
+		case engine.ShadowRefused:
 			now := o.now()
 			o.refused.add(res.Rule.Name, res.Key, true, now)
 			if ok, n := o.sample.Allow(res.Rule.Name+" (shadow)", now); ok {

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -33,30 +34,30 @@ func TestDecisionCounters(t *testing.T) {
 	old, cur := mk("a", "b"), mk("b", "c")
 	o.setPolicy(cur)
 	r := httptest.NewRequest("GET", "/", nil)
-	verdict := func(p *policy.Policy, outs ...policy.Outcome) *policy.Verdict {
-		v := &policy.Verdict{}
+	verdict := func(p *policy.Policy, outs ...engine.Outcome) *engine.Verdict {
+		v := &engine.Verdict{}
 		for i, out := range outs {
-			v.Results = append(v.Results, policy.Result{Rule: p.Rules()[i], Key: "ip=192.0.2.1/32", Outcome: out})
+			v.Results = append(v.Results, engine.Result{Hit: engine.Hit{Rule: p.Rules()[i].Engine(), Key: "ip=192.0.2.1/32"}, Outcome: out})
 		}
 		return v
 	}
-	o.onDecision(r, verdict(cur, policy.Allowed, policy.NearLimit), time.Microsecond)
-	o.onDecision(r, verdict(cur, policy.NotCounted, policy.Refused), time.Microsecond)
-	o.onDecision(r, verdict(old, policy.Allowed, policy.ShadowRefused), time.Microsecond) // in flight across a reload
+	o.onDecision(r, verdict(cur, engine.Allowed, engine.NearLimit), time.Microsecond)
+	o.onDecision(r, verdict(cur, engine.NotCounted, engine.Refused), time.Microsecond)
+	o.onDecision(r, verdict(old, engine.Allowed, engine.ShadowRefused), time.Microsecond) // in flight across a reload
 	for _, tt := range []struct {
 		rule    string
-		outcome policy.Outcome
+		outcome engine.Outcome
 		want    float64
 	}{
-		{"b", policy.Allowed, 1}, {"b", policy.NotCounted, 1}, {"c", policy.NearLimit, 1}, {"c", policy.Refused, 1},
-		{"a", policy.Allowed, 1}, {"b", policy.ShadowRefused, 1}, {"c", policy.Allowed, 0},
+		{"b", engine.Allowed, 1}, {"b", engine.NotCounted, 1}, {"c", engine.NearLimit, 1}, {"c", engine.Refused, 1},
+		{"a", engine.Allowed, 1}, {"b", engine.ShadowRefused, 1}, {"c", engine.Allowed, 0},
 	} {
-		if got := counterValue(t, o.m.decisions.WithLabelValues(tt.rule, string(tt.outcome))); got != tt.want {
+		if got := counterValue(t, o.m.decisions.WithLabelValues(tt.rule, tt.outcome.String())); got != tt.want {
 			t.Errorf("decisions{rule=%s,outcome=%s} = %v, want %v", tt.rule, tt.outcome, got, tt.want)
 		}
 	}
 	o.degraded = func() bool { return true }
-	o.onDecision(r, verdict(cur, policy.Allowed), time.Microsecond)
+	o.onDecision(r, verdict(cur, engine.Allowed), time.Microsecond)
 	if !o.m.fallback.Load() {
 		t.Error("fallback not set while the store is degraded")
 	}

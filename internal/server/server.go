@@ -84,24 +84,18 @@ type Server struct {
 }
 
 // OpenStore opens the store a configuration names: memory (store/memstore)
-// or redis (store/redisstore, with on_error mapped to its failure policy:
-// allow → fail-open, deny → fail-closed, local → local, and its lines
-// logged to log). A Redis that does not answer yet is no error: the store
-// starts under its failure policy and switches to Redis once it answers
-// (redisstore.Config.DialInBackground); only a malformed URL is.
+// or redis (store/redisstore, its lines logged to log). A Redis store
+// reports a failure as an error and the engine of the gateway's middleware
+// applies on_error. A Redis that does not answer yet is no error: the
+// store starts failing every call (so on_error answers) and switches to
+// Redis once it answers (redisstore.Config.DialInBackground); only a
+// malformed URL is.
 func OpenStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	switch cfg.StoreType {
 	case "memory":
 		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
 	case "redis":
-		pol := redisstore.FailOpen
-		switch cfg.OnError {
-		case "deny":
-			pol = redisstore.FailClosed
-		case "local":
-			pol = redisstore.FailLocal
-		}
-		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Policy: pol, LocalShare: cfg.LocalShare, Timeout: cfg.StoreTimeout,
+		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Timeout: cfg.StoreTimeout,
 			Logger: log, DialInBackground: true})
 	}
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
@@ -109,21 +103,18 @@ func OpenStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 
 // storeSettings are the settings OpenStore builds a store from. A reload
 // opens a new store when they change and keeps the running one, with its
-// counters, otherwise. The Redis store applies on_error, local_share and
-// timeout itself, so for it they are part of the key; a memory store leaves
-// on_error to the middleware, so changing it keeps the store.
+// counters, otherwise. on_error and local_share are the middleware's
+// engine's, never the store's, so changing them keeps the store.
 type storeSettings struct {
-	typ, url   string
-	maxKeys    int
-	onError    string
-	localShare float64
-	timeout    time.Duration
+	typ, url string
+	maxKeys  int
+	timeout  time.Duration
 }
 
 func storeKey(cfg *config.Config) storeSettings {
 	k := storeSettings{typ: cfg.StoreType, url: cfg.StoreURL, maxKeys: cfg.MaxKeys}
 	if cfg.StoreType != "memory" {
-		k.onError, k.localShare, k.timeout = cfg.OnError, cfg.LocalShare, cfg.StoreTimeout
+		k.timeout = cfg.StoreTimeout
 	}
 	return k
 }
@@ -170,7 +161,7 @@ func (s *Server) storeUnreached() bool {
 // and end by themselves, where a not-ready instance would get no call to
 // find out that Redis is back.
 func (s *Server) readyCheck() error {
-	if s.gw.Config().FailClosed && s.storeUnreached() {
+	if s.gw.Config().OnError == portero.FailDeny && s.storeUnreached() {
 		return errors.New("redis has not answered yet and store.on_error is deny")
 	}
 	return nil
@@ -254,7 +245,7 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 	if rs, ok := st.(*redisstore.Store); ok && !rs.Connected() {
 		s.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_error", cfg.OnError,
-			"ready", !cfg.FailClosed)
+			"ready", cfg.OnError != portero.FailDeny)
 	}
 	s.gw, err = gateway.New(cfg, store, gateway.Hooks{
 		OnDecision:   s.obs.onDecision,

@@ -361,9 +361,9 @@ func TestBadConfig(t *testing.T) {
 }
 
 // TestReloadReopensStore: a reload opens a new store exactly when a setting
-// the store is built from changes (for Redis the failure policy, its share
-// and the timeout too, which live inside the store), and keeps the store,
-// with its counters, otherwise.
+// the store is built from changes (its type, URL, max_keys, and for Redis
+// the timeout), and keeps the store, with its counters, otherwise: on_error
+// and local_share are the engine's, never the store's.
 func TestReloadReopensStore(t *testing.T) {
 	var mu sync.Mutex
 	var opened []string
@@ -394,14 +394,14 @@ func TestReloadReopensStore(t *testing.T) {
 		opens int
 	}{
 		{redis("on_error: allow", "20/min"), 1}, // rules only
-		{redis("on_error: deny", "20/min"), 2},
-		{redis("on_error: local", "20/min"), 3},
-		{redis("on_error: local, local_share: 0.5", "20/min"), 4},
-		{redis("on_error: local, local_share: 0.5, timeout: 1s", "20/min"), 5},
-		{redis("on_error: local, local_share: 0.5, timeout: 1s", "30/min"), 5},
-		{memory("", "30/min"), 6},
-		{memory(", on_error: deny", "30/min"), 6}, // the middleware answers 503; the memory store is the same
-		{memory(", on_error: deny, max_keys: 10", "30/min"), 7},
+		{redis("on_error: deny", "20/min"), 1},  // the engine's failure policy
+		{redis("on_error: local", "20/min"), 1},
+		{redis("on_error: local, local_share: 0.5", "20/min"), 1},
+		{redis("on_error: local, local_share: 0.5, timeout: 1s", "20/min"), 2},
+		{redis("on_error: local, local_share: 0.5, timeout: 1s", "30/min"), 2},
+		{memory("", "30/min"), 3},
+		{memory(", on_error: deny", "30/min"), 3}, // the middleware answers 503; the memory store is the same
+		{memory(", on_error: deny, max_keys: 10", "30/min"), 4},
 	} {
 		writeFile(t, path, tt.file)
 		reloads := strings.Count(r.logs.String(), "configuration reloaded")

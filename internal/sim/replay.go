@@ -12,14 +12,22 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/algorithm"
+	"github.com/portero-rl/portero/engine"
 )
 
 // Result is one replayed request and the decision it got.
 type Result struct {
 	Request
 	portero.Decision
+	// Outcome is the engine's outcome: allowed, near-limit, refused, or
+	// can-never-pass for a cost above what the rule can ever admit at once
+	// (refused, with no retry time).
+	Outcome engine.Outcome
 }
+
+// NeverPasses reports whether the request's cost is more than the rule can
+// ever admit at once.
+func (r Result) NeverPasses() bool { return r.Outcome == engine.CanNeverPass }
 
 // Departure reports when a request admitted by a queue (leaky-queue) leaves
 // it, as trace time: its arrival plus Decision.Delay. ok is false for a
@@ -31,59 +39,45 @@ func (r Result) Departure() (at time.Duration, ok bool) {
 	return r.At + r.Delay, true
 }
 
-// MaxCost returns the largest cost a single request may have under rule:
-// the count L for the window algorithms, the capacity B for the buckets,
-// GCRA and the queue.
-func MaxCost(rule portero.Rule) (int64, error) {
-	if err := rule.Validate(); err != nil {
-		return 0, err
-	}
-	return algorithm.MaxCost(rule.Algorithm, rule.Limit)
-}
-
-// CheckTrace reports the first request whose cost the rule could never
-// admit, as a *TraceError naming its line (wrapping ErrMalformedTrace and
-// portero.ErrCostExceedsLimit).
-func CheckTrace(rule portero.Rule, trace []Request) error {
-	max, err := MaxCost(rule)
-	if err != nil {
-		return err
-	}
-	for _, r := range trace {
-		if r.Cost > max {
-			return &TraceError{Line: r.Line, Err: fmt.Errorf("%w: %w: cost %d is more than the %d that %s %s can admit at once",
-				ErrMalformedTrace, portero.ErrCostExceedsLimit, r.Cost, max, rule.Algorithm, rule.Limit)}
-		}
-	}
-	return nil
-}
-
 // Replay runs every request of trace through store under rule, in order,
-// each at Epoch plus its time, and returns one result per request. It checks
-// the whole trace with CheckTrace first, so a bad trace decides nothing.
+// each at Epoch plus its time, decided by the engine as every door decides
+// (package engine), and returns one result per request. A request whose
+// cost the rule can never admit is refused and says so (Outcome
+// CanNeverPass); the replay goes on. A store failure is an error.
 func Replay(ctx context.Context, store portero.Store, rule portero.Rule, trace []Request) ([]Result, error) {
-	if err := CheckTrace(rule, trace); err != nil {
+	er, err := engine.NewRule(engine.Rule{Rule: rule})
+	if err != nil {
+		return nil, err
+	}
+	e, err := engine.New(engine.Options{Store: store, OnError: portero.FailError})
+	if err != nil {
 		return nil, err
 	}
 	out := make([]Result, 0, len(trace))
-	hit := make([]portero.Hit, 1)
+	hit := make([]engine.Hit, 1)
+	var v engine.Verdict
 	for _, r := range trace {
-		hit[0] = portero.Hit{Rule: rule, Key: r.Key, Cost: r.Cost}
-		ds, err := store.AllowAll(ctx, Epoch.Add(r.At), hit)
-		if err != nil {
+		hit[0] = engine.Hit{Rule: er, Key: r.Key, Cost: r.Cost}
+		if err := e.Decide(ctx, Epoch.Add(r.At), hit, &v); err != nil {
 			return nil, fmt.Errorf("request at %s for key %q: %w", FormatSeconds(r.At), r.Key, err)
 		}
-		out = append(out, Result{Request: r, Decision: ds[0]})
+		res := &v.Results[0]
+		out = append(out, Result{Request: r, Decision: res.Decision, Outcome: res.Outcome})
 	}
 	return out, nil
 }
+
+// never is what the retry_after column says for a request that can never
+// pass (null in JSON).
+const never = "never"
 
 // Formats lists the output formats of WriteResults.
 var Formats = []string{"csv", "json", "table"}
 
 // WriteResults writes results in format ("csv", "json" or "table"): one row
 // per request with the columns time, key, cost, allowed, remaining,
-// retry_after and, when departures is true, departure (empty in CSV, null
+// retry_after ("never", null in JSON, for a request whose cost the rule can
+// never admit) and, when departures is true, departure (empty in CSV, null
 // in JSON, "-" in the table for a dropped request). Times and durations are
 // decimal seconds, written exactly (FormatSeconds); JSON writes them as
 // numbers.
@@ -97,6 +91,9 @@ func WriteResults(w io.Writer, format string, results []Result, departures bool)
 			FormatSeconds(r.At), r.Key, strconv.FormatInt(r.Cost, 10),
 			strconv.FormatBool(r.Allowed), strconv.FormatInt(r.Remaining, 10),
 			FormatSeconds(r.RetryAfter),
+		}
+		if r.NeverPasses() {
+			cells[5] = never
 		}
 		if departures {
 			d := ""
@@ -123,7 +120,10 @@ func WriteResults(w io.Writer, format string, results []Result, departures bool)
 			row := jsonRow{
 				Time: json.Number(FormatSeconds(r.At)), Key: r.Key, Cost: r.Cost,
 				Allowed: r.Allowed, Remaining: r.Remaining,
-				RetryAfter: json.Number(FormatSeconds(r.RetryAfter)),
+			}
+			if !r.NeverPasses() {
+				n := json.Number(FormatSeconds(r.RetryAfter))
+				row.RetryAfter = &n
 			}
 			rows[i] = row
 			if departures {
@@ -141,12 +141,12 @@ func WriteResults(w io.Writer, format string, results []Result, departures bool)
 }
 
 type jsonRow struct {
-	Time       json.Number `json:"time"`
-	Key        string      `json:"key"`
-	Cost       int64       `json:"cost"`
-	Allowed    bool        `json:"allowed"`
-	Remaining  int64       `json:"remaining"`
-	RetryAfter json.Number `json:"retry_after"`
+	Time       json.Number  `json:"time"`
+	Key        string       `json:"key"`
+	Cost       int64        `json:"cost"`
+	Allowed    bool         `json:"allowed"`
+	Remaining  int64        `json:"remaining"`
+	RetryAfter *json.Number `json:"retry_after"` // null: it can never pass
 }
 
 // jsonQueueRow adds the departure, null for a dropped request.

@@ -16,8 +16,8 @@ import (
 )
 
 // Store is a map-based portero.Store. The zero value is ready to use and
-// safe for concurrent use. Err, when set, is returned by every AllowAll
-// (to test failure policies).
+// safe for concurrent use. Err, when set, is returned by every AllowAll and
+// Peek (to test failure policies).
 type Store struct {
 	mu    sync.Mutex
 	state map[stateKey]algorithm.State
@@ -39,7 +39,7 @@ func (s *Store) SetErr(err error) {
 	s.err = err
 }
 
-// Calls returns how many times AllowAll was called.
+// Calls returns how many times AllowAll and Peek were called.
 func (s *Store) Calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,6 +93,25 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		}
 	}
 	return decs, nil
+}
+
+// Peek implements portero.Store: the decision of a cost-1 hit, never
+// counted. It fails with the error set by SetErr, as AllowAll does, and
+// counts as a call.
+func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.err != nil {
+		return portero.Decision{}, s.err
+	}
+	d, err := algorithm.New(rule.Algorithm, rule.Limit)
+	if err != nil {
+		return portero.Decision{}, fmt.Errorf("policytest: rule %q: %w", rule.Name, err)
+	}
+	st, found := s.state[stateKey{rule, key}]
+	_, dec := d.Decide(st, found, now.UnixNano(), 1)
+	return dec, nil
 }
 
 // Close implements portero.Store.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/redistest"
-	"github.com/portero-rl/portero/store/storetest"
 )
 
 func utc(s string) time.Time {
@@ -160,29 +159,5 @@ func TestCalendarServerClockStore(t *testing.T) {
 	}
 	if n := s.Stats().OverLimit; n != 1 {
 		t.Errorf("over-limit cache answered %d calls, want the last one", n)
-	}
-}
-
-// The FailLocal fallback decides calendar quotas as storetest.Reference
-// does (at share 1), across their boundaries; at a smaller share a quota
-// keeps its calendar and gets its share of the count.
-func TestLocalStoreCalendar(t *testing.T) {
-	ls, ref := newLocalStore(1), storetest.NewReference()
-	for i, c := range storetest.CalendarTrace(5, storetest.CalendarRules(), 600, true) {
-		now := storetest.Base.Add(c.At)
-		want, err := ref.AllowAll(context.Background(), now, c.Hits)
-		if err != nil {
-			t.Fatalf("call %d: reference: %v", i, err)
-		}
-		got := ls.allowAll(now, c.Hits)
-		for j := range got {
-			if got[j] != want[j] {
-				t.Fatalf("call %d %v hit %d:\n local     %+v\n reference %+v", i, c, j, got[j], want[j])
-			}
-		}
-	}
-	l := scale(portero.PerMonth(100).WithZone("Europe/Madrid").WithOffset(time.Hour), 0.25)
-	if want := portero.PerMonth(25).WithZone("Europe/Madrid").WithOffset(time.Hour); l != want {
-		t.Errorf("scale(a quota of 100, 1/4) = %+v, want %+v", l, want)
 	}
 }

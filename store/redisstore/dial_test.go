@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,8 +15,9 @@ import (
 )
 
 // TestDialInBackground: with Redis down when the store is made, New fails
-// by default; with DialInBackground it returns a store whose calls follow
-// the failure policy, and which switches to Redis by itself once a real
+// by default; with DialInBackground it returns a store whose calls fail
+// with ErrStoreUnavailable alone (the caller's failure policy answers), and
+// which switches to Redis by itself once a real
 // redis-server starts on the address. Close stops the dialler.
 func TestDialInBackground(t *testing.T) {
 	srv := redistest.Start(t)
@@ -24,7 +26,7 @@ func TestDialInBackground(t *testing.T) {
 		t.Fatal("New with Redis down and no DialInBackground: no error")
 	}
 	log := &testenv.Buffer{}
-	s := newStore(t, srv, redisstore.Config{DialInBackground: true, Policy: redisstore.FailOpen, Timeout: time.Second,
+	s := newStore(t, srv, redisstore.Config{DialInBackground: true, Timeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(log, nil))})
 	if s.Connected() {
 		t.Fatal("Connected() = true with nothing listening")
@@ -33,13 +35,16 @@ func TestDialInBackground(t *testing.T) {
 	call := func() (portero.Decision, error) {
 		d, err := s.AllowAll(context.Background(), time.Now(), []portero.Hit{{Rule: rule, Key: "k", Cost: 1}})
 		if len(d) != 1 {
+			if d != nil {
+				t.Fatalf("%d decisions beside %v", len(d), err)
+			}
 			return portero.Decision{}, err
 		}
 		return d[0], err
 	}
 	for range 5 {
-		if d, err := call(); err != nil || !d.Allowed {
-			t.Fatalf("before Redis answers: %+v, %v; want fail-open's admission", d, err)
+		if _, err := call(); !errors.Is(err, portero.ErrStoreUnavailable) {
+			t.Fatalf("before Redis answers: %v; want ErrStoreUnavailable and no decision", err)
 		}
 	}
 	if st := s.Stats(); st.Fallbacks != 5 || st.Redis != 0 || !st.Degraded {

@@ -6,34 +6,38 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
-// Two instances of a service share one limit through Redis. The example
-// needs a redis-server on localhost:6379, so it has no Output line and is
-// compiled but not run by go test.
+// Two instances of a service share one limit through Redis; while Redis is
+// down, each decides in its own memory with half the limit (the engine's
+// local failure policy). The example needs a redis-server on
+// localhost:6379, so it has no Output line and is compiled but not run by
+// go test.
 func Example() {
-	store, err := redisstore.New(redisstore.Config{
-		URL:        "redis://localhost:6379/0",
-		Policy:     redisstore.FailLocal, // while Redis is down, count locally…
-		LocalShare: 0.5,                  // …half the limit each, for two instances
-	})
+	store, err := redisstore.New(redisstore.Config{URL: "redis://localhost:6379/0"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer store.Close(context.Background())
-	lim, err := store.Limiter(portero.Rule{Name: "api", Algorithm: portero.GCRA, Limit: portero.PerMinute(100)})
+	e, err := engine.New(engine.Options{Store: store, OnError: portero.FailLocal, LocalShare: 0.5})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	d, err := lim.AllowN(context.Background(), "203.0.113.7", time.Now(), 1)
+	api, err := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "api", Algorithm: portero.GCRA, Limit: portero.PerMinute(100)}})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(d.Allowed, d.Remaining)
+	var v engine.Verdict
+	if err := e.Decide(context.Background(), time.Now(), []engine.Hit{{Rule: api, Key: "203.0.113.7", Cost: 1}}, &v); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(v.Allowed, v.Results[0].Decision.Remaining, v.Results[0].Failure)
 }
 
 // A script over several rules for one key is one atomic step: when any

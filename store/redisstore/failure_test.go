@@ -13,17 +13,21 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/testenv"
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
-// failureRig is a store with one rule per policy on a server the test can
-// kill, freeze and restart.
+// failureRig is a store on a server the test can kill, freeze and
+// restart, with one rule per failure policy, each decided by an engine of
+// that policy (the store reports failures; the engine decides).
 type failureRig struct {
 	srv                 *redistest.Server
 	store               *redisstore.Store
 	open, closed, local portero.Rule
+	engines             map[string]*engine.Engine // by rule name
+	rules               map[string]*engine.Rule
 	fallbacks           atomic.Int64
 	log                 *testenv.Buffer
 }
@@ -44,28 +48,36 @@ func newFailureRig(t *testing.T) *failureRig {
 		Timeout:         rigTimeout,
 		BreakerMinCalls: 3,
 		BreakerOpen:     300 * time.Millisecond,
-		Policies:        map[string]redisstore.Policy{"open": redisstore.FailOpen, "closed": redisstore.FailClosed, "local": redisstore.FailLocal},
-		LocalShare:      0.5,
 		Logger:          slog.New(slog.NewTextHandler(r.log, nil)),
 		OnFallback:      func(redisstore.Fallback) { r.fallbacks.Add(1) },
 	})
+	r.engines, r.rules = map[string]*engine.Engine{}, map[string]*engine.Rule{}
+	for rule, pol := range map[portero.Rule]portero.FailurePolicy{r.open: portero.FailAllow, r.closed: portero.FailDeny, r.local: portero.FailLocal} {
+		e, err := engine.New(engine.Options{Store: r.store, OnError: pol, LocalShare: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		er, err := engine.NewRule(engine.Rule{Rule: rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.engines[rule.Name], r.rules[rule.Name] = e, er
+	}
 	return r
 }
 
-// call decides one hit and returns the decision, the error and the time it
-// took.
-func (r *failureRig) call(t *testing.T, rule portero.Rule, key string) (portero.Decision, error, time.Duration) {
+// call decides one hit through the rule's engine and returns its result
+// and the time it took.
+func (r *failureRig) call(t *testing.T, rule portero.Rule, key string) (engine.Result, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	d, err := r.store.AllowAll(context.Background(), start, []portero.Hit{{Rule: rule, Key: key, Cost: 1}})
+	var v engine.Verdict
+	err := r.engines[rule.Name].Decide(context.Background(), start, []engine.Hit{{Rule: r.rules[rule.Name], Key: key, Cost: 1}}, &v)
 	el := time.Since(start)
-	if len(d) != 1 && err == nil {
-		t.Fatalf("%d decisions for one hit", len(d))
+	if err != nil {
+		t.Fatalf("%s: %v", rule.Name, err)
 	}
-	if len(d) == 0 {
-		return portero.Decision{}, err, el
-	}
-	return d[0], err, el
+	return v.Results[0], el
 }
 
 // waitOpen makes calls until the breaker opens: it opens once failures
@@ -78,7 +90,7 @@ func (r *failureRig) waitOpen(t *testing.T) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("breaker not open after 10 s of failures: %+v", r.store.Stats())
 		}
-		r.call(t, r.open, "until-open")
+		r.store.AllowAll(context.Background(), time.Now(), []portero.Hit{{Rule: r.open, Key: "until-open", Cost: 1}})
 	}
 	t.Logf("breaker open %v after the outage began", time.Since(start).Round(time.Millisecond))
 }
@@ -90,31 +102,37 @@ func (r *failureRig) checkPolicies(t *testing.T, key string) {
 	t.Helper()
 	var worst time.Duration
 	var lat []time.Duration
+	// The store itself decides nothing while Redis is down: an error, and
+	// no decision beside it.
+	ds, err := r.store.AllowAll(context.Background(), time.Now(), []portero.Hit{{Rule: r.closed, Key: key, Cost: 1}})
+	if ds != nil || !errors.Is(err, portero.ErrStoreUnavailable) {
+		t.Fatalf("AllowAll while Redis is down = %+v, %v; want no decision and ErrStoreUnavailable", ds, err)
+	}
 	for i := 0; i < 12; i++ {
-		d, err, el := r.call(t, r.open, key)
+		res, el := r.call(t, r.open, key)
 		worst = max(worst, el)
 		lat = append(lat, el)
-		if err != nil || !d.Allowed {
-			t.Fatalf("fail-open while Redis is down: %+v, %v; want allowed, no error", d, err)
+		if !res.Decision.Allowed || res.Failure != portero.FailAllow {
+			t.Fatalf("allow while Redis is down: %+v; want allowed by the failure policy", res)
 		}
 	}
 	for i := 0; i < 5; i++ {
-		d, err, el := r.call(t, r.closed, key)
+		res, el := r.call(t, r.closed, key)
 		worst = max(worst, el)
 		lat = append(lat, el)
-		if d.Allowed || !errors.Is(err, portero.ErrStoreUnavailable) {
-			t.Fatalf("fail-closed while Redis is down: %+v, %v; want refused with ErrStoreUnavailable", d, err)
+		if res.Decision.Allowed || res.Failure != portero.FailDeny {
+			t.Fatalf("deny while Redis is down: %+v; want refused by the failure policy", res)
 		}
 	}
 	admitted := 0
 	for i := 0; i < 12; i++ {
-		d, err, el := r.call(t, r.local, key)
+		res, el := r.call(t, r.local, key)
 		worst = max(worst, el)
 		lat = append(lat, el)
-		if err != nil {
-			t.Fatalf("local fallback: %v", err)
+		if res.Failure != portero.FailLocal {
+			t.Fatalf("local while Redis is down: %+v; want decided by the local failure policy", res)
 		}
-		if d.Allowed {
+		if res.Decision.Allowed {
 			admitted++
 		}
 	}
@@ -142,8 +160,8 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
-		_, err, _ := r.call(t, r.closed, "probe-"+key)
-		if err == nil && !r.store.Stats().Degraded {
+		res, _ := r.call(t, r.closed, "probe-"+key)
+		if res.Failure == "" && !r.store.Stats().Degraded {
 			if r.store.Degraded() {
 				t.Error("Degraded() = true after a call Redis decided")
 			}
@@ -165,11 +183,8 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 			before := r.store.Stats().Fallbacks
 			n := 0
 			for i := 0; i < 15; i++ {
-				d, err, _ := r.call(t, rule, fmt.Sprintf("after-%s-%d", key, try))
-				if err != nil {
-					t.Fatalf("%s after recovery: %v", rule.Name, err)
-				}
-				if d.Allowed {
+				res, _ := r.call(t, rule, fmt.Sprintf("after-%s-%d", key, try))
+				if res.Decision.Allowed {
 					n++
 				}
 			}
@@ -240,8 +255,8 @@ func TestKillAndRestart(t *testing.T) {
 // breaker opens, and limiting resumes after SIGCONT.
 func TestFrozen(t *testing.T) {
 	r := newFailureRig(t)
-	if _, err, _ := r.call(t, r.closed, "warm"); err != nil {
-		t.Fatal(err)
+	if res, _ := r.call(t, r.closed, "warm"); res.Failure != "" {
+		t.Fatalf("warm-up decided by the failure policy: %+v", res)
 	}
 	r.srv.Freeze()
 	r.waitOpen(t)

@@ -52,8 +52,7 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 // holds it (Key: the prefix, the hash tag, the rule's fingerprint), which
 // lives in one cluster slot, so a single DEL serves a cluster too. Resetting
 // a key that has no state is not an error. It also forgets the key in this
-// store's over-limit cache and in the memory the FailLocal policy decides
-// in; the over-limit caches of other instances keep a refusal until it
+// store's over-limit cache; the over-limit caches of other instances keep a refusal until it
 // would lapse anyway (the gateway does not turn that cache on). Errors
 // wrap portero.ErrStoreUnavailable when Redis does not answer, and
 // portero.ErrClosed, portero.ErrInvalidLimit or portero.ErrUnknownAlgorithm.
@@ -76,7 +75,6 @@ func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error 
 	if s.over != nil {
 		s.over.drop(k)
 	}
-	s.local.forget(rule, key)
 	if err != nil {
 		if unavailable(err) {
 			return &unavailableError{err: fmt.Errorf("reset key %q (redis key %q): %w", key, k, err)}
@@ -84,11 +82,4 @@ func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error 
 		return fmt.Errorf("redisstore: reset key %q (redis key %q): %w", key, k, err)
 	}
 	return nil
-}
-
-// forget drops key's local state under rule.
-func (ls *localStore) forget(rule portero.Rule, key string) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	delete(ls.state, localKey{rule, key})
 }

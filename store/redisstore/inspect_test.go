@@ -166,7 +166,7 @@ func TestPeekWritesNothing(t *testing.T) {
 func TestPeekResetErrors(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	s := newStore(t, srv, redisstore.Config{Policy: redisstore.FailOpen, Timeout: 200 * time.Millisecond})
+	s := newStore(t, srv, redisstore.Config{Policy: portero.FailAllow, Timeout: 200 * time.Millisecond})
 	bad := portero.Rule{Name: "bad", Algorithm: portero.GCRA}
 	if _, err := s.Peek(ctx, bad, "k", time.Now()); !errors.Is(err, portero.ErrInvalidLimit) {
 		t.Errorf("Peek(zero limit) = %v, want ErrInvalidLimit", err)

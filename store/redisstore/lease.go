@@ -28,10 +28,11 @@ import (
 // or forgot) expires after the rule's TTL and its slot comes back; the set
 // itself expires with its last lease. httplimit renews every TTL/3.
 //
-// While Redis is unavailable, Acquire follows the rule's Policy
-// (Config.Policies by the rule's name, else Config.Policy), as AllowAll
-// does: FailClosed refuses and returns an error wrapping
-// portero.ErrStoreUnavailable, FailOpen admits with a lease that holds
+// While Redis is unavailable, Acquire follows the rule's failure policy
+// (Config.Policies by the rule's name, else Config.Policy; leases are not
+// decided by the engine yet, so this is the store's): FailDeny (and
+// FailError) refuses and returns an error wrapping
+// portero.ErrStoreUnavailable, FailAllow admits with a lease that holds
 // nothing, FailLocal takes a lease in this instance's memory with
 // Config.LocalShare of Max (at least 1). Renew and Release of a Redis lease
 // then fail with that error; the lease runs out at its last expiry.
@@ -113,7 +114,7 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.Concurr
 func (s *Store) leaseFallback(now time.Time, rule portero.ConcurrencyRule, key string, cause error) (portero.Lease, portero.Decision, error) {
 	s.fallbacks.Add(1)
 	if !s.degraded.Swap(true) {
-		s.log.Warn("redisstore: redis unavailable: failure policies active", "err", cause)
+		s.log.Warn("redisstore: redis unavailable: the callers' failure policies decide", "err", cause)
 	}
 	var (
 		lease portero.Lease
@@ -121,9 +122,9 @@ func (s *Store) leaseFallback(now time.Time, rule portero.ConcurrencyRule, key s
 		err   error
 	)
 	switch s.policy(portero.Rule{Name: rule.Name}) {
-	case FailOpen:
+	case portero.FailAllow:
 		lease, d = openLease{}, portero.Decision{Allowed: true, Limit: rule.Max, Remaining: rule.Max - 1}
-	case FailLocal:
+	case portero.FailLocal:
 		lease, d = s.localAcquire(now, rule, key)
 	default:
 		d.RetryAfter = s.cfg.BreakerOpen
@@ -287,4 +288,10 @@ func (l *localLease) Release(context.Context) error {
 		}
 	}
 	return nil
+}
+
+// localKey identifies a concurrency rule's key in the FailLocal leases.
+type localKey struct {
+	rule portero.Rule
+	key  string
 }

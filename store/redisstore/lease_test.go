@@ -147,7 +147,7 @@ func TestLeaseFailurePolicies(t *testing.T) {
 	var fallbacks atomic.Int64
 	s := newStore(t, srv, redisstore.Config{
 		Timeout:    50 * time.Millisecond,
-		Policies:   map[string]redisstore.Policy{"open": redisstore.FailOpen, "local": redisstore.FailLocal},
+		Policies:   map[string]portero.FailurePolicy{"open": portero.FailAllow, "local": portero.FailLocal},
 		LocalShare: 0.5,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnFallback: func(redisstore.Fallback) { fallbacks.Add(1) },

@@ -9,7 +9,7 @@
 //
 // By default (ServerClock) the scripts read the time with Redis TIME, so
 // instances whose clocks disagree still share one window; the now argument
-// of AllowAll is then used only by the local fallback. Redis TIME has
+// of AllowAll is then not used (leases' local fallback reads it). Redis TIME has
 // microsecond resolution. With CallerClock the script takes the caller's
 // instant, to the nanosecond, for simulations and replays.
 //
@@ -69,9 +69,12 @@
 // included. A circuit breaker stops calling a Redis that fails most calls
 // over a short window, and probes it again soon after, so that a stall
 // costs about its own length. While Redis is unavailable (and, with
-// Config.DialInBackground, until it first answers) each rule follows its
-// Policy: FailClosed refuses, FailOpen admits, FailLocal decides in a
-// local memory store with a share of the limit. See docs/distributed.md.
+// Config.DialInBackground, until it first answers) AllowAll and Peek decide
+// nothing: they return an error wrapping portero.ErrStoreUnavailable, never
+// a decision beside it, and the caller's failure policy answers
+// (portero.FailurePolicy, applied by package engine: allow, deny, or local
+// in the engine's own memory). Concurrency leases (Acquire) still follow a
+// policy of the store's, Config.Policy. See docs/distributed.md.
 package redisstore
 
 import (
@@ -141,12 +144,12 @@ type Config struct {
 	// leaves it open, and the two fields below do not apply.
 	Client rueidis.Client
 	// DialInBackground makes New return the store even when Redis does not
-	// answer yet (a malformed address is still an error): calls are then
-	// decided by the failure policies, as in an outage, while the store
+	// answer yet (a malformed address is still an error): calls then fail
+	// with portero.ErrStoreUnavailable, as in an outage, while the store
 	// dials again in the background (after 100 ms, doubling to at most
 	// 2 s) until Redis answers or Close. Connected says which. A gateway
-	// restarted during an outage thus starts and serves by its policy
-	// instead of failing.
+	// restarted during an outage thus starts and serves by its failure
+	// policy instead of failing.
 	DialInBackground bool
 	// MaxFlushDelay is how long rueidis's auto-pipelining may wait after
 	// writing a batch of commands to collect the next one: under load it
@@ -179,14 +182,16 @@ type Config struct {
 	// longer (plus scheduling). A caller's context deadline that comes
 	// first applies instead. DefaultTimeout when zero.
 	Timeout time.Duration
-	// Policy is the failure policy of rules not in Policies; FailClosed when
-	// empty.
-	Policy Policy
-	// Policies maps rule names to their failure policy.
-	Policies map[string]Policy
-	// LocalShare is the share of each limit (count, burst and rate) that one
-	// instance may admit under FailLocal, in (0, 1]; 1 when zero. With N
-	// instances, 1/N keeps the total near the limit.
+	// Policy is what Acquire does while Redis is unavailable, for the
+	// concurrency rules not in Policies (portero.FailDeny when empty;
+	// FailAllow, FailLocal with LocalShare of Max; FailError as FailDeny).
+	// Rate decisions (AllowAll) follow no policy of the store's: their
+	// failure policy is the engine's.
+	Policy portero.FailurePolicy
+	// Policies maps concurrency rule names to their failure policy.
+	Policies map[string]portero.FailurePolicy
+	// LocalShare is the share of each concurrency rule's Max that one
+	// instance may hold under FailLocal, in (0, 1]; 1 when zero.
 	LocalShare float64
 	// The circuit breaker opens when, over the last BreakerWindow (a
 	// rolling window of ten buckets; DefaultBreakerWindow when zero), at
@@ -209,12 +214,13 @@ type Config struct {
 	// Hits with one tag share a cluster slot and so one atomic script. A tag
 	// must not contain '}'.
 	HashTag func(portero.Hit) string
-	// Logger receives the store's lines: when the fallback starts and
-	// ends, when the breaker changes state, when a background dial fails
-	// and succeeds; slog.Default() when nil.
+	// Logger receives the store's lines: when Redis becomes unavailable and
+	// answers again, when the breaker changes state, when a background dial
+	// fails and succeeds; slog.Default() when nil.
 	Logger *slog.Logger
-	// OnFallback, when set, is called for every call decided by a failure
-	// policy instead of Redis. It must be quick and safe for concurrent use.
+	// OnFallback, when set, is called for every call Redis did not decide:
+	// an AllowAll that failed (no Decisions), or an Acquire its policy
+	// decided. It must be quick and safe for concurrent use.
 	OnFallback func(Fallback)
 	// OverLimitCache, when positive, turns on the local over-limit cache
 	// with room for that many keys; 0 (the default) leaves it off. A
@@ -230,9 +236,10 @@ type Config struct {
 	OverLimitCache int
 }
 
-// Fallback describes one call decided without Redis.
+// Fallback describes one call Redis did not decide.
 type Fallback struct {
-	// Hits are the hits of the call and Decisions what the policies decided.
+	// Hits are the hits of the call; Decisions what a lease's failure
+	// policy decided (none for AllowAll, which returned the error).
 	Hits      []portero.Hit
 	Decisions []portero.Decision
 	// Err is why Redis was not asked or did not answer.
@@ -244,7 +251,8 @@ type Stats struct {
 	// Calls is the number of AllowAll calls; Redis the number that Redis
 	// decided.
 	Calls, Redis uint64
-	// Fallbacks counts calls decided by a failure policy.
+	// Fallbacks counts calls Redis did not decide because it was
+	// unavailable (the caller's failure policy answered).
 	Fallbacks uint64
 	// OverLimit counts calls answered by the over-limit cache.
 	OverLimit uint64
@@ -253,7 +261,7 @@ type Stats struct {
 	// Batches counts batch scripts run (Config.Batch) and Batched the
 	// one-hit calls they decided.
 	Batches, Batched uint64
-	// Degraded reports whether the last call fell back.
+	// Degraded reports whether the last call found Redis unavailable.
 	Degraded bool
 	// Connected reports whether the store has a Redis client (see
 	// Config.DialInBackground).
@@ -274,7 +282,6 @@ type Store struct {
 	rules     sync.Map // portero.Rule → *compiled
 	breaker   *gobreaker.CircuitBreaker[[]int64]
 	log       *slog.Logger
-	local     *localStore
 	over      *overCache // nil when Config.OverLimitCache is 0
 	closed    atomic.Bool
 	degraded  atomic.Bool
@@ -336,7 +343,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.LocalShare = 1
 	}
 	if cfg.Policy == "" {
-		cfg.Policy = FailClosed
+		cfg.Policy = portero.FailDeny
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -359,15 +366,15 @@ func New(cfg Config) (*Store, error) {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("redisstore: prefix %q: must not contain braces (they make hash tags)", cfg.Prefix)
 	}
-	if err := cfg.Policy.validate(); err != nil {
-		return nil, err
+	if !cfg.Policy.Valid() {
+		return nil, fmt.Errorf("redisstore: failure policy %q: want allow, deny, local or error", string(cfg.Policy))
 	}
 	for name, p := range cfg.Policies {
-		if err := p.validate(); err != nil {
-			return nil, fmt.Errorf("rule %q: %w", name, err)
+		if !p.Valid() {
+			return nil, fmt.Errorf("redisstore: rule %q: failure policy %q: want allow, deny, local or error", name, string(p))
 		}
 	}
-	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, local: newLocalStore(cfg.LocalShare), minTTL: "0", stop: make(chan struct{})}
+	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, minTTL: "0", stop: make(chan struct{})}
 	if cfg.Clock == CallerClock {
 		s.minTTL = strconv.FormatInt(int64((cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
 	}
@@ -599,7 +606,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	}
 	cn := s.conn.Load()
 	if cn == nil {
-		return s.fallback(ctx, now, cs, hits, &unavailableError{err: errNotConnected})
+		return nil, s.unavailableCall(hits, &unavailableError{err: errNotConnected})
 	}
 	// The deadline starts now: a call that queues for a batch spends its
 	// wait out of the same Timeout.
@@ -653,7 +660,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		s.errs.Add(1)
 		return nil, err
 	}
-	return s.fallback(ctx, now, cs, hits, err)
+	return nil, s.unavailableCall(hits, err)
 }
 
 // deadline bounds ctx by Config.Timeout from now, unless ctx's own
@@ -849,7 +856,7 @@ func (s *Store) describe(err error, cs []*compiled, hits []portero.Hit, c call) 
 }
 
 // unavailableError marks a failure of Redis itself (as opposed to a script
-// error): the failure policies apply.
+// error): the caller's failure policy applies.
 type unavailableError struct{ err error }
 
 func (e *unavailableError) Error() string {

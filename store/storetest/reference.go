@@ -96,6 +96,22 @@ func (d deciders) maxCost() int64 {
 
 // AllowAll implements portero.Store.
 func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	return r.decide(now, hits, true)
+}
+
+// Peek implements portero.Store: the decision of a cost-1 hit, decided as
+// AllowAll decides it and never counted.
+func (r *Reference) Peek(_ context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+	out, err := r.decide(now, []portero.Hit{{Rule: rule, Key: key, Cost: 1}}, false)
+	if err != nil {
+		return portero.Decision{}, err
+	}
+	return out[0], nil
+}
+
+// decide decides hits all-or-nothing and counts them when commit is set
+// and every hit passes.
+func (r *Reference) decide(now time.Time, hits []portero.Hit, commit bool) ([]portero.Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -131,7 +147,9 @@ func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hi
 			d := a.DecideAfter(l, ns, pending[k], h.Cost)
 			if d.Allowed {
 				pending[k] += h.Cost
-				r.logs[k] = l
+				if commit {
+					r.logs[k] = l
+				}
 			}
 			out[i], all = d, all && d.Allowed
 			continue
@@ -146,7 +164,7 @@ func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hi
 		}
 		out[i], all = d, all && d.Allowed
 	}
-	if all {
+	if all && commit {
 		for k, sc := range states {
 			r.states[k] = sc.s
 		}

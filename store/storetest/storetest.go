@@ -27,7 +27,10 @@
 //   - seeded random traces whose decisions must equal Reference's;
 //   - all-or-nothing across rules: a refused hit consumes nothing anywhere;
 //   - errors: ErrInvalidCost, ErrCostExceedsLimit, ErrInvalidLimit,
-//     ErrUnknownAlgorithm, ErrClosed, and no panics.
+//     ErrUnknownAlgorithm, ErrClosed, and no panics;
+//   - Peek: on random traces, before every call, each hit's Peek equals
+//     Reference's, and the calls that follow still decide as Reference's
+//     (a Peek counts nothing); errors as for AllowAll.
 //
 // Every instant in the tables and traces is a whole number of microseconds
 // after a base instant that is itself a whole number of hours since the Unix
@@ -61,6 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	t.Run("all-or-nothing", func(t *testing.T) { runAllOrNothing(t, newStore) })
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("calendar", func(t *testing.T) { runCalendar(t, newStore) })
+	t.Run("peek", func(t *testing.T) { runPeek(t, newStore) })
 }
 
 // Step is one request of a step table: at At after Base, the hit's Cost
@@ -491,3 +495,39 @@ func runErrors(t *testing.T, newStore func(t *testing.T) portero.Store) {
 
 // String formats a trace call for failure messages.
 func (c Trace) String() string { return fmt.Sprintf("at %v: %v", c.At, c.Hits) }
+
+func runPeek(t *testing.T, newStore func(t *testing.T) portero.Store) {
+	ctx := context.Background()
+	for _, a := range portero.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			var rules []portero.Rule
+			for _, r := range RandomRules() {
+				if r.Algorithm == a {
+					rules = append(rules, r)
+				}
+			}
+			got, want := newStore(t), NewReference()
+			for i, c := range RandomTrace(uint64(len(a))*17+3, rules, 400, false) {
+				now := Base.Add(c.At)
+				for _, h := range c.Hits {
+					g, gerr := got.Peek(ctx, h.Rule, h.Key, now)
+					w, werr := want.Peek(ctx, h.Rule, h.Key, now)
+					if gerr != nil || werr != nil || g != w {
+						t.Fatalf("call %d at %v: Peek(%s, %q) = %+v, %v; want %+v, %v", i, c.At, h.Rule.Name, h.Key, g, gerr, w, werr)
+					}
+				}
+				CompareTrace(t, got, want, []Trace{c})
+			}
+			bad := portero.Rule{Name: "z", Algorithm: a}
+			if _, err := got.Peek(ctx, bad, "k", Base); !errors.Is(err, portero.ErrInvalidLimit) {
+				t.Errorf("Peek with a zero limit = %v, want ErrInvalidLimit", err)
+			}
+			if err := got.Close(ctx); err != nil {
+				t.Fatalf("Close = %v", err)
+			}
+			if _, err := got.Peek(ctx, rules[0], "k", Base); !errors.Is(err, portero.ErrClosed) {
+				t.Errorf("Peek after Close = %v, want ErrClosed", err)
+			}
+		})
+	}
+}

@@ -52,8 +52,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := json.Unmarshal(data, &batches); err != nil {
 		return fmt.Errorf("%s: %w", *file, err)
 	}
-	// Fail closed, like the gateway: while Redis is down nothing is sent.
-	store, err := redisstore.New(redisstore.Config{URL: *redisURL, Policy: redisstore.FailClosed})
+	// Fail closed: while Redis is down every decision is an error, and
+	// nothing is sent.
+	store, err := redisstore.New(redisstore.Config{URL: *redisURL})
 	if err != nil {
 		return err
 	}

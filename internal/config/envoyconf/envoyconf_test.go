@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
 )
 
 const examples = "../../../examples/envoy/config"
 
-func loadExamples(t *testing.T) *Config {
+func loadExamples(t *testing.T) *descriptor.Config {
 	t.Helper()
 	c, err := Load(examples, Options{})
 	if err != nil {
@@ -23,10 +24,10 @@ func loadExamples(t *testing.T) *Config {
 	return c
 }
 
-func entries(kv ...string) []Entry {
-	var es []Entry
+func entries(kv ...string) []descriptor.Entry {
+	var es []descriptor.Entry
 	for i := 0; i+1 < len(kv); i += 2 {
-		es = append(es, Entry{kv[i], kv[i+1]})
+		es = append(es, descriptor.Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	return es
 }
@@ -48,29 +49,29 @@ func TestMatchExamples(t *testing.T) {
 	c := loadExamples(t)
 	tests := []struct {
 		domain  string
-		entries []Entry
+		entries []descriptor.Entry
 		want    string // PolicyName of the limit, "" for no limit
 		rpu     uint32
-		unit    Unit
+		unit    descriptor.Unit
 		shadow  bool
 		unlim   bool
 	}{
 		// Key-only default.
-		{"edge", entries("remote_address", "10.0.0.1"), "edge.remote_address", 10, Second, false, false},
+		{"edge", entries("remote_address", "10.0.0.1"), "edge.remote_address", 10, descriptor.Second, false, false},
 		// Exact value beats the key-only default.
-		{"edge", entries("remote_address", "50.0.0.5"), "edge.remote_address_50.0.0.5", 0, Second, false, false},
+		{"edge", entries("remote_address", "50.0.0.5"), "edge.remote_address_50.0.0.5", 0, descriptor.Second, false, false},
 		// Two levels: exact value at level 2.
-		{"edge", entries("api_key", "k1", "plan", "gold"), "gold", 600, Minute, false, false},
-		{"edge", entries("api_key", "k1", "plan", "free"), "free", 60, Minute, false, false},
+		{"edge", entries("api_key", "k1", "plan", "gold"), "gold", 600, descriptor.Minute, false, false},
+		{"edge", entries("api_key", "k1", "plan", "free"), "free", 60, descriptor.Minute, false, false},
 		// Two levels: key-only default at level 2.
-		{"edge", entries("api_key", "k1", "plan", "silver"), "edge.api_key.plan", 30, Minute, false, false},
+		{"edge", entries("api_key", "k1", "plan", "silver"), "edge.api_key.plan", 30, descriptor.Minute, false, false},
 		// Partial: a prefix of a two-level rule has no limit of its own.
 		{"edge", entries("api_key", "k1"), "", 0, 0, false, false},
 		// Partial: deeper than any rule.
 		{"edge", entries("remote_address", "10.0.0.1", "plan", "gold"), "", 0, 0, false, false},
 		{"edge", entries("api_key", "k1", "plan", "gold", "x", "y"), "", 0, 0, false, false},
 		// Wildcard anywhere in the value, shadow mode.
-		{"edge", entries("path", "/api/v2/export"), "edge.path_/api/*/export", 100, Hour, true, false},
+		{"edge", entries("path", "/api/v2/export"), "edge.path_/api/*/export", 100, descriptor.Hour, true, false},
 		{"edge", entries("path", "/api/v2/import"), "", 0, 0, false, false},
 		{"edge", entries("path", "/api/export"), "", 0, 0, false, false},
 		// Unlimited.
@@ -79,20 +80,20 @@ func TestMatchExamples(t *testing.T) {
 		{"edge", entries("unknown", "x"), "", 0, 0, false, false},
 		{"edge", nil, "", 0, 0, false, false},
 		// Nested with a value at level 1.
-		{"messaging", entries("message_type", "marketing", "to_number", "+34600"), "messaging.message_type_marketing.to_number", 5, Day, false, false},
+		{"messaging", entries("message_type", "marketing", "to_number", "+34600"), "messaging.message_type_marketing.to_number", 5, descriptor.Day, false, false},
 		{"messaging", entries("message_type", "transactional", "to_number", "+34600"), "", 0, 0, false, false},
-		{"messaging", entries("to_number", "+34600"), "messaging.to_number", 100, Day, false, false},
+		{"messaging", entries("to_number", "+34600"), "messaging.to_number", 100, descriptor.Day, false, false},
 		// Prefix wildcard.
-		{"messaging", entries("sender", "bulk-news"), "bulk_sender", 50, Second, false, false},
-		{"messaging", entries("sender", "alice"), "all_senders", 1000, Second, false, false},
+		{"messaging", entries("sender", "bulk-news"), "bulk_sender", 50, descriptor.Second, false, false},
+		{"messaging", entries("sender", "alice"), "all_senders", 1000, descriptor.Second, false, false},
 		// Extensions.
-		{"api", entries("user", "u1"), "per_user", 10, Second, false, false},
-		{"api", entries("login", "", "remote_address", "10.1.1.1"), "login_per_ip", 5, Minute, false, false},
-		{"api", entries("plan", "trial", "user", "u1"), "trial_daily", 1000, Day, false, false},
+		{"api", entries("user", "u1"), "per_user", 10, descriptor.Second, false, false},
+		{"api", entries("login", "", "remote_address", "10.1.1.1"), "login_per_ip", 5, descriptor.Minute, false, false},
+		{"api", entries("plan", "trial", "user", "u1"), "trial_daily", 1000, descriptor.Day, false, false},
 		{"api", entries("plan", "paid", "user", "u1"), "", 0, 0, false, false},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%s/%s", tt.domain, DescriptorKey(tt.entries)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s", tt.domain, descriptor.Key(tt.entries)), func(t *testing.T) {
 			d := c.Domain(tt.domain)
 			if d == nil {
 				t.Fatalf("Domain(%q) = nil", tt.domain)
@@ -123,7 +124,7 @@ func TestRulesAndExtension(t *testing.T) {
 	c := loadExamples(t)
 	tests := []struct {
 		domain  string
-		entries []Entry
+		entries []descriptor.Entry
 		alg     portero.Algorithm
 		limit   portero.Limit
 		maxCost int64
@@ -140,8 +141,8 @@ func TestRulesAndExtension(t *testing.T) {
 			t.Fatalf("%s %v: no limit", tt.domain, tt.entries)
 		}
 		r := m.Limit.Rule
-		if r.Algorithm != tt.alg || r.Limit != tt.limit || m.Limit.MaxCost != tt.maxCost {
-			t.Errorf("%s %v: rule %v %v max %d, want %v %v max %d", tt.domain, tt.entries, r.Algorithm, r.Limit, m.Limit.MaxCost, tt.alg, tt.limit, tt.maxCost)
+		if r.Algorithm != tt.alg || r.Limit != tt.limit || r.MaxCost() != tt.maxCost {
+			t.Errorf("%s %v: rule %v %v max %d, want %v %v max %d", tt.domain, tt.entries, r.Algorithm, r.Limit, r.MaxCost(), tt.alg, tt.limit, tt.maxCost)
 		}
 		if err := r.Validate(); err != nil {
 			t.Errorf("%s %v: rule invalid: %v", tt.domain, tt.entries, err)
@@ -158,47 +159,29 @@ func TestStoreKey(t *testing.T) {
 	d := c.Domain("messaging")
 	a := entries("sender", "bulk-a")
 	b := entries("sender", "bulk-b")
-	ka, kb := StoreKey("messaging", a, d.Match(a)), StoreKey("messaging", b, d.Match(b))
+	ka, kb := descriptor.StoreKey("messaging", a, d.Match(a)), descriptor.StoreKey("messaging", b, d.Match(b))
 	if ka != kb {
 		t.Errorf("share_threshold: keys %q and %q differ, want one shared counter", ka, kb)
 	}
 	x := entries("sender", "alice")
 	y := entries("sender", "bob")
-	if StoreKey("messaging", x, d.Match(x)) == StoreKey("messaging", y, d.Match(y)) {
+	if descriptor.StoreKey("messaging", x, d.Match(x)) == descriptor.StoreKey("messaging", y, d.Match(y)) {
 		t.Errorf("key-only match: two values share a key")
 	}
 	// Escaping keeps distinct descriptors apart.
-	pairs := [][2][]Entry{
+	pairs := [][2][]descriptor.Entry{
 		{entries("a", "b|c=d"), entries("a", "b", "c", "d")},
 		{entries("a=b", "c"), entries("a", "b=c")},
 		{entries("a", `\*x`), entries("a", "*x")},
 	}
 	for _, p := range pairs {
-		k1, k2 := StoreKey("d", p[0], Match{}), StoreKey("d", p[1], Match{})
+		k1, k2 := descriptor.StoreKey("d", p[0], descriptor.Match{}), descriptor.StoreKey("d", p[1], descriptor.Match{})
 		if k1 == k2 {
 			t.Errorf("StoreKey(%v) = StoreKey(%v) = %q", p[0], p[1], k1)
 		}
 	}
-	if k1, k2 := StoreKey("d|a", entries("b", "c"), Match{}), StoreKey("d", entries("a|b", "c"), Match{}); k1 == k2 {
+	if k1, k2 := descriptor.StoreKey("d|a", entries("b", "c"), descriptor.Match{}), descriptor.StoreKey("d", entries("a|b", "c"), descriptor.Match{}); k1 == k2 {
 		t.Errorf("domain and key run together: %q", k1)
-	}
-}
-
-func TestGlobMatch(t *testing.T) {
-	tests := []struct {
-		pattern, v string
-		want       bool
-	}{
-		{"a*", "a", true}, {"a*", "abc", true}, {"a*", "ba", false},
-		{"*", "", true}, {"*b", "ab", true}, {"*b", "ba", false},
-		{"a*c*e", "abcde", true}, {"a*c*e", "ace", true}, {"a*c*e", "acd", false},
-		{"a*a", "a", false}, {"a*a", "aa", true}, {"/api/*/export", "/api/v1/export", true},
-		{"**", "x", true}, {"a**b", "ab", true},
-	}
-	for _, tt := range tests {
-		if got := globMatch(strings.Split(tt.pattern, "*"), tt.v); got != tt.want {
-			t.Errorf("globMatch(%q, %q) = %t, want %t", tt.pattern, tt.v, got, tt.want)
-		}
 	}
 }
 
@@ -255,6 +238,8 @@ func TestParseErrors(t *testing.T) {
 		{"two docs", "domain: d\n---\ndomain: e\n", "more than one YAML document"},
 		{"scalar file", "hello\n", "the file must be a mapping"},
 		{"duplicate field", "domain: d\ndomain: e\n", "x.yaml:2:1: domain: given twice"},
+		{"name not an sf-string", "domain: d\ndescriptors:\n  - key: path\n    value: /café\n    rate_limit: {unit: second, requests_per_unit: 1}\n", `x.yaml:5:17: descriptors[0].rate_limit: name "d.path_/café" cannot appear in a RateLimit header (printable ASCII only)`},
+		{"given name not an sf-string", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: \"tab\\there\", unit: second, requests_per_unit: 1}\n", `descriptors[0].rate_limit: name "tab\there" cannot appear`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -323,37 +308,6 @@ func TestLoadFileAndErrors(t *testing.T) {
 	}
 }
 
-func TestOverrideRule(t *testing.T) {
-	r, err := OverrideRule("edge", entries("a", "1", "b", ""), 7, Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.PolicyName() != "edge.a.b" || r.Rule.Limit != (portero.Limit{Count: 7, Window: time.Hour}) || r.Rule.Algorithm != portero.FixedWindow {
-		t.Errorf("OverrideRule = %+v", r)
-	}
-	if _, err := OverrideRule("edge", entries("a", "1"), 7, UnitUnknown); err == nil {
-		t.Error("OverrideRule(unknown unit) = nil error")
-	}
-	if r, err := OverrideRule("edge", entries("a", "1"), 0, Second); err != nil || !r.Blocked() {
-		t.Errorf("OverrideRule(0) = %+v, %v; want blocked", r, err)
-	}
-}
-
-func TestUnits(t *testing.T) {
-	for _, s := range []string{"second", "SECOND", "Minute", "hour", "day", "week", "month", "year"} {
-		u, err := ParseUnit(s)
-		if err != nil || !u.Valid() || u.String() != strings.ToLower(s) {
-			t.Errorf("ParseUnit(%q) = %v, %v", s, u, err)
-		}
-	}
-	if Month.Duration() != 30*24*time.Hour || Year.Duration() != 365*24*time.Hour || Week != 7 {
-		t.Error("month, year or week wrong")
-	}
-	if _, err := ParseUnit("unknown"); err == nil {
-		t.Error(`ParseUnit("unknown") = nil error`)
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	for _, name := range []string{"edge.yaml", "messaging.yaml", "api.yaml"} {
 		data, err := os.ReadFile(filepath.Join(examples, name))
@@ -395,12 +349,12 @@ func FuzzParse(f *testing.F) {
 		for _, name := range c.Domains() {
 			d := c.Domain(name)
 			d.Match(entries("k", "v", "k", "v"))
-			walk(t, d.Descriptors, 0)
+			walk(t, d.Nodes, 0)
 		}
 	})
 }
 
-func walk(t *testing.T, ds []*Descriptor, depth int) {
+func walk(t *testing.T, ds []*descriptor.Node, depth int) {
 	if depth > maxDepth+1 {
 		t.Fatalf("tree deeper than %d", maxDepth)
 	}
@@ -408,16 +362,16 @@ func walk(t *testing.T, ds []*Descriptor, depth int) {
 		if d.Key == "" {
 			t.Fatal("descriptor with empty key accepted")
 		}
-		if r := d.RateLimit; r != nil && !r.Unlimited && !r.Blocked() {
-			if err := r.Rule.Validate(); err != nil {
+		if r := d.Limit; r != nil && !r.Unlimited && !r.Blocked() {
+			if err := r.Rule.Rule.Validate(); err != nil {
 				t.Fatalf("accepted an invalid rule: %v", err)
 			}
 		}
-		walk(t, d.Descriptors, depth+1)
+		walk(t, d.Children, depth+1)
 	}
 }
 
-func ExampleDomain_Match() {
+func ExampleParse() {
 	c, err := Parse([]Source{{Name: "edge.yaml", Data: []byte(`
 domain: edge
 descriptors:
@@ -432,7 +386,7 @@ descriptors:
 		return
 	}
 	for _, ip := range []string{"10.0.0.1", "50.0.0.5"} {
-		m := c.Domain("edge").Match([]Entry{{Key: "remote_address", Value: ip}})
+		m := c.Domain("edge").Match([]descriptor.Entry{{Key: "remote_address", Value: ip}})
 		fmt.Printf("%s: %s %d/%s\n", ip, m.Limit.PolicyName(), m.Limit.RequestsPerUnit, m.Limit.Unit)
 	}
 	// Output:

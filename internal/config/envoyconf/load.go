@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 	"go.yaml.in/yaml/v3"
 )
@@ -62,7 +63,7 @@ const (
 // names that start with '.') are loaded as envoyproxy/ratelimit loads its
 // runtime directory. Errors are *Error values (several joined with
 // errors.Join) naming file, line and field.
-func Load(path string, opts Options) (*Config, error) {
+func Load(path string, opts Options) (*descriptor.Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoy ratelimit config: %w", err)
@@ -136,8 +137,10 @@ func readFile(path string) ([]byte, error) {
 }
 
 // Parse builds a configuration from file contents, each holding one domain.
-func Parse(srcs []Source, opts Options) (*Config, error) {
-	c := &Config{domains: map[string]*Domain{}}
+func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
+	domains := map[string]*descriptor.Domain{}
+	var order []*descriptor.Domain
+	var files []string
 	var errs []error
 	for _, src := range srcs {
 		p := &parser{file: src.Name}
@@ -146,53 +149,29 @@ func Parse(srcs []Source, opts Options) (*Config, error) {
 			errs = append(errs, p.errs...)
 			continue
 		}
-		c.files = append(c.files, src.Name)
-		if old, ok := c.domains[dom.Name]; ok {
+		files = append(files, src.Name)
+		if old, ok := domains[dom.Name]; ok {
 			if !opts.MergeDomains {
 				errs = append(errs, &Error{File: src.Name, Line: p.domainLine, Column: p.domainCol, Field: "domain",
 					Msg: fmt.Sprintf("duplicate domain %q (also in %s); set merge-domains to combine them", dom.Name, strings.Join(old.Files, ", "))})
 				continue
 			}
-			for _, d := range dom.Descriptors {
-				if prev := old.root.findExact(d); prev != nil {
+			for _, d := range dom.Nodes {
+				if prev := old.Add(d); prev != nil {
 					errs = append(errs, &Error{File: src.Name, Line: d.Line, Field: "descriptors",
-						Msg: fmt.Sprintf("duplicate descriptor %q in merged domain %q (first at %s:%d)", composite(d), dom.Name, prev.File, prev.Line)})
-					continue
+						Msg: fmt.Sprintf("duplicate descriptor %q in merged domain %q (first at %s:%d)", d.Composite(), dom.Name, prev.File, prev.Line)})
 				}
-				old.Descriptors = append(old.Descriptors, d)
-				old.root.add(d)
 			}
 			old.Files = append(old.Files, src.Name)
 			continue
 		}
-		c.domains[dom.Name] = dom
+		domains[dom.Name] = dom
+		order = append(order, dom)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return c, nil
-}
-
-func composite(d *Descriptor) string {
-	if d.Value == "" {
-		return d.Key
-	}
-	return d.Key + "_" + d.Value
-}
-
-func (l *level) findExact(d *Descriptor) *Descriptor {
-	if d.Value == "" {
-		return l.keyOnly[d.Key]
-	}
-	if strings.Contains(d.Value, "*") {
-		for _, w := range l.wildcards {
-			if w.Key == d.Key && w.Value == d.Value {
-				return w
-			}
-		}
-		return nil
-	}
-	return l.exact[Entry{d.Key, d.Value}]
+	return descriptor.NewConfig(order, files)
 }
 
 type parser struct {
@@ -213,7 +192,7 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 	p.errs = append(p.errs, e)
 }
 
-func (p *parser) file1(data []byte) *Domain {
+func (p *parser) file1(data []byte) *descriptor.Domain {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -240,12 +219,12 @@ func (p *parser) file1(data []byte) *Domain {
 		p.errorf(root, "", "the file must be a mapping with domain and descriptors")
 		return nil
 	}
-	dom := &Domain{Files: []string{p.file}}
+	var name string
 	var descs *yaml.Node
 	p.fields(root, "", func(k string, kn, v *yaml.Node) {
 		switch k {
 		case "domain":
-			dom.Name = p.str(v, "domain")
+			name = p.str(v, "domain")
 			p.domainLine, p.domainCol = v.Line, v.Column
 		case "descriptors":
 			descs = v
@@ -253,11 +232,12 @@ func (p *parser) file1(data []byte) *Domain {
 			p.unknown(kn, "", k)
 		}
 	})
-	if dom.Name == "" && len(p.errs) == 0 {
+	if name == "" && len(p.errs) == 0 {
 		p.errorf(root, "domain", "missing or empty domain")
 	}
+	dom := descriptor.NewDomain(name, p.file)
 	if descs != nil {
-		dom.Descriptors = p.descriptors(descs, dom, &dom.root, "descriptors", dom.Name, 1)
+		p.descriptors(descs, dom.Add, "descriptors", name, 1)
 	}
 	if len(p.errs) > 0 {
 		return nil
@@ -371,41 +351,38 @@ func (p *parser) uint(v *yaml.Node, field string, max uint64) uint64 {
 	return 0
 }
 
-func (p *parser) descriptors(n *yaml.Node, dom *Domain, lv *level, field, parentKey string, depth int) []*Descriptor {
+// descriptors reads the list n of one level, adding each node with add
+// (the domain's or the parent node's Add, which refuses duplicates).
+func (p *parser) descriptors(n *yaml.Node, add func(*descriptor.Node) *descriptor.Node, field, parentKey string, depth int) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
+		return
 	}
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n, field, "want a list of descriptors, found %s", kindName(n))
-		return nil
+		return
 	}
 	if depth > maxDepth {
 		p.errorf(n, field, "descriptors nested deeper than %d levels", maxDepth)
-		return nil
+		return
 	}
-	var out []*Descriptor
 	for i, item := range n.Content {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		if p.nodes++; p.nodes > maxNodes {
 			p.errorf(item, f, "more than %d descriptors in one file (counting YAML aliases expanded)", maxNodes)
-			return nil
+			return
 		}
-		d := p.descriptor(deref(item), dom, f, parentKey, depth)
+		d := p.descriptor(deref(item), f, parentKey, depth)
 		if d == nil {
 			continue
 		}
-		if prev := lv.findExact(d); prev != nil {
-			p.errorf(item, f, "duplicate descriptor %q at this level (first at line %d)", composite(d), prev.Line)
-			continue
+		if prev := add(d); prev != nil {
+			p.errorf(item, f, "duplicate descriptor %q at this level (first at line %d)", d.Composite(), prev.Line)
 		}
-		lv.add(d)
-		out = append(out, d)
 	}
-	return out
 }
 
-func (p *parser) descriptor(n *yaml.Node, dom *Domain, field, parentKey string, depth int) *Descriptor {
-	d := &Descriptor{File: p.file, Line: n.Line}
+func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *descriptor.Node {
+	d := &descriptor.Node{File: p.file, Line: n.Line}
 	var rl, children *yaml.Node
 	var rlField string
 	before := len(p.errs)
@@ -446,12 +423,12 @@ func (p *parser) descriptor(n *yaml.Node, dom *Domain, field, parentKey string, 
 	if d.ShareThreshold && !strings.Contains(d.Value, "*") {
 		p.errorf(n, join(field, "share_threshold"), "only valid with a wildcard value (containing '*')")
 	}
-	fullKey := parentKey + "." + composite(d)
+	fullKey := parentKey + "." + d.Composite()
 	if rl != nil {
-		d.RateLimit = p.rateLimit(rl, rlField, fullKey)
+		d.Limit = p.rateLimit(rl, rlField, fullKey, d.ShadowMode)
 	}
 	if children != nil {
-		d.Descriptors = p.descriptors(children, dom, &d.level, join(field, "descriptors"), fullKey, depth+1)
+		p.descriptors(children, d.Add, join(field, "descriptors"), fullKey, depth+1)
 	}
 	if len(p.errs) > before {
 		return nil
@@ -459,11 +436,11 @@ func (p *parser) descriptor(n *yaml.Node, dom *Domain, field, parentKey string, 
 	return d
 }
 
-func (p *parser) rateLimit(n *yaml.Node, field, fullKey string) *RateLimit {
+func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow bool) *descriptor.Limit {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
-	r := &RateLimit{FullKey: fullKey}
+	r := &descriptor.LimitSpec{FullKey: fullKey, Shadow: shadow}
 	before := len(p.errs)
 	var unitNode, rpuNode *yaml.Node
 	alg := portero.FixedWindow
@@ -476,7 +453,7 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string) *RateLimit {
 			unitNode = v
 			s := p.str(v, f)
 			if len(p.errs) == before {
-				u, err := ParseUnit(s)
+				u, err := descriptor.ParseUnit(s)
 				if err != nil {
 					p.errorf(v, f, "%v", err)
 				}
@@ -525,16 +502,13 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string) *RateLimit {
 	if len(p.errs) > before {
 		return nil
 	}
-	if !r.Unlimited {
-		rule, max, err := makeRule(r.PolicyName(), r.Unit, r.RequestsPerUnit, alg, burst)
-		if err != nil {
-			p.errorf(n, field, "%v", err)
-			return nil
-		}
-		r.Rule, r.MaxCost = rule, max
+	r.Algorithm, r.Burst = alg, burst
+	l, err := descriptor.NewLimit(*r)
+	if err != nil {
+		p.errorf(n, field, "%v", err)
+		return nil
 	}
-	r.precompute()
-	return r
+	return l
 }
 
 func (p *parser) replaces(n *yaml.Node, field string) []string {

@@ -1,0 +1,434 @@
+package descriptor
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
+)
+
+// Descriptor is one request descriptor, as Envoy sends it.
+type Descriptor struct {
+	// Entries are the ordered (key, value) pairs; at least one.
+	Entries []Entry
+	// Override, when set, replaces the configured limit.
+	Override *Override
+	// Hits is the descriptor's own hits_addend: nil when unset (the
+	// request's applies), 0 to check without counting.
+	Hits *uint64
+}
+
+// Request is one ShouldRateLimit call without the protobuf types.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	// Hits is the request's hits_addend; 0 means 1.
+	Hits uint32
+}
+
+// ErrorKind classifies request errors for the doors: gRPC codes and HTTP
+// statuses.
+type ErrorKind int
+
+// The request error kinds.
+const (
+	// InvalidArgument is malformed input: gRPC INVALID_ARGUMENT, HTTP 400.
+	InvalidArgument ErrorKind = iota + 1
+	// NotFound is an unknown domain: gRPC NOT_FOUND, HTTP 404.
+	NotFound
+)
+
+// RequestError reports a request that cannot be compiled: bad input
+// (InvalidArgument) or an unknown domain (NotFound).
+type RequestError struct {
+	Kind ErrorKind
+	Msg  string
+}
+
+func (e *RequestError) Error() string { return e.Msg }
+
+func badRequest(format string, args ...any) error {
+	return &RequestError{Kind: InvalidArgument, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Options bound and tune a Compiler. The zero value of each field means
+// its default.
+type Options struct {
+	// AllowUnknownDomains compiles a request for a domain that is not
+	// configured into no hits (so it is allowed), as envoyproxy/ratelimit
+	// does. By default such a request is an error (NotFound), so that a
+	// typo is seen.
+	AllowUnknownDomains bool
+	// MaxDescriptors and MaxEntries bound one request (default 64 and 32),
+	// MaxValueLen one key or value in bytes (default 1024).
+	MaxDescriptors, MaxEntries, MaxValueLen int
+	// MaxOverrides caps the distinct limit overrides (domain, descriptor
+	// keys, requests_per_unit and unit) the compiler turns into rules over
+	// its life; DefaultMaxOverrides when zero. Descriptor values do not
+	// count: they are keys of the override's rule, bounded by the store's
+	// max_keys and expiring with its window. A store keeps every rule it
+	// was asked about, so a request with a new override beyond the cap is
+	// refused as invalid rather than growing memory.
+	MaxOverrides int
+}
+
+// DefaultMaxOverrides is the default of Options.MaxOverrides: far more
+// distinct override limits than an Envoy route configuration produces, and
+// at most a few megabytes of store rules.
+const DefaultMaxOverrides = 1024
+
+// Compiler compiles requests against a configuration that can be swapped
+// at any time (SetLimits). It is safe for concurrent use.
+type Compiler struct {
+	opts   Options
+	limits atomic.Pointer[Config]
+
+	ovMu      sync.RWMutex
+	overrides map[overrideKey]*Limit // at most opts.MaxOverrides
+}
+
+// overrideKey identifies the rule of a limit override: its values are
+// store keys under it, not part of it.
+type overrideKey struct {
+	domain, keys string
+	rpu          uint32
+	unit         Unit
+}
+
+// NewCompiler returns a compiler of requests against c (nil for no domains
+// yet).
+func NewCompiler(c *Config, o Options) *Compiler {
+	if o.MaxDescriptors <= 0 {
+		o.MaxDescriptors = 64
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 32
+	}
+	if o.MaxValueLen <= 0 {
+		o.MaxValueLen = 1024
+	}
+	if o.MaxOverrides <= 0 {
+		o.MaxOverrides = DefaultMaxOverrides
+	}
+	cp := &Compiler{opts: o, overrides: map[overrideKey]*Limit{}}
+	cp.limits.Store(c)
+	return cp
+}
+
+// SetLimits replaces the configuration; requests being compiled finish
+// with the old one. Counters of rules that did not change are kept (a rule
+// is its name, algorithm and limit).
+func (c *Compiler) SetLimits(cfg *Config) { c.limits.Store(cfg) }
+
+// Limits returns the current configuration.
+func (c *Compiler) Limits() *Config { return c.limits.Load() }
+
+// Plan is a compiled request: the hits for the engine and, per request
+// descriptor, what became of it. A door owns a Plan and reuses it (Reset
+// keeps its memory).
+type Plan struct {
+	// Hits are the engine's input, in descriptor order.
+	Hits []engine.Hit
+	// Descriptors has one entry per request descriptor.
+	Descriptors []Planned
+	// Of gives, per hit, the index of its descriptor.
+	Of []int
+}
+
+// Planned is what became of one request descriptor.
+type Planned struct {
+	// Limit is the limit that applies; nil when none does (no match, or a
+	// limit replaced by another).
+	Limit *Limit
+	// Hit is the descriptor's index in Plan.Hits; -1 when it has none (no
+	// limit, an unlimited one, or one replaced by another).
+	Hit int
+}
+
+// Reset empties p for reuse, keeping its memory.
+func (p *Plan) Reset() {
+	clear(p.Hits)
+	clear(p.Descriptors)
+	p.Hits, p.Descriptors, p.Of = p.Hits[:0], p.Descriptors[:0], p.Of[:0]
+}
+
+// Compile resets p and fills it from req. Errors are *RequestError.
+func (c *Compiler) Compile(req *Request, p *Plan) error {
+	p.Reset()
+	if err := c.validate(req); err != nil {
+		return err
+	}
+	cfg := c.limits.Load()
+	dom := cfg.Domain(req.Domain)
+	if dom == nil && !c.opts.AllowUnknownDomains {
+		return &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %q (configured: %s)", req.Domain, strings.Join(cfg.Domains(), ", "))}
+	}
+	reqHits := int64(req.Hits)
+	if reqHits == 0 {
+		reqHits = 1
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		var lim *Limit
+		var m Match
+		if dom != nil && d.Override != nil {
+			// In an unknown domain (AllowUnknownDomains) an override is
+			// ignored, as envoyproxy/ratelimit ignores it: no rule is made.
+			var err error
+			if lim, err = c.override(req.Domain, d); err != nil {
+				return badRequest("descriptor %d: %v", i, err)
+			}
+		} else if dom != nil {
+			m = dom.Match(d.Entries)
+			lim = m.Limit
+		}
+		p.Descriptors = append(p.Descriptors, Planned{Limit: lim, Hit: -1})
+		if lim == nil || lim.Unlimited {
+			continue
+		}
+		h := engine.Hit{Rule: lim.Rule, Key: StoreKey(req.Domain, d.Entries, m), Cost: reqHits}
+		if d.Hits != nil {
+			h.Cost = int64(*d.Hits) // validated ≤ MaxUint32
+			h.CheckOnly = h.Cost == 0
+		}
+		p.Descriptors[i].Hit = len(p.Hits)
+		p.Hits = append(p.Hits, h)
+		p.Of = append(p.Of, i)
+	}
+	p.replace()
+	return nil
+}
+
+// replace drops the hits of the limits that another matched limit replaces
+// (rate_limit.replaces), as envoyproxy/ratelimit does: a limit is dropped
+// when any matched limit (dropped or not) names it.
+func (p *Plan) replace() {
+	has := false
+	for _, pd := range p.Descriptors {
+		if pd.Limit != nil && len(pd.Limit.Replaces) > 0 {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return
+	}
+	replaced := func(name string) bool {
+		if name == "" {
+			return false
+		}
+		for _, by := range p.Descriptors {
+			if by.Limit != nil && slices.Contains(by.Limit.Replaces, name) {
+				return true
+			}
+		}
+		return false
+	}
+	hits, of := p.Hits[:0], p.Of[:0]
+	for i := range p.Descriptors {
+		pd := &p.Descriptors[i]
+		if pd.Hit < 0 {
+			continue
+		}
+		h := p.Hits[pd.Hit]
+		if replaced(pd.Limit.Name) {
+			pd.Limit, pd.Hit = nil, -1
+			continue
+		}
+		pd.Hit = len(hits)
+		hits, of = append(hits, h), append(of, i)
+	}
+	clear(p.Hits[len(hits):])
+	p.Hits, p.Of = hits, of
+}
+
+// override returns the limit of d's override, one per distinct
+// overrideKey, made once and kept (a store keeps its rules too), at most
+// MaxOverrides of them.
+func (c *Compiler) override(domain string, d *Descriptor) (*Limit, error) {
+	k := overrideKey{domain: domain, keys: Keys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
+	c.ovMu.RLock()
+	l := c.overrides[k]
+	c.ovMu.RUnlock()
+	if l != nil {
+		return l, nil
+	}
+	l, err := OverrideLimit(domain, d.Entries, *d.Override)
+	if err != nil {
+		return nil, err
+	}
+	c.ovMu.Lock()
+	defer c.ovMu.Unlock()
+	if old := c.overrides[k]; old != nil {
+		return old, nil
+	}
+	if len(c.overrides) >= c.opts.MaxOverrides {
+		return nil, fmt.Errorf("limit override %d/%s: more than %d distinct limit overrides (domain, keys, requests_per_unit, unit) since start; each is a rule the store keeps", k.rpu, k.unit, c.opts.MaxOverrides)
+	}
+	c.overrides[k] = l
+	return l, nil
+}
+
+func (c *Compiler) validate(req *Request) error {
+	if req == nil {
+		return badRequest("empty request")
+	}
+	if req.Domain == "" {
+		return badRequest("domain is required")
+	}
+	if len(req.Domain) > c.opts.MaxValueLen {
+		return badRequest("domain longer than %d bytes", c.opts.MaxValueLen)
+	}
+	if len(req.Descriptors) == 0 {
+		return badRequest("at least one descriptor is required")
+	}
+	if len(req.Descriptors) > c.opts.MaxDescriptors {
+		return badRequest("%d descriptors: at most %d per request", len(req.Descriptors), c.opts.MaxDescriptors)
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if len(d.Entries) == 0 {
+			return badRequest("descriptor %d: at least one entry is required", i)
+		}
+		if len(d.Entries) > c.opts.MaxEntries {
+			return badRequest("descriptor %d: %d entries: at most %d", i, len(d.Entries), c.opts.MaxEntries)
+		}
+		for j, en := range d.Entries {
+			if en.Key == "" {
+				return badRequest("descriptor %d entry %d: empty key", i, j)
+			}
+			if len(en.Key) > c.opts.MaxValueLen || len(en.Value) > c.opts.MaxValueLen {
+				return badRequest("descriptor %d entry %d: key or value longer than %d bytes", i, j, c.opts.MaxValueLen)
+			}
+		}
+		if d.Hits != nil && *d.Hits > math.MaxUint32 {
+			return badRequest("descriptor %d: hits_addend %d: at most %d", i, *d.Hits, uint32(math.MaxUint32))
+		}
+		if o := d.Override; o != nil && !o.Unit.Valid() {
+			return badRequest("descriptor %d: limit override: unit %d is not second, minute, hour, day, week, month or year", i, int32(o.Unit))
+		}
+	}
+	return nil
+}
+
+// Code is a descriptor's or a request's verdict, numbered as Envoy's
+// RateLimitResponse.Code (so the zero value, unknown, is never answered).
+type Code int32
+
+// The codes.
+const (
+	OK        Code = 1
+	OverLimit Code = 2
+)
+
+// String returns the code as Envoy names it: OK, OVER_LIMIT or UNKNOWN.
+func (c Code) String() string {
+	switch c {
+	case OK:
+		return "OK"
+	case OverLimit:
+		return "OVER_LIMIT"
+	}
+	return "UNKNOWN"
+}
+
+// CodeOf returns the request's code under v: OverLimit when refused.
+func CodeOf(v *engine.Verdict) Code {
+	if v.Allowed {
+		return OK
+	}
+	return OverLimit
+}
+
+// Status is the verdict on one descriptor, as the Envoy door and the check
+// API report it.
+type Status struct {
+	// Code is OverLimit when this descriptor refuses the request.
+	Code Code
+	// Limit is the limit that applied; nil when none did (no match, a
+	// replaced limit, or an unlimited one).
+	Limit *Limit
+	// Outcome is the engine's outcome for the descriptor's hit; empty when
+	// it had none.
+	Outcome engine.Outcome
+	// Unlimited reports a match on an unlimited limit.
+	Unlimited bool
+	// Shadow reports a shadow_mode limit: counted, never refusing.
+	Shadow bool
+	// CheckOnly reports a descriptor hits_addend of 0: looked at, not counted.
+	CheckOnly bool
+	// Counted reports that the descriptor's hits were counted in the store.
+	Counted bool
+	// Failure is the failure policy that decided the descriptor because the
+	// store failed (see engine.Result.Failure); its Remaining and times are
+	// then not the shared count's.
+	Failure portero.FailurePolicy
+	// Cost is the hits the descriptor asked for.
+	Cost int64
+	// Remaining is what is available under the limit now, in hits
+	// (MaxUint32 for unlimited).
+	Remaining int64
+	// ResetAfter is duration_until_reset: for envoyproxy/ratelimit's fixed
+	// windows the time to the end of the current window (also when nothing
+	// is counted yet), otherwise the time until the limit is whole again.
+	ResetAfter time.Duration
+	// RetryAfter is, when Code is OverLimit and the request can pass
+	// later, the time after which it could; 0 for a cost that can never
+	// pass.
+	RetryAfter time.Duration
+}
+
+// Status returns the status of descriptor i under v, the verdict on p.Hits
+// decided at now.
+func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
+	pd := &p.Descriptors[i]
+	st := Status{Code: OK, Limit: pd.Limit}
+	if pd.Limit != nil && pd.Limit.Unlimited {
+		st.Limit, st.Unlimited, st.Remaining = nil, true, math.MaxUint32
+		return st
+	}
+	if pd.Hit < 0 || pd.Hit >= len(v.Results) {
+		return st
+	}
+	res := &v.Results[pd.Hit]
+	d := res.Decision
+	st.Outcome, st.Shadow, st.CheckOnly, st.Failure, st.Cost = res.Outcome, res.Rule.Shadow, res.CheckOnly, res.Failure, res.Cost
+	st.Remaining = max(d.Remaining, 0)
+	st.Counted = (res.Outcome == engine.Allowed || res.Outcome == engine.NearLimit) &&
+		(res.Failure == "" || res.Failure == portero.FailLocal)
+	if res.Rule.Algorithm == portero.FixedWindow {
+		st.ResetAfter = windowRemainder(now, res.Rule.Limit.Window)
+	} else {
+		st.ResetAfter = max(d.ResetAfter, d.RetryAfter)
+	}
+	switch {
+	case res.Rule.Shadow:
+	case res.Outcome == engine.Refused:
+		st.Code, st.RetryAfter = OverLimit, d.RetryAfter
+		if st.RetryAfter <= 0 {
+			st.RetryAfter = max(st.ResetAfter, time.Millisecond)
+		}
+	case res.Outcome == engine.CanNeverPass:
+		st.Code = OverLimit
+	}
+	return st
+}
+
+// windowRemainder returns the time from now to the end of its epoch-aligned
+// window of length w.
+func windowRemainder(now time.Time, w time.Duration) time.Duration {
+	if w <= 0 {
+		return 0
+	}
+	ns := now.UnixNano() % int64(w)
+	if ns < 0 {
+		ns += int64(w)
+	}
+	return w - time.Duration(ns)
+}

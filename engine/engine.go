@@ -1,0 +1,482 @@
+// Package engine is Portero's one decision engine: every door (the net/http
+// middleware, the gateway, the Envoy rate limit service, the HTTP check API,
+// `portero sim replay`) hands it the hits of one request and turns its
+// verdict into the door's protocol. It alone owns:
+//
+//   - all-or-nothing across the hits of a request: when one enforced hit
+//     refuses, none is counted;
+//   - shadow rules: counted, reported, never refusing (a shadow refusal
+//     never changes what is counted under the enforced rules);
+//   - check-only hits: looked at (portero.Store.Peek), not counted;
+//   - a cost above what a rule can ever admit: a refusal that says it can
+//     never pass (CanNeverPass, no retry time), never an error and never a
+//     silent allow;
+//   - the failure policy (portero.FailurePolicy) when the store fails;
+//   - the verdict: per hit its decision and outcome, which hits refused,
+//     which hit describes the request (Verdict.Decider), and whether the
+//     failure policy rather than the store decided.
+//
+// Its input is compiled rules (NewRule) and hits (rule, key, cost,
+// check-only), which compilers produce: package policy from Portero's own
+// rules and a request, package descriptor from envoyproxy/ratelimit
+// descriptors. Package engine/header writes the RateLimit, RateLimit-Policy,
+// Retry-After and legacy X-RateLimit-* fields of a verdict, for every door.
+//
+// The engine imports only the standard library and Portero's core
+// (the root package, algorithm, store/memstore). It knows nothing of HTTP,
+// protobuf, YAML or the wall clock: the caller passes now.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+	"github.com/portero-rl/portero/store/memstore"
+)
+
+// Defaults of the zero Options fields.
+const (
+	// DefaultNearLimit is the share of a limit used from which an admitted
+	// hit is NearLimit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+	DefaultNearLimit = 0.8
+	// DefaultRetryAfterOnFailure is the retry time of a FailDeny refusal.
+	DefaultRetryAfterOnFailure = time.Second
+	// DefaultLocalMaxKeys caps the keys per rule that the FailLocal memory
+	// keeps: about 2.5 MB per rule at most for the fixed-size algorithms.
+	DefaultLocalMaxKeys = 1 << 16
+)
+
+// Options configure an Engine. Store is required; the zero value of every
+// other field is its documented default.
+type Options struct {
+	// Store keeps the counters. Required. The engine does not close it.
+	Store portero.Store
+	// OnError is what the engine does when the store fails: FailAllow (the
+	// default when empty), FailDeny, FailLocal, or FailError, which makes
+	// Decide return the error for the door to report.
+	OnError portero.FailurePolicy
+	// LocalShare is the share of each limit (count, burst and rate) this
+	// instance may admit from its own memory under FailLocal, in (0, 1]; 0
+	// means 1. With N instances, 1/N keeps the total near the limit.
+	LocalShare float64
+	// LocalMaxKeys caps the keys per rule of the FailLocal memory (a
+	// store/memstore without a sweeper, so the engine owns no goroutine);
+	// 0 means DefaultLocalMaxKeys.
+	LocalMaxKeys int
+	// RetryAfterOnFailure is the retry time of a FailDeny refusal; 0 means
+	// DefaultRetryAfterOnFailure.
+	RetryAfterOnFailure time.Duration
+	// NearLimit is the share of a limit used from which an admitted hit's
+	// outcome is NearLimit, in (0, 1]; 0 means DefaultNearLimit.
+	NearLimit float64
+}
+
+// Engine decides requests against a store. It is immutable and safe for
+// concurrent use; it starts no goroutine, so there is nothing to close.
+type Engine struct {
+	store   portero.Store
+	onError portero.FailurePolicy
+	retry   time.Duration
+	near    float64
+	local   *localStore // FailLocal only
+}
+
+// New validates o and returns an engine.
+func New(o Options) (*Engine, error) {
+	if o.Store == nil {
+		return nil, errors.New("engine: a store is required")
+	}
+	if o.OnError == "" {
+		o.OnError = portero.FailAllow
+	}
+	if !o.OnError.Valid() {
+		return nil, fmt.Errorf("engine: on error: %q: want allow, deny, local or error", string(o.OnError))
+	}
+	if o.LocalShare == 0 {
+		o.LocalShare = 1
+	}
+	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
+		return nil, fmt.Errorf("engine: local share %v: want a share in (0, 1]", o.LocalShare)
+	}
+	if o.LocalMaxKeys < 0 {
+		return nil, fmt.Errorf("engine: local max keys %d: must not be negative", o.LocalMaxKeys)
+	}
+	if o.LocalMaxKeys == 0 {
+		o.LocalMaxKeys = DefaultLocalMaxKeys
+	}
+	if o.RetryAfterOnFailure < 0 {
+		return nil, fmt.Errorf("engine: retry after on failure %v: must not be negative", o.RetryAfterOnFailure)
+	}
+	if o.RetryAfterOnFailure == 0 {
+		o.RetryAfterOnFailure = DefaultRetryAfterOnFailure
+	}
+	if o.NearLimit == 0 {
+		o.NearLimit = DefaultNearLimit
+	}
+	if !(o.NearLimit > 0 && o.NearLimit <= 1) {
+		return nil, fmt.Errorf("engine: near limit %v: want a share in (0, 1]", o.NearLimit)
+	}
+	e := &Engine{store: o.Store, onError: o.OnError, retry: o.RetryAfterOnFailure, near: o.NearLimit}
+	if o.OnError == portero.FailLocal {
+		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
+		if err != nil {
+			return nil, fmt.Errorf("engine: local memory: %w", err)
+		}
+		e.local = &localStore{mem: mem, share: o.LocalShare, retry: o.RetryAfterOnFailure}
+	}
+	return e, nil
+}
+
+// Store returns the store the engine decides in.
+func (e *Engine) Store() portero.Store { return e.store }
+
+// OnError returns the engine's failure policy.
+func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
+
+// Decide decides hits at instant now, all-or-nothing, and writes the
+// verdict into v, which it resets first and whose memory it reuses. A
+// refusal is a verdict with Allowed false, not an error. The hits slice is
+// only read (and not kept).
+//
+// In order: hits that can never pass (a cost above Rule.MaxCost, or a rule
+// that admits nothing) and check-only hits are looked at with
+// portero.Store.Peek at a cost of 1. When one of them refuses, the request
+// is refused and the counted hits are only looked at too (at a cost of 1:
+// NotCounted when one more unit would pass, Refused when not even that
+// would). Otherwise the counted hits go to portero.Store.AllowAll in one
+// call; when only shadow hits refuse, those are dropped and the rest asked
+// again, so that a shadow rule never changes what is counted for the
+// enforced ones (at most one more call per shadow hit).
+//
+// When the store fails, the failure policy decides every hit of the
+// request afresh (Result.Failure says so, Verdict.Degraded holds the
+// store's error): FailAllow admits them uncounted, FailDeny refuses them,
+// FailLocal decides them in this instance's memory with LocalShare of each
+// limit. A hit that can never pass is refused under every policy. Under
+// FailError, Decide returns an error wrapping portero.ErrStoreUnavailable
+// and the store's error.
+//
+// Other errors wrap ErrInvalidHit. After an error v holds no verdict.
+func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
+	v.reuse()
+	for i := range hits {
+		h := &hits[i]
+		switch {
+		case h.Rule == nil:
+			return fmt.Errorf("%w: hit %d: no rule", ErrInvalidHit, i)
+		case !h.Rule.compiled:
+			return fmt.Errorf("%w: hit %d: rule %q was not built with engine.NewRule", ErrInvalidHit, i, h.Rule.Name)
+		case !h.CheckOnly && h.Cost <= 0:
+			return fmt.Errorf("%w: hit %d: rule %q: cost %d: a counted hit costs at least 1", ErrInvalidHit, i, h.Rule.Name, h.Cost)
+		}
+		v.Results = append(v.Results, Result{Hit: *h})
+	}
+	err := e.decide(ctx, e.store, now, v)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, portero.ErrStoreUnavailable) {
+		err = fmt.Errorf("%w: %w", portero.ErrStoreUnavailable, err)
+	}
+	var fallback portero.Store
+	switch e.onError {
+	case portero.FailError:
+		v.Reset()
+		return fmt.Errorf("engine: %w", err)
+	case portero.FailLocal:
+		fallback = e.local
+	case portero.FailDeny:
+		fallback = policyStore{retry: e.retry}
+	default:
+		fallback = policyStore{allow: true}
+	}
+	for i := range v.Results {
+		r := &v.Results[i]
+		r.Decision, r.Outcome = portero.Decision{}, 0
+	}
+	if ferr := e.decide(ctx, fallback, now, v); ferr != nil {
+		v.Reset()
+		return fmt.Errorf("engine: the store failed (%w) and so did the local fallback: %v", err, ferr)
+	}
+	v.Degraded = err
+	for i := range v.Results {
+		r := &v.Results[i]
+		r.Failure = e.onError
+		if e.onError == portero.FailLocal {
+			continue
+		}
+		// Made-up figures are no figures: zero them, so that nothing
+		// announces them by mistake.
+		r.Decision.Remaining, r.Decision.ResetAfter = 0, 0
+		if r.Outcome == NearLimit {
+			r.Outcome = Allowed
+		}
+	}
+	return nil
+}
+
+// decide fills v.Results from st; it returns st's first error.
+func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
+	refused := false
+	// Hits that can never pass, and check-only hits: looked at, not counted.
+	for i := range v.Results {
+		res := &v.Results[i]
+		r := res.Rule
+		never := r.maxCost == 0 || !res.CheckOnly && res.Cost > r.maxCost
+		if !never && !res.CheckOnly {
+			continue
+		}
+		var d portero.Decision
+		if r.maxCost > 0 {
+			var err error
+			if d, err = st.Peek(ctx, r.Rule, res.Key, now); err != nil {
+				return err
+			}
+			if d.Allowed {
+				untaken(&d, 1)
+			}
+		}
+		switch {
+		case never:
+			d.Allowed, d.RetryAfter, d.Delay = false, 0, 0
+			res.Outcome = CanNeverPass
+			refused = refused || !r.Shadow
+		case d.Allowed:
+			d.Delay = 0
+			res.Outcome = CheckOnly
+		case r.Shadow:
+			res.Outcome = ShadowRefused
+		default:
+			res.Outcome = Refused
+			refused = true
+		}
+		res.Decision = d
+	}
+	if refused {
+		// The request is refused whatever the counted hits say: count
+		// nothing, but tell each where it stands.
+		for i := range v.Results {
+			res := &v.Results[i]
+			if res.Outcome != 0 {
+				continue
+			}
+			d, err := st.Peek(ctx, res.Rule.Rule, res.Key, now)
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.Allowed:
+				untaken(&d, 1)
+				res.Outcome = NotCounted
+			case res.Rule.Shadow:
+				res.Outcome = ShadowRefused
+			default:
+				res.Outcome = Refused
+			}
+			res.Decision = d
+		}
+	} else if err := e.count(ctx, st, now, v); err != nil {
+		return err
+	}
+	v.Allowed = true
+	for i := range v.Results {
+		res := &v.Results[i]
+		if !res.Rule.Shadow && (res.Outcome == Refused || res.Outcome == CanNeverPass) {
+			v.Violated = append(v.Violated, i)
+			v.Allowed = false
+		}
+	}
+	return nil
+}
+
+// count decides the counted hits (those without an outcome yet) in one
+// AllowAll call, again without the shadow hits when only those refused.
+func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
+	active := v.active[:0]
+	for i := range v.Results {
+		if v.Results[i].Outcome == 0 {
+			active = append(active, i)
+		}
+	}
+	v.active = active
+	hits := v.hits[:0]
+	defer func() { v.hits = hits }()
+	for len(active) > 0 {
+		hits = hits[:0]
+		for _, i := range active {
+			res := &v.Results[i]
+			hits = append(hits, portero.Hit{Rule: res.Rule.Rule, Key: res.Key, Cost: res.Cost})
+		}
+		decs, err := st.AllowAll(ctx, now, hits)
+		if err != nil {
+			return err
+		}
+		if len(decs) != len(hits) {
+			return fmt.Errorf("%w: the store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
+		}
+		enforcedRefused, shadowRefused := false, false
+		for j, i := range active {
+			v.Results[i].Decision = decs[j]
+			if !decs[j].Allowed {
+				if v.Results[i].Rule.Shadow {
+					shadowRefused = true
+				} else {
+					enforcedRefused = true
+				}
+			}
+		}
+		switch {
+		case enforcedRefused:
+			for _, i := range active {
+				res := &v.Results[i]
+				switch d := &res.Decision; {
+				case d.Allowed:
+					untaken(d, res.Cost)
+					res.Outcome = NotCounted
+				case res.Rule.Shadow:
+					res.Outcome = ShadowRefused
+				default:
+					res.Outcome = Refused
+				}
+			}
+			return nil
+		case !shadowRefused:
+			for _, i := range active {
+				res := &v.Results[i]
+				res.Outcome = Allowed
+				if d := &res.Decision; float64(d.Limit-d.Remaining) >= e.near*float64(d.Limit) {
+					res.Outcome = NearLimit
+				}
+			}
+			return nil
+		}
+		next := active[:0] // filtered in place: next never overtakes active
+		for _, i := range active {
+			if res := &v.Results[i]; !res.Decision.Allowed {
+				res.Outcome = ShadowRefused
+				continue
+			}
+			next = append(next, i)
+		}
+		active = next
+	}
+	return nil
+}
+
+// untaken turns the decision of an admitted hit of cost that was not
+// counted into what stands now: cost more remaining (at most the limit), no
+// queueing delay, and nothing to wait for once the quota is whole. (When it
+// is not whole, ResetAfter still includes cost: at most cost/r too long.)
+func untaken(d *portero.Decision, cost int64) {
+	d.Remaining, d.Delay = min(d.Remaining+cost, d.Limit), 0
+	if d.Remaining >= d.Limit {
+		d.ResetAfter = 0
+	}
+}
+
+// policyStore answers as FailAllow or FailDeny would: every hit allowed
+// (allow) or refused for retry, with the rule's limit and no other figure.
+type policyStore struct {
+	allow bool
+	retry time.Duration
+}
+
+func (p policyStore) decision(r portero.Rule) portero.Decision {
+	lim := decisionLimit(r)
+	if p.allow {
+		return portero.Decision{Allowed: true, Limit: lim}
+	}
+	return portero.Decision{Limit: lim, RetryAfter: p.retry}
+}
+
+func (p policyStore) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	out := make([]portero.Decision, len(hits))
+	for i, h := range hits {
+		out[i] = p.decision(h.Rule)
+	}
+	return out, nil
+}
+
+func (p policyStore) Peek(_ context.Context, r portero.Rule, _ string, _ time.Time) (portero.Decision, error) {
+	return p.decision(r), nil
+}
+
+func (policyStore) Close(context.Context) error { return nil }
+
+// decisionLimit is the Limit a store's decision carries for r: the count
+// for the window algorithms, the burst for the others.
+func decisionLimit(r portero.Rule) int64 {
+	if windowed(r.Algorithm) {
+		return r.Limit.Count
+	}
+	return r.Limit.Capacity()
+}
+
+// localStore is the FailLocal memory: a memstore in which every rule is
+// scaled down to this instance's share. A hit whose cost exceeds its
+// scaled rule is refused (for the retry time of a failure), and the call
+// with it.
+type localStore struct {
+	mem   *memstore.Store
+	share float64
+	retry time.Duration
+}
+
+func (l *localStore) rule(r portero.Rule) portero.Rule {
+	r.Limit = scale(r.Limit, l.share)
+	return r
+}
+
+func (l *localStore) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	scaled := make([]portero.Hit, len(hits))
+	maxes := make([]int64, len(hits))
+	over := false
+	for i, h := range hits {
+		sr := l.rule(h.Rule)
+		max, err := algorithm.MaxCost(sr.Algorithm, sr.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("local share of rule %q: %w", h.Rule.Name, err)
+		}
+		scaled[i], maxes[i] = portero.Hit{Rule: sr, Key: h.Key, Cost: h.Cost}, max
+		over = over || h.Cost > max
+	}
+	if !over {
+		return l.mem.AllowAll(ctx, now, scaled)
+	}
+	out := make([]portero.Decision, len(hits))
+	for i, h := range scaled {
+		if h.Cost > maxes[i] {
+			out[i] = portero.Decision{Limit: maxes[i], RetryAfter: l.retry}
+		} else {
+			out[i] = portero.Decision{Allowed: true, Limit: maxes[i]}
+		}
+	}
+	return out, nil
+}
+
+func (l *localStore) Peek(ctx context.Context, r portero.Rule, key string, now time.Time) (portero.Decision, error) {
+	return l.mem.Peek(ctx, l.rule(r), key, now)
+}
+
+func (l *localStore) Close(ctx context.Context) error { return l.mem.Close(ctx) }
+
+// scale returns l with its count, burst and rate multiplied by share, each
+// rounded down but at least 1 unit (a rate: at least its share of one unit
+// per window).
+func scale(l portero.Limit, share float64) portero.Limit {
+	if share >= 1 {
+		return l
+	}
+	sc := func(n int64) int64 { return max(1, int64(math.Floor(float64(n)*share))) }
+	l.Count = sc(l.Count)
+	if l.Burst > 0 {
+		l.Burst = sc(l.Burst)
+	}
+	l.Rate *= share
+	return l
+}

@@ -1,0 +1,368 @@
+// Package header is the one writer of Portero's rate-limit header fields:
+// RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
+// Retry-After (RFC 9110), and the legacy X-RateLimit-Limit, -Remaining and
+// -Reset. Every door emits what it writes, each in its own protocol: the
+// middleware and the check API into an http.Header, the Envoy rate limit
+// service into response_headers_to_add.
+//
+// # What the fields say
+//
+// RateLimit-Policy lists every enforced (not shadow) rule that applied to
+// the request, once each: "name";q=Q;w=W, with ;qu="unit" when the cost is
+// not requests (content-bytes for a cost that is the body size). One
+// meaning per algorithm (engine.Rule.Quota): for the window algorithms
+// (fixed window, anchored, sliding log, sliding counter) q is the count L
+// and w the window W; for the token bucket, the leaky bucket (meter and
+// queue) and GCRA, q is the burst B and w is B/r, the time the rate takes
+// to refill the whole burst. w is in whole seconds, rounded up, at least 1.
+//
+// RateLimit gives the current state, "name";r=R;t=T: when the request is
+// allowed, for every enforced rule; when refused, for the rules that refused
+// it. r is what is available now (never negative); t is, for a rule that
+// refused, the seconds until the same request could pass (rounded up, at
+// least 1), otherwise the seconds until the rule's quota is whole again
+// (rounded up). A rule the failure policy decided (engine.Result.Failure)
+// has no RateLimit item: the store did not answer, so there are no figures
+// to give; its RateLimit-Policy member stays.
+//
+// Retry-After (whole seconds, rounded up, at least 1) comes with every
+// refusal except one that can never pass (engine.Verdict.NeverPasses):
+// retrying such a request never helps.
+//
+// The legacy fields, when asked for, describe the rule that decided
+// (engine.Verdict.Decider): X-RateLimit-Limit is its q, X-RateLimit-Remaining
+// its r and X-RateLimit-Reset its t, in seconds from now (not a timestamp).
+//
+// # Quoting once
+//
+// A rule's name and RateLimit-Policy member are formatted once, when the
+// configuration loads (Announce, with github.com/dunglas/httpsfv), so that a
+// name that is not a valid Structured Field String is a configuration error
+// rather than a mangled header; per request the writer only appends
+// integers to that text.
+package header
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/portero-rl/portero/engine"
+)
+
+// The field names as the draft and RFC 9110 spell them, and their
+// canonical forms, the keys of an http.Header.
+const (
+	RateLimitPolicy = "RateLimit-Policy"
+	RateLimit       = "RateLimit"
+	RetryAfter      = "Retry-After"
+	LegacyLimit     = "X-RateLimit-Limit"
+	LegacyRemaining = "X-RateLimit-Remaining"
+	LegacyReset     = "X-RateLimit-Reset"
+
+	canonicalRateLimitPolicy = "Ratelimit-Policy"
+	canonicalRateLimit       = "Ratelimit"
+	canonicalRetryAfter      = "Retry-After"
+	canonicalLegacyLimit     = "X-Ratelimit-Limit"
+	canonicalLegacyRemaining = "X-Ratelimit-Remaining"
+	canonicalLegacyReset     = "X-Ratelimit-Reset"
+)
+
+// Announce returns r's announcement: its name as a Structured Field String
+// and its RateLimit-Policy member. It fails when the name (or r.Unit) is not
+// a valid sf-string (printable ASCII only) or q does not fit an sf-integer
+// (15 digits). Compilers call it once per rule, when the configuration
+// loads, and store the result in r.Announce.
+func Announce(r *engine.Rule) (engine.Announcement, error) {
+	name, err := httpsfv.Marshal(httpsfv.NewItem(r.Name))
+	if err != nil {
+		return engine.Announcement{}, fmt.Errorf("name %q cannot appear in a RateLimit header (printable ASCII only): %w", r.Name, err)
+	}
+	q, w := r.Quota()
+	item := httpsfv.NewItem(r.Name)
+	item.Params.Add("q", q)
+	if r.Unit != "" {
+		item.Params.Add("qu", r.Unit)
+	}
+	if w > 0 {
+		item.Params.Add("w", max(CeilSeconds(w), 1))
+	}
+	pol, err := httpsfv.Marshal(item)
+	if err != nil {
+		return engine.Announcement{}, fmt.Errorf("rule %q: RateLimit-Policy q=%d qu=%q w=%v: %w", r.Name, q, r.Unit, w, err)
+	}
+	return engine.Announcement{Name: name, Policy: pol}, nil
+}
+
+// AnnounceConcurrency returns the announcement of a concurrency limit of
+// max requests in flight named name: "name";q=max;qu="concurrent-requests",
+// without w (a concurrency limit has no window). It fails as Announce does.
+// The concurrency middleware, beside the engine, calls it once per rule.
+func AnnounceConcurrency(name string, max int64) (engine.Announcement, error) {
+	quoted, err := httpsfv.Marshal(httpsfv.NewItem(name))
+	if err != nil {
+		return engine.Announcement{}, fmt.Errorf("name %q cannot appear in a RateLimit header (printable ASCII only): %w", name, err)
+	}
+	item := httpsfv.NewItem(name)
+	item.Params.Add("q", max)
+	item.Params.Add("qu", "concurrent-requests")
+	pol, err := httpsfv.Marshal(item)
+	if err != nil {
+		return engine.Announcement{}, fmt.Errorf("concurrency rule %q: RateLimit-Policy q=%d: %w", name, max, err)
+	}
+	return engine.Announcement{Name: quoted, Policy: pol}, nil
+}
+
+// Field is one header field of a verdict: Name (as the standards spell
+// it), Key (its canonical form, for an http.Header), and a value that is
+// either Static text, formatted once, or, when Dynamic, the bytes
+// buf[Start:End] of the buffer Writer.Append returned with it.
+type Field struct {
+	Name, Key  string
+	Static     string
+	Start, End int
+	Dynamic    bool
+}
+
+// Bytes returns f's value when dynamic, a slice of buf; nil for a static
+// value (use Static).
+func (f Field) Bytes(buf []byte) []byte {
+	if !f.Dynamic {
+		return nil
+	}
+	return buf[f.Start:f.End:f.End]
+}
+
+// Value returns f's value as a string (allocating for a dynamic one).
+func (f Field) Value(buf []byte) string {
+	if !f.Dynamic {
+		return f.Static
+	}
+	return string(buf[f.Start:f.End])
+}
+
+// Writer writes the fields of verdicts. The zero value is ready to use;
+// NewWriter adds the optional fast path for a known rule set. A Writer is
+// immutable and safe for concurrent use.
+type Writer struct {
+	// Legacy adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset.
+	Legacy bool
+
+	enforced []*engine.Rule // the set's enforced rules, in order
+	all      string         // their RateLimit-Policy, joined
+}
+
+// NewWriter returns a writer for verdicts over rules (a configuration's
+// rules, in order; their announcements already set): when exactly the
+// enforced ones among them apply, in order, RateLimit-Policy is their
+// joined members, formatted here once. Verdicts with other rules are
+// written too, field by field.
+func NewWriter(rules []*engine.Rule, legacy bool) *Writer {
+	w := &Writer{Legacy: legacy}
+	var all []byte
+	for _, r := range rules {
+		if r.Shadow || r.Announce.Policy == "" {
+			continue
+		}
+		if len(w.enforced) > 0 {
+			all = append(all, ", "...)
+		}
+		all = append(all, r.Announce.Policy...)
+		w.enforced = append(w.enforced, r)
+	}
+	w.all = string(all)
+	return w
+}
+
+// entry is one announced rule and the result that describes it.
+type entry struct {
+	rule *engine.Rule
+	res  *engine.Result
+	ann  engine.Announcement
+}
+
+// maxEntries rules are announced without allocating.
+const maxEntries = 8
+
+// Append appends the fields of v to fields, formatting the values that
+// change per request into buf, and returns both. With a caller-owned
+// buffer and field slice that are reused, it allocates nothing. A rule
+// whose announcement is empty (not set by Announce) is formatted here;
+// one that cannot be formatted is left out.
+func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field, []byte) {
+	var eb [maxEntries]entry
+	ents := eb[:0]
+	for i := range v.Results {
+		res := &v.Results[i]
+		r := res.Rule
+		if r.Shadow {
+			continue
+		}
+		dup := false
+		for k := range ents {
+			if e := &ents[k]; e.rule == r || e.ann.Name == r.Announce.Name && r.Announce.Name != "" {
+				dup = true
+				if tells(res, e.res) {
+					e.res = res
+				}
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		ann := r.Announce
+		if ann.Policy == "" {
+			var err error
+			if ann, err = Announce(r); err != nil {
+				continue
+			}
+		}
+		ents = append(ents, entry{rule: r, res: res, ann: ann})
+	}
+	if len(ents) == 0 {
+		if retry := RetryAfterSeconds(v); retry > 0 {
+			fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
+		}
+		return fields, buf
+	}
+
+	// RateLimit-Policy: static when it is one rule or the whole set.
+	pol := Field{Name: RateLimitPolicy, Key: canonicalRateLimitPolicy}
+	switch {
+	case len(ents) == 1:
+		pol.Static = ents[0].ann.Policy
+	case w.isAll(ents):
+		pol.Static = w.all
+	default:
+		start := len(buf)
+		for k, e := range ents {
+			if k > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = append(buf, e.ann.Policy...)
+		}
+		pol.Start, pol.End, pol.Dynamic = start, len(buf), true
+	}
+	fields = append(fields, pol)
+
+	// RateLimit: the rules that refused, or all when allowed; none that the
+	// failure policy decided.
+	start := len(buf)
+	for _, e := range ents {
+		if e.res.Failure != "" || !v.Allowed && !violated(e.res) {
+			continue
+		}
+		if len(buf) > start {
+			buf = append(buf, ", "...)
+		}
+		buf = append(buf, e.ann.Name...)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, max(e.res.Decision.Remaining, 0), 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, effectiveWindow(e.res), 10)
+	}
+	if len(buf) > start {
+		fields = append(fields, Field{Name: RateLimit, Key: canonicalRateLimit, Start: start, End: len(buf), Dynamic: true})
+	}
+
+	if retry := RetryAfterSeconds(v); retry > 0 {
+		fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
+	}
+
+	if w.Legacy {
+		if i := v.Decider(); i >= 0 && v.Results[i].Failure == "" {
+			res := &v.Results[i]
+			q, _ := res.Rule.Quota()
+			fields, buf = appendInt(fields, buf, LegacyLimit, canonicalLegacyLimit, q)
+			fields, buf = appendInt(fields, buf, LegacyRemaining, canonicalLegacyRemaining, max(res.Decision.Remaining, 0))
+			fields, buf = appendInt(fields, buf, LegacyReset, canonicalLegacyReset, effectiveWindow(res))
+		}
+	}
+	return fields, buf
+}
+
+// RetryAfterSeconds is the Retry-After of v in whole seconds: for a
+// refusal, the longest wait of the hits that refused it, rounded up, at
+// least 1; 0 when v is allowed or can never pass. Doors that repeat it (in
+// a problem body) use it, so that they agree with the field.
+func RetryAfterSeconds(v *engine.Verdict) int64 {
+	if v.Allowed || v.NeverPasses() {
+		return 0
+	}
+	retry := int64(1)
+	for _, i := range v.Violated {
+		retry = max(retry, CeilSeconds(v.Results[i].Decision.RetryAfter))
+	}
+	return retry
+}
+
+// isAll reports whether ents are exactly w's enforced rules, in order.
+func (w *Writer) isAll(ents []entry) bool {
+	if len(ents) != len(w.enforced) || w.all == "" {
+		return false
+	}
+	for k, e := range ents {
+		if e.rule != w.enforced[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func violated(r *engine.Result) bool {
+	return !r.Rule.Shadow && (r.Outcome == engine.Refused || r.Outcome == engine.CanNeverPass)
+}
+
+// tells reports whether a describes its rule better than b: a refusal
+// first, then the state closer to exhaustion.
+func tells(a, b *engine.Result) bool {
+	if violated(a) != violated(b) {
+		return violated(a)
+	}
+	ad, bd := &a.Decision, &b.Decision
+	return float64(ad.Remaining)*float64(bd.Limit) < float64(bd.Remaining)*float64(ad.Limit)
+}
+
+// effectiveWindow is the t of a result: for a refusal that a retry can
+// cure, the seconds until it would pass (at least 1); otherwise the
+// seconds until the quota is whole again.
+func effectiveWindow(r *engine.Result) int64 {
+	if r.Outcome == engine.Refused {
+		return max(CeilSeconds(r.Decision.RetryAfter), 1)
+	}
+	return CeilSeconds(r.Decision.ResetAfter)
+}
+
+// CeilSeconds rounds d up to whole seconds; a negative d is 0. It is the
+// one conversion of a duration to the delay-seconds of every field; doors
+// that print seconds elsewhere (a problem body) use it too, so that they
+// agree with the fields.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if d > math.MaxInt64-time.Second {
+		return int64(d / time.Second)
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// staticInt is a field whose value is a small integer: strconv keeps 0–99
+// as constants, so those take no room in the buffer.
+func staticInt(name, key string, n int64) Field {
+	return Field{Name: name, Key: key, Static: strconv.FormatInt(n, 10)}
+}
+
+func appendInt(fields []Field, buf []byte, name, key string, n int64) ([]Field, []byte) {
+	if n >= 0 && n < 100 {
+		return append(fields, staticInt(name, key, n)), buf
+	}
+	start := len(buf)
+	buf = strconv.AppendInt(buf, n, 10)
+	return append(fields, Field{Name: name, Key: key, Start: start, End: len(buf), Dynamic: true}), buf
+}

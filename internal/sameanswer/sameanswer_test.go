@@ -1,0 +1,430 @@
+package sameanswer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/policy"
+	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/redisstore"
+)
+
+// The rule, as Portero's policy and as envoyproxy/ratelimit's YAML: 5 per
+// clock-aligned minute for each API key ("api"), and a shadow rule of 1 per
+// minute ("dark") that must never refuse.
+const envoyYAML = `
+domain: edge
+descriptors:
+  - key: api_key
+    rate_limit: {name: api, unit: minute, requests_per_unit: 5}
+  - key: dark
+    shadow_mode: true
+    rate_limit: {name: dark, unit: minute, requests_per_unit: 1}
+`
+
+func portPolicy(t *testing.T) *policy.Policy {
+	t.Helper()
+	cost, err := policy.ParseCost("header:X-Cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.New([]policy.Rule{
+		{Name: "api", Match: policy.Match{Path: "/api"}, Key: policy.MustParseKey("header:X-Api-Key"), Algorithm: portero.FixedWindow, Limit: portero.PerMinute(5), Cost: cost},
+		{Name: "dark", Match: policy.Match{Path: "/dark"}, Key: policy.MustParseKey("header:X-Api-Key"), Algorithm: portero.FixedWindow, Limit: portero.PerMinute(1), Mode: policy.Shadow},
+	}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// t0 is 10 s into a minute: 50 s to the end of the window.
+var t0 = time.Unix(1_800_000_000, 0).Truncate(time.Minute).Add(10 * time.Second)
+
+func now() time.Time { return t0 }
+
+// answer is what a door says about one request, in the terms they share.
+type answer struct {
+	Allowed     bool
+	NeverPasses bool   // refused as a request that can never pass
+	Unavailable bool   // refused for the service's sake (503; deny)
+	Policy      string // RateLimit-Policy
+	RateLimit   string
+	RetryAfter  string
+}
+
+func (a answer) String() string {
+	return fmt.Sprintf("allowed=%v never=%v unavailable=%v policy=%q ratelimit=%q retry=%q", a.Allowed, a.NeverPasses, a.Unavailable, a.Policy, a.RateLimit, a.RetryAfter)
+}
+
+// request is one request to the rule: rule api or dark, a cost (0 for a
+// check-only request, which the middleware cannot express).
+type request struct {
+	rule string
+	cost int64
+}
+
+// door asks one request of one door.
+type door interface {
+	ask(t *testing.T, r request) answer
+	name() string
+}
+
+// middleware: the rule in httplimit, over real loopback HTTP.
+type middleware struct{ url string }
+
+func (middleware) name() string { return "middleware" }
+
+func (d middleware) ask(t *testing.T, r request) answer {
+	t.Helper()
+	req, _ := http.NewRequest("GET", d.url+"/"+r.rule, nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", strconv.FormatInt(r.cost, 10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a := fromHeader(resp.Header)
+	a.Allowed = resp.StatusCode == 200
+	a.Unavailable = resp.StatusCode == 503
+	if resp.StatusCode == 429 {
+		a.NeverPasses = neverPasses(t, body)
+	}
+	return a
+}
+
+// neverPasses reads a 429 problem body: true when it says the request can
+// never pass (cost and max-cost, no retry-after).
+func neverPasses(t *testing.T, body []byte) bool {
+	t.Helper()
+	var p httplimit.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("problem body %q: %v", body, err)
+	}
+	return p.MaxCost != nil && p.RetryAfter == 0 && strings.Contains(p.Detail, "can never pass")
+}
+
+func fromHeader(h http.Header) answer {
+	return answer{Policy: h.Get("RateLimit-Policy"), RateLimit: h.Get("RateLimit"), RetryAfter: h.Get("Retry-After")}
+}
+
+// checkPolicy: the rule as {"policy": ...} at /v1/check.
+type checkPolicy struct{ url string }
+
+func (checkPolicy) name() string { return "check API (policy)" }
+
+func (d checkPolicy) ask(t *testing.T, r request) answer {
+	return postCheck(t, d.url, fmt.Sprintf(`{"policy":%q,"key":"k","cost":%d}`, r.rule, r.cost))
+}
+
+// checkDomain: the rule as a descriptor at /v1/check.
+type checkDomain struct{ url string }
+
+func (checkDomain) name() string { return "check API (domain)" }
+
+func (d checkDomain) ask(t *testing.T, r request) answer {
+	key := map[string]string{"api": "api_key", "dark": "dark"}[r.rule]
+	return postCheck(t, d.url, fmt.Sprintf(`{"domain":"edge","descriptors":[{"entries":[{"key":%q,"value":"k"}],"hits_addend":%d}]}`, key, r.cost))
+}
+
+func postCheck(t *testing.T, url, body string) answer {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a := fromHeader(resp.Header)
+	switch resp.StatusCode {
+	case 200:
+		var out checkapi.CheckResponse
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		a.Allowed = out.Allowed
+		// A deny decision of the failure policy: refused for the
+		// service's sake.
+		a.Unavailable = !out.Allowed && out.Degraded != ""
+	case 429:
+		a.NeverPasses = neverPasses(t, raw)
+	default:
+		t.Fatalf("/v1/check %s: %d %s", body, resp.StatusCode, raw)
+	}
+	return a
+}
+
+// envoy: the rule as a descriptor over a real gRPC client.
+type envoy struct {
+	c         *rls.Client
+	transport rls.Transport
+}
+
+func (d envoy) name() string { return "Envoy RLS (" + string(d.transport) + ")" }
+
+func (d envoy) ask(t *testing.T, r request) answer {
+	t.Helper()
+	key := map[string]string{"api": "api_key", "dark": "dark"}[r.rule]
+	hits := uint64(r.cost)
+	req := &descriptor.Request{Domain: "edge", Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: key, Value: "k"}}, Hits: &hits}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := d.c.ShouldRateLimit(ctx, req)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	h := http.Header{}
+	for _, hv := range out.Headers {
+		h.Add(hv.Name, hv.Value)
+	}
+	a := fromHeader(h)
+	a.Allowed = out.Code == descriptor.OK
+	// Envoy has no statuses to say why: a refusal with no Retry-After is
+	// one that can never pass; one whose limit the store did not decide
+	// (no current_limit) is the failure policy's.
+	if !a.Allowed {
+		a.NeverPasses = a.RetryAfter == ""
+		a.Unavailable = !a.NeverPasses && out.Statuses[0].Name == ""
+	}
+	return a
+}
+
+// doors starts every door over stores from open (one each, so that their
+// counts are apart), with failure policy pol for the HTTP doors and the
+// RLS alike.
+func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) []door {
+	t.Helper()
+	p := portPolicy(t)
+	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "edge.yaml", Data: []byte(envoyYAML)}}, envoyconf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	var out []door
+
+	mwPol := pol
+	if pol == portero.FailError {
+		mwPol = "" // the middleware has no caller to report to
+	}
+	if mwPol != "" || pol == "" {
+		l, err := httplimit.New(httplimit.Config{Policy: p, Store: open(), Now: now, OnStoreError: mwPol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+		t.Cleanup(srv.Close)
+		out = append(out, middleware{srv.URL})
+	}
+
+	checkDoor := func(st portero.Store) *httptest.Server {
+		e, err := engine.New(engine.Options{Store: st, OnError: cmpOr(pol, portero.FailError)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := checkapi.New(checkapi.Config{Compiler: descriptor.NewCompiler(lim, descriptor.Options{}), Engine: e,
+			Policy: func() *policy.Policy { return p }, Now: now, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	out = append(out, checkPolicy{checkDoor(open()).URL}, checkDomain{checkDoor(open()).URL})
+
+	// The RLS on both of its transports, each over a store of its own.
+	for _, tr := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
+		e, err := engine.New(engine.Options{Store: open(), OnError: cmpOr(pol, portero.FailError)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), e, rls.ServiceOptions{Now: now, Logger: quiet})
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: tr, ShutdownGrace: time.Second}) }()
+		c, err := rls.Dial(lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Close()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("rls.Serve (%s): %v", tr, err)
+			}
+		})
+		out = append(out, envoy{c, tr})
+	}
+	return out
+}
+
+func cmpOr(a, b portero.FailurePolicy) portero.FailurePolicy {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func memStores(t *testing.T) func() portero.Store {
+	return func() portero.Store {
+		st, err := memstore.New(memstore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close(context.Background()) })
+		return st
+	}
+}
+
+// askAll asks every door the same request and fails unless they answer
+// alike; it returns the common answer. Doors that cannot express the
+// request (the middleware and check-only) are left out.
+func askAll(t *testing.T, ds []door, r request) answer {
+	t.Helper()
+	var first answer
+	var firstName string
+	for _, d := range ds {
+		if _, mw := d.(middleware); mw && r.cost == 0 {
+			continue
+		}
+		a := d.ask(t, r)
+		if firstName == "" {
+			first, firstName = a, d.name()
+			continue
+		}
+		if a != first {
+			t.Errorf("%+v: %s says\n  %v\nbut %s says\n  %v", r, d.name(), a, firstName, first)
+		}
+	}
+	return first
+}
+
+// TestSameAnswer feeds one rule through every door and compares: check-only,
+// a cost that can never pass, the limit spent, the refusal, and a shadow
+// rule that never refuses.
+func TestSameAnswer(t *testing.T) {
+	ds := doors(t, memStores(t), "")
+	for i, step := range []struct {
+		r    request
+		want answer
+	}{
+		{request{"api", 0}, answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=5;t=0`}}, // check-only: nothing counted
+		{request{"api", 6}, answer{NeverPasses: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=5;t=0`}},
+		{request{"api", 1}, answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=4;t=50`}},
+		{request{"api", 3}, answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=1;t=50`}},
+		{request{"api", 1}, answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=0;t=50`}},
+		{request{"api", 1}, answer{Policy: `"api";q=5;w=60`, RateLimit: `"api";r=0;t=50`, RetryAfter: "50"}},
+		{request{"api", 0}, answer{Policy: `"api";q=5;w=60`, RateLimit: `"api";r=0;t=50`, RetryAfter: "50"}}, // check-only, spent
+		{request{"dark", 1}, answer{Allowed: true}},                                                          // shadow: counted, never announced
+		{request{"dark", 1}, answer{Allowed: true}},                                                          // over its limit, still allowed
+		{request{"dark", 5}, answer{Allowed: true}},                                                          // can never pass, but shadow
+	} {
+		if got := askAll(t, ds, step.r); got != step.want {
+			t.Errorf("step %d %+v: every door says\n  %v\nwant\n  %v", i, step.r, got, step.want)
+		}
+	}
+}
+
+// TestSameFailurePolicies stops a real redis-server behind every door and
+// checks that each failure policy answers alike at every door: deny
+// refuses everywhere (a setting named fail-closed never fails open), allow
+// lets everything through without made-up RateLimit values, error is an
+// error to the caller of the doors that have one.
+func TestSameFailurePolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	n := 0
+	open := func() portero.Store {
+		mu.Lock()
+		n++
+		prefix := fmt.Sprintf("door%d:", n)
+		mu.Unlock()
+		st, err := redisstore.New(redisstore.Config{URL: srv.URL(), Prefix: prefix, Clock: redisstore.CallerClock, Timeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close(context.Background()) })
+		return st
+	}
+	deny := doors(t, open, portero.FailDeny)
+	allow := doors(t, open, portero.FailAllow)
+	local := doors(t, open, portero.FailLocal)
+	errs := doors(t, open, portero.FailError)
+	// Healthy: the same answer as with the memory store.
+	want := answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=4;t=50`}
+	for _, ds := range [][]door{deny, allow, local, errs} {
+		if got := askAll(t, ds, request{"api", 1}); got != want {
+			t.Errorf("Redis up: %v, want %v", got, want)
+		}
+	}
+	srv.Kill()
+	t.Cleanup(srv.Restart)
+	if got, want := askAll(t, deny, request{"api", 1}), (answer{Unavailable: true, Policy: `"api";q=5;w=60`, RetryAfter: "1"}); got != want {
+		t.Errorf("deny with Redis down: %v, want %v", got, want)
+	}
+	if got, want := askAll(t, allow, request{"api", 1}), (answer{Allowed: true, Policy: `"api";q=5;w=60`}); got != want {
+		t.Errorf("allow with Redis down: %v, want %v", got, want)
+	}
+	if got, want := askAll(t, local, request{"api", 1}), (answer{Allowed: true, Policy: `"api";q=5;w=60`}); got != want {
+		t.Errorf("local with Redis down: %v, want %v", got, want)
+	}
+	// A cost that can never pass is refused under every policy, and says so.
+	for _, ds := range [][]door{deny, allow, local} {
+		if got := askAll(t, ds, request{"api", 6}); !got.NeverPasses || got.Allowed || got.RetryAfter != "" {
+			t.Errorf("cost 6 of 5 with Redis down: %v, want a refusal that can never pass", got)
+		}
+	}
+	// error: the check API answers 503 and the RLS UNAVAILABLE; the
+	// middleware refuses the setting (TestStoreFailure in httplimit).
+	for _, d := range errs {
+		switch d := d.(type) {
+		case checkPolicy, checkDomain:
+			var url, body string
+			if c, ok := d.(checkPolicy); ok {
+				url, body = c.url, `{"policy":"api","key":"k"}`
+			} else {
+				url, body = d.(checkDomain).url, `{"domain":"edge","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}]}`
+			}
+			resp, err := http.Post(url+"/v1/check", "application/json", bytes.NewReader([]byte(body)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 503 {
+				t.Errorf("%s under error with Redis down: %d, want 503", d.name(), resp.StatusCode)
+			}
+		case envoy:
+			hits := uint64(1)
+			_, err := d.c.ShouldRateLimit(context.Background(), &descriptor.Request{Domain: "edge", Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "api_key", Value: "k"}}, Hits: &hits}}})
+			if err == nil || !strings.Contains(err.Error(), "Unavailable") {
+				t.Errorf("%s under error with Redis down: %v, want UNAVAILABLE", d.name(), err)
+			}
+		}
+	}
+}
