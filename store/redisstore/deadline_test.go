@@ -63,6 +63,25 @@ func TestDeadlineIncludesQueueing(t *testing.T) {
 			}
 
 			srv.Freeze()
+			// A loaded machine can stop the whole process for a while (every
+			// caller late together): a probe measures such stalls, and the
+			// wall-clock bound below allows for them, not for the mechanism.
+			probeDone := make(chan struct{})
+			stall := make(chan time.Duration, 1)
+			go func() {
+				var worst time.Duration
+				for {
+					select {
+					case <-probeDone:
+						stall <- worst
+						return
+					default:
+					}
+					t0 := time.Now()
+					time.Sleep(time.Millisecond)
+					worst = max(worst, time.Since(t0)-time.Millisecond)
+				}
+			}()
 			start := make(chan struct{})
 			lat := make([]time.Duration, callers)
 			errs := make([]error, callers)
@@ -86,6 +105,8 @@ func TestDeadlineIncludesQueueing(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
+			close(probeDone)
+			stalled := <-stall
 			srv.Thaw()
 
 			for i, err := range errs {
@@ -124,11 +145,11 @@ func TestDeadlineIncludesQueueing(t *testing.T) {
 			}
 			slices.Sort(lat)
 			worst := lat[len(lat)-1]
-			t.Logf("%d callers on a frozen Redis, timeout %v: %d script runs, %d batches of %d calls; latency median %v, p99 %v, worst %v",
-				callers, timeout, len(runs), batches, queued, lat[len(lat)/2], lat[len(lat)*99/100], worst)
-			// Loose: the old code's worst case was 2-3 × timeout.
-			if allowance := 100 * time.Millisecond; worst > timeout+allowance {
-				t.Errorf("slowest caller took %v, want at most the %v deadline plus %v for scheduling", worst, timeout, allowance)
+			t.Logf("%d callers on a frozen Redis, timeout %v: %d script runs, %d batches of %d calls; latency median %v, p99 %v, worst %v; longest stall of the process %v",
+				callers, timeout, len(runs), batches, queued, lat[len(lat)/2], lat[len(lat)*99/100], worst, stalled)
+			// Loose: the old code's worst case was 2-3 × timeout, with no stall.
+			if allowance := 100*time.Millisecond + stalled; worst > timeout+allowance {
+				t.Errorf("slowest caller took %v, want at most the %v deadline plus %v for scheduling (100ms and the process's longest measured stall)", worst, timeout, allowance)
 			}
 		})
 	}
