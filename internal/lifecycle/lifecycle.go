@@ -128,7 +128,8 @@ var ErrInterrupted = errors.New("shutdown timeout: in-flight requests were cut")
 // Shutdown stops the servers gracefully, all at once: they stop accepting
 // and have timeout for their in-flight requests, after which those that
 // have a Close method (an *http.Server does) are closed and the error wraps
-// ErrInterrupted. Nil servers are skipped.
+// ErrInterrupted. A server whose Shutdown closes its connections itself
+// when the context ends (the RLS's) just reports the cut. Nil servers are skipped.
 func Shutdown(timeout time.Duration, servers ...Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -144,7 +145,10 @@ func Shutdown(timeout time.Duration, servers ...Server) error {
 		wg.Go(func() {
 			if err := s.Shutdown(ctx); err != nil {
 				cut.Store(true)
-				if c, ok := s.(interface{ Close() error }); ok {
+				switch c := s.(type) {
+				case interface{ Close() error }:
+					c.Close()
+				case interface{ Close() }:
 					c.Close()
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,9 @@ type Listener struct {
 	// change), offering NextProtos in ALPN (nil: h2 and http/1.1).
 	TLS        *tlsreload.Reloader
 	NextProtos []string
+	// OwnTLS reports that Server does TLS itself (grpc-go with transport
+	// credentials): it counts as TLS for the warning and the printed URL.
+	OwnTLS bool
 	// Credentials marks a listener that can ask for credentials (the
 	// admin listener: a bearer token, a client certificate); Auth reports
 	// that it does. Off loopback, such a listener without one draws a
@@ -94,6 +98,9 @@ type Hooks struct {
 	// DrainPeriod and ShutdownTimeout are asked at stop time, so that a
 	// reload may change them; nil means 0 and 30s.
 	DrainPeriod, ShutdownTimeout func() time.Duration
+	// Serving, when set, is called once every listener serves, after the
+	// listeners' lines are printed (for the command's own lines).
+	Serving func()
 }
 
 // DefaultShutdownTimeout is the shutdown timeout when Hooks.ShutdownTimeout
@@ -120,7 +127,8 @@ type Service struct {
 
 	mu        sync.Mutex
 	listeners []bound
-	closed    bool
+	closed    bool // no more Listen or Run
+	ran       bool // Run took the listeners: their servers close them
 }
 
 type bound struct {
@@ -151,7 +159,8 @@ func Start(o Options) *Service {
 		if err != nil {
 			s.log.Warn("cannot watch the configuration; reload with SIGHUP", "path", o.Watch, "err", err)
 		} else {
-			s.changes, s.stopWatch = w.C, func() { w.Close() }
+			var once sync.Once
+			s.changes, s.stopWatch = w.C, func() { once.Do(func() { w.Close() }) }
 		}
 	}
 	return s
@@ -184,9 +193,15 @@ func (s *Service) Listen(l Listener) (net.Addr, error) {
 			protos = []string{"h2", "http/1.1"}
 		}
 		ln = tls.NewListener(ln, l.TLS.ServerConfig(protos...))
+	}
+	if l.TLS != nil || l.OwnTLS {
 		scheme += "s"
 	}
-	b := bound{Listener: l, ln: ln, url: scheme + "://" + ln.Addr().String()}
+	host := ln.Addr().String()
+	if ln.Addr().Network() == "unix" {
+		host = "unix://" + host // as `portero check --server grpc://unix:///path` takes it
+	}
+	b := bound{Listener: l, ln: ln, url: scheme + "://" + host}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -214,20 +229,21 @@ func (s *Service) URL(name string) string {
 // who reaches the address can then do l.Risk. A Public listener without
 // TLS is noted at INFO instead.
 func WarnExposed(log *slog.Logger, l Listener) {
-	if Loopback(l.Addr) {
-		return
+	if Loopback(l.Addr) || strings.HasPrefix(l.Addr, "unix:") {
+		return // a unix socket is as private as its file's permissions
 	}
 	if l.Public {
-		if l.TLS == nil {
+		if l.TLS == nil && !l.OwnTLS {
 			log.Info("the "+l.Name+" listener serves plain HTTP off loopback: terminate TLS in front of it or configure its TLS", "addr", l.Addr)
 		}
 		return
 	}
-	if l.Credentials && l.Auth || !l.Credentials && l.TLS != nil {
+	encrypted := l.TLS != nil || l.OwnTLS
+	if l.Credentials && l.Auth || !l.Credentials && encrypted {
 		return
 	}
 	what := "no TLS or token"
-	if l.Credentials && l.TLS != nil {
+	if l.Credentials && encrypted {
 		what = "no token or client CA (TLS alone lets anyone in)"
 	}
 	msg := "the " + l.Name + " listener is not on loopback and has " + what
@@ -238,20 +254,20 @@ func WarnExposed(log *slog.Logger, l Listener) {
 }
 
 // Close stops the watcher and closes the listeners if Run did not serve
-// them (an error between Listen and Run). It may be called more than once.
+// them (an error between Listen and Run). It may be called more than once,
+// and after Run.
 func (s *Service) Close() {
+	s.stopWatch()
 	s.mu.Lock()
-	ls := s.listeners
-	wasClosed := s.closed
-	s.closed, s.listeners = true, nil
-	s.mu.Unlock()
-	if wasClosed {
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.ran {
 		return
 	}
-	s.stopWatch()
-	for _, b := range ls {
+	for _, b := range s.listeners {
 		b.ln.Close()
 	}
+	s.listeners = nil
 }
 
 // Run prints the listeners' URLs, serves them until ctx is done (or one of
@@ -268,7 +284,7 @@ func (s *Service) Run(ctx context.Context, h Hooks) error {
 		s.mu.Unlock()
 		return errors.New("lifecycle: Run after Close")
 	}
-	s.closed, s.listeners = true, nil
+	s.closed, s.ran = true, true
 	s.mu.Unlock()
 	defer s.stopWatch()
 	if len(ls) == 0 {
@@ -301,6 +317,9 @@ func (s *Service) Run(ctx context.Context, h Hooks) error {
 		})
 	}
 	s.ready.Serving()
+	if h.Serving != nil {
+		h.Serving()
+	}
 
 	reload := s.opts.Reload
 	var runErr error

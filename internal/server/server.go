@@ -23,7 +23,6 @@ import (
 	"github.com/portero-rl/portero/internal/gateway"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
-	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
@@ -280,7 +279,7 @@ func Run(ctx context.Context, opts Options) error {
 		adminListen = opts.AdminListen
 	}
 
-	gwTLS, err := s.reloader(cfg.ServerTLS)
+	gwTLS, err := reloader(cfg.ServerTLS, s.log)
 	if err != nil {
 		return err
 	}
@@ -299,7 +298,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	addrs := [2]string{gwAddr.String()}
 	if adminListen != "" {
-		adminTLS, err := s.reloader(cfg.AdminTLS)
+		adminTLS, err := reloader(cfg.AdminTLS, s.log)
 		if err != nil {
 			return err
 		}
@@ -315,10 +314,11 @@ func Run(ctx context.Context, opts Options) error {
 	s.addrs.Store(&addrs)
 	s.ready.AddCheck(s.readyCheck)
 
-	fmt.Fprintf(opts.Stdout, "portero: config %s: %d rules, %d routes, %s store\n", cfg.Source, len(cfg.Policy.Rules()), len(cfg.Routes), cfg.StoreType)
-	fmt.Fprintf(opts.Stdout, "portero: try: for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", svc.URL("gateway"))
-
 	return svc.Run(ctx, lifecycle.Hooks{
+		Serving: func() {
+			fmt.Fprintf(opts.Stdout, "portero: config %s: %d rules, %d routes, %s store\n", cfg.Source, len(cfg.Policy.Rules()), len(cfg.Routes), cfg.StoreType)
+			fmt.Fprintf(opts.Stdout, "portero: try: for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", svc.URL("gateway"))
+		},
 		Reload: func(why string) { _ = s.Reload(why) },
 		// Read at stop time: a reload may have changed them.
 		DrainPeriod: func() time.Duration {
@@ -329,15 +329,6 @@ func Run(ctx context.Context, opts Options) error {
 		},
 		ShutdownTimeout: func() time.Duration { return s.gw.Config().ShutdownTimeout },
 	})
-}
-
-// reloader returns the certificate reloader of a listener's TLS files,
-// nil when TLS is off.
-func (s *Server) reloader(f tlsreload.Files) (*tlsreload.Reloader, error) {
-	if !f.Enabled() {
-		return nil, nil
-	}
-	return tlsreload.New(f, s.log)
 }
 
 // Reload reads the configuration again and applies it whole, or, when the

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Files are the PEM files of a TLS listener.
@@ -144,13 +145,14 @@ func Load(f Files) (*tls.Config, error) {
 	if !f.Enabled() {
 		return nil, errors.New("tlsreload: no certificate configured")
 	}
-	cfg, _, err := load(f)
+	cfg, _, err := load(f, nil)
 	return cfg, err
 }
 
 // load reads the files and builds their configuration, and returns the
-// fingerprint of the content it read.
-func load(f Files) (*tls.Config, [sha256.Size]byte, error) {
+// fingerprint of the content it read. refused, when not nil, is told of
+// each client certificate the SAN check refuses.
+func load(f Files, refused func(error)) (*tls.Config, [sha256.Size]byte, error) {
 	h := sha256.New()
 	certPEM, err := readFile(FieldCert, f.CertFile)
 	if err != nil {
@@ -186,7 +188,13 @@ func load(f Files) (*tls.Config, [sha256.Size]byte, error) {
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		if len(f.ClientSANs) > 0 {
 			sans := slices.Clone(f.ClientSANs)
-			cfg.VerifyConnection = func(cs tls.ConnectionState) error { return checkSAN(sans, cs) }
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				err := checkSAN(sans, cs)
+				if err != nil && refused != nil {
+					refused(err)
+				}
+				return err
+			}
 		}
 	}
 	var sum [sha256.Size]byte
@@ -215,7 +223,11 @@ func checkSAN(sans []string, cs tls.ConnectionState) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("tls: client certificate %q carries none of the admitted names", leaf.Subject.CommonName)
+	have := slices.Clone(leaf.DNSNames)
+	for _, u := range leaf.URIs {
+		have = append(have, u.String())
+	}
+	return fmt.Errorf("tls: client certificate %q has SANs %v, none of the admitted %v", leaf.Subject.CommonName, have, sans)
 }
 
 // Reloader holds the configuration built from a set of files and builds
@@ -228,6 +240,8 @@ type Reloader struct {
 	stamp   [sha256.Size]byte // the content at the last attempt, loaded or not
 	lastErr string            // the last read error logged
 	cur     atomic.Pointer[tls.Config]
+
+	lastRefusal atomic.Int64 // unix nanoseconds of the last SAN refusal logged
 }
 
 // New loads the files (an error, a *FileError, when they do not load) and
@@ -243,11 +257,12 @@ func New(f Files, log *slog.Logger) (*Reloader, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	cfg, sum, err := load(f)
+	r := &Reloader{files: f, log: log}
+	cfg, sum, err := load(f, r.refused)
 	if err != nil {
 		return nil, err
 	}
-	r := &Reloader{files: f, log: log, stamp: sum}
+	r.stamp = sum
 	r.cur.Store(cfg)
 	return r, nil
 }
@@ -299,7 +314,7 @@ func (r *Reloader) current() *tls.Config {
 	// New content: one attempt per content, so that a bad file is logged
 	// once, and tried again when it changes again.
 	r.stamp, r.lastErr = sum, ""
-	cfg, loaded, err := load(r.files)
+	cfg, loaded, err := load(r.files, r.refused)
 	if err != nil {
 		r.log.Error("TLS files changed but do not load; serving the previous certificate", "cert_file", r.files.CertFile, "err", err)
 		return r.cur.Load()
@@ -308,6 +323,15 @@ func (r *Reloader) current() *tls.Config {
 	r.cur.Store(cfg)
 	r.log.Info("TLS files reloaded", "cert_file", r.files.CertFile)
 	return cfg
+}
+
+// refused logs a client certificate the SAN check refused, one line a
+// second at most: a misconfigured fleet retrying must not flood the log.
+func (r *Reloader) refused(err error) {
+	now := time.Now().UnixNano()
+	if last := r.lastRefusal.Load(); now-last > int64(time.Second) && r.lastRefusal.CompareAndSwap(last, now) {
+		r.log.Warn("TLS client refused", "err", err)
+	}
 }
 
 // fingerprint is the hash load computes, without parsing.
