@@ -241,7 +241,8 @@ type rlsSource struct {
 func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, adminListen string) error {
 	o := r.opts
 	if grpcListen != "off" {
-		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log})
+		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
+			Observer: r.metrics.observer("grpc")})
 		srv, err := rls.NewServer(rsvc, o.GRPC)
 		if err != nil {
 			return &ConfigError{err}
@@ -257,7 +258,8 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 	}
 	if httpListen != "off" {
 		h, err := checkapi.New(checkapi.Config{Compiler: r.compiler, Engine: r.engine, AuthEngine: r.authEngine,
-			ClientIP: o.ClientIP, DefaultDomain: o.AuthDomain, Timeout: o.CallTimeout, Now: o.Now, Logger: r.log})
+			ClientIP: o.ClientIP, DefaultDomain: o.AuthDomain, Timeout: o.CallTimeout, Now: o.Now, Logger: r.log,
+			Observer: r.metrics.observer("http")})
 		if err != nil {
 			return &ConfigError{err}
 		}
@@ -348,6 +350,7 @@ func (r *rlsServer) reload(why string) {
 		return
 	}
 	r.compiler.SetLimits(c)
+	r.metrics.reloaded()
 	r.source.Store(&rlsSource{limits: c, at: time.Now()})
 	r.metrics.reloads.WithLabelValues("ok").Inc()
 	r.metrics.domains.Set(float64(len(c.Domains())))

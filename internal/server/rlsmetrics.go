@@ -1,25 +1,38 @@
 package server
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
 )
 
-// DefaultMaxDetailedSeries caps the descriptor series that detailed_metric
-// may add (one per distinct request value): beyond it a value is counted
-// under its descriptor's plain key, so that a client sending a new value
-// each time cannot grow the metrics without bound.
+// DefaultMaxDetailedSeries caps the descriptor keys that detailed_metric
+// may add to the metrics (one per distinct request value): beyond it a
+// value is counted under its descriptor's plain key, so that a client
+// sending a new value each time cannot grow the metrics without bound.
 const DefaultMaxDetailedSeries = 1000
 
-// rlsMetrics are the Prometheus series of one `portero rls`. Labels have
-// bounded cardinality: domain and key come from the configuration (a
-// descriptor's keys and configured values, envoyproxy/ratelimit's stat
-// key without the request's values), outcome from the engine's fixed set;
-// a request's values appear only where the configuration marks the
-// descriptor detailed_metric, and then at most maxDetailed series.
+// maxDetailedKey bounds one detailed key in bytes: longer ones are counted
+// under the plain key (a descriptor's values may be 32 KiB).
+const maxDetailedKey = 256
+
+// rlsMetrics are the Prometheus series of one `portero rls`, fed by the
+// engine's verdicts (rlsObserver). Labels have bounded cardinality: domain
+// and key come from the configuration (envoyproxy/ratelimit's stat key,
+// the descriptor's keys and configured values, without the request's
+// values), outcome and policy from the engine's fixed sets, door and
+// result from fixed sets; a request's values appear only where the
+// configuration marks the descriptor detailed_metric, and then in at most
+// maxDetailed keys.
 type rlsMetrics struct {
 	reg     *prometheus.Registry
 	reloads *prometheus.CounterVec
@@ -33,30 +46,27 @@ type rlsMetrics struct {
 	fallback      atomic.Bool
 	dropped       prometheus.Counter
 
-	// series caches each (domain, key)'s counters, so that a decision
-	// looks up one map entry instead of hashing label values per outcome.
-	series      sync.Map // seriesKey → *keySeries
+	// byLimit caches each limit's series (*descriptor.Limit →
+	// *keySeries), so that a decision costs one map load and no label
+	// hashing; a reload clears it. detailed holds the detailed keys'
+	// (domain + "\x00" + key → *keySeries), at most maxDetailed.
+	byLimit     sync.Map
+	detailed    sync.Map
 	maxDetailed int64
-	detailed    atomic.Int64 // detailed series made so far
+	nDetailed   atomic.Int64
 }
 
-type seriesKey struct{ domain, key string }
-
-// rlsOutcomes are the engine's outcomes, in the order of keySeries.c.
-var rlsOutcomes = [...]string{"allowed", "near-limit", "refused", "shadow-refused", "not-counted", "check-only", "can-never-pass"}
-
-// rlsPolicies are the failure policies that decide (FailError answers no
-// decision), in the order of keySeries.p.
-var rlsPolicies = [...]string{"allow", "deny", "local"}
-
-// keySeries are one descriptor key's counters: by outcome, made when the
-// key is first seen (so that rates start from zero), and by failure
-// policy, made when first needed.
+// keySeries are one descriptor key's counters: by outcome (engine.Outcome
+// − 1), made when the key is first seen so that rates start from zero,
+// and by failure policy, made when first needed.
 type keySeries struct {
 	domain, key string
-	c           [len(rlsOutcomes)]prometheus.Counter
-	p           [len(rlsPolicies)]atomic.Pointer[prometheus.Counter]
+	c           [int(engine.CanNeverPass)]prometheus.Counter
+	p           sync.Map // portero.FailurePolicy → prometheus.Counter
 }
+
+// rlsResults are the values of portero_rls_calls_total's result label.
+var rlsResults = [...]string{"ok", "over_limit", "invalid", "not_found", "unavailable", "canceled", "error"}
 
 func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	if maxDetailed <= 0 {
@@ -73,7 +83,7 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	})
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_rls_decisions_total",
-		Help: "Descriptor decisions by domain, descriptor key (envoyproxy/ratelimit's stat key, values only with detailed_metric) and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).",
+		Help: "Descriptor decisions by domain, descriptor key (envoyproxy/ratelimit's stat key; request values only with detailed_metric) and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).",
 	}, []string{"domain", "key", "outcome"})
 	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_rls_failure_policy_decisions_total",
@@ -81,11 +91,16 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	}, []string{"domain", "key", "policy"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_rls_calls_total",
-		Help: "Calls by door (grpc, http) and result (ok, over_limit, invalid, not_found, unavailable, canceled).",
+		Help: "Calls by door (grpc, http) and result (ok, over_limit, invalid, not_found, unavailable, canceled, error).",
 	}, []string{"door", "result"})
+	for _, door := range []string{"grpc", "http"} {
+		for _, r := range rlsResults {
+			m.calls.WithLabelValues(door, r)
+		}
+	}
 	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "portero_store_latency_seconds",
-		Help:    "Time the engine and the store took to decide all the descriptors of one call.",
+		Help:    "Time the engine and its store took to decide all the descriptors of one call.",
 		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1},
 	})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
@@ -93,8 +108,8 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 		Help: "Calls the store failed to decide (the failure policy answered, or the call failed under error).",
 	})
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "portero_rls_detailed_series_dropped_total",
-		Help: "Decisions of detailed_metric descriptors counted under the plain key because the detailed series reached their cap.",
+		Name: "portero_rls_detailed_dropped_total",
+		Help: "Decisions of detailed_metric descriptors counted under the plain key: the detailed keys reached --max-detailed-metrics, or the values were too long.",
 	})
 	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "portero_store_fallback",
@@ -113,66 +128,156 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	return m
 }
 
-// key returns the series of (domain, key). A detailed key (one that holds
-// a request's values) beyond the cap is replaced by plain, the key without
-// them.
-func (m *rlsMetrics) key(domain, key, plain string) *keySeries {
-	sk := seriesKey{domain, key}
-	if v, ok := m.series.Load(sk); ok {
+func (m *rlsMetrics) newSeries(domain, key string) *keySeries {
+	ks := &keySeries{domain: domain, key: key}
+	for i := range ks.c {
+		ks.c[i] = m.decisions.WithLabelValues(domain, key, engine.Outcome(i+1).String())
+	}
+	return ks
+}
+
+// plain returns the series of limit l in domain: its stat key without
+// the domain.
+func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
+	if v, ok := m.byLimit.Load(l); ok {
 		return v.(*keySeries)
 	}
-	if key != plain {
-		if m.detailed.Add(1) > m.maxDetailed {
-			m.detailed.Add(-1)
-			m.dropped.Inc()
-			return m.key(domain, plain, plain)
+	v, _ := m.byLimit.LoadOrStore(l, m.newSeries(domain, strings.TrimPrefix(l.FullKey, domain+".")))
+	return v.(*keySeries)
+}
+
+// withValues returns the series of a detailed_metric limit for the
+// request's entries: envoyproxy/ratelimit's per-value key (key_value for
+// each entry, joined by "."), or the plain key once maxDetailed keys exist.
+func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
 		}
 	}
-	ks := &keySeries{domain: domain, key: key}
-	for i, o := range rlsOutcomes {
-		ks.c[i] = m.decisions.WithLabelValues(domain, key, o)
+	key := b.String()
+	if len(key) > maxDetailedKey {
+		m.dropped.Inc()
+		return m.plain(domain, l)
 	}
-	v, loaded := m.series.LoadOrStore(sk, ks)
-	if loaded && key != plain {
-		m.detailed.Add(-1) // another call made it first
+	sk := domain + "\x00" + key
+	if v, ok := m.detailed.Load(sk); ok {
+		return v.(*keySeries)
+	}
+	if m.nDetailed.Add(1) > m.maxDetailed {
+		m.nDetailed.Add(-1)
+		m.dropped.Inc()
+		return m.plain(domain, l)
+	}
+	v, loaded := m.detailed.LoadOrStore(sk, m.newSeries(domain, key))
+	if loaded {
+		m.nDetailed.Add(-1) // another call made it first
 	}
 	return v.(*keySeries)
 }
 
-// decision counts one descriptor's outcome, and the failure policy that
-// decided it when one did (policy "" when the store decided).
-func (m *rlsMetrics) decision(ks *keySeries, outcome, policy string) {
-	for i, o := range rlsOutcomes {
-		if o == outcome {
-			ks.c[i].Inc()
-			break
-		}
+// count counts one decision of ks.
+func (m *rlsMetrics) count(ks *keySeries, res *engine.Result) {
+	if i := int(res.Outcome) - 1; i >= 0 && i < len(ks.c) {
+		ks.c[i].Inc()
 	}
-	if policy == "" {
+	if res.Failure == "" {
 		return
 	}
-	for i, p := range rlsPolicies {
-		if p != policy {
-			continue
-		}
-		c := ks.p[i].Load()
-		if c == nil {
-			nc := m.failurePolicy.WithLabelValues(ks.domain, ks.key, p)
-			ks.p[i].CompareAndSwap(nil, &nc)
-			c = ks.p[i].Load()
-		}
-		(*c).Inc()
-		return
+	c, ok := ks.p.Load(res.Failure)
+	if !ok {
+		c, _ = ks.p.LoadOrStore(res.Failure, m.failurePolicy.WithLabelValues(ks.domain, ks.key, string(res.Failure)))
 	}
+	c.(prometheus.Counter).Inc()
 }
 
-// call counts one call's result and the time the decision took.
-func (m *rlsMetrics) call(door, result string, took time.Duration, degraded bool) {
-	m.calls.WithLabelValues(door, result).Inc()
+// reloaded forgets the cached series of the previous configuration's
+// limits (the counters themselves stay: the same labels are the same
+// series).
+func (m *rlsMetrics) reloaded() { m.byLimit.Clear() }
+
+// rlsObserver feeds rlsMetrics from one door's verdicts: it is the
+// descriptor.Observer of the gRPC service (door "grpc") and of the check
+// API (door "http").
+type rlsObserver struct {
+	m       *rlsMetrics
+	results [len(rlsResults)]prometheus.Counter
+}
+
+func (m *rlsMetrics) observer(door string) *rlsObserver {
+	o := &rlsObserver{m: m}
+	for i, r := range rlsResults {
+		o.results[i] = m.calls.WithLabelValues(door, r)
+	}
+	return o
+}
+
+var _ descriptor.Observer = (*rlsObserver)(nil)
+
+// Observe implements descriptor.Observer: the call's result, the store's
+// latency and health, and each descriptor's outcome.
+func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *engine.Verdict, took time.Duration, err error) {
+	m := o.m
+	result, storeFailed := 0, false // ok
+	switch {
+	case err == nil:
+		if !v.Allowed {
+			result = 1
+		}
+		storeFailed = v.Degraded != nil
+	case isRequestError(err, descriptor.InvalidArgument):
+		result = 2
+	case isRequestError(err, descriptor.NotFound):
+		result = 3
+	case errors.Is(err, portero.ErrStoreUnavailable):
+		result, storeFailed = 4, true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		result = 5
+	default:
+		result = 6
+	}
+	o.results[result].Inc()
 	if took > 0 {
 		m.storeLatency.Observe(took.Seconds())
 	}
-	if m.fallback.Load() != degraded {
-		m.fallback.Store(degraded)
+	if storeFailed {
+		m.storeErrors.Inc()
 	}
+	if took > 0 && m.fallback.Load() != storeFailed {
+		// Written only when it changes: one shared cache line written by
+		// every call would cost throughput.
+		m.fallback.Store(storeFailed)
+	}
+	if err != nil {
+		return
+	}
+	for i := range v.Results {
+		res := &v.Results[i]
+		if i >= len(p.Of) {
+			break
+		}
+		d := p.Of[i]
+		l := p.Descriptors[d].Limit
+		if l == nil {
+			continue
+		}
+		var ks *keySeries
+		if l.DetailedMetric {
+			ks = m.withValues(req.Domain, l, req.Descriptors[d].Entries)
+		} else {
+			ks = m.plain(req.Domain, l)
+		}
+		m.count(ks, res)
+	}
+}
+
+func isRequestError(err error, kind descriptor.ErrorKind) bool {
+	var re *descriptor.RequestError
+	return errors.As(err, &re) && re.Kind == kind
 }
