@@ -242,11 +242,15 @@ func WarnExposed(log *slog.Logger, l Listener) {
 	if l.Credentials && l.Auth || !l.Credentials && encrypted {
 		return
 	}
-	what := "no TLS or token"
-	if l.Credentials && encrypted {
-		what = "no token or client CA (TLS alone lets anyone in)"
+	var msg string
+	switch {
+	case !l.Credentials:
+		msg = "the " + l.Name + " listener is not on loopback and has no TLS"
+	case encrypted:
+		msg = "the " + l.Name + " listener is not on loopback and authenticates no client (TLS alone lets anyone in)"
+	default:
+		msg = "the " + l.Name + " listener is not on loopback, has no TLS and authenticates no client"
 	}
-	msg := "the " + l.Name + " listener is not on loopback and has " + what
 	if l.Risk != "" {
 		msg += ": anyone who can reach it can " + l.Risk
 	}
