@@ -432,3 +432,17 @@ func windowRemainder(now time.Time, w time.Duration) time.Duration {
 	}
 	return w - time.Duration(ns)
 }
+
+// Observer is told what became of every request a door compiled and
+// decided: the metrics of `portero rls` count them. Observe must be quick
+// and safe for concurrent use, and must not keep req, p or v, which the
+// door reuses.
+type Observer interface {
+	// Observe reports one request: compiled into p and decided into v in
+	// took (err nil), or answered with err instead of a verdict: a
+	// *RequestError (bad input, an unknown domain), the engine's error
+	// (the store failed under portero.FailError) or the caller's context
+	// error. After a compile error, p is what was compiled so far and v
+	// is empty.
+	Observe(req *Request, p *Plan, v *engine.Verdict, took time.Duration, err error)
+}

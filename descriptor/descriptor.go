@@ -119,8 +119,9 @@ type Node struct {
 	Limit *Limit
 	// ShadowMode counts requests but never refuses them.
 	ShadowMode bool
-	// DetailedMetric and ValueToMetric are accepted for compatibility; they
-	// only shape metric names.
+	// DetailedMetric names the metrics of the node's limit by the
+	// request's values (Limit.DetailedMetric); ValueToMetric is accepted
+	// for compatibility and changes nothing.
 	DetailedMetric, ValueToMetric bool
 	// ShareThreshold makes every value that matches a wildcard share one
 	// counter, instead of one counter per value.

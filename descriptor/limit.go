@@ -26,6 +26,10 @@ type Limit struct {
 	// Replaces names the limits this one suppresses when both match
 	// descriptors of one request.
 	Replaces []string
+	// DetailedMetric is the node's detailed_metric: metrics name this
+	// limit's decisions by the request's values too (as
+	// envoyproxy/ratelimit's per-value stats), not by its keys alone.
+	DetailedMetric bool
 	// Rule is what the engine decides: PolicyName as the rule's name, the
 	// algorithm (portero.FixedWindow, envoyproxy/ratelimit's clock-aligned
 	// window, unless the portero extension chose another), Count =

@@ -21,9 +21,10 @@ func newConfigCmd() *cobra.Command {
 		Short: "Report every error of configuration files, with line and field",
 		Long: `validate reads each file as 'portero serve --config' would and reports
 every problem it finds, one a line, as FILE:LINE:COLUMN: FIELD: PROBLEM. An
-environment variable the file names (admin.token_env) need not be set: it is
-listed as a need instead, so that files can be checked where the secrets
-are not (CI). The exit status is 0 when every file is valid and 2 otherwise.`,
+environment variable the file names (admin.token_env) need not be set, nor
+need the TLS files it names exist: they are listed as needs instead, so
+that files can be checked where the secrets are not (CI); TLS files that
+exist are checked. The exit status is 0 when every file is valid and 2 otherwise.`,
 		Example: "  portero config validate portero.yaml examples/*.yaml",
 		Args:    func(cmd *cobra.Command, args []string) error { return usageErr(cobra.MinimumNArgs(1)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +46,9 @@ are not (CI). The exit status is 0 when every file is valid and 2 otherwise.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d rules, %d routes, %s store)\n", path, len(c.Policy.Rules()), len(c.Routes), c.StoreType)
 				for _, e := range c.Env {
 					fmt.Fprintln(cmd.OutOrStdout(), e)
+				}
+				for _, n := range c.Files {
+					fmt.Fprintln(cmd.OutOrStdout(), n)
 				}
 			}
 			if failed > 0 {

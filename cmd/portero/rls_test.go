@@ -28,7 +28,8 @@ func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
-	args := append([]string{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	args := append([]string{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		"--admin-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, out, errOut) }()
 	t.Cleanup(func() {
@@ -42,7 +43,7 @@ func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 			t.Error("portero rls did not stop")
 		}
 	})
-	re := regexp.MustCompile(`gRPC on (\S+) \(\S+\)\n[\s\S]*HTTP on (\S+)\n`)
+	re := regexp.MustCompile(`gRPC listening on grpc://(\S+) \(\S+\)\n[\s\S]*HTTP listening on http://(\S+)\n`)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
@@ -171,10 +172,24 @@ func TestRLSUsage(t *testing.T) {
 		{"rls", "--config", "../../examples/envoy/config", "--on-store-error", "closed"},
 		{"rls", "--config", "../../examples/envoy/config", "--auth-on-store-error", "open"},
 		{"rls", "--config", "../../examples/envoy/config", "--on-store-error", "local"}, // the memory store does not fail
+		{"rls", "--config", "../../examples/envoy/config", "--drain-period", "-1s"},
 	} {
 		err := run(context.Background(), args, io.Discard, io.Discard)
 		if exitCode(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
+		}
+	}
+	// TLS files and the admin token: the error names the flag at fault.
+	for args, want := range map[string]string{
+		"--http-tls-cert x.crt":                          "--http-tls-key: required with TLS",
+		"--admin-tls-key k.pem":                          "--admin-tls-cert: required with TLS",
+		"--admin-tls-cert no.crt --admin-tls-key no.key": "--admin-tls-cert: no.crt: no such file or directory",
+		"--admin-token-env PORTERO_TEST_NO_SUCH_TOKEN":   "--admin-token-env: environment variable PORTERO_TEST_NO_SUCH_TOKEN is empty or unset",
+	} {
+		var errOut bytes.Buffer
+		err := run(context.Background(), append([]string{"rls", "--config", "../../examples/envoy/config"}, strings.Fields(args)...), io.Discard, &errOut)
+		if exitCode(err) != 2 || !strings.Contains(errOut.String(), want) {
+			t.Errorf("rls %s: exit %d, stderr %q; want 2 and %q", args, exitCode(err), errOut.String(), want)
 		}
 	}
 }
@@ -261,10 +276,10 @@ func TestRLSWatchConfigMap(t *testing.T) {
 	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"rls", "--config", dir, "--watch", "--grpc-listen", "off", "--http-listen", "127.0.0.1:0"}, out, errOut)
+		done <- run(ctx, []string{"rls", "--config", dir, "--watch", "--grpc-listen", "off", "--http-listen", "127.0.0.1:0", "--admin-listen", "off"}, out, errOut)
 	}()
 	defer func() { cancel(); <-done }()
-	re := regexp.MustCompile(`HTTP on (\S+)\n`)
+	re := regexp.MustCompile(`HTTP listening on http://(\S+)\n`)
 	var addr string
 	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {

@@ -15,7 +15,7 @@ import (
 // transport refuses an address that is not loopback; both transports serve
 // a unix socket that `portero check` reaches.
 func TestRLSTransportFlags(t *testing.T) {
-	base := []string{"rls", "--config", "../../examples/envoy/config", "--http-listen", "off", "--grpc-listen", "127.0.0.1:0"}
+	base := []string{"rls", "--config", "../../examples/envoy/config", "--http-listen", "off", "--grpc-listen", "127.0.0.1:0", "--admin-listen", "off"}
 	for _, extra := range [][]string{
 		{"--grpc-socket-mode", "999"},
 		{"--grpc-tls-cert", "cert.pem"},
@@ -32,7 +32,7 @@ func TestRLSTransportFlags(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := run(ctx, []string{"rls", "--config", "../../examples/envoy/config", "--http-listen", "off", "--grpc-transport", "lean", "--grpc-listen", "0.0.0.0:0"}, io.Discard, io.Discard)
+	err := run(ctx, []string{"rls", "--config", "../../examples/envoy/config", "--http-listen", "off", "--grpc-transport", "lean", "--grpc-listen", "0.0.0.0:0", "--admin-listen", "off"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "loopback") || ctx.Err() != nil {
 		t.Errorf("lean on 0.0.0.0: %v, want a refusal naming loopback at once", err)
 	}
@@ -45,7 +45,7 @@ func TestRLSTransportFlags(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- run(ctx, []string{"rls", "--config", "../../examples/envoy/config", "--http-listen", "off", "--log-level", "warn",
-					"--grpc-transport", transport, "--grpc-listen", "unix:" + sock}, out, errOut)
+					"--grpc-transport", transport, "--grpc-listen", "unix:" + sock, "--admin-listen", "off"}, out, errOut)
 			}()
 			defer func() {
 				cancel()
@@ -53,7 +53,7 @@ func TestRLSTransportFlags(t *testing.T) {
 					t.Errorf("portero rls: %v; stderr: %s", err, errOut)
 				}
 			}()
-			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "gRPC on "+sock); {
+			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "gRPC listening on grpc://unix://"+sock); {
 				if time.Now().After(deadline) {
 					t.Fatalf("portero rls did not start on the socket; stdout: %s stderr: %s", out, errOut)
 				}

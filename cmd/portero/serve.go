@@ -45,6 +45,11 @@ A Redis store that does not answer at start is no reason not to start: the
 gateway serves under store.on_error (and /readyz answers 503 under deny)
 until Redis answers, then counts there.
 
+server.tls and admin.tls serve the gateway and the admin listener over TLS
+(admin.tls.client_ca requires client certificates); the certificate files
+are read again when they change, without a restart. The admin listener also
+serves /api/version and Go's profiler under /debug/pprof/, behind its token.
+
 Logs go to stderr, one logger for every line (--log-format text or json).
 Refusals are logged at INFO, at most --log-refusals lines a second per rule,
 each with the number of lines it stands for (suppressed); shadow refusals

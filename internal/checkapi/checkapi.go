@@ -123,6 +123,10 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives store failures; nil means slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, is told of every domain request (/v1/check's and
+	// /v1/auth's): its plan and verdict, or its error (portero rls's
+	// metrics). Policy requests are not reported.
+	Observer descriptor.Observer
 }
 
 // Handler serves /v1/check, /v1/auth and /healthz. It is safe for
@@ -428,7 +432,7 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 	}
 	now := h.cfg.Now()
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.Engine, now, p.Hits, &v, req.Domain) {
+	if !h.decide(ctx, w, h.cfg.Engine, now, p.Hits, &v, req.Domain, req, &p) {
 		return
 	}
 	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String()}
@@ -466,6 +470,9 @@ func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *des
 	if err == nil {
 		return true
 	}
+	if h.cfg.Observer != nil {
+		h.cfg.Observer.Observe(req, p, new(engine.Verdict), 0, err)
+	}
 	status := http.StatusBadRequest
 	var re *descriptor.RequestError
 	if errors.As(err, &re) && re.Kind == descriptor.NotFound {
@@ -476,9 +483,23 @@ func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *des
 }
 
 // decide has e decide hits into v and answers a store failure that e
-// reports (portero.FailError) with 503; ok is false when it did.
-func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.Engine, now time.Time, hits []engine.Hit, v *engine.Verdict, what string) bool {
+// reports (portero.FailError) with 503; ok is false when it did. req and
+// p, the compiled domain request (nil for a policy request), go to the
+// Observer.
+func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.Engine, now time.Time, hits []engine.Hit, v *engine.Verdict, what string,
+	req *descriptor.Request, p *descriptor.Plan) bool {
+	obs := h.cfg.Observer
+	if p == nil {
+		obs = nil
+	}
+	var start time.Time
+	if obs != nil {
+		start = time.Now()
+	}
 	err := e.Decide(ctx, now, hits, v)
+	if obs != nil {
+		obs.Observe(req, p, v, time.Since(start), err)
+	}
 	if err != nil || v.Degraded != nil {
 		cause := v.Degraded
 		if err != nil {
@@ -555,7 +576,7 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		hit.Cost, hit.CheckOnly = *in.Cost, *in.Cost == 0
 	}
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.Engine, h.cfg.Now(), []engine.Hit{hit}, &v, "policy "+rule.Name) {
+	if !h.decide(ctx, w, h.cfg.Engine, h.cfg.Now(), []engine.Hit{hit}, &v, "policy "+rule.Name, nil, nil) {
 		return
 	}
 	res := &v.Results[0]
@@ -716,7 +737,7 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.AuthEngine, h.cfg.Now(), p.Hits, &v, req.Domain) {
+	if !h.decide(ctx, w, h.cfg.AuthEngine, h.cfg.Now(), p.Hits, &v, req.Domain, req, &p) {
 		return
 	}
 	var f httpanswer.Fields

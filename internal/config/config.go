@@ -17,6 +17,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"regexp"
@@ -30,6 +31,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
+	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -67,6 +69,14 @@ type Server struct {
 	ShutdownTimeout   string `yaml:"shutdown_timeout,omitempty"`
 	DrainPeriod       string `yaml:"drain_period,omitempty"`
 	MaxInFlight       int    `yaml:"max_in_flight,omitempty"`
+	TLS               TLS    `yaml:"tls,omitempty"`
+}
+
+// TLS is a listener's certificate, read again when the files change.
+type TLS struct {
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	ClientCA string `yaml:"client_ca,omitempty"`
 }
 
 // Admin is the admin listener.
@@ -74,6 +84,7 @@ type Admin struct {
 	Listen   string `yaml:"listen,omitempty"`
 	Token    string `yaml:"token,omitempty"`
 	TokenEnv string `yaml:"token_env,omitempty"`
+	TLS      TLS    `yaml:"tls,omitempty"`
 }
 
 // Store selects where counters live.
@@ -183,6 +194,12 @@ type Config struct {
 	// Env lists the environment variables the file reads (admin.token_env),
 	// each saying whether it was set.
 	Env []EnvVar
+	// ServerTLS and AdminTLS are the listeners' TLS files (server.tls,
+	// admin.tls); TLS is off where they are not Enabled.
+	ServerTLS, AdminTLS tlsreload.Files
+	// Files lists TLS files that were missing where the file was checked
+	// with Options.AllowUnsetEnv (elsewhere a missing file is an error).
+	Files []FileNeed
 	// Upstreams by name, and Routes in order.
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
@@ -236,9 +253,10 @@ func (e *FieldError) Error() string {
 // Load use: what `portero serve` runs.
 type Options struct {
 	// AllowUnsetEnv reports an environment variable the file names (such
-	// as admin.token_env) that is unset or empty in Config.Env instead of as
-	// an error: for `portero config validate`, which may run where the
-	// production secrets are not (CI).
+	// as admin.token_env) that is unset or empty in Config.Env, and a TLS
+	// file that does not exist in Config.Files, instead of as an error: for
+	// `portero config validate`, which may run where the production
+	// secrets are not (CI).
 	AllowUnsetEnv bool
 }
 
@@ -259,6 +277,20 @@ func (e EnvVar) String() string {
 		state = "unset here"
 	}
 	return fileerr.Format(e.File, e.Line, e.Column, e.Field, fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
+}
+
+// FileNeed is a file a configuration names that was missing where it was
+// checked (config validate in CI, without the production secrets).
+type FileNeed struct {
+	Path         string
+	File         string
+	Line, Column int
+	Field        string
+}
+
+// String describes the need, as `config validate` prints it.
+func (n FileNeed) String() string {
+	return fileerr.Format(n.File, n.Line, n.Column, n.Field, fmt.Sprintf("needs file %s (missing here)", n.Path))
 }
 
 // Errors lists every problem of a configuration, in file order.
@@ -483,6 +515,7 @@ func (p *parser) validate(f *File) *Config {
 		p.errorf(at("server", "max_in_flight"), "%d: must not be negative (0 means no cap)", f.Server.MaxInFlight)
 	}
 	c.MaxInFlight = f.Server.MaxInFlight
+	c.ServerTLS = p.tls(c, f.Server.TLS, at("server", "tls"))
 
 	// admin
 	switch f.Admin.Listen {
@@ -506,6 +539,8 @@ func (p *parser) validate(f *File) *Config {
 			p.errorf(path, "environment variable %s is empty or unset", f.Admin.TokenEnv)
 		}
 	}
+
+	c.AdminTLS = p.tls(c, f.Admin.TLS, at("admin", "tls"))
 
 	// store
 	switch f.Store.Type {
@@ -759,6 +794,53 @@ func (p *parser) address(a string, path []any) {
 	if port, err := strconv.Atoi(a[i+1:]); err != nil || port < 0 || port > 65535 {
 		p.errorf(path, "%q: port %q: want 0 to 65535", a, a[i+1:])
 	}
+}
+
+// tls checks a listener's TLS section: the fields go together and the
+// files load (a certificate and its key, a client CA), each error at the
+// field it is about.
+func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
+	f := tlsreload.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCA}
+	if !f.Enabled() {
+		return f
+	}
+	fieldPath := func(field string) []any { return append(append([]any{}, path...), field) }
+	if err := f.Validate(); err != nil {
+		var fe *tlsreload.FileError
+		if errors.As(err, &fe) {
+			p.errorf(fieldPath(fe.Field), "%v", err)
+		} else {
+			p.errorf(path, "%v", err)
+		}
+		return f
+	}
+	if p.opts.AllowUnsetEnv {
+		// A file that is not there is listed, not refused; one that is
+		// there is checked.
+		present := true
+		for _, pf := range [][2]string{{tlsreload.FieldCert, f.CertFile}, {tlsreload.FieldKey, f.KeyFile}, {tlsreload.FieldClientCA, f.ClientCAFile}} {
+			if pf[1] == "" {
+				continue
+			}
+			if _, err := os.Stat(pf[1]); errors.Is(err, fs.ErrNotExist) {
+				n := p.node(fieldPath(pf[0])...)
+				c.Files = append(c.Files, FileNeed{Path: pf[1], File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(fieldPath(pf[0]))})
+				present = false
+			}
+		}
+		if !present {
+			return f
+		}
+	}
+	if _, err := tlsreload.Load(f); err != nil {
+		var fe *tlsreload.FileError
+		if errors.As(err, &fe) {
+			p.errorf(fieldPath(fe.Field), "%v", err)
+		} else {
+			p.errorf(path, "%v", err)
+		}
+	}
+	return f
 }
 
 // redactURL hides a password in a URL for error messages and the admin API.

@@ -126,10 +126,11 @@ func (r *Readiness) Drain(period time.Duration, hurry <-chan struct{}, log *slog
 var ErrInterrupted = errors.New("shutdown timeout: in-flight requests were cut")
 
 // Shutdown stops the servers gracefully, all at once: they stop accepting
-// and have timeout for their in-flight requests, after which their
-// connections are closed and the error wraps ErrInterrupted. Servers may
-// be nil.
-func Shutdown(timeout time.Duration, servers ...*http.Server) error {
+// and have timeout for their in-flight requests, after which those that
+// have a Close method (an *http.Server does) are closed and the error wraps
+// ErrInterrupted. A server whose Shutdown closes its connections itself
+// when the context ends (the RLS's) just reports the cut. Nil servers are skipped.
+func Shutdown(timeout time.Duration, servers ...Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -138,10 +139,18 @@ func Shutdown(timeout time.Duration, servers ...*http.Server) error {
 		if s == nil {
 			continue
 		}
+		if hs, ok := s.(*http.Server); ok && hs == nil {
+			continue
+		}
 		wg.Go(func() {
 			if err := s.Shutdown(ctx); err != nil {
 				cut.Store(true)
-				s.Close()
+				switch c := s.(type) {
+				case interface{ Close() error }:
+					c.Close()
+				case interface{ Close() }:
+					c.Close()
+				}
 			}
 		})
 	}

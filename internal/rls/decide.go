@@ -74,7 +74,11 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		defer cancel()
 	}
 	a := answerPool.Get().(*answer)
+	obs := s.opts.Observer
 	if err := s.compiler.Compile(req, &a.plan); err != nil {
+		if obs != nil {
+			obs.Observe(req, &a.plan, &a.v, 0, err)
+		}
 		a.release()
 		var re *descriptor.RequestError
 		if errors.As(err, &re) && re.Kind == descriptor.NotFound {
@@ -83,7 +87,19 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	now := s.opts.Now()
+	var start time.Time
+	if obs != nil {
+		start = time.Now()
+	}
 	err := s.engine.Decide(ctx, now, a.plan.Hits, &a.v)
+	if obs != nil {
+		took := time.Since(start)
+		oerr := err
+		if perr := parent.Err(); perr != nil && (err != nil || a.v.Degraded != nil) {
+			oerr = perr
+		}
+		obs.Observe(req, &a.plan, &a.v, took, oerr)
+	}
 	if err != nil || a.v.Degraded != nil {
 		if perr := parent.Err(); perr != nil {
 			// The caller gave up: its answer no longer matters.

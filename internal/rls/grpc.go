@@ -68,6 +68,9 @@ type ServiceOptions struct {
 	Now func() time.Time
 	// Logger receives store failures; nil means slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, is told of every call: its plan and verdict, or
+	// its error (portero rls's metrics).
+	Observer descriptor.Observer
 }
 
 // Service implements RateLimitServiceServer: it translates each request

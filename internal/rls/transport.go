@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/portero-rl/portero/internal/h2grpc"
+	"github.com/portero-rl/portero/internal/tlsreload"
 )
 
 // Transport names one of the two gRPC servers of the rate limit service.
@@ -149,7 +150,7 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 	switch o.Transport {
 	case TransportGRPC:
 	case TransportLean:
-		if o.TLS.enabled() {
+		if o.TLS.Enabled() {
 			bad("transport %q: no TLS on the lean transport (it serves loopback and unix sockets only); use %q", o.Transport, TransportGRPC)
 		}
 	default:
@@ -172,7 +173,7 @@ func (o ServerOptions) withDefaults() (ServerOptions, error) {
 	if o.SocketMode&^os.ModePerm != 0 {
 		bad("socket mode %v: only permission bits", o.SocketMode)
 	}
-	if err := o.TLS.validate(); err != nil {
+	if err := validateTLS(o.TLS); err != nil {
 		errs = append(errs, err)
 	}
 	return o, errors.Join(errs...)
@@ -242,12 +243,13 @@ func NewServer(svc *Service, o ServerOptions) (*Server, error) {
 			Timeout:               o.KeepaliveTimeout,
 		}),
 	}
-	if o.TLS.enabled() {
-		r, err := newCertReloader(o.TLS, svc.opts.Logger)
+	if o.TLS.Enabled() {
+		r, err := tlsreload.New(o.TLS, svc.opts.Logger)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("rls: TLS: %w", err)
 		}
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(r.serverConfig())))
+		// grpc-go's credentials add h2 to what each handshake gets.
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(r.ServerConfig())))
 	}
 	if !o.protoCodec {
 		gopts = append(gopts, grpc.ForceServerCodecV2(wireCodec{}))
@@ -435,4 +437,15 @@ func (c *cappedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return c.Close()
+}
+
+// Drain turns health NOT_SERVING while the server goes on serving: the
+// start of a drain, so that health checks send clients elsewhere before
+// Shutdown sends GOAWAY.
+func (s *Server) Drain() {
+	if s.lean != nil {
+		s.leanHealth.Shutdown()
+		return
+	}
+	s.health.Shutdown()
 }

@@ -6,16 +6,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/buildinfo"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/lifecycle"
 )
 
 // Peeker is implemented by stores that can show a key's state without
@@ -29,11 +34,83 @@ type Resetter interface {
 	Reset(ctx context.Context, rule portero.Rule, key string) error
 }
 
-// adminHandler serves /metrics, /config, /api/refused, /api/keys and the
-// live view at /, behind the bearer token when one is configured.
-func (s *Server) adminHandler() http.Handler {
+// adminBase is what every admin listener serves, `portero serve`'s and
+// `portero rls`'s alike, beside the command's own endpoints: /metrics,
+// /healthz and /readyz, /api/version and net/http/pprof under
+// /debug/pprof/, behind the bearer token when one is set (except the two
+// probes, which say only "ok" or why not, so that a kubelet needs no
+// secret). Client certificates, when admin TLS has a client CA, are asked
+// for in the handshake, before any of this.
+type adminBase struct {
+	reg   *prometheus.Registry
+	ready *lifecycle.Readiness
+	// token is read at every request: a reload may change it. Nil or ""
+	// means none.
+	token func() string
+}
+
+// handler returns the admin handler: the common endpoints, and those
+// routes adds (the command's own, on the same mux).
+func (a adminBase) handler(routes func(*http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, buildinfo.Read()) })
+	// net/http/pprof's handlers, on this mux only: never on a listener
+	// that serves traffic (its init registers them on http.DefaultServeMux,
+	// which Portero never serves).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if routes != nil {
+		routes(mux)
+	}
+	probes := http.NewServeMux()
+	probes.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	probes.Handle("GET /readyz", a.ready)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			probes.ServeHTTP(w, r)
+			return
+		}
+		var token string
+		if a.token != nil {
+			token = a.token()
+		}
+		if token == "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="portero-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid bearer token is required"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// server returns the admin listener's HTTP server. It has no write
+// timeout: /debug/pprof/profile and trace stream for as many seconds as
+// asked.
+func (a adminBase) server(log *slog.Logger, routes func(*http.ServeMux)) *http.Server {
+	return &http.Server{Handler: a.handler(routes), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+}
+
+// base is serve's admin base.
+func (s *Server) base() adminBase {
+	return adminBase{reg: s.metrics.reg, ready: s.ready, token: s.adminToken}
+}
+
+// adminRoutes adds serve's own endpoints: /config, /api/refused,
+// /api/keys and the live view at /.
+func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.gw.Config()
 		f := cfg.File.Redacted()
@@ -70,20 +147,6 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("/api/keys", s.keys)
 	mux.HandleFunc("GET /{$}", s.liveView)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token := s.adminToken() // read at each request: a reload may change it
-		if token == "" {
-			mux.ServeHTTP(w, r)
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="portero-admin"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid bearer token is required"})
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
 }
 
 // writeProblem answers an RFC 9457 problem body.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/logging"
@@ -37,7 +36,7 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+	m := &metrics{reg: newRegistry()}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_decisions_total",
 		Help: "Decisions by rule and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).",
@@ -78,8 +77,7 @@ func newMetrics() *metrics {
 		Name: "portero_config_rules",
 		Help: "Number of rules in the running configuration.",
 	})
-	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.reloads, m.proxyErrors, m.configRules,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.reloads, m.proxyErrors, m.configRules)
 	return m
 }
 

@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,7 +73,7 @@ type Server struct {
 	gw      *gateway.Gateway
 	now     func() time.Time
 
-	ready lifecycle.Readiness
+	ready *lifecycle.Readiness
 	addrs atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
@@ -192,10 +192,12 @@ func (s *Server) setStore(st *leased, key storeSettings) {
 func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
 
 // Run loads the configuration, listens, prints the addresses to
-// opts.Stdout and serves until ctx is done; then it stops accepting,
-// lets in-flight requests finish (up to the configured shutdown_timeout),
-// closes the store and returns. A bad configuration is an error before
-// anything listens.
+// opts.Stdout and serves until ctx is done; then it drains, stops
+// accepting, lets in-flight requests finish (up to the configured
+// shutdown_timeout), closes the store and returns. A bad configuration is
+// an error before anything listens. The lifecycle (listeners, TLS,
+// reloads, the drain and the shutdown) is package lifecycle's Service, the
+// one `portero rls` runs too.
 func Run(ctx context.Context, opts Options) error {
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, metrics: newMetrics()}
 	if s.log == nil {
@@ -216,10 +218,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler}
 
-	// The watcher's baseline is taken before the file is read, so that a
-	// change in between is a reload rather than lost.
-	changes, stopWatch := s.watch()
-	defer stopWatch()
+	// The watcher starts before the file is read, so that a change in
+	// between is a reload rather than lost.
+	var watchPath string
+	if opts.Watch {
+		watchPath = opts.ConfigPath
+	}
+	svc := lifecycle.Start(lifecycle.Options{Name: "portero", Stdout: opts.Stdout, Logger: s.log,
+		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Hurry: opts.Hurry})
+	defer svc.Close()
+	s.ready = svc.Readiness()
 	cfg, err := s.load()
 	if err != nil {
 		return err
@@ -271,9 +279,9 @@ func Run(ctx context.Context, opts Options) error {
 		adminListen = opts.AdminListen
 	}
 
-	ln, err := net.Listen("tcp", listen)
+	gwTLS, err := reloader(cfg.ServerTLS, s.log)
 	if err != nil {
-		return fmt.Errorf("gateway listener: %w", err)
+		return err
 	}
 	gwSrv := &http.Server{
 		Handler:           s.gw,
@@ -284,127 +292,43 @@ func Run(ctx context.Context, opts Options) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-	var adminSrv *http.Server
-	var adminLn net.Listener
-	if adminListen != "" {
-		if adminLn, err = net.Listen("tcp", adminListen); err != nil {
-			ln.Close()
-			return fmt.Errorf("admin listener: %w", err)
-		}
-		if !lifecycle.Loopback(adminListen) && cfg.AdminToken == "" {
-			s.log.Warn("the admin listener is not on loopback and has no token", "addr", adminListen)
-		}
-		adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	gwAddr, err := svc.Listen(lifecycle.Listener{Name: "gateway", Addr: listen, Server: gwSrv, TLS: gwTLS, Public: true})
+	if err != nil {
+		return err
 	}
-	addrs := [2]string{ln.Addr().String()}
-	if adminLn != nil {
-		addrs[1] = adminLn.Addr().String()
+	addrs := [2]string{gwAddr.String()}
+	if adminListen != "" {
+		adminTLS, err := reloader(cfg.AdminTLS, s.log)
+		if err != nil {
+			return err
+		}
+		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: s.base().server(s.log, s.adminRoutes),
+			TLS: adminTLS, Credentials: true, Auth: cfg.AdminToken != "" || adminTLS != nil && adminTLS.ClientAuth(),
+			Risk: "read the metrics and the configuration and reset any client's limits",
+			Note: "(live view /, /metrics, /config, /api/refused)"})
+		if err != nil {
+			return err
+		}
+		addrs[1] = adminAddr.String()
 	}
 	s.addrs.Store(&addrs)
 	s.ready.AddCheck(s.readyCheck)
 
-	gwURL := "http://" + ln.Addr().String()
-	fmt.Fprintf(opts.Stdout, "portero: gateway listening on %s\n", gwURL)
-	if adminLn != nil {
-		fmt.Fprintf(opts.Stdout, "portero: admin listening on http://%s (live view /, /metrics, /config, /api/refused)\n", adminLn.Addr())
-	}
-	fmt.Fprintf(opts.Stdout, "portero: config %s: %d rules, %d routes, %s store\n", cfg.Source, len(cfg.Policy.Rules()), len(cfg.Routes), cfg.StoreType)
-	fmt.Fprintf(opts.Stdout, "portero: try: for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", gwURL)
-
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("gateway: %w", err)
-		}
-	}()
-	if adminSrv != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := adminSrv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("admin: %w", err)
+	return svc.Run(ctx, lifecycle.Hooks{
+		Serving: func() {
+			fmt.Fprintf(opts.Stdout, "portero: config %s: %d rules, %d routes, %s store\n", cfg.Source, len(cfg.Policy.Rules()), len(cfg.Routes), cfg.StoreType)
+			fmt.Fprintf(opts.Stdout, "portero: try: for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", svc.URL("gateway"))
+		},
+		Reload: func(why string) { _ = s.Reload(why) },
+		// Read at stop time: a reload may have changed them.
+		DrainPeriod: func() time.Duration {
+			if s.opts.DrainPeriod != nil {
+				return *s.opts.DrainPeriod
 			}
-		}()
-	}
-	s.ready.Serving()
-
-	// Reloads: on the Reload channel and on file changes.
-	rctx, stopReloads := context.WithCancel(ctx)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.reloadLoop(rctx, changes)
-	}()
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
-	stopReloads()
-	final := s.gw.Config()
-	if runErr == nil {
-		// The listeners keep serving while /readyz says 503, so that load
-		// balancers stop sending before they close.
-		drain := final.DrainPeriod
-		if s.opts.DrainPeriod != nil {
-			drain = *s.opts.DrainPeriod
-		}
-		s.ready.Drain(drain, s.opts.Hurry, s.log)
-	} else {
-		s.ready.Drain(0, nil, nil)
-	}
-	s.log.Info("shutting down; letting in-flight requests finish", "timeout", final.ShutdownTimeout)
-	if err := lifecycle.Shutdown(final.ShutdownTimeout, gwSrv, adminSrv); err != nil {
-		s.log.Error("shutdown", "err", err)
-		if runErr == nil {
-			runErr = err
-		}
-	}
-	wg.Wait()
-	return runErr
-}
-
-// watch starts the configuration watcher when Options.Watch asks for it
-// (package watch, which sees a Kubernetes ConfigMap's ..data swap and
-// never half a file) and returns its changes and how to stop it.
-func (s *Server) watch() (<-chan struct{}, func()) {
-	if !s.opts.Watch || s.opts.ConfigPath == "" {
-		return nil, func() {}
-	}
-	o := s.opts.WatchOptions
-	if o.Logger == nil {
-		o.Logger = s.log
-	}
-	w, err := watch.New(s.opts.ConfigPath, o)
-	if err != nil {
-		s.log.Warn("cannot watch the configuration file; reload with SIGHUP", "err", err)
-		return nil, func() {}
-	}
-	return w.C, func() { w.Close() }
-}
-
-// reloadLoop waits for reload triggers until ctx is done: the Reload
-// channel, and the watcher's settled changes.
-func (s *Server) reloadLoop(ctx context.Context, changes <-chan struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-s.opts.Reload:
-			if !ok {
-				s.opts.Reload = nil
-				continue
-			}
-			s.Reload("signal")
-		case <-changes:
-			s.Reload("file change")
-		}
-	}
+			return s.gw.Config().DrainPeriod
+		},
+		ShutdownTimeout: func() time.Duration { return s.gw.Config().ShutdownTimeout },
+	})
 }
 
 // Reload reads the configuration again and applies it whole, or, when the
@@ -456,6 +380,11 @@ func (s *Server) Reload(why string) error {
 	s.obs.setPolicy(cfg.Policy)
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
+	}
+	if !reflect.DeepEqual(cfg.ServerTLS, old.ServerTLS) || !reflect.DeepEqual(cfg.AdminTLS, old.AdminTLS) {
+		// The files named at the start are read again when they change;
+		// other file names need a restart.
+		s.log.Warn("TLS file names changed in the file; they apply at the next restart (the files in use are reloaded when their content changes)")
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))

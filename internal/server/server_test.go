@@ -24,11 +24,11 @@ import (
 
 type running struct {
 	gateway, admin string
-	logs           *testenv.Buffer
+	out, logs      *testenv.Buffer
 	stop           func() error
 }
 
-var addrRE = regexp.MustCompile(`portero: (gateway|admin) listening on (http://\S+)`)
+var addrRE = regexp.MustCompile(`portero: (gateway|admin) listening on (https?://\S+)`)
 
 // start runs server.Run on free loopback ports and waits for the printed
 // addresses.
@@ -53,7 +53,7 @@ func start(t *testing.T, opts server.Options) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- server.Run(ctx, opts) }()
-	r := &running{logs: logs}
+	r := &running{out: out, logs: logs}
 	stopped := false
 	r.stop = func() error {
 		if stopped {

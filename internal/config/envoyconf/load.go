@@ -425,7 +425,9 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 	}
 	fullKey := parentKey + "." + d.Composite()
 	if rl != nil {
-		d.Limit = p.rateLimit(rl, rlField, fullKey, d.ShadowMode)
+		if d.Limit = p.rateLimit(rl, rlField, fullKey, d.ShadowMode); d.Limit != nil {
+			d.Limit.DetailedMetric = d.DetailedMetric
+		}
 	}
 	if children != nil {
 		p.descriptors(children, d.Add, join(field, "descriptors"), fullKey, depth+1)

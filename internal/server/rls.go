@@ -1,0 +1,384 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/lifecycle"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/tlsreload"
+	"github.com/portero-rl/portero/internal/watch"
+	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/redisstore"
+)
+
+// Defaults of `portero rls`'s listeners: loopback, clear of serve's 8080
+// and 9090 so that both run side by side with their defaults.
+const (
+	DefaultRLSGRPCListen  = "127.0.0.1:8081"
+	DefaultRLSHTTPListen  = "127.0.0.1:8082"
+	DefaultRLSAdminListen = "127.0.0.1:9091"
+	// DefaultRLSShutdownTimeout is how long calls in flight get at stop.
+	DefaultRLSShutdownTimeout = 5 * time.Second
+)
+
+// RLSOptions configure RunRLS: `portero rls`, Envoy's rate limit service
+// (gRPC), the HTTP check API and the admin listener. Only ConfigPath is
+// required; the zero value of every other field is its default. These are
+// the settings envoyproxy/ratelimit's environment (PORT, GRPC_PORT,
+// DEBUG_PORT, BACKEND_TYPE, REDIS_URL, …) maps onto.
+type RLSOptions struct {
+	// ConfigPath is the envoyproxy/ratelimit YAML: a file or a directory
+	// of *.yaml files. MergeDomains is its MERGE_DOMAIN_CONFIG.
+	ConfigPath   string
+	MergeDomains bool
+	// AllowUnknownDomains answers OK for a domain not configured, as
+	// envoyproxy/ratelimit does; by default it is NOT_FOUND.
+	AllowUnknownDomains bool
+
+	// GRPCListen, HTTPListen and AdminListen are the addresses (empty for
+	// the Default constants, "off" for none); GRPCListen may be
+	// "unix:PATH" (rls.Listen).
+	GRPCListen, HTTPListen, AdminListen string
+	// GRPC are the gRPC server's options: transport, TLS, caps, timeouts
+	// (its ShutdownGrace is ShutdownTimeout).
+	GRPC rls.ServerOptions
+	// HTTPTLS and AdminTLS serve TLS on the HTTP and admin listeners from
+	// files reloaded when they change; a ClientCAFile requires client
+	// certificates.
+	HTTPTLS, AdminTLS tlsreload.Files
+	// AdminToken, when not empty, is the bearer token the admin listener
+	// requires (but for /healthz and /readyz).
+	AdminToken string
+
+	// Store is "memory" (the default) or "redis", at RedisURL.
+	Store, RedisURL string
+	// OnStoreError is the failure policy of gRPC and /v1/check when the
+	// store fails (portero.FailError when empty: gRPC UNAVAILABLE, 503);
+	// AuthOnStoreError that of /v1/auth (portero.FailAllow when empty).
+	// LocalShare is the share of each limit FailLocal admits.
+	OnStoreError, AuthOnStoreError portero.FailurePolicy
+	LocalShare                     float64
+	// NearLimit is the share of a limit used from which an admitted
+	// descriptor counts as near-limit (0: engine.DefaultNearLimit).
+	NearLimit float64
+	// ClientIP finds /v1/auth's client address; AuthDomain is the domain of
+	// /v1/auth requests that name none.
+	ClientIP   clientip.Config
+	AuthDomain string
+	// NoHeaders leaves the RateLimit fields out of the answers.
+	NoHeaders bool
+	// CallTimeout bounds one decision (0: 1s).
+	CallTimeout time.Duration
+	// MaxDetailedSeries caps the metric series that detailed_metric
+	// descriptors add, one per distinct value (0: DefaultMaxDetailedSeries).
+	MaxDetailedSeries int
+
+	// DrainPeriod is how long /readyz answers 503 on stop before the
+	// listeners close (nil: 5s; only when something asked /readyz since
+	// the start); ShutdownTimeout how long calls in flight then get (0:
+	// DefaultRLSShutdownTimeout).
+	DrainPeriod     *time.Duration
+	ShutdownTimeout time.Duration
+	// Reload triggers a reload for every value received (SIGHUP); Hurry
+	// ends the drain early (a second SIGTERM).
+	Reload, Hurry <-chan struct{}
+	// Watch reloads when the configuration changes (package watch).
+	Watch        bool
+	WatchOptions watch.Options
+
+	// Stdout receives the addresses listened on; Logger the logs (nil:
+	// io.Discard and slog.Default()).
+	Stdout io.Writer
+	Logger *slog.Logger
+	// Now is the clock of the decisions; nil means time.Now.
+	Now func() time.Time
+}
+
+// ConfigError reports a configuration or a setting that cannot run (the
+// envoyproxy/ratelimit YAML does not load, a transport that does not
+// exist): the operator must change what they gave. `portero rls` exits 2.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func listenAddr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// RunRLS runs `portero rls` until ctx is done, on the lifecycle `portero
+// serve` runs on (lifecycle.Service): its listeners (gRPC, HTTP, admin),
+// reloads on o.Reload and on file change, readiness, then the drain and
+// the graceful shutdown. The configuration is read before anything
+// listens; an error there is a *ConfigError.
+func RunRLS(ctx context.Context, o RLSOptions) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.ConfigPath == "" {
+		return &ConfigError{errors.New("an envoyproxy/ratelimit configuration (a file or a directory) is required")}
+	}
+	grpcListen := listenAddr(o.GRPCListen, DefaultRLSGRPCListen)
+	httpListen := listenAddr(o.HTTPListen, DefaultRLSHTTPListen)
+	adminListen := listenAddr(o.AdminListen, DefaultRLSAdminListen)
+	if grpcListen == "off" && httpListen == "off" {
+		return &ConfigError{errors.New("both the gRPC and the HTTP listeners are off: nothing to serve")}
+	}
+	if o.OnStoreError == "" {
+		o.OnStoreError = portero.FailError
+	}
+	if o.AuthOnStoreError == "" {
+		o.AuthOnStoreError = portero.FailAllow
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultRLSShutdownTimeout
+	}
+	o.GRPC.ShutdownGrace = o.ShutdownTimeout
+	log := o.Logger
+	var watchPath string
+	if o.Watch {
+		watchPath = o.ConfigPath
+	}
+	svc := lifecycle.Start(lifecycle.Options{Name: "portero rls", Stdout: o.Stdout, Logger: log,
+		Watch: watchPath, WatchOptions: o.WatchOptions, Reload: o.Reload, Hurry: o.Hurry})
+	defer svc.Close()
+
+	limits, err := envoyconf.Load(o.ConfigPath, envoyconf.Options{MergeDomains: o.MergeDomains})
+	if err != nil {
+		return &ConfigError{err}
+	}
+	store, err := openRLSStore(o, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := store.Close(cctx); err != nil {
+			log.Warn("closing the store", "err", err)
+		}
+	}()
+	// One compiler and one engine for gRPC and /v1/check (the same
+	// counters, the same failure policy), a second engine for /v1/auth's
+	// failure policy.
+	compiler := descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains})
+	eng, err := engine.New(engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit})
+	if err != nil {
+		return &ConfigError{err}
+	}
+	authEng, err := engine.New(engine.Options{Store: store, OnError: o.AuthOnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit})
+	if err != nil {
+		return &ConfigError{err}
+	}
+	log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()))
+
+	r := &rlsServer{opts: o, log: log, compiler: compiler, engine: eng, authEngine: authEng, ready: svc.Readiness()}
+	r.redis, _ = store.(*redisstore.Store)
+	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
+	r.source.Store(&rlsSource{limits: limits, at: time.Now()})
+	r.metrics.domains.Set(float64(len(limits.Domains())))
+	r.ready.AddCheck(r.readyCheck)
+	if r.redis != nil && !r.redis.Connected() {
+		log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_store_error", o.OnStoreError.String(),
+			"ready", r.readyCheck() == nil)
+	}
+	if err := r.listen(svc, grpcListen, httpListen, adminListen); err != nil {
+		return err
+	}
+	drain := 5 * time.Second
+	if o.DrainPeriod != nil {
+		drain = *o.DrainPeriod
+	}
+	return svc.Run(ctx, lifecycle.Hooks{
+		Reload:          r.reload,
+		DrainPeriod:     func() time.Duration { return drain },
+		ShutdownTimeout: func() time.Duration { return o.ShutdownTimeout },
+	})
+}
+
+// rlsServer is one running `portero rls`.
+type rlsServer struct {
+	opts               RLSOptions
+	log                *slog.Logger
+	compiler           *descriptor.Compiler
+	engine, authEngine *engine.Engine
+	ready              *lifecycle.Readiness
+	redis              *redisstore.Store // nil for the memory store
+	metrics            *rlsMetrics
+	source             atomic.Pointer[rlsSource]
+	mu                 sync.Mutex // serializes reloads
+}
+
+// rlsSource is the configuration in use, for the admin API.
+type rlsSource struct {
+	limits *descriptor.Config
+	at     time.Time
+}
+
+// listen binds the listeners that are not off.
+func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, adminListen string) error {
+	o := r.opts
+	if grpcListen != "off" {
+		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
+			Observer: r.metrics.observer("grpc")})
+		srv, err := rls.NewServer(rsvc, o.GRPC)
+		if err != nil {
+			return &ConfigError{err}
+		}
+		so := srv.Options()
+		// The gRPC server authenticates clients by mTLS only.
+		if _, err := svc.Listen(lifecycle.Listener{Name: "gRPC", Addr: grpcListen, Scheme: "grpc", Note: "(" + string(so.Transport) + ")",
+			Server: srv, OnDrain: srv.Drain, OwnTLS: so.TLS.CertFile != "",
+			Credentials: true, Auth: so.TLS.ClientCAFile != "", Risk: "spend and read any client's limits",
+			Listen: func(addr string) (net.Listener, error) { return rls.Listen(addr, so.SocketMode) }}); err != nil {
+			return err
+		}
+	}
+	if httpListen != "off" {
+		h, err := checkapi.New(checkapi.Config{Compiler: r.compiler, Engine: r.engine, AuthEngine: r.authEngine,
+			ClientIP: o.ClientIP, DefaultDomain: o.AuthDomain, Timeout: o.CallTimeout, Now: o.Now, Logger: r.log,
+			Observer: r.metrics.observer("http")})
+		if err != nil {
+			return &ConfigError{err}
+		}
+		tlsR, err := reloader(o.HTTPTLS, r.log)
+		if err != nil {
+			return &ConfigError{fmt.Errorf("HTTP listener TLS: %w", err)}
+		}
+		srv := &http.Server{Handler: withProbes(h, r.ready), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
+		if _, err := svc.Listen(lifecycle.Listener{Name: "HTTP", Addr: httpListen, Server: srv, TLS: tlsR,
+			Credentials: true, Auth: tlsR != nil && tlsR.ClientAuth(), Risk: "spend and read any client's limits"}); err != nil {
+			return err
+		}
+	}
+	if adminListen != "off" {
+		tlsR, err := reloader(o.AdminTLS, r.log)
+		if err != nil {
+			return &ConfigError{fmt.Errorf("admin listener TLS: %w", err)}
+		}
+		base := adminBase{reg: r.metrics.reg, ready: r.ready, token: func() string { return o.AdminToken }}
+		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: base.server(r.log, r.adminRoutes), TLS: tlsR,
+			Credentials: true, Auth: o.AdminToken != "" || tlsR != nil && tlsR.ClientAuth(),
+			Risk: "read the metrics, the configuration and profiles of the process", Note: "(/metrics, /config, /debug/pprof/)"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reloader returns the certificate reloader of a listener's TLS files,
+// nil when TLS is off.
+func reloader(f tlsreload.Files, log *slog.Logger) (*tlsreload.Reloader, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	return tlsreload.New(f, log)
+}
+
+// withProbes serves /readyz from ready and /healthz in front of h, so
+// that the HTTP listener answers probes while it drains like serve's
+// gateway does.
+func withProbes(h http.Handler, ready *lifecycle.Readiness) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/readyz":
+			ready.ServeHTTP(w, req)
+		case "/healthz":
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("ok\n"))
+		default:
+			h.ServeHTTP(w, req)
+		}
+	})
+}
+
+// connected is portero_store_connected: whether the store has reached
+// its backend.
+func (r *rlsServer) connected() float64 {
+	if r.redis != nil && !r.redis.Connected() {
+		return 0
+	}
+	return 1
+}
+
+// readyCheck is the store's part of readiness, as for serve: a Redis
+// store that has not answered since the start, under a failure policy
+// that can only refuse (deny) or fail (error) every call, makes the
+// instance say it is not ready. Under allow and local it serves.
+func (r *rlsServer) readyCheck() error {
+	if r.redis == nil || r.redis.Connected() {
+		return nil
+	}
+	if p := r.opts.OnStoreError; p == portero.FailDeny || p == portero.FailError {
+		return fmt.Errorf("redis has not answered yet and the failure policy is %s", p)
+	}
+	return nil
+}
+
+// reload reads the configuration again and applies it whole, or logs why
+// not and keeps the running one.
+func (r *rlsServer) reload(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := envoyconf.Load(r.opts.ConfigPath, envoyconf.Options{MergeDomains: r.opts.MergeDomains})
+	if err != nil {
+		r.metrics.reloads.WithLabelValues("error").Inc()
+		r.log.Error("rls: reload refused, keeping the running configuration", "why", why, "err", err)
+		return
+	}
+	r.compiler.SetLimits(c)
+	r.metrics.reloaded()
+	r.source.Store(&rlsSource{limits: c, at: time.Now()})
+	r.metrics.reloads.WithLabelValues("ok").Inc()
+	r.metrics.domains.Set(float64(len(c.Domains())))
+	r.log.Info("rls: configuration reloaded", "why", why, "domains", strings.Join(c.Domains(), ","))
+}
+
+// adminRoutes adds rls's own admin endpoints: /config, the configuration
+// in use (envoyproxy/ratelimit's /rlconfig).
+func (r *rlsServer) adminRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, req *http.Request) {
+		src := r.source.Load()
+		writeJSON(w, http.StatusOK, map[string]any{"source": r.opts.ConfigPath, "loaded_at": src.at.UTC().Format(time.RFC3339),
+			"files": src.limits.Files(), "domains": src.limits.Domains()})
+	})
+}
+
+// openRLSStore opens the store RLSOptions name. A Redis that does not
+// answer yet is no error: the store fails every call (and the engines'
+// failure policies answer) until Redis answers.
+func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
+	switch o.Store {
+	case "", "memory":
+		if o.OnStoreError == portero.FailLocal || o.AuthOnStoreError == portero.FailLocal {
+			return nil, &ConfigError{errors.New("failure policy local applies to the redis store only: the memory store does not fail")}
+		}
+		return memstore.New(memstore.Config{})
+	case "redis":
+		return redisstore.New(redisstore.Config{URL: o.RedisURL, Logger: log, DialInBackground: true})
+	}
+	return nil, &ConfigError{fmt.Errorf("store %q: want memory or redis", o.Store)}
+}

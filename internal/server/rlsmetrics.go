@@ -1,0 +1,283 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
+)
+
+// DefaultMaxDetailedSeries caps the descriptor keys that detailed_metric
+// may add to the metrics (one per distinct request value): beyond it a
+// value is counted under its descriptor's plain key, so that a client
+// sending a new value each time cannot grow the metrics without bound.
+const DefaultMaxDetailedSeries = 1000
+
+// maxDetailedKey bounds one detailed key in bytes: longer ones are counted
+// under the plain key (a descriptor's values may be 32 KiB).
+const maxDetailedKey = 256
+
+// rlsMetrics are the Prometheus series of one `portero rls`, fed by the
+// engine's verdicts (rlsObserver). Labels have bounded cardinality: domain
+// and key come from the configuration (envoyproxy/ratelimit's stat key,
+// the descriptor's keys and configured values, without the request's
+// values), outcome and policy from the engine's fixed sets, door and
+// result from fixed sets; a request's values appear only where the
+// configuration marks the descriptor detailed_metric, and then in at most
+// maxDetailed keys.
+type rlsMetrics struct {
+	reg     *prometheus.Registry
+	reloads *prometheus.CounterVec
+	domains prometheus.Gauge
+
+	decisions     *prometheus.CounterVec // domain, key, outcome
+	failurePolicy *prometheus.CounterVec // domain, key, policy
+	calls         *prometheus.CounterVec // door, result
+	storeLatency  prometheus.Histogram
+	storeErrors   prometheus.Counter
+	fallback      atomic.Bool
+	dropped       prometheus.Counter
+
+	// byLimit caches each limit's series (*descriptor.Limit →
+	// *keySeries), so that a decision costs one map load and no label
+	// hashing; a reload clears it. detailed holds the detailed keys'
+	// (domain + "\x00" + key → *keySeries), at most maxDetailed.
+	byLimit     sync.Map
+	detailed    sync.Map
+	maxDetailed int64
+	nDetailed   atomic.Int64
+}
+
+// keySeries are one descriptor key's counters: by outcome (engine.Outcome
+// − 1), made when the key is first seen so that rates start from zero,
+// and by failure policy, made when first needed.
+type keySeries struct {
+	domain, key string
+	c           [int(engine.CanNeverPass)]prometheus.Counter
+	p           sync.Map // portero.FailurePolicy → prometheus.Counter
+}
+
+// rlsResults are the values of portero_rls_calls_total's result label.
+var rlsResults = [...]string{"ok", "over_limit", "invalid", "not_found", "unavailable", "canceled", "error"}
+
+func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
+	if maxDetailed <= 0 {
+		maxDetailed = DefaultMaxDetailedSeries
+	}
+	m := &rlsMetrics{reg: newRegistry(), maxDetailed: int64(maxDetailed)}
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_config_reloads_total",
+		Help: "Configuration reloads by result (ok, error).",
+	}, []string{"result"})
+	m.domains = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "portero_rls_config_domains",
+		Help: "Domains in the running envoyproxy/ratelimit configuration.",
+	})
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_rls_decisions_total",
+		Help: "Descriptor decisions by domain, descriptor key (envoyproxy/ratelimit's stat key; request values only with detailed_metric) and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).",
+	}, []string{"domain", "key", "outcome"})
+	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_rls_failure_policy_decisions_total",
+		Help: "Descriptor decisions the failure policy made (allow, deny, local) because the store failed, by domain and key.",
+	}, []string{"domain", "key", "policy"})
+	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_rls_calls_total",
+		Help: "Calls by door (grpc, http) and result (ok, over_limit, invalid, not_found, unavailable, canceled, error).",
+	}, []string{"door", "result"})
+	for _, door := range []string{"grpc", "http"} {
+		for _, r := range rlsResults {
+			m.calls.WithLabelValues(door, r)
+		}
+	}
+	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "portero_store_latency_seconds",
+		Help:    "Time the engine and its store took to decide all the descriptors of one call.",
+		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1},
+	})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "portero_store_errors_total",
+		Help: "Calls the store failed to decide (the failure policy answered, or the call failed under error).",
+	})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "portero_rls_detailed_dropped_total",
+		Help: "Decisions of detailed_metric descriptors counted under the plain key: the detailed keys reached --max-detailed-metrics, or the values were too long.",
+	})
+	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "portero_store_fallback",
+		Help: "1 while the store is failing and the failure policy decides instead of the limits; 0 when healthy.",
+	}, func() float64 {
+		if m.fallback.Load() {
+			return 1
+		}
+		return 0
+	})
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "portero_store_connected",
+		Help: "1 once the store has reached its backend (always for the memory store); 0 while a Redis store started during an outage has not.",
+	}, connected)
+	m.reg.MustRegister(m.reloads, m.domains, m.decisions, m.failurePolicy, m.calls, m.storeLatency, m.storeErrors, m.dropped, fallback, up)
+	return m
+}
+
+func (m *rlsMetrics) newSeries(domain, key string) *keySeries {
+	ks := &keySeries{domain: domain, key: key}
+	for i := range ks.c {
+		ks.c[i] = m.decisions.WithLabelValues(domain, key, engine.Outcome(i+1).String())
+	}
+	return ks
+}
+
+// plain returns the series of limit l in domain: its stat key without
+// the domain.
+func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
+	if v, ok := m.byLimit.Load(l); ok {
+		return v.(*keySeries)
+	}
+	v, _ := m.byLimit.LoadOrStore(l, m.newSeries(domain, strings.TrimPrefix(l.FullKey, domain+".")))
+	return v.(*keySeries)
+}
+
+// withValues returns the series of a detailed_metric limit for the
+// request's entries: envoyproxy/ratelimit's per-value key (key_value for
+// each entry, joined by "."), or the plain key once maxDetailed keys exist.
+func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	key := b.String()
+	if len(key) > maxDetailedKey {
+		m.dropped.Inc()
+		return m.plain(domain, l)
+	}
+	sk := domain + "\x00" + key
+	if v, ok := m.detailed.Load(sk); ok {
+		return v.(*keySeries)
+	}
+	if m.nDetailed.Add(1) > m.maxDetailed {
+		m.nDetailed.Add(-1)
+		m.dropped.Inc()
+		return m.plain(domain, l)
+	}
+	v, loaded := m.detailed.LoadOrStore(sk, m.newSeries(domain, key))
+	if loaded {
+		m.nDetailed.Add(-1) // another call made it first
+	}
+	return v.(*keySeries)
+}
+
+// count counts one decision of ks.
+func (m *rlsMetrics) count(ks *keySeries, res *engine.Result) {
+	if i := int(res.Outcome) - 1; i >= 0 && i < len(ks.c) {
+		ks.c[i].Inc()
+	}
+	if res.Failure == "" {
+		return
+	}
+	c, ok := ks.p.Load(res.Failure)
+	if !ok {
+		c, _ = ks.p.LoadOrStore(res.Failure, m.failurePolicy.WithLabelValues(ks.domain, ks.key, string(res.Failure)))
+	}
+	c.(prometheus.Counter).Inc()
+}
+
+// reloaded forgets the cached series of the previous configuration's
+// limits (the counters themselves stay: the same labels are the same
+// series).
+func (m *rlsMetrics) reloaded() { m.byLimit.Clear() }
+
+// rlsObserver feeds rlsMetrics from one door's verdicts: it is the
+// descriptor.Observer of the gRPC service (door "grpc") and of the check
+// API (door "http").
+type rlsObserver struct {
+	m       *rlsMetrics
+	results [len(rlsResults)]prometheus.Counter
+}
+
+func (m *rlsMetrics) observer(door string) *rlsObserver {
+	o := &rlsObserver{m: m}
+	for i, r := range rlsResults {
+		o.results[i] = m.calls.WithLabelValues(door, r)
+	}
+	return o
+}
+
+var _ descriptor.Observer = (*rlsObserver)(nil)
+
+// Observe implements descriptor.Observer: the call's result, the store's
+// latency and health, and each descriptor's outcome.
+func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *engine.Verdict, took time.Duration, err error) {
+	m := o.m
+	result, storeFailed := 0, false // ok
+	switch {
+	case err == nil:
+		if !v.Allowed {
+			result = 1
+		}
+		storeFailed = v.Degraded != nil
+	case isRequestError(err, descriptor.InvalidArgument):
+		result = 2
+	case isRequestError(err, descriptor.NotFound):
+		result = 3
+	case errors.Is(err, portero.ErrStoreUnavailable):
+		result, storeFailed = 4, true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		result = 5
+	default:
+		result = 6
+	}
+	o.results[result].Inc()
+	if took > 0 {
+		m.storeLatency.Observe(took.Seconds())
+	}
+	if storeFailed {
+		m.storeErrors.Inc()
+	}
+	if took > 0 && m.fallback.Load() != storeFailed {
+		// Written only when it changes: one shared cache line written by
+		// every call would cost throughput.
+		m.fallback.Store(storeFailed)
+	}
+	if err != nil {
+		return
+	}
+	for i := range v.Results {
+		res := &v.Results[i]
+		if i >= len(p.Of) {
+			break
+		}
+		d := p.Of[i]
+		l := p.Descriptors[d].Limit
+		if l == nil {
+			continue
+		}
+		var ks *keySeries
+		if l.DetailedMetric {
+			ks = m.withValues(req.Domain, l, req.Descriptors[d].Entries)
+		} else {
+			ks = m.plain(req.Domain, l)
+		}
+		m.count(ks, res)
+	}
+}
+
+func isRequestError(err error, kind descriptor.ErrorKind) bool {
+	var re *descriptor.RequestError
+	return errors.As(err, &re) && re.Kind == kind
+}
