@@ -75,23 +75,41 @@ func CheckAdjust(rule portero.Rule, delta int64) error {
 	return nil
 }
 
+// most is what charges may leave used of a window's limit: twice the limit
+// (the limit itself for limits too large to double).
+func most(limit int64) int64 {
+	if limit > math.MaxInt64/4 {
+		return limit
+	}
+	return 2 * limit
+}
+
+// bucketMost is the same for a bucket of capacity c refilled one unit per
+// t ns: 2c, or c when 2c·t could overflow.
+func bucketMost(c, t int64) int64 {
+	if c > math.MaxInt64/4/t {
+		return c
+	}
+	return 2 * c
+}
+
 // clampCharge bounds a charge of delta units on a state that has used
-// used units of limit, so that at most twice the limit is used after it.
-func clampCharge(used, delta, limit int64) int64 {
-	room := 2*limit - used
+// used units, so that at most most units are used after it.
+func clampCharge(used, delta, most int64) int64 {
+	room := most - used
 	if room <= 0 {
 		return 0
 	}
 	return min(delta, room)
 }
 
-// addCount applies delta to a window's count: a charge up to twice the
-// limit, a refund down to zero.
+// addCount applies delta to a window's count: a charge up to most(limit),
+// a refund down to zero.
 func addCount(c, delta, limit int64) int64 {
 	if delta > 0 {
-		return c + clampCharge(c, delta, limit)
+		return c + clampCharge(c, delta, most(limit))
 	}
-	return max(0, c+delta)
+	return max(0, c+max(delta, -c))
 }
 
 // Adjust implements Adjuster.
@@ -151,11 +169,10 @@ func (a *CalendarWindow) Adjust(s State, found bool, now, at, delta int64) (Stat
 // refund takes from the window the reservation was counted in while it is
 // the current or the previous one.
 func (a *SlidingCounter) Adjust(s State, found bool, now, at, delta int64) (State, bool) {
-	// The 32-bit halves of the state cap twice the limit.
-	limit := min(a.count, math.MaxUint32/2)
 	if delta > 0 {
 		c, _ := a.at(s, found, now)
-		c.cur = addCount(c.cur, delta, limit)
+		// The 32-bit halves of the state cap what is used.
+		c.cur += clampCharge(c.cur, delta, min(most(a.count), math.MaxUint32))
 		return State{A: c.k, B: c.prev<<32 | c.cur}, true
 	}
 	if !found {
@@ -164,9 +181,9 @@ func (a *SlidingCounter) Adjust(s State, found bool, now, at, delta int64) (Stat
 	c, _ := a.at(s, true, now)
 	switch floorDiv(at, a.window) {
 	case c.k:
-		c.cur = max(0, c.cur+delta)
+		c.cur = addCount(c.cur, delta, a.count)
 	case c.k - 1:
-		c.prev = max(0, c.prev+delta)
+		c.prev = addCount(c.prev, delta, a.count)
 	default:
 		return s, false
 	}
@@ -190,11 +207,14 @@ func (a *TokenBucket) Adjust(s State, found bool, now, at, delta int64) (State, 
 		credit += e
 	}
 	last = max(last, now)
+	m := bucketMost(a.capacity, a.interval)
 	if delta > 0 {
 		used := (a.tau - credit) / a.interval
-		credit -= clampCharge(used, delta, a.capacity) * a.interval
+		credit -= clampCharge(used, delta, m) * a.interval
+	} else if back := min(-delta, m) * a.interval; back >= a.tau-credit {
+		credit = a.tau
 	} else {
-		credit = min(a.tau, credit-delta*a.interval)
+		credit += back
 	}
 	return State{A: credit, B: last}, true
 }
@@ -215,11 +235,14 @@ func (a *LeakyMeter) Adjust(s State, found bool, now, at, delta int64) (State, b
 		level -= e
 	}
 	last = max(last, now)
+	m := bucketMost(a.capacity, a.interval)
 	if delta > 0 {
 		used := (level + a.interval - 1) / a.interval
-		level += clampCharge(used, delta, a.capacity) * a.interval
+		level += clampCharge(used, delta, m) * a.interval
+	} else if back := min(-delta, m) * a.interval; back >= level {
+		level = 0
 	} else {
-		level = max(0, level+delta*a.interval)
+		level -= back
 	}
 	return State{A: level, B: last}, true
 }
@@ -232,14 +255,18 @@ func (a *GCRA) Adjust(s State, found bool, now, at, delta int64) (State, bool) {
 	if found && s.A > now {
 		tat = s.A
 	}
+	m := bucketMost(a.capacity, a.interval)
 	if delta > 0 {
 		used := (tat - now + a.interval - 1) / a.interval
-		return State{A: tat + clampCharge(used, delta, a.capacity)*a.interval}, true
+		return State{A: tat + clampCharge(used, delta, m)*a.interval}, true
 	}
 	if tat == now {
 		return s, false
 	}
-	return State{A: max(now, tat+delta*a.interval)}, true
+	if back := min(-delta, m) * a.interval; back < tat-now {
+		return State{A: tat - back}, true
+	}
+	return State{A: now}, true
 }
 
 // Charge logs delta units at now (delta > 0), unconditionally, keeping at
