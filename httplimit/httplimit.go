@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -363,9 +364,21 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	f.Verdict(cfg.pre.writer, v)
 	if v.Allowed {
 		f.Apply(h)
+		var pending []policy.Settlement
+		var req policy.Request
+		if cfg.Policy.Settles() {
+			if pending = cfg.Policy.Pending(v, now, nil); len(pending) > 0 {
+				req = s.req
+				req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
+			}
+		}
 		s.release() // before the handler runs: it may take long
 		if delay > 0 && !hold(r.Context(), delay) {
 			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
+			return
+		}
+		if len(pending) > 0 {
+			cfg.serveSettled(w, r, next, &req, pending)
 			return
 		}
 		next.ServeHTTP(w, r)
