@@ -277,3 +277,60 @@ func (p PathPattern) mayOverlap(o PathPattern) bool {
 		return o.rest
 	}
 }
+
+// Contains reports whether every request m' selects is also selected by m,
+// as far as methods, hosts, paths and headers tell (addresses and
+// identities are not compared). Both must be compiled. Configuration
+// checks use it: a limit whose scope lies inside another's must not
+// promise more.
+func (m *Match) Contains(o *Match) bool {
+	if len(m.Methods) > 0 {
+		if len(o.Methods) == 0 {
+			return false
+		}
+		for _, x := range o.Methods {
+			if !slices.Contains(m.Methods, x) {
+				return false
+			}
+		}
+	}
+	if m.Host != "" {
+		mh, oh := m.lowerHost(), o.lowerHost()
+		switch {
+		case oh == "":
+			return false
+		case mh == oh:
+		case strings.HasPrefix(mh, "*."):
+			if !strings.HasSuffix(strings.TrimPrefix(oh, "*"), mh[1:]) || strings.TrimPrefix(oh, "*") == mh[1:] {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	for name, want := range m.Headers {
+		if got, ok := o.Headers[name]; !ok || (want != "*" && got != want) {
+			return false
+		}
+	}
+	return m.path.contains(o.path)
+}
+
+// contains reports whether every cleaned path o matches also matches p.
+func (p PathPattern) contains(o PathPattern) bool {
+	if p.any {
+		return true
+	}
+	if o.any {
+		return p.rest && len(p.segs) == 0
+	}
+	if len(o.segs) < len(p.segs) || !p.rest && (o.rest || len(o.segs) != len(p.segs)) {
+		return false
+	}
+	for i, seg := range p.segs {
+		if seg != "" && seg != o.segs[i] {
+			return false
+		}
+	}
+	return true
+}
