@@ -224,15 +224,18 @@ func (cfg *Config) Request(r *http.Request) *policy.Request {
 // fill sets pr from r. id, when not nil, is an empty map it may use for the
 // identity, so that the pooled one is reused.
 func (cfg *Config) fill(pr *policy.Request, r *http.Request, route string, id map[string]string) {
+	ip, fwd := cfg.ClientIP.ResolveForwarded(r)
 	*pr = policy.Request{
 		Method:        r.Method,
 		Host:          r.Host,
 		Path:          r.URL.Path,
 		Header:        r.Header,
-		ClientIP:      cfg.ClientIP.Resolve(r),
+		ClientIP:      ip,
 		ContentLength: r.ContentLength,
 		Identity:      Identity(r.Context()),
 		Route:         route,
+		RawQuery:      r.URL.RawQuery,
+		Forwarded:     fwd,
 	}
 	if cfg.userHeader == "" && cfg.tenantHeader == "" {
 		return
