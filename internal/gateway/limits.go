@@ -84,7 +84,7 @@ type LimitView struct {
 	// window or quota, the burst of a bucket.
 	Max int64 `json:"max"`
 	// Remaining is what is available now.
-	Remaining int64 `json:"remaining"`
+	Remaining int64  `json:"remaining"`
 	Unit      string `json:"unit,omitempty"`
 	// ResetSeconds is how long until the rule is whole again.
 	ResetSeconds int64 `json:"reset_seconds"`
