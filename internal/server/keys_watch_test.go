@@ -18,7 +18,9 @@ func TestKeysFileReloads(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "portero.yaml"), "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n"+
 		"plans: {gold: {rate: 100}}\napi_keys: {file: keys.yaml}\n")
 	keys := filepath.Join(dir, "keys.yaml")
-	line := func(id, key string) string { return "  - {id: " + id + ", plan: gold, sha256: " + apikey.Hash(key) + "}\n" }
+	line := func(id, key string) string {
+		return "  - {id: " + id + ", plan: gold, sha256: " + apikey.Hash(key) + "}\n"
+	}
 	writeFile(t, keys, "keys:\n"+line("a", "key-a"))
 	r := start(t, server.Options{ConfigPath: filepath.Join(dir, "portero.yaml"), AdminListen: "off", Watch: true,
 		WatchOptions: watch.Options{Debounce: 20 * time.Millisecond, Poll: 50 * time.Millisecond}})
