@@ -24,7 +24,9 @@ func newKeysCmd() *cobra.Command {
 hashed: the SHA-256 of the key, in hexadecimal. An API key identifies a
 caller for counting; it does not authenticate it.`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
-		RunE: func(cmd *cobra.Command, _ []string) error { return usageErr(errors.New("want a subcommand: hash or new")) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr(errors.New("want a subcommand: hash or new"))
+		},
 	}
 	cmd.AddCommand(newKeysHashCmd(), newKeysNewCmd())
 	return cmd
