@@ -23,7 +23,8 @@ test: deps vet
 vet:
 	$(GO) vet ./...
 
-## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze)
+## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze,
+## and prometheus for promtool, which checks and unit-tests examples/alerts)
 ## when missing and we are root.
 deps:
 	@missing=""; \
@@ -31,6 +32,7 @@ deps:
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing$$missing from Debian"; \

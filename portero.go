@@ -45,6 +45,10 @@ var (
 	// ErrStoreUnavailable reports a backend (such as Redis) that failed to
 	// answer; the failure policy decides what happens next.
 	ErrStoreUnavailable = errors.New("store unavailable")
+	// ErrNotAdjustable reports an adjustment (Adjuster) that a rule's
+	// algorithm cannot make: a refund on the sliding log, anything on the
+	// leaky queue.
+	ErrNotAdjustable = errors.New("cannot be adjusted")
 )
 
 // Decision is the verdict for one request. The zero value is a refusal with

@@ -59,3 +59,31 @@ type Store interface {
 	// Close releases the store and stops every goroutine it started.
 	Close(ctx context.Context) error
 }
+
+// Adjustment changes, after the fact, what a key has used under a rule:
+// the settlement of a request whose cost was known only after its
+// response (a reservation settled: the difference charged or refunded),
+// or the charge of a request counted only when its response matched.
+type Adjustment struct {
+	Rule Rule
+	Key  string
+	// Delta is the change in units: positive charges Delta units at the
+	// call's instant, unconditionally (the request has happened; the key
+	// may end up over its limit, never more than twice over); negative
+	// refunds −Delta units taken by the decision at At, as if they had
+	// never been taken, while they still count (see package algorithm).
+	Delta int64
+	// At is the instant of the decision whose units a refund gives back.
+	At time.Time
+}
+
+// Adjuster is implemented by the stores that can settle (store/memstore,
+// store/redisstore). The engine calls it (engine.Engine.Settle).
+type Adjuster interface {
+	// Adjust applies each adjustment at instant now, in order. It decides
+	// nothing and refuses nothing. A rule whose algorithm cannot make an
+	// adjustment (a refund on the sliding log, anything on the queue) is
+	// an error wrapping ErrNotAdjustable, checked before anything changes;
+	// errors are otherwise those of AllowAll.
+	Adjust(ctx context.Context, now time.Time, adj []Adjustment) error
+}

@@ -58,7 +58,7 @@ func (a *TokenBucket) Decide(s State, found bool, now, cost int64) (State, porte
 	} else {
 		d.RetryAfter = dur(need - credit + lag)
 	}
-	d.Remaining = credit / a.interval
+	d.Remaining = max(0, credit/a.interval) // a settled charge can leave a debt
 	d.ResetAfter = dur(a.tau - credit + lag)
 	return State{A: credit, B: last}, d
 }
@@ -98,7 +98,7 @@ func (a *LeakyMeter) Decide(s State, found bool, now, cost int64) (State, porter
 	} else {
 		d.RetryAfter = dur(level - (a.tau - need) + lag)
 	}
-	d.Remaining = (a.tau - level) / a.interval
+	d.Remaining = max(0, (a.tau-level)/a.interval) // a settled charge can overfill
 	d.ResetAfter = dur(level + lag)
 	return State{A: level, B: last}, d
 }

@@ -54,7 +54,7 @@ func countIn(s State, end, limit, now, cost int64) (State, portero.Decision) {
 	} else {
 		d.RetryAfter = dur(end - now)
 	}
-	d.Remaining = limit - s.B
+	d.Remaining = max(0, limit-s.B) // a settled charge can pass the limit
 	if s.B > 0 {
 		d.ResetAfter = dur(end - now)
 	}

@@ -77,13 +77,26 @@ func (c *Config) Trusted(a netip.Addr) bool {
 // that is not a trusted proxy. It returns the zero Addr when RemoteAddr is
 // not an IP address (a Unix socket, a custom listener).
 func (c *Config) Resolve(r *http.Request) netip.Addr {
+	a, _ := c.ResolveForwarded(r)
+	return a
+}
+
+// ResolveForwarded is Resolve, also reporting whether the address came
+// from the forwarding header (a trusted proxy named a client in it)
+// rather than from the connection.
+func (c *Config) ResolveForwarded(r *http.Request) (netip.Addr, bool) {
 	peer, ok := ParseHop(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}
+		return netip.Addr{}, false
 	}
 	if len(c.TrustedProxies) == 0 || !c.Trusted(peer) {
-		return peer
+		return peer, false
 	}
+	a := c.resolveBehind(r, peer)
+	return a, a != peer
+}
+
+func (c *Config) resolveBehind(r *http.Request, peer netip.Addr) netip.Addr {
 	name := c.Header
 	if name == "" {
 		name = "X-Forwarded-For"

@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -223,15 +224,18 @@ func (cfg *Config) Request(r *http.Request) *policy.Request {
 // fill sets pr from r. id, when not nil, is an empty map it may use for the
 // identity, so that the pooled one is reused.
 func (cfg *Config) fill(pr *policy.Request, r *http.Request, route string, id map[string]string) {
+	ip, fwd := cfg.ClientIP.ResolveForwarded(r)
 	*pr = policy.Request{
 		Method:        r.Method,
 		Host:          r.Host,
 		Path:          r.URL.Path,
 		Header:        r.Header,
-		ClientIP:      cfg.ClientIP.Resolve(r),
+		ClientIP:      ip,
 		ContentLength: r.ContentLength,
 		Identity:      Identity(r.Context()),
 		Route:         route,
+		RawQuery:      r.URL.RawQuery,
+		Forwarded:     fwd,
 	}
 	if cfg.userHeader == "" && cfg.tenantHeader == "" {
 		return
@@ -363,9 +367,21 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	f.Verdict(cfg.pre.writer, v)
 	if v.Allowed {
 		f.Apply(h)
+		var pending []policy.Settlement
+		var req policy.Request
+		if cfg.Policy.Settles() {
+			if pending = cfg.Policy.Pending(v, now, nil); len(pending) > 0 {
+				req = s.req
+				req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
+			}
+		}
 		s.release() // before the handler runs: it may take long
 		if delay > 0 && !hold(r.Context(), delay) {
 			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
+			return
+		}
+		if len(pending) > 0 {
+			cfg.serveSettled(w, r, next, &req, pending)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -22,6 +22,16 @@ func (p *Policy) Compile(req *Request, hits []engine.Hit, keys []byte) ([]engine
 		if !ok {
 			continue
 		}
+		if r.AfterResponse() {
+			// Settled after the response: a rule of matching responses
+			// only looks now; a cost from the response reserves.
+			if r.Responses.IsZero() {
+				hits = append(hits, engine.Hit{Rule: r.engine, Key: key, Cost: r.Reserve})
+			} else {
+				hits = append(hits, engine.Hit{Rule: r.engine, Key: key, Cost: 1, CheckOnly: true})
+			}
+			continue
+		}
 		cost, err := r.Cost.of(req)
 		if err != nil {
 			return hits, keys, &RuleError{Rule: r.Name, Err: err}

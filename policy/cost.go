@@ -14,6 +14,10 @@ type Cost struct {
 	fixed  int64  // > 0 for a constant cost
 	header string // canonical header name, for a cost read from a header
 	length bool   // the declared Content-Length
+	// A cost known only from the response: a header of the response
+	// (canonical name), or the bytes of its body.
+	respHeader string
+	respBytes  bool
 }
 
 // ErrBadCost is wrapped by the errors Evaluate returns when a request's cost
@@ -36,6 +40,15 @@ func ParseCost(s string) (Cost, error) {
 		return Cost{}, nil
 	case strings.EqualFold(s, "content-length"):
 		return Cost{length: true}, nil
+	case strings.EqualFold(s, "response-bytes"):
+		return Cost{respBytes: true}, nil
+	}
+	if name, ok := strings.CutPrefix(s, "response-header:"); ok {
+		name = strings.TrimSpace(name)
+		if !validToken(name) {
+			return Cost{}, fmt.Errorf("cost %q: want response-header:NAME with a header name", s)
+		}
+		return Cost{respHeader: textproto.CanonicalMIMEHeaderKey(name)}, nil
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
 		name = strings.TrimSpace(name)
@@ -46,7 +59,7 @@ func ParseCost(s string) (Cost, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n <= 0 {
-		return Cost{}, fmt.Errorf("cost %q: want a positive whole number, header:NAME or content-length", s)
+		return Cost{}, fmt.Errorf("cost %q: want a positive whole number, header:NAME, content-length, response-header:NAME or response-bytes", s)
 	}
 	return Cost{fixed: n}, nil
 }
@@ -59,6 +72,10 @@ func (c Cost) String() string {
 	switch {
 	case c.length:
 		return "content-length"
+	case c.respBytes:
+		return "response-bytes"
+	case c.respHeader != "":
+		return "response-header:" + c.respHeader
 	case c.header != "":
 		return "header:" + c.header
 	case c.fixed > 0:
@@ -70,10 +87,37 @@ func (c Cost) String() string {
 // Unit returns the quota unit of the cost for the RateLimit-Policy field:
 // "content-bytes" for content-length, "" (requests, the default) otherwise.
 func (c Cost) Unit() string {
-	if c.length {
+	if c.length || c.respBytes {
 		return "content-bytes"
 	}
 	return ""
+}
+
+// FromResponse reports whether the cost is known only from the response
+// (response-header:NAME, response-bytes): the rule then reserves an
+// estimate when it decides (Rule.Reserve) and is settled afterwards.
+func (c Cost) FromResponse() bool { return c.respBytes || c.respHeader != "" }
+
+// ofResponse returns the cost resp reports; ok is false when it reports
+// none (no such header), in which case the reservation stands.
+func (c Cost) ofResponse(resp *Response) (int64, bool, error) {
+	switch {
+	case c.respBytes:
+		return resp.Bytes, true, nil
+	case c.respHeader != "":
+		v := resp.Header[c.respHeader]
+		if len(v) == 0 {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+		if err != nil || n < 0 {
+			return 0, false, fmt.Errorf("%w: response header %s: %q: want a whole number", ErrBadCost, c.respHeader, v[0])
+		}
+		return n, true, nil
+	case c.fixed > 0:
+		return c.fixed, true, nil
+	}
+	return 1, true, nil
 }
 
 // of returns the cost of req.

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/textproto"
+	"net/url"
+	"path"
 	"strings"
 
 	"github.com/portero-rl/portero/engine"
@@ -26,6 +28,12 @@ import (
 //	method         the request method
 //	host           the request host, lower case, without port
 //	global         a constant: one counter for every request the rule matches
+//	path           the request path, cleaned (as matching sees it)
+//	query:NAME     the first value of query argument NAME
+//	cookie:NAME    the value of cookie NAME
+//	forwarded-ip   the client address when it came from the forwarding
+//	               header of a trusted proxy (Request.Forwarded), grouped as
+//	               ip is; no value when it came from the connection
 //
 // When a part has no value for a request (no such header, no user), the rule
 // does not apply to that request: it is neither counted nor refused. Stack a
@@ -51,6 +59,10 @@ const (
 	keyMethod
 	keyHost
 	keyGlobal
+	keyPath
+	keyQuery
+	keyCookie
+	keyForwarded
 )
 
 type keyPart struct {
@@ -66,7 +78,7 @@ const maxKeyValue = 64
 // "tenant+user". Errors name the offending part.
 func ParseKey(s string) (Key, error) {
 	if strings.TrimSpace(s) == "" {
-		return Key{}, fmt.Errorf("empty key: want ip, header:NAME, user, tenant, identity:NAME, route, method, host, global, or parts joined with +")
+		return Key{}, fmt.Errorf("empty key: want ip, header:NAME, user, tenant, identity:NAME, route, method, host, path, query:NAME, cookie:NAME, forwarded-ip, global, or parts joined with +")
 	}
 	k := Key{}
 	seen := map[string]bool{}
@@ -100,10 +112,22 @@ func ParseKey(s string) (Key, error) {
 			p.kind = keyHost
 		case "global":
 			p.kind = keyGlobal
+		case "path":
+			p.kind = keyPath
+		case "forwarded-ip":
+			p.kind = keyForwarded
+		case "query", "cookie":
+			if arg == "" || strings.ContainsAny(arg, " \t;=&") {
+				return Key{}, fmt.Errorf("key %q: part %q: want %s:NAME", s, part, word)
+			}
+			p = keyPart{kind: keyQuery, name: arg}
+			if word == "cookie" {
+				p.kind = keyCookie
+			}
 		default:
-			return Key{}, fmt.Errorf("key %q: unknown part %q: want ip, header:NAME, user, tenant, identity:NAME, route, method, host or global", s, part)
+			return Key{}, fmt.Errorf("key %q: unknown part %q: want ip, header:NAME, user, tenant, identity:NAME, route, method, host, path, query:NAME, cookie:NAME, forwarded-ip or global", s, part)
 		}
-		if hasArg && p.kind != keyHeader && !(p.kind == keyIdentity && word == "identity") {
+		if hasArg && p.kind != keyHeader && p.kind != keyQuery && p.kind != keyCookie && !(p.kind == keyIdentity && word == "identity") {
 			return Key{}, fmt.Errorf("key %q: part %q takes no argument", s, word)
 		}
 		c := p.String()
@@ -154,9 +178,32 @@ func (p keyPart) String() string {
 		return "method"
 	case keyHost:
 		return "host"
+	case keyPath:
+		return "path"
+	case keyQuery:
+		return "query:" + p.name
+	case keyCookie:
+		return "cookie:" + p.name
+	case keyForwarded:
+		return "forwarded-ip"
 	default:
 		return "global"
 	}
+}
+
+// Len returns the number of parts of k.
+func (k Key) Len() int { return len(k.parts) }
+
+// Dependent reports whether k has a part that depends on what a request
+// asks for (route, method, host, path, query) rather than on who asks.
+func (k Key) Dependent() bool {
+	for _, part := range k.parts {
+		switch part.kind {
+		case keyRoute, keyMethod, keyHost, keyPath, keyQuery:
+			return true
+		}
+	}
+	return false
 }
 
 // key returns the store key of req under k for rule r, appending to buf (a
@@ -225,6 +272,29 @@ func (k Key) appendTo(b []byte, p *Policy, r *Rule, req *Request) []byte {
 			b = appendHost(b, req.Host)
 		case keyGlobal:
 			b = append(b, '*')
+		case keyPath:
+			p := req.Path
+			if p == "" || p[0] != '/' {
+				p = "/" + p
+			}
+			b = appendKeyValue(b, path.Clean(p))
+		case keyQuery:
+			v, ok := queryValue(req.RawQuery, part.name)
+			if !ok || v == "" {
+				return nil
+			}
+			b = appendKeyValue(b, v)
+		case keyCookie:
+			v, ok := cookieValue(req.Header["Cookie"], part.name)
+			if !ok || v == "" {
+				return nil
+			}
+			b = appendKeyValue(b, v)
+		case keyForwarded:
+			if !req.Forwarded || !req.ClientIP.IsValid() {
+				return nil
+			}
+			b = p.groupIP(req.ClientIP).AppendTo(b)
 		}
 	}
 	return b
@@ -263,6 +333,39 @@ func appendHost(b []byte, h string) []byte {
 		}
 	}
 	return appendKeyValue(b, h)
+}
+
+// queryValue returns the first value of argument name in raw query q.
+func queryValue(q, name string) (string, bool) {
+	for q != "" {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(kv, "=")
+		if k != name {
+			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
+				continue
+			}
+		}
+		uv, err := url.QueryUnescape(v)
+		if err != nil {
+			return v, true
+		}
+		return uv, true
+	}
+	return "", false
+}
+
+// cookieValue returns the value of cookie name in Cookie field lines.
+func cookieValue(lines []string, name string) (string, bool) {
+	for _, line := range lines {
+		for c := range strings.SplitSeq(line, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(c), "=")
+			if ok && k == name {
+				return strings.Trim(v, `"`), true
+			}
+		}
+	}
+	return "", false
 }
 
 // validToken reports whether s is an RFC 9110 token (header names, identity
@@ -316,7 +419,8 @@ func (p *Policy) KeyOf(k Key, m *Match, req *Request) (string, bool) {
 // whole service.
 func (k Key) PerClient() bool {
 	for _, part := range k.parts {
-		if part.kind == keyIP || part.kind == keyHeader || part.kind == keyIdentity {
+		switch part.kind {
+		case keyIP, keyHeader, keyIdentity, keyForwarded, keyCookie:
 			return true
 		}
 	}

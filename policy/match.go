@@ -21,6 +21,14 @@ type Match struct {
 	// Headers maps a header name to the value it must have; the value "*"
 	// means only that the header is present.
 	Headers map[string]string
+	// Addresses, when not nil, selects only clients whose address
+	// (Request.ClientIP) is in the set; NotAddresses excludes the clients
+	// in it (a request whose address is unknown is in no set).
+	Addresses, NotAddresses *AddrSet
+	// Identity maps an identity name to the value it must have
+	// (Request.Identity), such as {"plan": "gold"}: values set by the door
+	// or by earlier middleware, never by the client's headers.
+	Identity map[string]string
 
 	path PathPattern
 	host string // Host in lower case, set by Compile
@@ -56,6 +64,26 @@ func (m *Match) Compile() error {
 
 // Matches reports whether req is selected by m.
 func (m *Match) Matches(req *Request) bool {
+	return m.matchesCaller(req) && m.matchesRequest(req)
+}
+
+// matchesCaller reports whether the caller of req (its address and
+// identity) is selected by m, whatever it asks for.
+func (m *Match) matchesCaller(req *Request) bool {
+	for name, want := range m.Identity {
+		if req.Identity[name] != want {
+			return false
+		}
+	}
+	if m.Addresses != nil && !m.Addresses.Contains(req.ClientIP) {
+		return false
+	}
+	return m.NotAddresses == nil || !m.NotAddresses.Contains(req.ClientIP)
+}
+
+// matchesRequest reports whether what req asks for (method, host, path,
+// headers) is selected by m.
+func (m *Match) matchesRequest(req *Request) bool {
 	if len(m.Methods) > 0 && !slices.Contains(m.Methods, req.Method) {
 		return false
 	}
@@ -196,4 +224,113 @@ func (p PathPattern) Matches(urlPath string) bool {
 		}
 	}
 	return rest == "" || p.rest
+}
+
+// MayOverlap reports whether some request could be selected by both m and
+// o as far as their methods, hosts and paths tell (headers, addresses and
+// identities are not compared: they may always agree). Both must be
+// compiled. Configuration checks use it to find the levels a limit sits
+// under.
+func (m *Match) MayOverlap(o *Match) bool {
+	if len(m.Methods) > 0 && len(o.Methods) > 0 && !slices.ContainsFunc(m.Methods, func(x string) bool { return slices.Contains(o.Methods, x) }) {
+		return false
+	}
+	if m.Host != "" && o.Host != "" && !hostsOverlap(m.lowerHost(), o.lowerHost()) {
+		return false
+	}
+	return m.path.mayOverlap(o.path)
+}
+
+// hostsOverlap reports whether two lower-case host patterns share a host.
+func hostsOverlap(a, b string) bool {
+	as, aw := strings.CutPrefix(a, "*.")
+	bs, bw := strings.CutPrefix(b, "*.")
+	switch {
+	case !aw && !bw:
+		return a == b
+	case aw && bw:
+		return strings.HasSuffix(as, "."+bs) || strings.HasSuffix(bs, "."+as) || as == bs
+	case aw:
+		return strings.HasSuffix(b, "."+as)
+	default:
+		return strings.HasSuffix(a, "."+bs)
+	}
+}
+
+// mayOverlap reports whether some cleaned path matches both p and o.
+func (p PathPattern) mayOverlap(o PathPattern) bool {
+	if p.any || o.any {
+		return true
+	}
+	n := min(len(p.segs), len(o.segs))
+	for i := range n {
+		if a, b := p.segs[i], o.segs[i]; a != "" && b != "" && a != b {
+			return false
+		}
+	}
+	switch {
+	case len(p.segs) == len(o.segs):
+		return true
+	case len(p.segs) < len(o.segs):
+		return p.rest
+	default:
+		return o.rest
+	}
+}
+
+// Contains reports whether every request m' selects is also selected by m,
+// as far as methods, hosts, paths and headers tell (addresses and
+// identities are not compared). Both must be compiled. Configuration
+// checks use it: a limit whose scope lies inside another's must not
+// promise more.
+func (m *Match) Contains(o *Match) bool {
+	if len(m.Methods) > 0 {
+		if len(o.Methods) == 0 {
+			return false
+		}
+		for _, x := range o.Methods {
+			if !slices.Contains(m.Methods, x) {
+				return false
+			}
+		}
+	}
+	if m.Host != "" {
+		mh, oh := m.lowerHost(), o.lowerHost()
+		switch {
+		case oh == "":
+			return false
+		case mh == oh:
+		case strings.HasPrefix(mh, "*."):
+			if !strings.HasSuffix(strings.TrimPrefix(oh, "*"), mh[1:]) || strings.TrimPrefix(oh, "*") == mh[1:] {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	for name, want := range m.Headers {
+		if got, ok := o.Headers[name]; !ok || (want != "*" && got != want) {
+			return false
+		}
+	}
+	return m.path.contains(o.path)
+}
+
+// contains reports whether every cleaned path o matches also matches p.
+func (p PathPattern) contains(o PathPattern) bool {
+	if p.any {
+		return true
+	}
+	if o.any {
+		return p.rest && len(p.segs) == 0
+	}
+	if len(o.segs) < len(p.segs) || !p.rest && (o.rest || len(o.segs) != len(p.segs)) {
+		return false
+	}
+	for i, seg := range p.segs {
+		if seg != "" && seg != o.segs[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -49,6 +49,13 @@ type Request struct {
 	// Route names the route the door matched, for keys with a route part;
 	// empty when the door has none.
 	Route string
+	// RawQuery is the URL's query string without the "?", for keys with
+	// a query part.
+	RawQuery string
+	// Forwarded reports that ClientIP came from a forwarding header sent
+	// by a trusted proxy rather than from the connection, for keys with a
+	// forwarded-ip part.
+	Forwarded bool
 }
 
 func (r *Request) header(name string) (string, bool) {
@@ -92,6 +99,14 @@ type Rule struct {
 	Cost Cost
 	// Mode is Enforce (the default when empty) or Shadow.
 	Mode Mode
+	// Responses, when not empty, makes the rule count only the requests
+	// whose response status is in the set (see Settlement): checked before
+	// the request, counted after.
+	Responses StatusSet
+	// Reserve is, for a cost from the response (response-header:NAME,
+	// response-bytes), the estimate counted when the rule decides, settled
+	// once the response reports the cost; 0 means 1.
+	Reserve int64
 
 	store       portero.Rule
 	engine      *engine.Rule
@@ -129,9 +144,10 @@ type Options struct {
 // Policy is a validated, immutable list of rules. It is safe for concurrent
 // use; to change rules, build a new Policy and swap it in.
 type Policy struct {
-	rules []*Rule
-	v6    int
-	v4    int
+	rules   []*Rule
+	v6      int
+	v4      int
+	settles bool // some rule is settled after the response
 }
 
 // New validates the rules and returns a policy. It reports every problem it
@@ -175,6 +191,7 @@ func New(rules []Rule, opts Options) (*Policy, error) {
 			continue
 		}
 		p.rules = append(p.rules, &r)
+		p.settles = p.settles || r.AfterResponse()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -236,7 +253,7 @@ func (r *Rule) prepare() error {
 	if r.Cost.fixed > r.maxCost {
 		return fmt.Errorf("cost %d: %w: the rule admits at most %d at once", r.Cost.fixed, portero.ErrCostExceedsLimit, r.maxCost)
 	}
-	return nil
+	return r.prepareSettle()
 }
 
 // Rules returns the policy's rules in order. The caller must not change

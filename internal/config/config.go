@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -57,6 +58,14 @@ type File struct {
 	Upstreams map[string]Upstream `yaml:"upstreams,omitempty"`
 	Routes    []Route             `yaml:"routes,omitempty"`
 	Rules     []Rule              `yaml:"rules,omitempty"`
+	// The API-gateway model (plans.go): address lists, levels, usage
+	// plans and API keys, look-back rules, GET /v1/limits.
+	AddressLists   map[string][]string `yaml:"address_lists,omitempty"`
+	Levels         Levels              `yaml:"levels,omitempty"`
+	Plans          map[string]Plan     `yaml:"plans,omitempty"`
+	APIKeys        APIKeys             `yaml:"api_keys,omitempty"`
+	RateRules      []RateRule          `yaml:"rate_rules,omitempty"`
+	LimitsEndpoint string              `yaml:"limits_endpoint,omitempty"`
 }
 
 // Server is the gateway listener and its timeouts (Go durations).
@@ -133,6 +142,9 @@ type Match struct {
 	Path    string            `yaml:"path,omitempty"`
 	Host    string            `yaml:"host,omitempty"`
 	Headers map[string]string `yaml:"headers,omitempty"`
+	// Addresses and NotAddresses name address lists or give CIDRs.
+	Addresses    []string `yaml:"addresses,omitempty"`
+	NotAddresses []string `yaml:"not_addresses,omitempty"`
 }
 
 // Route sends matching requests to an upstream; the first match wins.
@@ -152,6 +164,9 @@ type Rule struct {
 	Limit     string `yaml:"limit"`
 	Cost      string `yaml:"cost,omitempty"`
 	Mode      string `yaml:"mode,omitempty"`
+	// CountResponses and Reserve: rules settled after the response.
+	CountResponses []string `yaml:"count_responses,omitempty"`
+	Reserve        int64    `yaml:"reserve,omitempty"`
 }
 
 // Config is a validated configuration, ready to run.
@@ -203,6 +218,9 @@ type Config struct {
 	// Upstreams by name, and Routes in order.
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
+	// Gateway is the API-gateway model (plans.go): levels, plans, keys,
+	// GET /v1/limits.
+	Gateway GatewayModel
 }
 
 // UpstreamConfig is a validated upstream.
@@ -365,6 +383,8 @@ type parser struct {
 	// suggestions point to): validation says nothing more about them, since
 	// what it sees there is a zero value left by that first error.
 	walked map[string]bool
+	// lists are the address lists, by name (plans.go).
+	lists map[string][]netip.Prefix
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -655,6 +675,8 @@ func (p *parser) validate(f *File) *Config {
 		c.Upstreams[name] = uc
 	}
 
+	p.addressLists(f)
+
 	// routes
 	if len(f.Routes) == 0 {
 		p.errorf(at("routes"), "at least one route is required, such as - upstream: NAME")
@@ -741,6 +763,11 @@ func (p *parser) validate(f *File) *Config {
 		default:
 			bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
 		}
+		if set, err := policy.ParseStatuses(r.CountResponses); err != nil {
+			bad(append(path, "count_responses"), "%v", err)
+		} else {
+			pr.Responses, pr.Reserve = set, r.Reserve
+		}
 		if ok {
 			// What only the combination can tell (a cost larger than the
 			// limit could ever admit, an algorithm's own bounds).
@@ -752,6 +779,7 @@ func (p *parser) validate(f *File) *Config {
 		ruleOK = ruleOK && ok
 		rules = append(rules, pr)
 	}
+	rules = p.gatewayModel(f, c, rules, seen)
 	if ruleOK && len(p.errs) == 0 {
 		pol, err := policy.New(rules, policy.Options{IPv6Prefix: f.ClientIP.IPv6Prefix, IPv4Prefix: f.ClientIP.IPv4Prefix})
 		if err != nil {
@@ -772,6 +800,8 @@ func limitMessage(err error, in string) string {
 
 func (p *parser) match(m Match, path []any) policy.Match {
 	pm := policy.Match{Methods: m.Methods, Path: m.Path, Host: m.Host, Headers: m.Headers}
+	pm.Addresses = p.addresses(m.Addresses, append(path, "addresses"))
+	pm.NotAddresses = p.addresses(m.NotAddresses, append(path, "not_addresses"))
 	for i, meth := range m.Methods {
 		if up := strings.ToUpper(meth); up != meth {
 			pm.Methods = append([]string(nil), m.Methods...)

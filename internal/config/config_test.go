@@ -51,7 +51,7 @@ rules:
     key: ip
     limit: 10/min
   - name: a
-    key: cookie
+    key: biscuit
     limit: 10/min
   - name: c
     key: ip
@@ -82,7 +82,7 @@ routes:
 		"bad.yaml:3:17: server.read_timeout: \"soon\"",
 		"bad.yaml:5:3: store.url: required for type redis",
 		"bad.yaml:10:11: rules[1].name: \"a\": already used by rules[0]",
-		"bad.yaml:11:10: rules[1].key: key \"cookie\": unknown part",
+		"bad.yaml:11:10: rules[1].key: key \"biscuit\": unknown part",
 		"bad.yaml:15:12: rules[2].limit: 0/min: invalid limit: count 0: must be positive",
 		"bad.yaml:19:16: rules[3].algorithm: unknown algorithm \"magic\"",
 		"bad.yaml:20:11: rules[3].mode: \"dry-run\": want enforce or shadow",

@@ -157,6 +157,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.inFlight.Add(-1)
+	gm := &t.cfg.Gateway
+	if gm.Keys != nil {
+		if r = identify(w, r, gm); r == nil {
+			return
+		}
+	}
+	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
+		g.limits(w, r, t)
+		return
+	}
+	if gm.Keys != nil && !covered(w, r, gm) {
+		return
+	}
 	var name string
 	var next http.Handler = notFound{}
 	if rt := t.match(r); rt != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,4 +72,21 @@ func (l *leased) retire(next *leased) <-chan struct{} {
 		l.idleOnce.Do(func() { close(l.idle) })
 	}
 	return l.idle
+}
+
+// Adjust implements portero.Adjuster when the store does, leased as
+// AllowAll is (the engine settles after responses, which may end after a
+// reload).
+func (l *leased) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustment) error {
+	l.inflight.Add(1)
+	if l.retired.Load() {
+		l.release()
+		return l.next.Load().Adjust(ctx, now, adj)
+	}
+	defer l.release()
+	a, ok := l.Store.(portero.Adjuster)
+	if !ok {
+		return fmt.Errorf("%T: %w: the store cannot settle", l.Store, portero.ErrNotAdjustable)
+	}
+	return a.Adjust(ctx, now, adj)
 }

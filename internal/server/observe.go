@@ -33,6 +33,10 @@ type metrics struct {
 	// failurePolicy counts rule decisions made by the failure policy
 	// (engine.Result.Failure) instead of the store, by rule.
 	failurePolicy *prometheus.CounterVec
+	// quotaUsed observes, for every decision of a calendar quota, the
+	// share of the quota the key had used: "some client has nearly spent
+	// its quota" without a client key as a label.
+	quotaUsed *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -77,7 +81,12 @@ func newMetrics() *metrics {
 		Name: "portero_config_rules",
 		Help: "Number of rules in the running configuration.",
 	})
-	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.reloads, m.proxyErrors, m.configRules)
+	m.quotaUsed = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "portero_quota_used_ratio",
+		Help:    "Share of a calendar quota the key had used at each decision, by rule (no client label: alert on the upper buckets).",
+		Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1},
+	}, []string{"rule"})
+	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.quotaUsed, m.reloads, m.proxyErrors, m.configRules)
 	return m
 }
 
@@ -145,6 +154,8 @@ func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Dura
 		o.decision(res).Inc()
 		if res.Failure != "" {
 			o.m.failurePolicy.WithLabelValues(res.Rule.Name).Inc()
+		} else if d := &res.Decision; d.Quota && d.Limit > 0 {
+			o.m.quotaUsed.WithLabelValues(res.Rule.Name).Observe(float64(d.Limit-d.Remaining) / float64(d.Limit))
 		}
 		switch res.Outcome {
 		case engine.Refused, engine.CanNeverPass:

@@ -224,13 +224,30 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Watch {
 		watchPath = opts.ConfigPath
 	}
+	// Reloads come from the signal and, once the configuration names one,
+	// from the API keys file's watcher.
+	reload, forward, stopForward := reloads()
+	defer stopForward()
+	forward(opts.Reload)
 	svc := lifecycle.Start(lifecycle.Options{Name: "portero", Stdout: opts.Stdout, Logger: s.log,
-		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Hurry: opts.Hurry})
+		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: reload, Hurry: opts.Hurry})
 	defer svc.Close()
 	s.ready = svc.Readiness()
 	cfg, err := s.load()
 	if err != nil {
 		return err
+	}
+	if kf := cfg.Gateway.KeysFile; opts.Watch && kf != "" {
+		wo := opts.WatchOptions
+		if wo.Logger == nil {
+			wo.Logger = s.log
+		}
+		if w, err := watch.New(kf, wo); err != nil {
+			s.log.Warn("cannot watch the API keys file; reload with SIGHUP", "path", kf, "err", err)
+		} else {
+			defer w.Close()
+			forward(w.C)
+		}
 	}
 	st, err := s.opts.OpenStore(cfg, s.log)
 	if err != nil {
@@ -390,4 +407,35 @@ func (s *Server) Reload(why string) error {
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
 	s.log.Info("configuration reloaded", "reason", why, "source", cfg.Source, "rules", len(cfg.Policy.Rules()))
 	return nil
+}
+
+// reloads returns a reload channel for the lifecycle and forward, which
+// feeds it from another channel (the signal's, a keys file watcher's)
+// until stop, which waits for the forwarding goroutines.
+func reloads() (reload chan struct{}, forward func(<-chan struct{}), stop func()) {
+	reload = make(chan struct{}, 1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	forward = func(c <-chan struct{}) {
+		if c == nil {
+			return
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				case _, ok := <-c:
+					if !ok {
+						return
+					}
+					select {
+					case reload <- struct{}{}:
+					default: // one is pending already
+					}
+				}
+			}
+		})
+	}
+	return reload, forward, func() { close(done); wg.Wait() }
 }

@@ -81,7 +81,7 @@ func (c *compiled) decision(allowed bool, rem, retry, reset, delay int64) porter
 	d := portero.Decision{
 		Allowed:    allowed,
 		Limit:      c.limit,
-		Remaining:  rem,
+		Remaining:  max(rem, 0), // a settled charge can pass the limit (Adjust)
 		RetryAfter: time.Duration(retry),
 		ResetAfter: time.Duration(reset),
 		Delay:      time.Duration(delay),

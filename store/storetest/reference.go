@@ -175,3 +175,51 @@ func (r *Reference) decide(now time.Time, hits []portero.Hit, commit bool) ([]po
 	}
 	return out, nil
 }
+
+var _ portero.Adjuster = (*Reference)(nil)
+
+// Adjust implements portero.Adjuster with the algorithms' own adjustments
+// (algorithm.Adjuster, algorithm.SlidingLog.Charge): the oracle of the
+// conformance suite's settlement traces.
+func (r *Reference) Adjust(_ context.Context, now time.Time, adj []portero.Adjustment) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("storetest: reference store: %w", portero.ErrClosed)
+	}
+	algs := make([]deciders, len(adj))
+	for i, a := range adj {
+		d, err := newDeciders(a.Rule)
+		if err != nil {
+			return err
+		}
+		if err := algorithm.CheckAdjust(a.Rule, a.Delta); err != nil {
+			return err
+		}
+		algs[i] = d
+	}
+	ns := now.UnixNano()
+	for i, a := range adj {
+		k := refKey{a.Rule, a.Key}
+		if l := algs[i].log; l != nil {
+			if a.Delta > 0 {
+				lg := r.logs[k]
+				if lg == nil {
+					lg = new(algorithm.Log)
+					r.logs[k] = lg
+				}
+				l.Charge(lg, ns, a.Delta)
+			}
+			continue
+		}
+		s, found := r.states[k]
+		s, changed, err := algorithm.AdjustState(algs[i].fixed, s, found, ns, a.At.UnixNano(), a.Delta)
+		if err != nil {
+			return err
+		}
+		if changed {
+			r.states[k] = s
+		}
+	}
+	return nil
+}

@@ -30,7 +30,13 @@
 //     ErrUnknownAlgorithm, ErrClosed, and no panics;
 //   - Peek: on random traces, before every call, each hit's Peek equals
 //     Reference's, and the calls that follow still decide as Reference's
-//     (a Peek counts nothing); errors as for AllowAll.
+//     (a Peek counts nothing); errors as for AllowAll;
+//   - Adjust (portero.Adjuster, which every store must implement): step
+//     tables of charges and refunds per algorithm, and random traces of
+//     AllowAll, Peek and Adjust (charges past the limit, refunds of earlier
+//     decisions, in the same window or after it) whose decisions must equal
+//     Reference's; ErrNotAdjustable for what an algorithm cannot adjust,
+//     checked before anything changes.
 //
 // Every instant in the tables and traces is a whole number of microseconds
 // after a base instant that is itself a whole number of hours since the Unix
@@ -65,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("calendar", func(t *testing.T) { runCalendar(t, newStore) })
 	t.Run("peek", func(t *testing.T) { runPeek(t, newStore) })
+	t.Run("adjust", func(t *testing.T) { runAdjust(t, newStore) })
 }
 
 // Step is one request of a step table: at At after Base, the hit's Cost

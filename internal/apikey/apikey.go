@@ -1,0 +1,94 @@
+// Package apikey maps API keys to the usage plans they belong to. An API
+// key identifies a caller for counting; it does not authenticate it (it
+// travels in a header, does not expire and authorizes nothing): put
+// authentication in front of Portero or in the upstream.
+//
+// Keys are kept hashed, as configuration files and keys files hold them:
+// the SHA-256 of the key's bytes, in hexadecimal (Hash; `portero keys
+// hash`). A lookup hashes the key a request presents and finds its entry by
+// that hash, then compares the two hashes with crypto/subtle, in constant
+// time.
+package apikey
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// MaxKeyLen is the longest key a request may present; a longer one is
+// unknown without being hashed.
+const MaxKeyLen = 4096
+
+// Hash returns the SHA-256 of key in lower-case hexadecimal: the form in
+// which keys are stored.
+func Hash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseHash reads a hash as Hash writes it (upper case accepted).
+func ParseHash(s string) ([32]byte, error) {
+	var h [32]byte
+	if len(s) != 64 {
+		return h, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
+	}
+	if _, err := hex.Decode(h[:], []byte(strings.ToLower(s))); err != nil {
+		return h, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
+	}
+	return h, nil
+}
+
+// Key is what a key identifies: the caller's ID (the name its counters are
+// kept under, never the key itself) and its plan.
+type Key struct {
+	ID, Plan string
+}
+
+type entry struct {
+	hash [32]byte
+	key  Key
+}
+
+// Set maps hashed keys to callers. It is immutable and safe for
+// concurrent use.
+type Set struct {
+	byHash map[[32]byte]*entry
+}
+
+// NewSet returns an empty set with room for n keys.
+func NewSet(n int) *Set { return &Set{byHash: make(map[[32]byte]*entry, n)} }
+
+// Add adds a key by its hash; it fails when the hash is already there.
+// Add is for building a set, before it is shared.
+func (s *Set) Add(hash [32]byte, k Key) error {
+	if _, dup := s.byHash[hash]; dup {
+		return fmt.Errorf("key hash %s given twice", hex.EncodeToString(hash[:8]))
+	}
+	s.byHash[hash] = &entry{hash: hash, key: k}
+	return nil
+}
+
+// Len returns the number of keys.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.byHash)
+}
+
+// Lookup returns the caller that raw, a key presented by a request,
+// identifies.
+func (s *Set) Lookup(raw string) (Key, bool) {
+	if s == nil || raw == "" || len(raw) > MaxKeyLen {
+		return Key{}, false
+	}
+	sum := sha256.Sum256([]byte(raw))
+	e, ok := s.byHash[sum]
+	if !ok || subtle.ConstantTimeCompare(e.hash[:], sum[:]) != 1 {
+		return Key{}, false
+	}
+	return e.key, true
+}

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/engine/header"
+	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/httpanswer"
+	"github.com/portero-rl/portero/policy"
+)
+
+// The API-gateway model at the door: a request's API key names its caller
+// and plan (403 when missing, unknown or outside the plan's routes), and
+// GET /v1/limits tells the caller which limits and quotas apply to it and
+// how much of each is left, without counting.
+
+// identify finds r's API key: it returns r with the caller's ID and plan
+// as identities (httplimit.WithIdentity) for the plan's rules, or writes
+// 403 and returns nil.
+func identify(w http.ResponseWriter, r *http.Request, gm *config.GatewayModel) *http.Request {
+	raw := r.Header.Get(gm.KeyHeader)
+	if raw == "" {
+		forbid(w, "missing API key: send it in the "+gm.KeyHeader+" header (an API key identifies the caller for counting; it is not a credential)")
+		return nil
+	}
+	k, ok := gm.Keys.Lookup(raw)
+	if !ok {
+		forbid(w, "unknown API key in the "+gm.KeyHeader+" header")
+		return nil
+	}
+	ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
+	return r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
+}
+
+// covered writes 403 and reports false when the caller's plan does not
+// cover r.
+func covered(w http.ResponseWriter, r *http.Request, gm *config.GatewayModel) bool {
+	plan := httplimit.Identity(r.Context())[config.IdentityPlan]
+	pc := gm.Plans[plan]
+	if pc == nil || pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
+		return true
+	}
+	forbid(w, "usage plan "+plan+" does not cover "+r.Method+" "+r.URL.Path)
+	return false
+}
+
+func forbid(w http.ResponseWriter, detail string) {
+	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Forbidden", Status: http.StatusForbidden, Detail: detail})
+}
+
+// LimitsAnswer is the body of GET /v1/limits.
+type LimitsAnswer struct {
+	Client LimitsClient `json:"client"`
+	Limits []LimitView  `json:"limits"`
+}
+
+// LimitsClient is who asked.
+type LimitsClient struct {
+	IP     string `json:"ip,omitempty"`
+	APIKey string `json:"api_key,omitempty"`
+	Plan   string `json:"plan,omitempty"`
+}
+
+// LimitView is one limit that applies to the caller, and what is left of
+// it now.
+type LimitView struct {
+	Name string `json:"name"`
+	// Level is global, stage, method, plan, quota, rate-rule or rule.
+	Level string `json:"level"`
+	// AppliesTo is the requests the rule selects, such as "POST /orders".
+	AppliesTo string `json:"applies_to"`
+	// Shared reports a limit counted for every client together (the
+	// installation's, a stage's), not for this caller alone.
+	Shared    bool   `json:"shared"`
+	Algorithm string `json:"algorithm"`
+	Limit     string `json:"limit"`
+	// Quota marks a calendar quota (per day, week or month).
+	Quota bool `json:"quota,omitempty"`
+	// Max is the most the rule admits at once, in units: the count of a
+	// window or quota, the burst of a bucket.
+	Max int64 `json:"max"`
+	// Remaining is what is available now.
+	Remaining int64  `json:"remaining"`
+	Unit      string `json:"unit,omitempty"`
+	// ResetSeconds is how long until the rule is whole again.
+	ResetSeconds int64 `json:"reset_seconds"`
+	// RetryAfterSeconds, when nothing is left, is how long until a request
+	// of cost 1 would pass.
+	RetryAfterSeconds int64 `json:"retry_after_seconds,omitempty"`
+	// PeriodEndsSeconds is, for a quota, the time to the end of its period.
+	PeriodEndsSeconds int64  `json:"period_ends_seconds,omitempty"`
+	Mode              string `json:"mode,omitempty"`
+	// DecidedBy names the failure policy when the store could not answer:
+	// the figures are then not the shared count.
+	DecidedBy string `json:"decided_by,omitempty"`
+}
+
+// limits answers GET /v1/limits: every limit that applies to the caller
+// (or, with ?method=&path=, to that request), with what is left, from the
+// engine's peek. The RateLimit fields come from the one header writer.
+func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
+			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})
+		return
+	}
+	q := r.URL.Query()
+	var v engine.Verdict
+	pol, err := g.limiter.Limits(r, q.Get("method"), q.Get("path"), &v)
+	if err != nil {
+		httplimit.WriteUnavailable(w, 0, "the limits cannot be read now: "+err.Error())
+		return
+	}
+	id := httplimit.Identity(r.Context())
+	ans := LimitsAnswer{Client: LimitsClient{APIKey: id[config.IdentityAPIKey], Plan: id[config.IdentityPlan]}, Limits: []LimitView{}}
+	if ip := t.cfg.ClientIP.Resolve(r); ip.IsValid() {
+		ans.Client.IP = ip.String()
+	}
+	for i := range v.Results {
+		res := &v.Results[i]
+		pr := pol.RuleOf(res.Rule)
+		if pr == nil {
+			continue
+		}
+		d := res.Decision
+		lv := LimitView{
+			Name: pr.Name, Level: t.cfg.Gateway.Levels[pr.Name], AppliesTo: pr.Match.String(), Shared: !pr.Key.PerClient(),
+			Algorithm: string(pr.Algorithm), Limit: pr.Limit.String(), Quota: d.Quota, Max: d.Limit, Remaining: max(d.Remaining, 0),
+			Unit: res.Rule.Unit, ResetSeconds: header.CeilSeconds(d.ResetAfter), DecidedBy: string(res.Failure),
+		}
+		if lv.Level == "" {
+			lv.Level = "rule"
+		}
+		if pr.Shadow() {
+			lv.Mode = "shadow"
+		}
+		if !d.Allowed {
+			lv.Remaining, lv.RetryAfterSeconds = 0, max(header.CeilSeconds(d.RetryAfter), 1)
+		}
+		if d.Quota {
+			lv.PeriodEndsSeconds = header.CeilSeconds(d.PeriodLeft)
+		}
+		ans.Limits = append(ans.Limits, lv)
+	}
+	body, _ := json.MarshalIndent(ans, "", "  ")
+	body = append(body, '\n')
+	h := w.Header()
+	g.limiter.SetLimitsHeaders(h, &v)
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(body)
+	}
+}

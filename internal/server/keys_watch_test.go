@@ -1,0 +1,36 @@
+package server_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero/internal/apikey"
+	"github.com/portero-rl/portero/internal/server"
+	"github.com/portero-rl/portero/internal/watch"
+)
+
+// TestKeysFileReloads: a key added to the API keys file works without a
+// restart (the keys file is watched beside the configuration), and a
+// removed one stops working.
+func TestKeysFileReloads(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "portero.yaml"), "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n"+
+		"plans: {gold: {rate: 100}}\napi_keys: {file: keys.yaml}\n")
+	keys := filepath.Join(dir, "keys.yaml")
+	line := func(id, key string) string {
+		return "  - {id: " + id + ", plan: gold, sha256: " + apikey.Hash(key) + "}\n"
+	}
+	writeFile(t, keys, "keys:\n"+line("a", "key-a"))
+	r := start(t, server.Options{ConfigPath: filepath.Join(dir, "portero.yaml"), AdminListen: "off", Watch: true,
+		WatchOptions: watch.Options{Debounce: 20 * time.Millisecond, Poll: 50 * time.Millisecond}})
+	code := func(key string) int { c, _, _ := get(t, r.gateway+"/", "X-API-Key", key); return c }
+	if code("key-a") != 200 || code("key-b") != 403 {
+		t.Fatalf("before: key-a %d, key-b %d; want 200, 403", code("key-a"), code("key-b"))
+	}
+	writeFile(t, keys, "keys:\n"+line("b", "key-b"))
+	waitFor(t, "key-b to work", func() bool { return code("key-b") == 200 })
+	if c := code("key-a"); c != 403 {
+		t.Errorf("a removed key answers %d, want 403", c)
+	}
+}

@@ -1,0 +1,95 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// AddrSet is a set of addresses given as prefixes (CIDRs and single
+// addresses, IPv4 and IPv6): the address lists of rules. IPv4-mapped IPv6
+// prefixes (::ffff:192.0.2.0/120) are read as the IPv4 prefixes they map,
+// and an IPv4-mapped client address matches them as its IPv4 form, so a
+// list need not give both forms. It is immutable once built and looks an
+// address up in O(log n) however long the list (overlapping prefixes are
+// merged into ranges).
+type AddrSet struct {
+	ranges []addrRange // sorted, disjoint; IPv4 before IPv6
+	n      int         // prefixes given
+}
+
+type addrRange struct{ lo, hi netip.Addr }
+
+// NewAddrSet builds the set of the given prefixes. An invalid prefix is an
+// error that names it.
+func NewAddrSet(prefixes []netip.Prefix) (*AddrSet, error) {
+	s := &AddrSet{n: len(prefixes)}
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("address %v: not a valid address or prefix", p)
+		}
+		p = NormalizePrefix(p)
+		s.ranges = append(s.ranges, addrRange{p.Addr(), lastAddr(p)})
+	}
+	slices.SortFunc(s.ranges, func(a, b addrRange) int { return a.lo.Compare(b.lo) })
+	out := s.ranges[:0]
+	for _, r := range s.ranges {
+		if k := len(out) - 1; k >= 0 && out[k].lo.Is4() == r.lo.Is4() && (r.lo.Compare(out[k].hi) <= 0 || out[k].hi.Next() == r.lo) {
+			if r.hi.Compare(out[k].hi) > 0 {
+				out[k].hi = r.hi
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	s.ranges = out
+	return s, nil
+}
+
+// NormalizePrefix returns p masked, with an IPv4-mapped IPv6 prefix of 96
+// bits or more turned into the IPv4 prefix it maps and any zone dropped.
+func NormalizePrefix(p netip.Prefix) netip.Prefix {
+	a := p.Addr().WithZone("")
+	bits := p.Bits()
+	if a.Is4In6() && bits >= 96 {
+		a, bits = a.Unmap(), bits-96
+	}
+	return netip.PrefixFrom(a, bits).Masked()
+}
+
+// lastAddr is the highest address of masked prefix p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// Contains reports whether a (IPv4-mapped addresses as IPv4) is in s. The
+// zero Addr is in no set.
+func (s *AddrSet) Contains(a netip.Addr) bool {
+	if s == nil || !a.IsValid() {
+		return false
+	}
+	a = a.Unmap().WithZone("")
+	i, _ := slices.BinarySearchFunc(s.ranges, a, func(r addrRange, a netip.Addr) int {
+		switch {
+		case r.hi.Compare(a) < 0:
+			return -1
+		case r.lo.Compare(a) > 0:
+			return 1
+		}
+		return 0
+	})
+	return i < len(s.ranges) && s.ranges[i].lo.Compare(a) <= 0 && a.Compare(s.ranges[i].hi) <= 0
+}
+
+// Len returns the number of prefixes the set was built from.
+func (s *AddrSet) Len() int {
+	if s == nil {
+		return 0
+	}
+	return s.n
+}

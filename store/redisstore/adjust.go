@@ -1,0 +1,86 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
+)
+
+var _ portero.Adjuster = (*Store)(nil)
+
+// adjustScript settles one key (lua/adjust.lua after the prelude).
+var adjustScript = rueidis.NewLuaScript(readLua("prelude.lua") + "\n" + readLua("adjust.lua"))
+
+// AdjustSource returns the Lua source of the script that applies one
+// adjustment (Adjust): the prelude and lua/adjust.lua.
+func AdjustSource() string { return readLua("prelude.lua") + "\n" + readLua("adjust.lua") }
+
+// Adjust implements portero.Adjuster: one script call per adjustment, each
+// atomic on its key, in order, at Redis's instant (or now with
+// CallerClock). A refund names the decision it gives back by its age (now
+// − At by the caller's clock), so that the offset between the caller's
+// clock and Redis's does not move it to another window. Every adjustment
+// is checked before the first call (portero.ErrNotAdjustable, invalid
+// rules); when Redis fails part way, the adjustments before the failure
+// are applied and the error wraps portero.ErrStoreUnavailable. A charge or
+// refund larger than twice the rule's limit is cut there: it has the same
+// effect, and keeps the script's arithmetic exact.
+func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustment) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+	}
+	cs := make([]*compiled, len(adj))
+	for i, a := range adj {
+		c, err := s.compiled(a.Rule)
+		if err != nil {
+			return fmt.Errorf("redisstore: %w", err)
+		}
+		if err := algorithm.CheckAdjust(a.Rule, a.Delta); err != nil {
+			return fmt.Errorf("redisstore: %w", err)
+		}
+		cs[i] = c
+	}
+	cn := s.conn.Load()
+	if cn == nil {
+		return &unavailableError{err: errNotConnected}
+	}
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
+	for i, a := range adj {
+		if a.Delta == 0 {
+			continue
+		}
+		c := cs[i]
+		delta := min(max(a.Delta, -2*c.limit), 2*c.limit)
+		age := max(now.Sub(a.At), 0)
+		if a.Delta > 0 {
+			age = 0
+		}
+		args := []string{"server", "0", "0", "1", s.minTTL, string(c.alg), strconv.FormatInt(delta, 10), strconv.FormatInt(int64(age), 10)}
+		if s.cfg.Clock == CallerClock {
+			args[0], args[1], args[2] = "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond())
+		}
+		p := s.argv(c, now)
+		args = append(args, p[0], p[1], p[2])
+		key := s.key(c, portero.Hit{Rule: a.Rule, Key: a.Key})
+		_, err := s.breaker.Execute(func() ([]int64, error) {
+			return nil, adjustScript.Exec(ctx, cn.client, []string{key}, args).Error()
+		})
+		if s.over != nil {
+			s.over.drop(key)
+		}
+		if err != nil {
+			if unavailable(err) {
+				return &unavailableError{err: fmt.Errorf("adjust key %q (redis key %q): %w", a.Key, key, err)}
+			}
+			return fmt.Errorf("redisstore: adjust key %q (redis key %q), rule %q: %w: %v", a.Key, key, a.Rule.Name, ErrScript, err)
+		}
+	}
+	return nil
+}
