@@ -158,9 +158,12 @@ func TestOverLimitCacheCallerClock(t *testing.T) {
 // that stays over its limit for longer than the deadline, and never keeps a
 // key refused past its window: exactly the limit is admitted in each of
 // three fixed windows.
+// The deadline is 400 ms, not 100 ms: a loaded machine once made a 100 ms
+// call miss it (an error fails the test). It must stay well under the
+// window, since the cache holds a refusal for the window less the deadline.
 func TestOverLimitCacheServerClock(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, srv, redisstore.Config{OverLimitCache: 10, Timeout: 100 * time.Millisecond})
+	s := newStore(t, srv, redisstore.Config{OverLimitCache: 10, Timeout: 400 * time.Millisecond})
 	ctx := context.Background()
 	rule := portero.Rule{Name: "w", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 2, Window: time.Second}}
 	hit := []portero.Hit{{Rule: rule, Key: "k", Cost: 1}}
