@@ -18,6 +18,7 @@ import (
 var installHints = map[string]string{
 	"redis-server": "apt-get install -y redis-server (or run `make test` as root, which installs it)",
 	"redis-cli":    "apt-get install -y redis-tools",
+	"chromium":     "apt-get install -y chromium (or run `make test` as root, which installs it)",
 }
 
 // Required reports whether missing tools must fail tests rather than skip
