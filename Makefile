@@ -10,7 +10,7 @@ FUZZTIME ?= 15s
 # 288,959 / 237 (envoyconf) on 2 loaded cores.
 FUZZMINIMIZETIME ?= 1s
 
-# Tests that need redis-server or nginx fail (rather than skip) when it is missing.
+# Tests that need redis-server, nginx or chromium fail (rather than skip) when it is missing.
 export PORTERO_REQUIRE_REDIS := 1
 export PORTERO_REQUIRE_NGINX := 1
 
@@ -23,14 +23,15 @@ test: deps vet
 vet:
 	$(GO) vet ./...
 
-## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze)
-## when missing and we are root.
+## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze,
+## chromium for the dashboard's browser tests) when missing and we are root.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing$$missing from Debian"; \
