@@ -36,6 +36,10 @@ type Hooks struct {
 	// OnProxyError is called when an upstream could not be reached or gave a
 	// malformed answer.
 	OnProxyError func(r *http.Request, upstream string, err error)
+	// OnRoute, when not nil, is called with the route a request matched
+	// and its upstream (both empty when none matched), before the limiter
+	// decides (the access log records them).
+	OnRoute func(r *http.Request, route, upstream string)
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
 	// Ready, when set, decides what /readyz answers instead of SetReady:
@@ -159,8 +163,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer g.inFlight.Add(-1)
 	var name string
 	var next http.Handler = notFound{}
-	if rt := t.match(r); rt != nil {
+	rt := t.match(r)
+	if rt != nil {
 		name, next = rt.cfg.Name, rt.handler
+	}
+	if g.hooks.OnRoute != nil {
+		var up string
+		if rt != nil {
+			up = rt.cfg.Upstream.Name
+		}
+		g.hooks.OnRoute(r, name, up)
 	}
 	g.limiter.Serve(w, r, name, next)
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/gateway"
 	"github.com/portero-rl/portero/internal/lifecycle"
@@ -59,6 +60,11 @@ type Options struct {
 	LogSampler *logging.Sampler
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
+	// AccessLog is the access log; the zero value is none.
+	AccessLog AccessLog
+	// Reopen, when not nil, reopens the access log for every value
+	// received (serve sends one per SIGUSR1, for log rotation).
+	Reopen <-chan struct{}
 	// OpenStore opens a store for a configuration, logging to log; nil
 	// means OpenStore.
 	OpenStore func(cfg *config.Config, log *slog.Logger) (portero.Store, error)
@@ -74,7 +80,10 @@ type Server struct {
 	now     func() time.Time
 
 	ready *lifecycle.Readiness
-	addrs atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
+
+	access     *accesslog.Writer         // nil when off
+	logHeaders atomic.Pointer[[]string]  // the request headers the access log records
+	addrs      atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    *leased
@@ -255,15 +264,34 @@ func Run(ctx context.Context, opts Options) error {
 		s.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_error", cfg.OnError,
 			"ready", cfg.OnError != portero.FailDeny)
 	}
-	s.gw, err = gateway.New(cfg, store, gateway.Hooks{
+	if s.access, err = s.openAccessLog(opts.AccessLog); err != nil {
+		return err
+	}
+	if s.access != nil {
+		defer func() {
+			if err := s.access.Close(); err != nil {
+				s.log.Warn("closing the access log", "err", err)
+			}
+		}()
+	}
+	s.setLogHeaders(cfg.RequestHeaders())
+	hooks := gateway.Hooks{
 		OnDecision:   s.obs.onDecision,
 		OnError:      s.obs.onError,
 		OnProxyError: s.obs.onProxyError,
 		Now:          opts.Now,
 		Ready:        s.ready.Ready,
-	})
+	}
+	if s.access != nil {
+		hooks.OnRoute = onRoute
+	}
+	s.gw, err = gateway.New(cfg, store, hooks)
 	if err != nil {
 		return err
+	}
+	var gwHandler http.Handler = s.gw
+	if s.access != nil {
+		gwHandler = s.accessLogged(s.gw)
 	}
 	s.obs.setPolicy(cfg.Policy)
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
@@ -284,7 +312,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	gwSrv := &http.Server{
-		Handler:           s.gw,
+		Handler:           gwHandler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
@@ -313,6 +341,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s.addrs.Store(&addrs)
 	s.ready.AddCheck(s.readyCheck)
+
+	// Goroutines of this Run beside the service's: stopped (in this
+	// order) when it returns.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stopBeside := context.WithCancel(ctx)
+	defer stopBeside()
+	if s.access != nil && opts.Reopen != nil {
+		wg.Go(func() { s.reopenLoop(bctx, opts.Reopen) })
+	}
 
 	return svc.Run(ctx, lifecycle.Hooks{
 		Serving: func() {
@@ -378,6 +416,7 @@ func (s *Server) Reload(why string) error {
 		s.setStore(store, key)
 	}
 	s.obs.setPolicy(cfg.Policy)
+	s.setLogHeaders(cfg.RequestHeaders())
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
 	}
