@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -175,6 +176,38 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.hooks.OnRoute(r, name, up)
 	}
 	g.limiter.Serve(w, r, name, next)
+}
+
+// Decision is the gateway's decision on one request (Decide): the
+// limiter's, and the route.
+type Decision struct {
+	httplimit.Decision
+	// Route and Upstream name the route r matched; empty when none did.
+	Route, Upstream string
+}
+
+// Decide decides r at now exactly as ServeHTTP would — the same route
+// match, then the limiter's one decision path (httplimit.Limiter.Decide) —
+// but answers nothing and forwards nothing. d.Status is the status the
+// gateway answers itself (httplimit.Decision's, 404 for a request that
+// passes the limits but matches no route, 200 for /healthz and /readyz,
+// which are never limited), or 0 when it would forward r to d.Upstream.
+// What it does not model: max_in_flight (decisions take no time here) and
+// a request canceled while a queue rule holds it. It is what `portero
+// replay` decides with.
+func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
+	d.Route, d.Upstream = "", ""
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
+		return
+	}
+	if rt := g.table.Load().match(r); rt != nil {
+		d.Route, d.Upstream = rt.cfg.Name, rt.cfg.Upstream.Name
+	}
+	g.limiter.Decide(r, d.Route, now, &d.Decision)
+	if d.Status == 0 && d.Route == "" {
+		d.Status = http.StatusNotFound
+	}
 }
 
 // match returns the first route that matches r, or nil.

@@ -31,6 +31,10 @@ const (
 	NotCounted    Outcome = "not-counted"
 	CheckOnly     Outcome = "check-only"
 	CanNeverPass  Outcome = "can-never-pass"
+	// BadCost: the request's cost under the rule could not be read (a
+	// malformed cost header, or no Content-Length for a rule that counts
+	// bytes): serve answers 400 or 411.
+	BadCost Outcome = "bad-cost"
 )
 
 // RuleResult is one rule's part in a decision.
@@ -56,6 +60,10 @@ type Decision struct {
 	Rule int
 	// Results has one entry per rule that applied.
 	Results []RuleResult
+	// Decision names what serve does: allowed, refused, can-never-pass,
+	// unavailable, bad-cost, no-route (allowed, answered 404), no-rule
+	// (allowed, no rule applied) or probe (/healthz, /readyz).
+	Decision string
 	// Detail says why a request was refused without any rule counting it
 	// (a cost that can never pass, a cost that cannot be read).
 	Detail string
@@ -73,8 +81,8 @@ type Options struct {
 	// Top is how many refused keys the report lists; 0 means 10.
 	Top int
 	// Decisions, when not nil, receives one CSV row per request:
-	// line,time,client,method,path,status,rule (line is FILE:LINE when
-	// there are several files).
+	// line,time,client,method,path,status,rule,decision (line is
+	// FILE:LINE when there are several files).
 	Decisions io.Writer
 	// MultipleFiles makes the decisions' line column FILE:LINE.
 	MultipleFiles bool
@@ -122,6 +130,7 @@ type RuleStat struct {
 	Refused      int64      `json:"refused"`
 	WouldRefuse  int64      `json:"shadow_refused"`
 	CanNeverPass int64      `json:"can_never_pass"`
+	BadCost      int64      `json:"bad_cost,omitempty"`
 	NotCounted   int64      `json:"not_counted"`
 	FirstRefusal *time.Time `json:"first_refusal,omitempty"`
 	LastRefusal  *time.Time `json:"last_refusal,omitempty"`
@@ -185,7 +194,7 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 	var row []byte
 	if o.Decisions != nil {
 		dw = bufio.NewWriterSize(o.Decisions, 64<<10)
-		dw.WriteString("line,time,client,method,path,status,rule\n")
+		dw.WriteString("line,time,client,method,path,status,rule,decision\n")
 	}
 	var now time.Time
 	var minute int64 = -1 << 62
@@ -261,6 +270,9 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 				refusal = true
 			case NotCounted:
 				st.NotCounted++
+			case BadCost:
+				st.BadCost++
+				refusal = true
 			}
 			if refusal {
 				if st.FirstRefusal == nil {
@@ -337,6 +349,8 @@ func appendDecision(b []byte, r *Request, d *Decision, rules []RuleInfo, multi b
 	if d.Rule >= 0 {
 		b = appendCSV(b, rules[d.Rule].Name)
 	}
+	b = append(b, ',')
+	b = append(b, d.Decision...)
 	return append(b, '\n')
 }
 

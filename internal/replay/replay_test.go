@@ -36,9 +36,9 @@ func (p *perSecond) Decide(now time.Time, r *Request) (*Decision, error) {
 	}
 	key := "ip=" + r.Peer
 	c := p.counts[key]
-	p.dec = Decision{Status: 200, Client: r.Peer, Rule: 0, Results: p.dec.Results[:0]}
+	p.dec = Decision{Status: 200, Client: r.Peer, Rule: 0, Results: p.dec.Results[:0], Decision: "allowed"}
 	if c >= p.n {
-		p.dec.Status = 429
+		p.dec.Status, p.dec.Decision = 429, "refused"
 		p.dec.Results = append(p.dec.Results, RuleResult{Rule: 0, Key: key, Outcome: Refused},
 			RuleResult{Rule: 1, Key: key, Outcome: NotCounted, Shadow: true})
 		return &p.dec, nil
@@ -96,8 +96,8 @@ func TestReplayReport(t *testing.T) {
 		t.Errorf("top keys %+v", rep.TopKeys)
 	}
 	rows := strings.Split(strings.TrimSpace(decisions.String()), "\n")
-	if len(rows) != 9 || rows[0] != "line,time,client,method,path,status,rule" ||
-		rows[3] != `3,2026-01-01T00:00:00Z,192.0.2.1,GET,"/a,2",429,per-ip` || rows[6] != "7,2026-01-01T00:00:00Z,192.0.2.2,GET,/b,200,per-ip" {
+	if len(rows) != 9 || rows[0] != "line,time,client,method,path,status,rule,decision" ||
+		rows[3] != `3,2026-01-01T00:00:00Z,192.0.2.1,GET,"/a,2",429,per-ip,refused` || rows[6] != "7,2026-01-01T00:00:00Z,192.0.2.2,GET,/b,200,per-ip,allowed" {
 		t.Errorf("decisions:\n%s", decisions.String())
 	}
 	for _, f := range ReportFormats {

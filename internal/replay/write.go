@@ -26,10 +26,10 @@ func (rep *Report) Write(w io.Writer, format string) error {
 		return enc.Encode(rep)
 	case "csv":
 		var b []byte
-		b = append(b, "rule,mode,key,limit,applied,allowed,refused,shadow_refused,can_never_pass,not_counted,first_refusal,last_refusal,peak,peak_refusals\n"...)
+		b = append(b, "rule,mode,key,limit,applied,allowed,refused,shadow_refused,can_never_pass,bad_cost,not_counted,first_refusal,last_refusal,peak,peak_refusals\n"...)
 		for _, r := range rep.Rules {
 			cells := []string{r.Name, mode(r.Shadow), r.Key, r.Limit, itoa(r.Applied), itoa(r.Allowed), itoa(r.Refused),
-				itoa(r.WouldRefuse), itoa(r.CanNeverPass), itoa(r.NotCounted), stamp(r.FirstRefusal), stamp(r.LastRefusal),
+				itoa(r.WouldRefuse), itoa(r.CanNeverPass), itoa(r.BadCost), itoa(r.NotCounted), stamp(r.FirstRefusal), stamp(r.LastRefusal),
 				stamp(r.Peak), itoa(r.PeakN)}
 			b = appendRow(b, cells)
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/policy"
 )
 
 // AccessLog configures serve's access log (package accesslog): one line
@@ -182,5 +185,54 @@ func (o AccessLog) String() string { return fmt.Sprintf("%s (%s)", o.Path, o.For
 func onRoute(r *http.Request, route, upstream string) {
 	if l := loggedOf(r); l != nil {
 		l.e.Route, l.e.Upstream = route, upstream
+	}
+}
+
+// noteDecision is the gateway's OnDecision hook's access-log part: the
+// decision, the rule that decided (the engine's Decider: the refusing rule,
+// or when allowed the one closest to its limit), its key, and the shadow
+// rules that would have refused.
+func noteDecision(r *http.Request, v *engine.Verdict) {
+	l := loggedOf(r)
+	if l == nil {
+		return
+	}
+	e := &l.e
+	switch {
+	case len(v.Results) == 0:
+		e.Decision = "no-rule"
+	case v.Allowed:
+		e.Decision = "allowed"
+	case v.Unavailable():
+		e.Decision = "unavailable"
+	case v.NeverPasses():
+		e.Decision = "can-never-pass"
+	default:
+		e.Decision = "refused"
+	}
+	if i := v.Decider(); i >= 0 {
+		e.Rule, e.Key = v.Results[i].Rule.Name, v.Results[i].Key
+	}
+	for i := range v.Results {
+		if res := &v.Results[i]; res.Rule.Shadow && (res.Outcome == engine.ShadowRefused || res.Outcome == engine.CanNeverPass) {
+			e.Shadow = append(e.Shadow, res.Rule.Name)
+		}
+	}
+}
+
+// noteError is the OnError hook's part: a cost that could not be read
+// (400 or 411), or an error.
+func noteError(r *http.Request, err error) {
+	l := loggedOf(r)
+	if l == nil {
+		return
+	}
+	var re *policy.RuleError
+	if errors.As(err, &re) {
+		l.e.Decision, l.e.Rule = "bad-cost", re.Rule
+		return
+	}
+	if l.e.Decision == "" {
+		l.e.Decision = "error"
 	}
 }

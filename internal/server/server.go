@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/gateway"
@@ -284,6 +285,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if s.access != nil {
 		hooks.OnRoute = onRoute
+		hooks.OnDecision = func(r *http.Request, v *engine.Verdict, took time.Duration) {
+			s.obs.onDecision(r, v, took)
+			noteDecision(r, v)
+		}
+		hooks.OnError = func(r *http.Request, err error) {
+			s.obs.onError(r, err)
+			noteError(r, err)
+		}
 	}
 	s.gw, err = gateway.New(cfg, store, hooks)
 	if err != nil {
