@@ -45,6 +45,7 @@ const (
 type token struct {
 	kind fieldKind
 	lit  string // the literal, or the header name of fHeader
+	litb []byte // lit, for the byte searches
 }
 
 // Name returns the format's name as given (combined, main, or the text).
@@ -71,7 +72,7 @@ func ParseNginxFormat(name, s string) (*Format, error) {
 	var lit strings.Builder
 	flush := func() {
 		if lit.Len() > 0 {
-			f.tokens = append(f.tokens, token{kind: fLiteral, lit: lit.String()})
+			f.tokens = append(f.tokens, token{kind: fLiteral, lit: lit.String(), litb: []byte(lit.String())})
 			lit.Reset()
 		}
 	}
@@ -151,7 +152,7 @@ func ParseApacheFormat(name, s string) (*Format, error) {
 	var lit strings.Builder
 	flush := func() {
 		if lit.Len() > 0 {
-			f.tokens = append(f.tokens, token{kind: fLiteral, lit: lit.String()})
+			f.tokens = append(f.tokens, token{kind: fLiteral, lit: lit.String(), litb: []byte(lit.String())})
 			lit.Reset()
 		}
 	}
@@ -267,6 +268,10 @@ func (f *Format) check(s string) error {
 // timestamp it read, since a busy log repeats each second many times.
 type parser struct {
 	f *Format
+	// only, when not nil, holds the only headers to record (those the
+	// configuration reads): the others cost an allocation a line for
+	// nothing.
+	only map[string]bool
 	// cache of the last time field
 	lastTime []byte
 	lastT    time.Time
@@ -287,7 +292,7 @@ func (p *parser) parse(line []byte, r *Request) error {
 	toks := p.f.tokens
 	for i, t := range toks {
 		if t.kind == fLiteral {
-			if !bytes.HasPrefix(line[pos:], []byte(t.lit)) {
+			if !bytes.HasPrefix(line[pos:], t.litb) {
 				return malformed("want %q at column %d of the %s format", t.lit, pos+1, p.f.name)
 			}
 			pos += len(t.lit)
@@ -295,7 +300,7 @@ func (p *parser) parse(line []byte, r *Request) error {
 		}
 		end := len(line)
 		if i+1 < len(toks) {
-			e := findLiteral(line[pos:], toks[i+1].lit)
+			e := findLiteral(line[pos:], toks[i+1].litb)
 			if e < 0 {
 				return malformed("want %q after column %d of the %s format", toks[i+1].lit, pos+1, p.f.name)
 			}
@@ -361,7 +366,7 @@ func (p *parser) parse(line []byte, r *Request) error {
 				r.ContentLength = n
 			}
 		case fHeader:
-			if v != nil {
+			if v != nil && (p.only == nil || p.only[t.lit]) {
 				r.Header[t.lit] = []string{string(unescape(v, &p.scratch))}
 			}
 		}
@@ -396,15 +401,19 @@ func (p *parser) parse(line []byte, r *Request) error {
 }
 
 // findLiteral returns the index of lit in b, skipping occurrences escaped
-// by a backslash (Apache writes \" inside quoted fields), or -1.
-func findLiteral(b []byte, lit string) int {
-	off := 0
-	for {
-		i := bytes.Index(b[off:], []byte(lit))
+// by a backslash (Apache writes \" inside quoted fields), or -1. It looks
+// for lit's first byte with IndexByte, the fastest search there is.
+func findLiteral(b, lit []byte) int {
+	for off := 0; ; {
+		i := bytes.IndexByte(b[off:], lit[0])
 		if i < 0 {
 			return -1
 		}
 		i += off
+		if !bytes.HasPrefix(b[i:], lit) {
+			off = i + 1
+			continue
+		}
 		n := 0
 		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
 			n++

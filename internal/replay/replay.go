@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"sort"
 	"strconv"
 	"time"
@@ -53,8 +54,9 @@ type Decision struct {
 	// when no route matches, or 200 for a request it passes on to its
 	// upstream (which answers what it answers).
 	Status int
-	// Client is the client address serve would have settled on.
-	Client string
+	// Client is the client address serve would have settled on (the zero
+	// Addr when none).
+	Client netip.Addr
 	// Rule is the index of the rule that decided (the refusing rule, or
 	// when allowed the one closest to its limit), -1 for none.
 	Rule int
@@ -198,6 +200,10 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 	}
 	var now time.Time
 	var minute int64 = -1 << 62
+	// First and last refusal per rule, as values: a pointer per refusal
+	// would be an allocation per line.
+	first := make([]time.Time, len(rules))
+	last := make([]time.Time, len(rules))
 	for n := 0; ; n++ {
 		if n&0xffff == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -206,8 +212,11 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 		if err == io.EOF {
 			break
 		}
-		var le *LineError
-		if errors.As(err, &le) {
+		if err != nil {
+			le, ok := err.(*LineError) // not errors.As: its target would escape, an allocation a line
+			if !ok {
+				return nil, err
+			}
 			if errors.Is(err, ErrDropped) {
 				rep.Dropped++ // not the replay's doing: say so apart
 				if len(rep.Examples) < o.MaxMalformed {
@@ -220,9 +229,6 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 				rep.Examples = append(rep.Examples, le.Error())
 			}
 			continue
-		}
-		if err != nil {
-			return nil, err
 		}
 		at := r.Time
 		if at.Before(now) {
@@ -275,12 +281,10 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 				refusal = true
 			}
 			if refusal {
-				if st.FirstRefusal == nil {
-					t := now
-					st.FirstRefusal = &t
+				if first[res.Rule].IsZero() {
+					first[res.Rule] = now
 				}
-				t := now
-				st.LastRefusal = &t
+				last[res.Rule] = now
 				top.add(res.Rule, res.Key, now)
 				tl.add(now, 1+res.Rule, 1)
 			}
@@ -295,6 +299,12 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 	if dw != nil {
 		if err := dw.Flush(); err != nil {
 			return nil, fmt.Errorf("decisions: %w", err)
+		}
+	}
+	for i := range rules {
+		if !first[i].IsZero() {
+			f, l := first[i], last[i]
+			rep.Rules[i].FirstRefusal, rep.Rules[i].LastRefusal = &f, &l
 		}
 	}
 	for s, n := range statuses {
@@ -338,7 +348,9 @@ func appendDecision(b []byte, r *Request, d *Decision, rules []RuleInfo, multi b
 	b = append(b, ',')
 	b = now.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, ',')
-	b = appendCSV(b, d.Client)
+	if d.Client.IsValid() {
+		b = d.Client.AppendTo(b)
+	}
 	b = append(b, ',')
 	b = appendCSV(b, r.Method)
 	b = append(b, ',')

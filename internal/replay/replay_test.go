@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image/png"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,7 +37,7 @@ func (p *perSecond) Decide(now time.Time, r *Request) (*Decision, error) {
 	}
 	key := "ip=" + r.Peer
 	c := p.counts[key]
-	p.dec = Decision{Status: 200, Client: r.Peer, Rule: 0, Results: p.dec.Results[:0], Decision: "allowed"}
+	p.dec = Decision{Status: 200, Client: netip.MustParseAddr(r.Peer), Rule: 0, Results: p.dec.Results[:0], Decision: "allowed"}
 	if c >= p.n {
 		p.dec.Status, p.dec.Decision = 429, "refused"
 		p.dec.Results = append(p.dec.Results, RuleResult{Rule: 0, Key: key, Outcome: Refused},

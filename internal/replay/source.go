@@ -41,6 +41,9 @@ type InputOptions struct {
 	// ReorderMax caps the lines held to reorder one file; 0 means
 	// DefaultReorderMax.
 	ReorderMax int
+	// Headers, when not nil, are the only request headers of text logs to
+	// keep (the configuration's, config.RequestHeaders); nil keeps all.
+	Headers []string
 }
 
 // Defaults of InputOptions.
@@ -245,6 +248,12 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 			in.parse = newCSVParser()
 		default:
 			ps := &parser{f: format}
+			if opts.Headers != nil {
+				ps.only = map[string]bool{}
+				for _, h := range opts.Headers {
+					ps.only[http.CanonicalHeaderKey(h)] = true
+				}
+			}
 			in.parse, in.reorder = ps.parse, format.hasRequestTime
 		}
 	}
