@@ -93,6 +93,13 @@ type RuleUsage struct {
 	floor atomic.Int64
 }
 
+// Wants reports whether Observe would keep a key that has used used of
+// limit: a caller can skip reading the clock when it would not. One atomic
+// load.
+func (r *RuleUsage) Wants(used, limit int64) bool {
+	return r != nil && limit > 0 && used > 0 && int64(float64(used)*1e6/float64(limit)) >= r.floor.Load()
+}
+
 // Observe records that key has used used of limit at now, and will be
 // whole again after reset.
 func (r *RuleUsage) Observe(key string, used, limit int64, reset time.Duration, now time.Time) {

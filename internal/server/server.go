@@ -22,6 +22,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/gateway"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
@@ -81,6 +82,9 @@ type Server struct {
 	now     func() time.Time
 
 	ready *lifecycle.Readiness
+
+	dash     *dashboard.Dashboard // nil without an admin listener
+	loadedAt atomic.Int64         // unix ns when the running configuration was applied
 
 	access     *accesslog.Writer         // nil when off
 	logHeaders atomic.Pointer[[]string]  // the request headers the access log records
@@ -226,7 +230,8 @@ func Run(ctx context.Context, opts Options) error {
 	if sampler == nil {
 		sampler = logging.NewSampler(logging.DefaultPerSecond)
 	}
-	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler}
+	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler,
+		usage: dashboard.NewUsage(0)}
 
 	// The watcher starts before the file is read, so that a change in
 	// between is a reload rather than lost.
@@ -304,6 +309,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s.obs.setPolicy(cfg.Policy)
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
+	s.loadedAt.Store(time.Now().UnixNano())
 
 	listen := cfg.Listen
 	if opts.Listen != "" {
@@ -339,10 +345,13 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: s.base().server(s.log, s.adminRoutes),
+		s.dash = dashboard.New(dashSource{s}, dashboard.Options{Token: s.adminToken})
+		adminSrv := s.base().server(s.log, s.adminRoutes)
+		adminSrv.RegisterOnShutdown(s.dash.Close) // its event streams would hold the shutdown
+		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: adminSrv,
 			TLS: adminTLS, Credentials: true, Auth: cfg.AdminToken != "" || adminTLS != nil && adminTLS.ClientAuth(),
 			Risk: "read the metrics and the configuration and reset any client's limits",
-			Note: "(live view /, /metrics, /config, /api/refused)"})
+			Note: "(dashboard /dashboard/, /metrics, /config, /api/refused)"})
 		if err != nil {
 			return err
 		}
@@ -359,6 +368,9 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopBeside()
 	if s.access != nil && opts.Reopen != nil {
 		wg.Go(func() { s.reopenLoop(bctx, opts.Reopen) })
+	}
+	if s.dash != nil {
+		wg.Go(func() { s.dash.Run(bctx) })
 	}
 
 	return svc.Run(ctx, lifecycle.Hooks{
@@ -426,6 +438,7 @@ func (s *Server) Reload(why string) error {
 	}
 	s.obs.setPolicy(cfg.Policy)
 	s.setLogHeaders(cfg.RequestHeaders())
+	s.loadedAt.Store(time.Now().UnixNano())
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
 	}

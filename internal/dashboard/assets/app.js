@@ -70,7 +70,7 @@
     for (const s of series) svg.append(area(s.values.map((v) => v || 0), w, h, max, s.cls, s.fill));
     const t = document.createElementNS(SVG, "text");
     t.setAttribute("x", 2); t.setAttribute("y", 10);
-    t.textContent = max > 0 ? "max " + fmt(max) + (label.includes("latency") ? " ms" : "/s") : "";
+    t.textContent = max > 0 ? "max " + (label.includes("latency") ? ms(max) : fmt(max) + "/s") : "";
     svg.append(t);
     return svg;
   }
