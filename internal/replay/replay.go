@@ -115,7 +115,6 @@ type Report struct {
 	// key was kept, and the counts are exact).
 	TopKeysError int64     `json:"top_refused_keys_max_error"`
 	Timeline     *Timeline `json:"timeline"`
-	Elapsed      float64   `json:"elapsed_seconds"`
 }
 
 // Count is a status and how many requests got it.
@@ -174,7 +173,6 @@ const topCapacity = 4096
 // reorder window, the decider's store, the top-keys counters and the
 // timeline: it does not grow with the number of lines.
 func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, error) {
-	start := time.Now()
 	if o.Top <= 0 {
 		o.Top = 10
 	}
@@ -334,7 +332,6 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 			}
 		}
 	}
-	rep.Elapsed = time.Since(start).Seconds()
 	return rep, nil
 }
 

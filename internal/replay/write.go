@@ -141,7 +141,7 @@ func (rep *Report) writeTable(w io.Writer) error {
 	}
 	tw.Flush()
 	if rep.Timeline != nil {
-		fmt.Fprintf(&sb, "(share: refused or shadow-refused of applied; peak: most refusals in one %s)\n", widthName(rep.Timeline.Width))
+		fmt.Fprintf(&sb, "(share: refused or shadow-refused of applied; peak: most refusals in one bucket of the timeline, %s wide)\n", widthName(rep.Timeline.Width))
 	}
 	sb.WriteString("\nstatuses:")
 	for _, c := range rep.Statuses {
@@ -171,22 +171,19 @@ func (rep *Report) writeTable(w io.Writer) error {
 	return err
 }
 
+// widthName names a bucket width: "second", "minute", "5 minutes", "hour",
+// "6 hours", "day", "week".
 func widthName(sec float64) string {
 	d := time.Duration(sec * float64(time.Second))
+	one := map[time.Duration]string{time.Second: "second", time.Minute: "minute", time.Hour: "hour", 24 * time.Hour: "day", 7 * 24 * time.Hour: "week"}
+	if n, ok := one[d]; ok {
+		return n
+	}
 	switch {
-	case d >= 7*24*time.Hour:
-		return "week"
-	case d >= 24*time.Hour:
-		return "day"
 	case d >= time.Hour:
-		return strings.TrimSuffix(fmt.Sprintf("%d h", d/time.Hour), " ")
+		return fmt.Sprintf("%d hours", d/time.Hour)
 	case d >= time.Minute:
-		if d == time.Minute {
-			return "minute"
-		}
 		return fmt.Sprintf("%d minutes", d/time.Minute)
-	case d == time.Second:
-		return "second"
 	}
 	return fmt.Sprintf("%d seconds", d/time.Second)
 }
