@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -178,8 +177,6 @@ func (s *Server) setLogHeaders(names []string) {
 	}
 	s.logHeaders.Store(&out)
 }
-
-func (o AccessLog) String() string { return fmt.Sprintf("%s (%s)", o.Path, o.Format) }
 
 // onRoute is the gateway's OnRoute hook: it notes the route in the entry.
 func onRoute(r *http.Request, route, upstream string) {
