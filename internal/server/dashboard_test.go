@@ -148,3 +148,49 @@ rules:
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestDashboardRLS: portero rls mounts the same dashboard on its admin
+// listener, behind its token: after a burst of refusals through /v1/check
+// its state shows the descriptor's refused count that /metrics reports
+// and the refused key, and the page in a real Chromium shows them.
+func TestDashboardRLS(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 4}\n")
+	r := startRLS(t, server.RLSOptions{ConfigPath: path, AdminToken: "s3cret"})
+	for range 10 {
+		if code := check(t, r.http); code != http.StatusOK { // refusals too: the check API answers them in its body
+			t.Fatalf("/v1/check = %d", code)
+		}
+	}
+	if code, _, _ := get(t, r.admin+"/dashboard/state"); code != http.StatusUnauthorized {
+		t.Errorf("the dashboard without the token = %d, want 401", code)
+	}
+	metric := metricValue(t, r.admin, "s3cret", `portero_rls_decisions_total{domain="edge",key="remote_address",outcome="refused"}`)
+	if metric != 6 {
+		t.Fatalf("metrics say %v refused, want 6 (10 checks against 4/min)", metric)
+	}
+	waitFor(t, "the dashboard's state to show the refusals", func() bool {
+		_, _, st := get(t, r.admin+"/dashboard/state", "Authorization", "Bearer s3cret")
+		return strings.Contains(st, `"name":"edge remote_address"`) && strings.Contains(st, `"refused":6`) &&
+			strings.Contains(st, `"service":"portero rls"`) && strings.Contains(st, `"count":6`)
+	})
+	ctx := browsertest.New(t, 1280, 900, 2*time.Minute)
+	step, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(step,
+		chromedp.Navigate(r.admin+"/"),
+		chromedp.WaitVisible(`#token`),
+		chromedp.SendKeys(`#token`, "s3cret"),
+		chromedp.Submit(`#token`),
+		chromedp.WaitVisible(`[data-rule="edge remote_address"]`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelector('[data-rule="edge remote_address"] .v-refused')?.textContent === "6"`)); err != nil {
+		got, _ := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('[data-rule="edge remote_address"] .v-refused')?.textContent || "(none)"`))
+		t.Fatalf("the page shows %q refused, want 6: %v", got, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("RunRLS = %v", err)
+	}
+}
