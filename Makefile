@@ -10,7 +10,7 @@ FUZZTIME ?= 15s
 # 288,959 / 237 (envoyconf) on 2 loaded cores.
 FUZZMINIMIZETIME ?= 1s
 
-# Tests that need redis-server or nginx fail (rather than skip) when it is missing.
+# Tests that need redis-server, nginx or chromium fail (rather than skip) when it is missing.
 export PORTERO_REQUIRE_REDIS := 1
 export PORTERO_REQUIRE_NGINX := 1
 
@@ -24,8 +24,8 @@ vet:
 	$(GO) vet ./...
 
 ## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze,
-## and prometheus for promtool, which checks and unit-tests examples/alerts)
-## when missing and we are root.
+## prometheus for promtool, which checks and unit-tests examples/alerts, and chromium for the
+## dashboard's browser tests) when missing and we are root.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -33,6 +33,7 @@ deps:
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing$$missing from Debian"; \

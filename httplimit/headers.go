@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
@@ -87,9 +86,6 @@ func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail st
 // is unknown. (A cost above what a rule can ever admit is no error: the
 // engine refuses it with a 429 that says it can never pass.)
 func writeCostError(w http.ResponseWriter, re *policy.RuleError) {
-	status, title := http.StatusBadRequest, "Bad Request"
-	if errors.Is(re, policy.ErrLengthRequired) {
-		status, title = http.StatusLengthRequired, "Length Required"
-	}
-	writeProblem(w, Problem{Type: "about:blank", Title: title, Status: status, Detail: re.Error()})
+	status := costStatus(re)
+	writeProblem(w, Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: re.Error()})
 }

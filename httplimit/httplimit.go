@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,6 +271,96 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
+// decide builds the policy request of r, compiles it, has the engine decide
+// it at now, and applies the queue rules' holds: the one decision path of
+// Serve, Handler and Decide. It returns the status the limiter answers
+// itself — 429 refused, 503 when the store failed under deny, 400 or 411
+// for a cost that cannot be read, 500 for an error that is a bug — or 0 to
+// pass r on after delay.
+func (cfg *Config) decide(s *scratch, r *http.Request, route string, now time.Time) (status int, delay time.Duration, err error) {
+	cfg.fill(&s.req, r, route, s.id)
+	s.hits, s.keys, err = cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
+	if err == nil {
+		err = cfg.engine.Decide(r.Context(), now, s.hits, &s.v)
+	}
+	if err != nil {
+		var re *policy.RuleError
+		if errors.As(err, &re) {
+			return costStatus(re), 0, err
+		}
+		return http.StatusInternalServerError, 0, err
+	}
+	v := &s.v
+	if v.Allowed {
+		left, ok := budget(r.Context())
+		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
+			delay = 0 // refused: the wait would outlast its bound
+		}
+	}
+	switch {
+	case v.Allowed:
+		return 0, delay, nil
+	case v.Unavailable():
+		return http.StatusServiceUnavailable, 0, nil
+	}
+	return http.StatusTooManyRequests, 0, nil
+}
+
+// Decision is the limiter's decision on one request, with no answer
+// written and no handler called (Limiter.Decide). Reuse one for request
+// after request: it keeps its memory.
+type Decision struct {
+	// Status is what the limiter answers itself: 429 (refused, a cost that
+	// can never pass included), 503 (the store failed under deny), 400 or
+	// 411 (a cost that cannot be read), 500 (a bug); 0 when it passes the
+	// request on.
+	Status int
+	// Delay is how long a queue rule holds the request before passing it
+	// on.
+	Delay time.Duration
+	// Verdict is the engine's verdict; nil when Err is set.
+	Verdict *engine.Verdict
+	// Err is why the request could not be decided: a *policy.RuleError for
+	// a cost that cannot be read.
+	Err error
+	// ClientIP is the client address the limiter settled on.
+	ClientIP netip.Addr
+
+	s scratch
+}
+
+// Decide decides r with route as its route name ("" for none), at now,
+// exactly as Serve would — the same request building (client address,
+// identity, route), the same compilation, engine and queue holds — but
+// writes no answer, calls no handler and no hook. d's verdict and keys are
+// valid until its next use. It is for replaying traffic (portero replay)
+// and for tests that compare doors.
+func (l *Limiter) Decide(r *http.Request, route string, now time.Time, d *Decision) {
+	cfg := l.cfg.Load()
+	if d.s.id == nil {
+		d.s.id = map[string]string{}
+	}
+	clear(d.s.id)
+	d.Status, d.Delay, d.Err = cfg.decide(&d.s, r, route, now)
+	d.Verdict = &d.s.v
+	if d.Err != nil {
+		d.Verdict = nil
+	}
+	d.ClientIP = d.s.req.ClientIP
+}
+
+// Now returns the limiter's clock's instant (Config.Now).
+func (l *Limiter) Now() time.Time { return l.cfg.Load().Now() }
+
+// costStatus is the status of a cost that cannot be read: 411 when a rule
+// counts body bytes and none are declared, 400 otherwise.
+func costStatus(re *policy.RuleError) int {
+	if errors.Is(re, policy.ErrLengthRequired) {
+		return http.StatusLengthRequired
+	}
+	return http.StatusBadRequest
+}
+
 // scratch is the memory one request needs to be decided, kept in a pool so
 // that the decision path allocates almost nothing of its own.
 type scratch struct {
@@ -322,17 +413,12 @@ func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request, route string, ne
 
 func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
 	s := scratchPool.Get().(*scratch)
-	cfg.fill(&s.req, r, route, s.id)
 	now := cfg.Now()
 	start := now
 	if !cfg.defaultNow {
 		start = time.Now()
 	}
-	var err error
-	s.hits, s.keys, err = cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
-	if err == nil {
-		err = cfg.engine.Decide(r.Context(), now, s.hits, &s.v)
-	}
+	status, delay, err := cfg.decide(s, r, route, now)
 	if err != nil {
 		s.release()
 		if cfg.OnError != nil {
@@ -345,19 +431,12 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		}
 		// Only a bug reaches here (the failure policy answers store
 		// failures): say so rather than guess.
-		writeProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError, Detail: err.Error()})
+		writeProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: status, Detail: err.Error()})
 		return
 	}
 	v := &s.v
 	if v.Degraded != nil && cfg.OnError != nil {
 		cfg.OnError(r, v.Degraded)
-	}
-	delay := time.Duration(0)
-	if v.Allowed {
-		left, ok := budget(r.Context())
-		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
-			delay = 0 // refused: the wait would outlast its bound
-		}
 	}
 	if cfg.OnDecision != nil {
 		cfg.OnDecision(r, v, time.Since(start))
@@ -365,7 +444,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	h := w.Header()
 	f := &s.fields
 	f.Verdict(cfg.pre.writer, v)
-	if v.Allowed {
+	if status == 0 {
 		f.Apply(h)
 		var pending []policy.Settlement
 		var req policy.Request
@@ -388,7 +467,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		return
 	}
 	f.Static(hCacheControl, "no-store")
-	if v.Unavailable() {
+	if status == http.StatusServiceUnavailable {
 		// The store failed and the failure policy is deny: the service's
 		// fault, not the client's.
 		f.Apply(h)
@@ -404,7 +483,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	f.Static(hContentTypeOptions, "nosniff")
 	f.Int(hContentLength, int64(len(s.body)))
 	f.Apply(h)
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(status)
 	_, _ = w.Write(s.body)
 	s.release()
 }

@@ -72,6 +72,7 @@ lets it in or turns it away, and tells the client when to come back.`,
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newPlanCmd())
 	root.AddCommand(newKeysCmd())
+	root.AddCommand(newReplayCmd())
 	// --- end of top-level commands ---
 	return root
 }

@@ -20,6 +20,7 @@ func newServeCmd() *cobra.Command {
 	var watch bool
 	var refusalLines int
 	var drain time.Duration
+	var access server.AccessLog
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway: rate limits in front of your upstreams",
@@ -50,12 +51,20 @@ server.tls and admin.tls serve the gateway and the admin listener over TLS
 are read again when they change, without a restart. The admin listener also
 serves /api/version and Go's profiler under /debug/pprof/, behind its token.
 
+With --access-log FILE (or - for standard output) every request gets a
+line: JSON by default (what 'portero replay' reads back), or text with
+--access-log-format text. SIGUSR1 reopens the file, for log rotation. A
+disk slower than the requests never holds them up: past
+--access-log-buffer lines waiting, a line is dropped and counted
+(portero_access_log_dropped_total), and the file says how many at that
+place.
+
 Logs go to stderr, one logger for every line (--log-format text or json).
 Refusals are logged at INFO, at most --log-refusals lines a second per rule,
 each with the number of lines it stands for (suppressed); shadow refusals
 likewise.`,
 		Example: `  portero serve
-  portero serve --config examples/gateway.yaml
+  portero serve --config examples/gateway.yaml --access-log /var/log/portero/access.log
   portero serve --config portero.yaml --listen :8080 --admin-listen off --log-format json`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -83,6 +92,8 @@ likewise.`,
 				Hurry:       sig.Hurry,
 				Watch:       watch && configPath != "",
 				LogSampler:  logging.NewSampler(refusalLines),
+				AccessLog:   access,
+				Reopen:      sig.Reopen,
 			})
 			var ce config.Errors
 			if errors.As(err, &ce) {
@@ -98,6 +109,10 @@ likewise.`,
 	f.BoolVar(&watch, "watch", true, "reload when the configuration file changes")
 	f.DurationVar(&drain, "drain-period", config.DefaultDrainPeriod, "how long /readyz answers 503 before the listeners close on SIGTERM, overriding server.drain_period (0 for none)")
 	f.IntVar(&refusalLines, "log-refusals", logging.DefaultPerSecond, "most refusal log lines a second per rule (0: every refusal, -1: none)")
+	f.StringVar(&access.Path, "access-log", "", "access log file, - for standard output; empty for none (SIGUSR1 reopens it)")
+	f.StringVar(&access.Format, "access-log-format", "json", "access log format: json (what portero replay reads) or text")
+	f.IntVar(&access.Buffer, "access-log-buffer", 4096, "most access log lines waiting for the disk; beyond it lines are dropped and counted")
+	f.StringSliceVar(&access.Headers, "access-log-header", nil, "request header to record besides those the configuration reads (repeatable)")
 	logs.add(cmd)
 	return cmd
 }

@@ -220,3 +220,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestRequestHeaders(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte(`
+client_ip:
+  trusted_proxies: [10.0.0.0/8]
+identity:
+  user_header: X-User
+upstreams:
+  app: {url: "http://127.0.0.1:9"}
+routes:
+  - {name: api, match: {headers: {X-Version: "2"}}, upstream: app}
+rules:
+  - {name: per-key, key: "header:x-api-key+ip", limit: 10/s}
+  - {name: bytes, key: "header:X-API-Key", limit: 1000/s, cost: "header:X-Cost", match: {headers: {B: "*", A: "*"}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(cfg.RequestHeaders(), " ")
+	if want := "X-Api-Key X-Cost A B X-Version X-User X-Forwarded-For"; got != want {
+		t.Errorf("RequestHeaders() = %s, want %s", got, want)
+	}
+}

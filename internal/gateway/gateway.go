@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,10 @@ type Hooks struct {
 	// OnProxyError is called when an upstream could not be reached or gave a
 	// malformed answer.
 	OnProxyError func(r *http.Request, upstream string, err error)
+	// OnRoute, when not nil, is called with the route a request matched
+	// and its upstream (both empty when none matched), before the limiter
+	// decides (the access log records them).
+	OnRoute func(r *http.Request, route, upstream string)
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
 	// Ready, when set, decides what /readyz answers instead of SetReady:
@@ -172,10 +177,50 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var name string
 	var next http.Handler = notFound{}
-	if rt := t.match(r); rt != nil {
+	rt := t.match(r)
+	if rt != nil {
 		name, next = rt.cfg.Name, rt.handler
 	}
+	if g.hooks.OnRoute != nil {
+		var up string
+		if rt != nil {
+			up = rt.cfg.Upstream.Name
+		}
+		g.hooks.OnRoute(r, name, up)
+	}
 	g.limiter.Serve(w, r, name, next)
+}
+
+// Decision is the gateway's decision on one request (Decide): the
+// limiter's, and the route.
+type Decision struct {
+	httplimit.Decision
+	// Route and Upstream name the route r matched; empty when none did.
+	Route, Upstream string
+}
+
+// Decide decides r at now exactly as ServeHTTP would — the same route
+// match, then the limiter's one decision path (httplimit.Limiter.Decide) —
+// but answers nothing and forwards nothing. d.Status is the status the
+// gateway answers itself (httplimit.Decision's, 404 for a request that
+// passes the limits but matches no route, 200 for /healthz and /readyz,
+// which are never limited), or 0 when it would forward r to d.Upstream.
+// What it does not model: max_in_flight (decisions take no time here) and
+// a request canceled while a queue rule holds it. It is what `portero
+// replay` decides with.
+func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
+	d.Route, d.Upstream = "", ""
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
+		return
+	}
+	if rt := g.table.Load().match(r); rt != nil {
+		d.Route, d.Upstream = rt.cfg.Name, rt.cfg.Upstream.Name
+	}
+	g.limiter.Decide(r, d.Route, now, &d.Decision)
+	if d.Status == 0 && d.Route == "" {
+		d.Status = http.StatusNotFound
+	}
 }
 
 // match returns the first route that matches r, or nil.

@@ -171,15 +171,18 @@ type Signals struct {
 	Reload <-chan struct{}
 	// Hurry is closed at the second SIGTERM or interrupt.
 	Hurry <-chan struct{}
+	// Reopen receives a value after SIGUSR1, for log rotation (several
+	// pending are one value).
+	Reopen <-chan struct{}
 }
 
 // NotifySignals starts delivering Signals; stop ends it and its goroutine.
 func NotifySignals() (s Signals, stop func()) {
 	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
+	signal.Notify(ch, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGTERM, os.Interrupt)
 	// Reload has room for one: SIGHUPs that come while a reload is pending
 	// are one reload, and a stop signal is never stuck behind them.
-	reload, hurry, done := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	reload, reopen, hurry, done := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		stops := 0
@@ -188,9 +191,13 @@ func NotifySignals() (s Signals, stop func()) {
 			case <-done:
 				return
 			case sig := <-ch:
-				if sig == syscall.SIGHUP {
+				if sig == syscall.SIGHUP || sig == syscall.SIGUSR1 {
+					c := reload
+					if sig == syscall.SIGUSR1 {
+						c = reopen
+					}
 					select {
-					case reload <- struct{}{}:
+					case c <- struct{}{}:
 					default:
 					}
 					continue
@@ -201,7 +208,7 @@ func NotifySignals() (s Signals, stop func()) {
 			}
 		}
 	})
-	return Signals{Reload: reload, Hurry: hurry}, func() {
+	return Signals{Reload: reload, Hurry: hurry, Reopen: reopen}, func() {
 		signal.Stop(ch)
 		close(done)
 		wg.Wait()

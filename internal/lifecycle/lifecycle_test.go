@@ -151,8 +151,8 @@ func TestLoopback(t *testing.T) {
 	}
 }
 
-// TestSignals: SIGHUP asks for a reload (several pending are one), and the
-// second stop signal closes Hurry.
+// TestSignals: SIGHUP asks for a reload (several pending are one), SIGUSR1
+// to reopen the logs, and the second stop signal closes Hurry.
 func TestSignals(t *testing.T) {
 	s, stop := NotifySignals()
 	defer stop()
@@ -162,6 +162,12 @@ func TestSignals(t *testing.T) {
 	case <-s.Reload:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no reload after SIGHUP")
+	}
+	self.Signal(syscall.SIGUSR1)
+	select {
+	case <-s.Reopen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reopen after SIGUSR1")
 	}
 	self.Signal(syscall.SIGTERM)
 	select {

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -20,6 +19,7 @@ import (
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/buildinfo"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/lifecycle"
 )
 
@@ -44,6 +44,10 @@ type Resetter interface {
 type adminBase struct {
 	reg   *prometheus.Registry
 	ready *lifecycle.Readiness
+	// dash, when not nil, is the dashboard: it serves /dashboard/ and
+	// checks the token itself (as a bearer token, or the cookie its login
+	// form sets for a browser), and / leads to it.
+	dash *dashboard.Dashboard
 	// token is read at every request: a reload may change it. Nil or ""
 	// means none.
 	token func() string
@@ -77,6 +81,14 @@ func (a adminBase) handler(routes func(*http.ServeMux)) http.Handler {
 			probes.ServeHTTP(w, r)
 			return
 		}
+		if a.dash != nil && isDashboard(r.URL.Path) {
+			a.dash.ServeHTTP(w, r)
+			return
+		}
+		if a.dash != nil && r.URL.Path == "/" {
+			http.Redirect(w, r, "/dashboard/", http.StatusFound) // which asks for the token itself
+			return
+		}
 		var token string
 		if a.token != nil {
 			token = a.token()
@@ -105,7 +117,7 @@ func (a adminBase) server(log *slog.Logger, routes func(*http.ServeMux)) *http.S
 
 // base is serve's admin base.
 func (s *Server) base() adminBase {
-	return adminBase{reg: s.metrics.reg, ready: s.ready, token: s.adminToken}
+	return adminBase{reg: s.metrics.reg, ready: s.ready, token: s.adminToken, dash: s.dash}
 }
 
 // adminRoutes adds serve's own endpoints: /config, /api/refused,
@@ -146,7 +158,6 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, s.obs.refused.top(s.now(), minutes, 50))
 	})
 	mux.HandleFunc("/api/keys", s.keys)
-	mux.HandleFunc("GET /{$}", s.liveView)
 }
 
 // writeProblem answers an RFC 9457 problem body.
@@ -215,72 +226,4 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, DELETE")
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "GET or DELETE"})
 	}
-}
-
-var liveTmpl = template.Must(template.New("live").Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
-<title>Portero — live</title>
-<style>body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin-bottom:2em}
-td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}th{background:#f4f4f4}.num{text-align:right}
-.refused{color:#b00}.shadow{color:#a60}code{background:#f4f4f4;padding:0 .2em}</style></head>
-<body><h1>Portero</h1>
-<p>Configuration from <code>{{.Source}}</code>, {{.Store}} store. Refreshes every 2 s.
-<a href="/metrics">metrics</a> · <a href="/config">config</a> · <a href="/api/refused">refused keys (JSON)</a></p>
-<h2>Rules</h2>
-<table><tr><th>rule</th><th>key</th><th>algorithm</th><th>limit</th><th>mode</th>
-<th class="num">allowed</th><th class="num">near limit</th><th class="num">refused</th><th class="num">shadow-refused</th></tr>
-{{range .Rules}}<tr><td>{{.Name}}</td><td><code>{{.Key}}</code></td><td>{{.Algorithm}}</td><td>{{.Limit}}</td><td>{{.Mode}}</td>
-<td class="num">{{.Allowed}}</td><td class="num">{{.Near}}</td><td class="num refused">{{.Refused}}</td><td class="num shadow">{{.Shadow}}</td></tr>
-{{end}}</table>
-<h2>Keys refused most, last 5 minutes</h2>
-{{if .Top}}<table><tr><th>rule</th><th>key</th><th class="num">refusals</th></tr>
-{{range .Top}}<tr><td>{{.Rule}}{{if .Shadow}} (shadow){{end}}</td><td><code>{{.Key}}</code></td><td class="num">{{.Count}}</td></tr>
-{{end}}</table>{{else}}<p>None.</p>{{end}}
-</body></html>
-`))
-
-type liveRule struct {
-	Name, Key, Algorithm, Limit, Mode string
-	Allowed, Near, Refused, Shadow    float64
-}
-
-func (s *Server) liveView(w http.ResponseWriter, r *http.Request) {
-	cfg := s.gw.Config()
-	counts := map[string]map[string]float64{}
-	if mfs, err := s.metrics.reg.Gather(); err == nil {
-		for _, mf := range mfs {
-			if mf.GetName() != "portero_decisions_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				var rule, outcome string
-				for _, l := range m.GetLabel() {
-					switch l.GetName() {
-					case "rule":
-						rule = l.GetValue()
-					case "outcome":
-						outcome = l.GetValue()
-					}
-				}
-				if counts[rule] == nil {
-					counts[rule] = map[string]float64{}
-				}
-				counts[rule][outcome] = m.GetCounter().GetValue()
-			}
-		}
-	}
-	data := struct {
-		Source, Store string
-		Rules         []liveRule
-		Top           []RefusedKey
-	}{Source: cfg.Source, Store: cfg.StoreType, Top: s.obs.refused.top(s.now(), 5, 20)}
-	for _, rl := range cfg.Policy.Rules() {
-		c := counts[rl.Name]
-		data.Rules = append(data.Rules, liveRule{Name: rl.Name, Key: rl.Key.String(), Algorithm: string(rl.Algorithm),
-			Limit: rl.Limit.String(), Mode: string(rl.Mode), Allowed: c["allowed"], Near: c["near-limit"],
-			Refused: c["refused"], Shadow: c["shadow-refused"]})
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = liveTmpl.Execute(w, data)
 }

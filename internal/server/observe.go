@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/policy"
 )
@@ -100,6 +101,7 @@ type observer struct {
 	sample   *logging.Sampler // refusal lines per rule and second
 	lastWarn atomic.Int64     // unix ns of the last store-error log line
 	counters atomic.Pointer[ruleCounters]
+	usage    *dashboard.Usage // the keys closest to their limits, for the dashboard
 }
 
 // outcomes are the engine's outcomes, in the order of ruleCounters.c.
@@ -127,6 +129,13 @@ func (o *observer) setPolicy(p *policy.Policy) {
 		}
 	}
 	o.counters.Store(t)
+	if o.usage != nil {
+		names := make([]string, len(rules))
+		for i, r := range rules {
+			names[i] = r.Name
+		}
+		o.usage.SetRules(names)
+	}
 }
 
 // decision returns the counter of res, from the table when res comes from
@@ -154,8 +163,18 @@ func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Dura
 		o.decision(res).Inc()
 		if res.Failure != "" {
 			o.m.failurePolicy.WithLabelValues(res.Rule.Name).Inc()
-		} else if d := &res.Decision; d.Quota && d.Limit > 0 {
-			o.m.quotaUsed.WithLabelValues(res.Rule.Name).Observe(float64(d.Limit-d.Remaining) / float64(d.Limit))
+		} else {
+			d := &res.Decision
+			if d.Quota && d.Limit > 0 {
+				o.m.quotaUsed.WithLabelValues(res.Rule.Name).Observe(float64(d.Limit-d.Remaining) / float64(d.Limit))
+			}
+			if o.usage != nil && (res.Outcome == engine.Allowed || res.Outcome == engine.NearLimit || res.Outcome == engine.Refused) {
+				// What the key has used of its limit, for the dashboard;
+				// cheap below the rule's few nearest keys.
+				if u := o.usage.Rule(res.Rule.Index); u.Wants(d.Limit-d.Remaining, d.Limit) {
+					u.Observe(res.Key, d.Limit-d.Remaining, d.Limit, d.ResetAfter, o.now())
+				}
+			}
 		}
 		switch res.Outcome {
 		case engine.Refused, engine.CanNeverPass:

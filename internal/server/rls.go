@@ -19,6 +19,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/tlsreload"
@@ -211,6 +212,14 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if o.DrainPeriod != nil {
 		drain = *o.DrainPeriod
 	}
+	if r.dash != nil {
+		// Stopped when Run returns (cancel first, then wait).
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		dctx, stopDash := context.WithCancel(ctx)
+		defer stopDash()
+		wg.Go(func() { r.dash.Run(dctx) })
+	}
 	return svc.Run(ctx, lifecycle.Hooks{
 		Reload:          r.reload,
 		DrainPeriod:     func() time.Duration { return drain },
@@ -228,7 +237,8 @@ type rlsServer struct {
 	redis              *redisstore.Store // nil for the memory store
 	metrics            *rlsMetrics
 	source             atomic.Pointer[rlsSource]
-	mu                 sync.Mutex // serializes reloads
+	dash               *dashboard.Dashboard // nil without an admin listener
+	mu                 sync.Mutex           // serializes reloads
 }
 
 // rlsSource is the configuration in use, for the admin API.
@@ -279,10 +289,14 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		if err != nil {
 			return &ConfigError{fmt.Errorf("admin listener TLS: %w", err)}
 		}
-		base := adminBase{reg: r.metrics.reg, ready: r.ready, token: func() string { return o.AdminToken }}
-		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: base.server(r.log, r.adminRoutes), TLS: tlsR,
+		token := func() string { return o.AdminToken }
+		r.dash = dashboard.New(rlsDashSource{r}, dashboard.Options{Token: token})
+		base := adminBase{reg: r.metrics.reg, ready: r.ready, token: token, dash: r.dash}
+		srv := base.server(r.log, r.adminRoutes)
+		srv.RegisterOnShutdown(r.dash.Close) // its event streams would hold the shutdown
+		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: srv, TLS: tlsR,
 			Credentials: true, Auth: o.AdminToken != "" || tlsR != nil && tlsR.ClientAuth(),
-			Risk: "read the metrics, the configuration and profiles of the process", Note: "(/metrics, /config, /debug/pprof/)"}); err != nil {
+			Risk: "read the metrics, the configuration and profiles of the process", Note: "(dashboard /dashboard/, /metrics, /config, /debug/pprof/)"}); err != nil {
 			return err
 		}
 	}

@@ -54,6 +54,10 @@ type rlsMetrics struct {
 	detailed    sync.Map
 	maxDetailed int64
 	nDetailed   atomic.Int64
+
+	// refused counts the refused keys of the last minutes, for the
+	// dashboard (the same bounded list as serve's /api/refused).
+	refused refusals
 }
 
 // keySeries are one descriptor key's counters: by outcome (engine.Outcome
@@ -274,6 +278,10 @@ func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *en
 			ks = m.plain(req.Domain, l)
 		}
 		m.count(ks, res)
+		switch res.Outcome {
+		case engine.Refused, engine.CanNeverPass, engine.ShadowRefused:
+			m.refused.add(ks.domain+" "+ks.key, res.Key, res.Rule.Shadow, time.Now())
+		}
 	}
 }
 

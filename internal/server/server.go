@@ -19,7 +19,10 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/gateway"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
@@ -59,6 +62,11 @@ type Options struct {
 	LogSampler *logging.Sampler
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
+	// AccessLog is the access log; the zero value is none.
+	AccessLog AccessLog
+	// Reopen, when not nil, reopens the access log for every value
+	// received (serve sends one per SIGUSR1, for log rotation).
+	Reopen <-chan struct{}
 	// OpenStore opens a store for a configuration, logging to log; nil
 	// means OpenStore.
 	OpenStore func(cfg *config.Config, log *slog.Logger) (portero.Store, error)
@@ -74,7 +82,13 @@ type Server struct {
 	now     func() time.Time
 
 	ready *lifecycle.Readiness
-	addrs atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
+
+	dash     *dashboard.Dashboard // nil without an admin listener
+	loadedAt atomic.Int64         // unix ns when the running configuration was applied
+
+	access     *accesslog.Writer         // nil when off
+	logHeaders atomic.Pointer[[]string]  // the request headers the access log records
+	addrs      atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    *leased
@@ -216,7 +230,8 @@ func Run(ctx context.Context, opts Options) error {
 	if sampler == nil {
 		sampler = logging.NewSampler(logging.DefaultPerSecond)
 	}
-	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler}
+	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler,
+		usage: dashboard.NewUsage(0)}
 
 	// The watcher starts before the file is read, so that a change in
 	// between is a reload rather than lost.
@@ -272,18 +287,46 @@ func Run(ctx context.Context, opts Options) error {
 		s.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_error", cfg.OnError,
 			"ready", cfg.OnError != portero.FailDeny)
 	}
-	s.gw, err = gateway.New(cfg, store, gateway.Hooks{
+	if s.access, err = s.openAccessLog(opts.AccessLog); err != nil {
+		return err
+	}
+	if s.access != nil {
+		defer func() {
+			if err := s.access.Close(); err != nil {
+				s.log.Warn("closing the access log", "err", err)
+			}
+		}()
+	}
+	s.setLogHeaders(cfg.RequestHeaders())
+	hooks := gateway.Hooks{
 		OnDecision:   s.obs.onDecision,
 		OnError:      s.obs.onError,
 		OnProxyError: s.obs.onProxyError,
 		Now:          opts.Now,
 		Ready:        s.ready.Ready,
-	})
+	}
+	if s.access != nil {
+		hooks.OnRoute = onRoute
+		hooks.OnDecision = func(r *http.Request, v *engine.Verdict, took time.Duration) {
+			s.obs.onDecision(r, v, took)
+			noteDecision(r, v)
+		}
+		hooks.OnError = func(r *http.Request, err error) {
+			s.obs.onError(r, err)
+			noteError(r, err)
+		}
+	}
+	s.gw, err = gateway.New(cfg, store, hooks)
 	if err != nil {
 		return err
 	}
+	var gwHandler http.Handler = s.gw
+	if s.access != nil {
+		gwHandler = s.accessLogged(s.gw)
+	}
 	s.obs.setPolicy(cfg.Policy)
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
+	s.loadedAt.Store(time.Now().UnixNano())
 
 	listen := cfg.Listen
 	if opts.Listen != "" {
@@ -301,7 +344,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	gwSrv := &http.Server{
-		Handler:           s.gw,
+		Handler:           gwHandler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
@@ -319,10 +362,13 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: s.base().server(s.log, s.adminRoutes),
+		s.dash = dashboard.New(dashSource{s}, dashboard.Options{Token: s.adminToken})
+		adminSrv := s.base().server(s.log, s.adminRoutes)
+		adminSrv.RegisterOnShutdown(s.dash.Close) // its event streams would hold the shutdown
+		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: adminSrv,
 			TLS: adminTLS, Credentials: true, Auth: cfg.AdminToken != "" || adminTLS != nil && adminTLS.ClientAuth(),
 			Risk: "read the metrics and the configuration and reset any client's limits",
-			Note: "(live view /, /metrics, /config, /api/refused)"})
+			Note: "(dashboard /dashboard/, /metrics, /config, /api/refused)"})
 		if err != nil {
 			return err
 		}
@@ -330,6 +376,19 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s.addrs.Store(&addrs)
 	s.ready.AddCheck(s.readyCheck)
+
+	// Goroutines of this Run beside the service's: stopped (in this
+	// order) when it returns.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stopBeside := context.WithCancel(ctx)
+	defer stopBeside()
+	if s.access != nil && opts.Reopen != nil {
+		wg.Go(func() { s.reopenLoop(bctx, opts.Reopen) })
+	}
+	if s.dash != nil {
+		wg.Go(func() { s.dash.Run(bctx) })
+	}
 
 	return svc.Run(ctx, lifecycle.Hooks{
 		Serving: func() {
@@ -395,6 +454,8 @@ func (s *Server) Reload(why string) error {
 		s.setStore(store, key)
 	}
 	s.obs.setPolicy(cfg.Policy)
+	s.setLogHeaders(cfg.RequestHeaders())
+	s.loadedAt.Store(time.Now().UnixNano())
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
 	}

@@ -154,9 +154,13 @@ func TestDefaultConfig(t *testing.T) {
 	if !strings.Contains(cfg, "per-client") || !strings.Contains(cfg, "built-in") {
 		t.Errorf("config: %s", cfg)
 	}
-	_, _, live := get(t, r.admin+"/")
-	if !strings.Contains(live, "<td>per-client</td>") || !strings.Contains(live, "ip=127.0.0.1/32") {
-		t.Errorf("live view lacks rules or refused keys:\n%s", live)
+	// The dashboard samples once a second.
+	waitFor(t, "the dashboard's state to show the rules and the refused key", func() bool {
+		_, _, live := get(t, r.admin+"/dashboard/state")
+		return strings.Contains(live, `"name":"per-client"`) && strings.Contains(live, `"key":"ip=127.0.0.1/32"`)
+	})
+	if code, hdr, _ := get(t, r.admin+"/"); code != http.StatusOK || !strings.Contains(hdr.Get("Content-Type"), "text/html") {
+		t.Errorf("GET / = %d %s, want the dashboard (redirected)", code, hdr.Get("Content-Type"))
 	}
 	if code, _, _ := get(t, r.admin+"/api/keys?rule=per-client&key=x"); code != http.StatusNotImplemented && code != 200 {
 		t.Errorf("keys API: %d", code)

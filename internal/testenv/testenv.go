@@ -19,6 +19,7 @@ var installHints = map[string]string{
 	"redis-server": "apt-get install -y redis-server (or run `make test` as root, which installs it)",
 	"redis-cli":    "apt-get install -y redis-tools",
 	"promtool":     "apt-get install -y prometheus (Debian's package provides promtool; make deps installs it)",
+	"chromium":     "apt-get install -y chromium (or run `make test` as root, which installs it)",
 }
 
 // Required reports whether missing tools must fail tests rather than skip

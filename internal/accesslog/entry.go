@@ -1,0 +1,327 @@
+// Package accesslog writes `portero serve`'s access log and reads it back.
+//
+// One line per request, in JSON (the form `portero replay` reads) or in
+// logfmt-style text for people: when it arrived (to the nanosecond), the
+// method, host and decoded path, the connection's peer and the client
+// address Portero settled on, the request headers the rules read (so that
+// a replay can key, match and cost every request as serve did), the status,
+// the latency, the route and upstream, the rule that decided, its key and
+// the decision.
+//
+// A Writer never blocks a request on the disk beyond its bounded buffer: an
+// entry that finds the buffer full is dropped and counted (Writer.Dropped),
+// and the line saying how many were lost is the next one written. Reopen
+// closes and reopens the file, for log rotation (serve calls it on
+// SIGUSR1).
+package accesslog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Header is one request header as the access log keeps it.
+type Header struct {
+	Name, Value string
+}
+
+// Entry is one request.
+type Entry struct {
+	// Time is when the request was decided (its arrival, not the end of
+	// the response).
+	Time time.Time
+	// Method, Host and Path are the request's method, Host header and
+	// decoded URL path (no query: it may hold secrets and no rule reads
+	// it).
+	Method, Host, Path string
+	// Peer is the connection's address without the port; ClientIP the
+	// client address Portero settled on (after trusted proxies), empty when
+	// unknown.
+	Peer, ClientIP string
+	// Header holds the request headers the configuration reads, in the
+	// order given to the writer.
+	Header []Header
+	// ContentLength is the declared body size; -1 when unknown.
+	ContentLength int64
+	// Status is the response status; Bytes the response body bytes.
+	Status int
+	Bytes  int64
+	// Latency is the time from arrival to the end of the response.
+	Latency time.Duration
+	// Route and Upstream name the route matched and its upstream; empty
+	// when none matched.
+	Route, Upstream string
+	// Rule is the rule that decided the request (the refusing one, or when
+	// allowed the one closest to its limit), Key the key it counted under;
+	// empty when no rule applied.
+	Rule, Key string
+	// Decision is what Portero did: allowed, refused, can-never-pass,
+	// unavailable (the store failed and the failure policy denied), bad-cost
+	// (400 or 411: the cost could not be read), no-rule (no rule applied),
+	// or error.
+	Decision string
+	// Shadow lists the shadow rules that would have refused the request.
+	Shadow []string
+}
+
+// Formats are the formats of a Writer.
+var Formats = []string{"json", "text"}
+
+// AppendJSON appends e as one JSON object and a newline. The keys are, in
+// this order: time (RFC 3339 in UTC with nanoseconds), method, host, path,
+// peer, client_ip, headers (an object), content_length, status, bytes,
+// latency_ms, route, upstream, rule, key, decision, shadow (an array,
+// omitted when empty). Empty strings are omitted too, except method and
+// path.
+func AppendJSON(b []byte, e *Entry) []byte {
+	b = append(b, `{"time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","method":`...)
+	b = appendJSONString(b, e.Method)
+	b = jsonField(b, "host", e.Host)
+	b = append(b, `,"path":`...)
+	b = appendJSONString(b, e.Path)
+	b = jsonField(b, "peer", e.Peer)
+	b = jsonField(b, "client_ip", e.ClientIP)
+	if len(e.Header) > 0 {
+		b = append(b, `,"headers":{`...)
+		for i, h := range e.Header {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, h.Name)
+			b = append(b, ':')
+			b = appendJSONString(b, h.Value)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"content_length":`...)
+	b = strconv.AppendInt(b, e.ContentLength, 10)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, e.Bytes, 10)
+	b = append(b, `,"latency_ms":`...)
+	b = strconv.AppendFloat(b, float64(e.Latency)/float64(time.Millisecond), 'f', -1, 64)
+	b = jsonField(b, "route", e.Route)
+	b = jsonField(b, "upstream", e.Upstream)
+	b = jsonField(b, "rule", e.Rule)
+	b = jsonField(b, "key", e.Key)
+	b = jsonField(b, "decision", e.Decision)
+	if len(e.Shadow) > 0 {
+		b = append(b, `,"shadow":[`...)
+		for i, s := range e.Shadow {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, s)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
+}
+
+func jsonField(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes
+// U+FFFD, as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// AppendText appends e as one line of key=value pairs (logfmt), in the
+// order of AppendJSON, values quoted when they need it; headers are
+// header.NAME=VALUE.
+func AppendText(b []byte, e *Entry) []byte {
+	b = append(b, "time="...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = textField(b, "method", e.Method, true)
+	b = textField(b, "host", e.Host, false)
+	b = textField(b, "path", e.Path, true)
+	b = textField(b, "peer", e.Peer, false)
+	b = textField(b, "client_ip", e.ClientIP, false)
+	for _, h := range e.Header {
+		b = textField(b, "header."+h.Name, h.Value, true)
+	}
+	b = append(b, " status="...)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
+	b = append(b, " bytes="...)
+	b = strconv.AppendInt(b, e.Bytes, 10)
+	b = append(b, " latency_ms="...)
+	b = strconv.AppendFloat(b, float64(e.Latency)/float64(time.Millisecond), 'f', 3, 64)
+	b = textField(b, "route", e.Route, false)
+	b = textField(b, "upstream", e.Upstream, false)
+	b = textField(b, "rule", e.Rule, false)
+	b = textField(b, "key", e.Key, false)
+	b = textField(b, "decision", e.Decision, false)
+	for _, s := range e.Shadow {
+		b = textField(b, "shadow", s, false)
+	}
+	return append(b, '\n')
+}
+
+func textField(b []byte, name, v string, always bool) []byte {
+	if v == "" && !always {
+		return b
+	}
+	b = append(b, ' ')
+	b = append(b, name...)
+	b = append(b, '=')
+	if v != "" && !needsQuote(v) {
+		return append(b, v...)
+	}
+	return appendJSONString(b, v)
+}
+
+func needsQuote(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c == '"' || c == '=' || c == '\\' || c >= utf8.RuneSelf {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonEntry is the JSON form, for reading it back.
+type jsonEntry struct {
+	Time          *string           `json:"time"`
+	Method        *string           `json:"method"`
+	Host          string            `json:"host"`
+	Path          *string           `json:"path"`
+	Peer          string            `json:"peer"`
+	ClientIP      string            `json:"client_ip"`
+	Headers       map[string]string `json:"headers"`
+	ContentLength *int64            `json:"content_length"`
+	Status        int               `json:"status"`
+	Bytes         int64             `json:"bytes"`
+	LatencyMS     float64           `json:"latency_ms"`
+	Route         string            `json:"route"`
+	Upstream      string            `json:"upstream"`
+	Rule          string            `json:"rule"`
+	Key           string            `json:"key"`
+	Decision      string            `json:"decision"`
+	Shadow        []string          `json:"shadow"`
+	Dropped       int64             `json:"dropped"`
+}
+
+// DroppedError is ParseJSON's error for the line a Writer writes where it
+// had to drop entries: N requests are missing from the log there.
+type DroppedError struct{ N int64 }
+
+func (e *DroppedError) Error() string {
+	return fmt.Sprintf("the access log dropped %d entries here (its buffer was full)", e.N)
+}
+
+// ErrMalformed is wrapped by ParseJSON's errors.
+var ErrMalformed = errors.New("malformed access log line")
+
+// ParseJSON reads one line of the JSON form back into e (reusing its
+// Header and Shadow memory). time, method and path are required; headers
+// come back sorted by name (JSON objects have no order). Errors wrap
+// ErrMalformed and name the field, except for the line a Writer writes
+// where it dropped entries: a *DroppedError.
+func ParseJSON(line []byte, e *Entry) error {
+	line = bytes.TrimSpace(line)
+	var j jsonEntry
+	if err := json.Unmarshal(line, &j); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if j.Dropped > 0 && j.Method == nil {
+		return &DroppedError{N: j.Dropped}
+	}
+	if j.Time == nil {
+		return fmt.Errorf("%w: no time", ErrMalformed)
+	}
+	t, err := time.Parse(time.RFC3339Nano, *j.Time)
+	if err != nil {
+		return fmt.Errorf("%w: time %q: want RFC 3339, such as 2026-01-02T15:04:05.123Z", ErrMalformed, *j.Time)
+	}
+	if j.Method == nil || *j.Method == "" {
+		return fmt.Errorf("%w: no method", ErrMalformed)
+	}
+	if j.Path == nil {
+		return fmt.Errorf("%w: no path", ErrMalformed)
+	}
+	cl := int64(-1)
+	if j.ContentLength != nil {
+		cl = *j.ContentLength
+	}
+	hs := e.Header[:0]
+	for name, v := range j.Headers {
+		hs = append(hs, Header{Name: name, Value: v})
+	}
+	sortHeaders(hs)
+	*e = Entry{Time: t, Method: *j.Method, Host: j.Host, Path: *j.Path, Peer: j.Peer, ClientIP: j.ClientIP,
+		Header: hs, ContentLength: cl, Status: j.Status, Bytes: j.Bytes,
+		Latency: time.Duration(j.LatencyMS * float64(time.Millisecond)), Route: j.Route, Upstream: j.Upstream,
+		Rule: j.Rule, Key: j.Key, Decision: j.Decision, Shadow: append(e.Shadow[:0], j.Shadow...)}
+	return nil
+}
+
+func sortHeaders(hs []Header) {
+	for i := 1; i < len(hs); i++ {
+		for j := i; j > 0 && hs[j].Name < hs[j-1].Name; j-- {
+			hs[j], hs[j-1] = hs[j-1], hs[j]
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package replay
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// csvParser reads CSV logs: time,method,path,client_ip[,header:NAME…], one
+// request a line. A first line starting with time, names the columns:
+// time, method, path and client_ip (required, in any order), host,
+// content_length and header:NAME; without one the columns are time,
+// method, path, client_ip. time is RFC 3339 (sub-second digits allowed) or
+// decimal seconds since the Unix epoch; requests are decided at that exact
+// instant. Fields may be quoted as in RFC 4180 ("" for a quote), on one
+// line.
+type csvParser struct {
+	cols     []csvCol
+	sawFirst bool
+	fields   [][]byte
+	scratch  []byte
+	lastTime []byte
+	lastT    time.Time
+}
+
+type csvCol struct {
+	kind   fieldKind
+	header string
+}
+
+func newCSVParser() func([]byte, *Request) error {
+	p := &csvParser{cols: []csvCol{{kind: fMsec}, {kind: fMethod}, {kind: fPath}, {kind: fPeer}}}
+	return p.parse
+}
+
+func (p *csvParser) parse(line []byte, r *Request) error {
+	fields, err := p.split(line)
+	if err != nil {
+		return err
+	}
+	if !p.sawFirst {
+		p.sawFirst = true
+		if len(fields) > 0 && strings.EqualFold(string(bytes.TrimSpace(fields[0])), "time") {
+			return p.header(fields)
+		}
+	}
+	if len(fields) != len(p.cols) {
+		return malformed("%d fields, want %d (%s)", len(fields), len(p.cols), p.names())
+	}
+	var havePath bool
+	for i, c := range p.cols {
+		v := bytes.TrimSpace(fields[i])
+		switch c.kind {
+		case fMsec:
+			t, err := p.time(v)
+			if err != nil {
+				return err
+			}
+			r.Time = t
+		case fMethod:
+			if !validMethod(v) {
+				return malformed("method %q: not an HTTP method", v)
+			}
+			r.Method = internMethod(v)
+		case fPath:
+			path, err := decodeTarget(v)
+			if err != nil {
+				return err
+			}
+			if path == "" {
+				return malformed("empty path")
+			}
+			r.Path, havePath = path, true
+		case fPeer:
+			r.Peer = string(v)
+		case fHost:
+			r.Host = string(v)
+		case fContentLength:
+			if len(v) > 0 {
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				if err != nil || n < 0 {
+					return malformed("content_length %q: want a whole number", v)
+				}
+				r.ContentLength = n
+			}
+		case fHeader:
+			if len(v) > 0 {
+				r.Header[c.header] = []string{string(v)}
+			}
+		}
+	}
+	if !havePath {
+		return malformed("no path")
+	}
+	return nil
+}
+
+func (p *csvParser) names() string {
+	var s []string
+	for _, c := range p.cols {
+		switch c.kind {
+		case fMsec:
+			s = append(s, "time")
+		case fMethod:
+			s = append(s, "method")
+		case fPath:
+			s = append(s, "path")
+		case fPeer:
+			s = append(s, "client_ip")
+		case fHost:
+			s = append(s, "host")
+		case fContentLength:
+			s = append(s, "content_length")
+		case fHeader:
+			s = append(s, "header:"+c.header)
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *csvParser) header(fields [][]byte) error {
+	p.cols = p.cols[:0]
+	seen := map[string]bool{}
+	for _, f := range fields {
+		name := strings.TrimSpace(string(f))
+		lower := strings.ToLower(name)
+		var c csvCol
+		switch {
+		case lower == "time":
+			c.kind = fMsec
+		case lower == "method":
+			c.kind = fMethod
+		case lower == "path":
+			c.kind = fPath
+		case lower == "client_ip":
+			c.kind = fPeer
+		case lower == "host":
+			c.kind = fHost
+		case lower == "content_length":
+			c.kind = fContentLength
+		case strings.HasPrefix(lower, "header:") && len(name) > 7:
+			c = csvCol{kind: fHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[7:]))}
+			lower = "header:" + strings.ToLower(c.header)
+		default:
+			return malformed("column %q: want time, method, path, client_ip, host, content_length or header:NAME", name)
+		}
+		if seen[lower] {
+			return malformed("column %q given twice", name)
+		}
+		seen[lower] = true
+		p.cols = append(p.cols, c)
+	}
+	for _, need := range []string{"time", "method", "path", "client_ip"} {
+		if !seen[need] {
+			return malformed("header line has no %s column", need)
+		}
+	}
+	return errHeaderLine
+}
+
+// split splits one CSV line into fields (quoted fields unquoted into
+// scratch).
+func (p *csvParser) split(line []byte) ([][]byte, error) {
+	line = bytes.TrimRight(line, "\r")
+	p.fields = p.fields[:0]
+	p.scratch = p.scratch[:0]
+	for {
+		if len(line) > 0 && line[0] == '"' {
+			start := len(p.scratch)
+			i := 1
+			for {
+				if i >= len(line) {
+					return nil, malformed("quoted field without its closing quote")
+				}
+				if line[i] == '"' {
+					if i+1 < len(line) && line[i+1] == '"' {
+						p.scratch = append(p.scratch, '"')
+						i += 2
+						continue
+					}
+					break
+				}
+				p.scratch = append(p.scratch, line[i])
+				i++
+			}
+			p.fields = append(p.fields, p.scratch[start:len(p.scratch):len(p.scratch)])
+			line = line[i+1:]
+			if len(line) == 0 {
+				return p.fields, nil
+			}
+			if line[0] != ',' {
+				return nil, malformed("text after a quoted field")
+			}
+			line = line[1:]
+			continue
+		}
+		i := bytes.IndexByte(line, ',')
+		if i < 0 {
+			return append(p.fields, line), nil
+		}
+		p.fields = append(p.fields, line[:i])
+		line = line[i+1:]
+	}
+}
+
+// time reads RFC 3339 or decimal seconds since the epoch.
+func (p *csvParser) time(v []byte) (time.Time, error) {
+	if bytes.Equal(v, p.lastTime) && !p.lastT.IsZero() {
+		return p.lastT, nil
+	}
+	var t time.Time
+	if d, err := parseDecimalSeconds(v); err == nil {
+		t = time.Unix(0, 0).Add(d)
+	} else if t, err = time.Parse(time.RFC3339Nano, string(v)); err != nil {
+		return time.Time{}, malformed("time %q: want RFC 3339 (2006-01-02T15:04:05.5Z) or seconds since the epoch", v)
+	}
+	p.lastTime = append(p.lastTime[:0], v...)
+	p.lastT = t
+	return t, nil
+}

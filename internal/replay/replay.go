@@ -1,0 +1,386 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// RuleInfo describes one rule of the configuration replayed.
+type RuleInfo struct {
+	Name   string `json:"name"`
+	Key    string `json:"key"`
+	Limit  string `json:"limit"`
+	Shadow bool   `json:"shadow,omitempty"`
+}
+
+// Outcome is what one rule did with one request, by the engine's names.
+type Outcome string
+
+// The outcomes a Decider reports (the engine's names).
+const (
+	Allowed       Outcome = "allowed"
+	NearLimit     Outcome = "near-limit"
+	Refused       Outcome = "refused"
+	ShadowRefused Outcome = "shadow-refused"
+	NotCounted    Outcome = "not-counted"
+	CheckOnly     Outcome = "check-only"
+	CanNeverPass  Outcome = "can-never-pass"
+	// BadCost: the request's cost under the rule could not be read (a
+	// malformed cost header, or no Content-Length for a rule that counts
+	// bytes): serve answers 400 or 411.
+	BadCost Outcome = "bad-cost"
+)
+
+// RuleResult is one rule's part in a decision.
+type RuleResult struct {
+	// Rule is the index of the rule in the Decider's Rules.
+	Rule    int
+	Key     string
+	Outcome Outcome
+	// Shadow is true for a rule in shadow mode (its refusals are would-be).
+	Shadow bool
+}
+
+// Decision is what serve would have done with one request.
+type Decision struct {
+	// Status is the status serve would answer: 429, 503, 400, 411, 404
+	// when no route matches, or 200 for a request it passes on to its
+	// upstream (which answers what it answers).
+	Status int
+	// Client is the client address serve would have settled on (the zero
+	// Addr when none).
+	Client netip.Addr
+	// Rule is the index of the rule that decided (the refusing rule, or
+	// when allowed the one closest to its limit), -1 for none.
+	Rule int
+	// Results has one entry per rule that applied.
+	Results []RuleResult
+	// Decision names what serve does: allowed, refused, can-never-pass,
+	// unavailable, bad-cost, no-route (allowed, answered 404), no-rule
+	// (allowed, no rule applied) or probe (/healthz, /readyz).
+	Decision string
+	// Detail says why a request was refused without any rule counting it
+	// (a cost that can never pass, a cost that cannot be read).
+	Detail string
+}
+
+// A Decider decides requests as `portero serve` would, at the instant it is
+// given. Decisions are valid until the next call.
+type Decider interface {
+	Rules() []RuleInfo
+	Decide(now time.Time, r *Request) (*Decision, error)
+}
+
+// Options configure Replay.
+type Options struct {
+	// Top is how many refused keys the report lists; 0 means 10.
+	Top int
+	// Decisions, when not nil, receives one CSV row per request:
+	// line,time,client,method,path,status,rule,decision (line is
+	// FILE:LINE when there are several files).
+	Decisions io.Writer
+	// MultipleFiles makes the decisions' line column FILE:LINE.
+	MultipleFiles bool
+	// MaxMalformed is how many malformed lines the report lists (all are
+	// counted); 0 means 20.
+	MaxMalformed int
+	// Tick, when not nil, is called whenever the virtual clock enters a
+	// new minute (the replay sweeps its memory store's expired keys
+	// there).
+	Tick func(now time.Time)
+}
+
+// Report is what a replay found.
+type Report struct {
+	Files     []string   `json:"files"`
+	Requests  int64      `json:"requests"`
+	First     time.Time  `json:"first"`
+	Last      time.Time  `json:"last"`
+	Malformed int64      `json:"malformed"`
+	Examples  []string   `json:"malformed_lines,omitempty"`
+	Dropped   int64      `json:"dropped_by_log,omitempty"`
+	Late      int64      `json:"late,omitempty"`
+	Statuses  []Count    `json:"statuses"`
+	Rules     []RuleStat `json:"rules"`
+	TopKeys   []KeyStat  `json:"top_refused_keys"`
+	// TopKeysError bounds the overcount of any listed key: at most the
+	// refusals counted divided by the counters kept (0 when every refused
+	// key was kept, and the counts are exact).
+	TopKeysError int64     `json:"top_refused_keys_max_error"`
+	Timeline     *Timeline `json:"timeline"`
+}
+
+// Count is a status and how many requests got it.
+type Count struct {
+	Status int   `json:"status"`
+	N      int64 `json:"requests"`
+}
+
+// RuleStat is what one rule did over the replay.
+type RuleStat struct {
+	RuleInfo
+	Applied      int64      `json:"applied"`
+	Allowed      int64      `json:"allowed"`
+	Refused      int64      `json:"refused"`
+	WouldRefuse  int64      `json:"shadow_refused"`
+	CanNeverPass int64      `json:"can_never_pass"`
+	BadCost      int64      `json:"bad_cost,omitempty"`
+	NotCounted   int64      `json:"not_counted"`
+	FirstRefusal *time.Time `json:"first_refusal,omitempty"`
+	LastRefusal  *time.Time `json:"last_refusal,omitempty"`
+	// Peak is the bucket of the timeline with the most refusals (shadow
+	// refusals for a shadow rule), PeakN their number.
+	Peak  *time.Time `json:"peak,omitempty"`
+	PeakN int64      `json:"peak_refusals,omitempty"`
+}
+
+// KeyStat is one key among those refused most.
+type KeyStat struct {
+	Rule    string    `json:"rule"`
+	Key     string    `json:"key"`
+	Shadow  bool      `json:"shadow,omitempty"`
+	Refused int64     `json:"refused"`
+	Error   int64     `json:"max_overcount,omitempty"`
+	First   time.Time `json:"first"`
+	Last    time.Time `json:"last"`
+}
+
+// Timeline is refusals over time: Width-wide buckets from Start, each
+// with the requests, and per rule (in Rules order) its refusals (shadow
+// refusals for a shadow rule).
+type Timeline struct {
+	Start    time.Time `json:"start"`
+	Width    float64   `json:"width_seconds"`
+	Requests []int64   `json:"requests"`
+	Refused  [][]int64 `json:"refused"` // [rule][bucket]
+}
+
+// topCapacity is the number of counters the top refused keys keep,
+// whatever Top is: enough for the top 10 to be exact in all but
+// adversarial logs.
+const topCapacity = 4096
+
+// Replay decides every request rd reads, in arrival order, through d on a
+// virtual clock, and reports. A malformed line is counted, listed (the
+// first MaxMalformed) and skipped. Memory is bounded by the reader's
+// reorder window, the decider's store, the top-keys counters and the
+// timeline: it does not grow with the number of lines.
+func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, error) {
+	if o.Top <= 0 {
+		o.Top = 10
+	}
+	if o.MaxMalformed <= 0 {
+		o.MaxMalformed = 20
+	}
+	rules := d.Rules()
+	rep := &Report{Rules: make([]RuleStat, len(rules))}
+	for i, r := range rules {
+		rep.Rules[i].RuleInfo = r
+	}
+	for _, in := range rd.inputs {
+		rep.Files = append(rep.Files, in.name)
+	}
+	top := newTopKeys(topCapacity)
+	tl := newTimeline(1 + len(rules))
+	statuses := map[int]int64{}
+	var dw *bufio.Writer
+	var row []byte
+	if o.Decisions != nil {
+		dw = bufio.NewWriterSize(o.Decisions, 64<<10)
+		dw.WriteString("line,time,client,method,path,status,rule,decision\n")
+	}
+	var now time.Time
+	var minute int64 = -1 << 62
+	// First and last refusal per rule, as values: a pointer per refusal
+	// would be an allocation per line.
+	first := make([]time.Time, len(rules))
+	last := make([]time.Time, len(rules))
+	for n := 0; ; n++ {
+		if n&0xffff == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			le, ok := err.(*LineError) // not errors.As: its target would escape, an allocation a line
+			if !ok {
+				return nil, err
+			}
+			if errors.Is(err, ErrDropped) {
+				rep.Dropped++ // not the replay's doing: say so apart
+				if len(rep.Examples) < o.MaxMalformed {
+					rep.Examples = append(rep.Examples, le.Error())
+				}
+				continue
+			}
+			rep.Malformed++
+			if len(rep.Examples) < o.MaxMalformed {
+				rep.Examples = append(rep.Examples, le.Error())
+			}
+			continue
+		}
+		at := r.Time
+		if at.Before(now) {
+			rep.Late++ // decided when the clock is, which never goes back
+			at = now
+		}
+		now = at
+		if m := now.Unix() / 60; m != minute {
+			minute = m
+			if o.Tick != nil {
+				o.Tick(now)
+			}
+		}
+		dec, err := d.Decide(now, r)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", r.File, r.Line, err)
+		}
+		if rep.Requests == 0 {
+			rep.First = now
+		}
+		rep.Requests++
+		rep.Last = now
+		statuses[dec.Status]++
+		tl.add(now, 0, 1)
+		for _, res := range dec.Results {
+			st := &rep.Rules[res.Rule]
+			st.Applied++
+			refusal := false
+			switch res.Outcome {
+			case Allowed, NearLimit, CheckOnly:
+				st.Allowed++
+			case Refused:
+				st.Refused++
+				refusal = true
+			case ShadowRefused:
+				st.WouldRefuse++
+				refusal = true
+			case CanNeverPass:
+				if res.Shadow {
+					st.WouldRefuse++
+				} else {
+					st.Refused++
+				}
+				st.CanNeverPass++
+				refusal = true
+			case NotCounted:
+				st.NotCounted++
+			case BadCost:
+				st.BadCost++
+				refusal = true
+			}
+			if refusal {
+				if first[res.Rule].IsZero() {
+					first[res.Rule] = now
+				}
+				last[res.Rule] = now
+				top.add(res.Rule, res.Key, now)
+				tl.add(now, 1+res.Rule, 1)
+			}
+		}
+		if dw != nil {
+			row = appendDecision(row[:0], r, dec, rules, o.MultipleFiles, now)
+			if _, err := dw.Write(row); err != nil {
+				return nil, fmt.Errorf("decisions: %w", err)
+			}
+		}
+	}
+	if dw != nil {
+		if err := dw.Flush(); err != nil {
+			return nil, fmt.Errorf("decisions: %w", err)
+		}
+	}
+	for i := range rules {
+		if !first[i].IsZero() {
+			f, l := first[i], last[i]
+			rep.Rules[i].FirstRefusal, rep.Rules[i].LastRefusal = &f, &l
+		}
+	}
+	for s, n := range statuses {
+		rep.Statuses = append(rep.Statuses, Count{s, n})
+	}
+	sort.Slice(rep.Statuses, func(i, j int) bool { return rep.Statuses[i].Status < rep.Statuses[j].Status })
+	for _, c := range top.top(o.Top) {
+		rep.TopKeys = append(rep.TopKeys, KeyStat{Rule: rules[c.rule].Name, Key: c.key, Shadow: rules[c.rule].Shadow,
+			Refused: c.count, Error: c.err, First: c.first, Last: c.last})
+	}
+	if len(top.byKey) >= top.capacity {
+		rep.TopKeysError = top.total / int64(top.capacity)
+	}
+	rep.Timeline = &Timeline{Start: tl.start, Width: tl.width.Seconds(), Requests: make([]int64, len(tl.counts)),
+		Refused: make([][]int64, len(rules))}
+	for i := range rules {
+		rep.Timeline.Refused[i] = make([]int64, len(tl.counts))
+	}
+	for b, c := range tl.counts {
+		rep.Timeline.Requests[b] = c[0]
+		for i := range rules {
+			n := c[1+i]
+			rep.Timeline.Refused[i][b] = n
+			if st := &rep.Rules[i]; n > st.PeakN {
+				t := tl.at(b)
+				st.Peak, st.PeakN = &t, n
+			}
+		}
+	}
+	return rep, nil
+}
+
+// appendDecision appends one CSV row of the decisions file.
+func appendDecision(b []byte, r *Request, d *Decision, rules []RuleInfo, multi bool, now time.Time) []byte {
+	if multi {
+		b = appendCSV(b, r.File)
+		b = append(b, ':')
+	}
+	b = strconv.AppendInt(b, int64(r.Line), 10)
+	b = append(b, ',')
+	b = now.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, ',')
+	if d.Client.IsValid() {
+		b = d.Client.AppendTo(b)
+	}
+	b = append(b, ',')
+	b = appendCSV(b, r.Method)
+	b = append(b, ',')
+	b = appendCSV(b, r.Path)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(d.Status), 10)
+	b = append(b, ',')
+	if d.Rule >= 0 {
+		b = appendCSV(b, rules[d.Rule].Name)
+	}
+	b = append(b, ',')
+	b = append(b, d.Decision...)
+	return append(b, '\n')
+}
+
+// appendCSV appends s as a CSV field, quoted when it must be.
+func appendCSV(b []byte, s string) []byte {
+	quote := false
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == ',' || c == '"' || c == '\n' || c == '\r' {
+			quote = true
+			break
+		}
+	}
+	if !quote {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' {
+			b = append(b, '"')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
+}

@@ -1,0 +1,74 @@
+// Package replay is `portero replay`: real traffic from access logs
+// replayed through a whole Portero configuration on a virtual clock, to see
+// what a policy would have done before it is deployed.
+//
+// It reads nginx and Apache logs (the combined format, nginx's main, or any
+// nginx log_format), the JSON access log of `portero serve`
+// (internal/accesslog) and CSV; merges the files by time; decides every
+// request at its arrival through a Decider (the gateway's own decision
+// path, so that every rule, key, match, cost, shadow mode and quota is
+// decided exactly as `portero serve` decides it); and reports, per rule,
+// what it would have refused, whom, and when. It streams: memory does not
+// grow with the number of lines (see Replay).
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Request is one request read from a log.
+type Request struct {
+	// File and Line say where it was read (Line is 1-based).
+	File string
+	Line int
+	// Time is when the request arrived: the logged time, less the logged
+	// request time when the log has one (a log line is written when the
+	// response ends).
+	Time time.Time
+	// Method, Host and Path (decoded, without the query) of the request.
+	Method, Host, Path string
+	// Peer is the address of the connection (nginx's $remote_addr, the
+	// access log's peer), without a port; empty when unknown.
+	Peer string
+	// Header holds the headers the log recorded, under canonical names.
+	Header http.Header
+	// ContentLength is the declared body size; -1 when the log does not
+	// say.
+	ContentLength int64
+	// Status is the status the log recorded (informational); 0 when none.
+	Status int
+
+	seq int64 // order of reading, to keep file order among equal times
+	src int   // index of the input it came from
+}
+
+// reset empties r for reuse, keeping its header map.
+func (r *Request) reset() {
+	h := r.Header
+	clear(h)
+	*r = Request{Header: h, ContentLength: -1}
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+}
+
+// ErrMalformed is wrapped by the errors of lines that cannot be read.
+var ErrMalformed = errors.New("malformed line")
+
+// LineError is a line that could not be read: it is counted, reported and
+// skipped.
+type LineError struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+}

@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/policy"
+)
+
+// AccessLog configures serve's access log (package accesslog): one line
+// per request, in JSON (what `portero replay` reads) or text.
+type AccessLog struct {
+	// Path is the file, "-" for standard output, or empty for no access
+	// log.
+	Path string
+	// Format is json (the default when empty) or text.
+	Format string
+	// Buffer is the most lines waiting for the disk; beyond it a line is
+	// dropped and counted (portero_access_log_dropped_total). 0 means
+	// accesslog.DefaultBuffer.
+	Buffer int
+	// Headers are request headers to record besides those the
+	// configuration reads (config.RequestHeaders), for a replay of another
+	// configuration that reads them.
+	Headers []string
+}
+
+// logged is one request being served with the access log on: its entry,
+// filled as the request goes (route, decision) and written at the end.
+type logged struct {
+	e   accesslog.Entry
+	hdr []accesslog.Header
+}
+
+type loggedKey struct{}
+
+var loggedPool = sync.Pool{New: func() any { return &logged{} }}
+
+func loggedOf(r *http.Request) *logged {
+	l, _ := r.Context().Value(loggedKey{}).(*logged)
+	return l
+}
+
+// recorder notes the status and the body bytes of a response.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *recorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer
+// (the reverse proxy flushes through it).
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// openAccessLog starts the access log of o, and its metrics; nil when off.
+func (s *Server) openAccessLog(o AccessLog) (*accesslog.Writer, error) {
+	if o.Path == "" {
+		return nil, nil
+	}
+	w, err := accesslog.New(accesslog.Options{Path: o.Path, Format: o.Format, Buffer: o.Buffer, Stdout: s.opts.Stdout})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portero_access_log_dropped_total",
+			Help: "Access log lines dropped because the disk was slower than the requests and the buffer was full."},
+			func() float64 { return float64(w.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portero_access_log_lines_total",
+			Help: "Access log lines written."},
+			func() float64 { return float64(w.Written()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portero_access_log_write_errors_total",
+			Help: "Access log writes that failed (a full disk); the lines are lost."},
+			func() float64 { n, _ := w.Errors(); return float64(n) }),
+	)
+	return w, nil
+}
+
+// reopenLoop reopens the access log for every value on c until ctx is
+// done (serve sends one per SIGUSR1).
+func (s *Server) reopenLoop(ctx context.Context, c <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-c:
+			if !ok {
+				return
+			}
+			if err := s.access.Reopen(); err != nil {
+				s.log.Error("access log: cannot reopen; still writing to the old file", "err", err)
+				continue
+			}
+			s.log.Info("access log reopened", "path", s.opts.AccessLog.Path)
+		}
+	}
+}
+
+// accessLogged wraps the gateway: each request's entry is begun before it
+// is decided, completed by the hooks (route, decision), and written once
+// the response is done. The probes are not logged.
+func (s *Server) accessLogged(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		l := loggedPool.Get().(*logged)
+		cfg := s.gw.Config()
+		e := &l.e
+		*e = accesslog.Entry{Time: s.now(), Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			e.Peer = host
+		}
+		if a := cfg.ClientIP.Resolve(r); a.IsValid() {
+			e.ClientIP = a.String()
+		}
+		hdr := l.hdr[:0]
+		for _, name := range *s.logHeaders.Load() {
+			if v := r.Header[name]; len(v) > 0 {
+				hdr = append(hdr, accesslog.Header{Name: name, Value: v[0]})
+			}
+		}
+		e.Header = hdr
+		rec := &recorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), loggedKey{}, l)))
+		e.Status, e.Bytes, e.Latency = rec.status, rec.bytes, time.Since(start)
+		if e.Status == 0 {
+			e.Status = http.StatusOK
+		}
+		if e.Decision == "" {
+			e.Decision = "no-rule"
+		}
+		s.access.Log(e)
+		l.hdr = hdr[:0]
+		clear(l.hdr[:cap(l.hdr)])
+		l.e = accesslog.Entry{Shadow: e.Shadow[:0]}
+		loggedPool.Put(l)
+	})
+}
+
+// setLogHeaders records which headers the access log keeps for the
+// configuration running.
+func (s *Server) setLogHeaders(names []string) {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range append(names, s.opts.AccessLog.Headers...) {
+		n = http.CanonicalHeaderKey(n)
+		if n != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	s.logHeaders.Store(&out)
+}
+
+// onRoute is the gateway's OnRoute hook: it notes the route in the entry.
+func onRoute(r *http.Request, route, upstream string) {
+	if l := loggedOf(r); l != nil {
+		l.e.Route, l.e.Upstream = route, upstream
+	}
+}
+
+// noteDecision is the gateway's OnDecision hook's access-log part: the
+// decision, the rule that decided (the engine's Decider: the refusing rule,
+// or when allowed the one closest to its limit), its key, and the shadow
+// rules that would have refused.
+func noteDecision(r *http.Request, v *engine.Verdict) {
+	l := loggedOf(r)
+	if l == nil {
+		return
+	}
+	e := &l.e
+	switch {
+	case len(v.Results) == 0:
+		e.Decision = "no-rule"
+	case v.Allowed:
+		e.Decision = "allowed"
+	case v.Unavailable():
+		e.Decision = "unavailable"
+	case v.NeverPasses():
+		e.Decision = "can-never-pass"
+	default:
+		e.Decision = "refused"
+	}
+	if i := v.Decider(); i >= 0 {
+		e.Rule, e.Key = v.Results[i].Rule.Name, v.Results[i].Key
+	}
+	for i := range v.Results {
+		if res := &v.Results[i]; res.Rule.Shadow && (res.Outcome == engine.ShadowRefused || res.Outcome == engine.CanNeverPass) {
+			e.Shadow = append(e.Shadow, res.Rule.Name)
+		}
+	}
+}
+
+// noteError is the OnError hook's part: a cost that could not be read
+// (400 or 411), or an error.
+func noteError(r *http.Request, err error) {
+	l := loggedOf(r)
+	if l == nil {
+		return
+	}
+	var re *policy.RuleError
+	if errors.As(err, &re) {
+		l.e.Decision, l.e.Rule = "bad-cost", re.Rule
+		return
+	}
+	if l.e.Decision == "" {
+		l.e.Decision = "error"
+	}
+}
