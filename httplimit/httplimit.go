@@ -217,6 +217,10 @@ func (l *Limiter) Update(cfg Config) error {
 // Config returns the configuration in use. The caller must not change it.
 func (l *Limiter) Config() *Config { return l.cfg.Load() }
 
+// Waiting returns how many requests wait for a concurrency slot now
+// (Config.Queues).
+func (l *Limiter) Waiting() int { return l.waiting.Len() }
+
 type identityKey struct{}
 
 // WithIdentity returns a copy of ctx carrying an identity value, such as

@@ -184,6 +184,9 @@ func nudge(w *Waiter) bool {
 // back may skip Signal (and building its key) then.
 func (wl *Waitlist) Idle() bool { return wl.waiting.Load() == 0 }
 
+// Len returns how many requests wait, in every line.
+func (wl *Waitlist) Len() int { return int(wl.waiting.Load()) }
+
 // Waiting returns how many requests wait in key's line.
 func (wl *Waitlist) Waiting(key string) int {
 	wl.mu.Lock()
