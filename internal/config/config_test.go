@@ -180,7 +180,7 @@ func TestRedacted(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add(config.Default())
-	for _, p := range []string{"../../examples/gateway.yaml", "../../examples/api-keys.yaml"} {
+	for _, p := range []string{"../../examples/gateway.yaml", "../../examples/api-keys.yaml", "../../examples/overload.yaml"} {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b)
 		}

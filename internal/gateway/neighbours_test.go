@@ -388,6 +388,63 @@ overload:
 	}
 }
 
+// TestGatewayReloadKeepsWaiters: requests waiting for a concurrency slot
+// keep their place across a reload that changes the rule and its queue:
+// the slot an old request gives back goes to them, in order, and each is
+// answered.
+func TestGatewayReloadKeepsWaiters(t *testing.T) {
+	up := newHeldUpstream(t)
+	src := func(size int) string {
+		return fmt.Sprintf(`
+upstreams: {api: {url: %s}}
+routes: [{upstream: api}]
+rules:
+  - name: one
+    key: header:X-Key
+    concurrency: {max: 1}
+    queue: {size: %d, timeout: 1m}
+`, up.URL, size)
+	}
+	g, srv, store := gw(t, src(2))
+	running := async(srv.URL+"/", "X-Key", "k")
+	<-up.entered
+	var waiters []<-chan int
+	for i := range 2 {
+		waiters = append(waiters, async(srv.URL+"/", "X-Key", "k"))
+		waitFor(t, "waiting for the slot", func() bool { return g.Limiter().Waiting() == i+1 })
+	}
+	cfg, err := config.Parse("reload.yaml", []byte(src(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Update(cfg, store); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.Limiter().Waiting(); n != 2 {
+		t.Errorf("%d waiting after the reload, want both", n)
+	}
+	// The new queue of 1 is full (two wait): a newcomer is refused at once.
+	if code := <-async(srv.URL+"/", "X-Key", "k"); code != 429 {
+		t.Errorf("a newcomer after the reload: %d, want 429", code)
+	}
+	// The running request ends; its slot goes to the first waiter, whose
+	// end gives it to the second.
+	for i := range 2 {
+		up.release <- struct{}{}
+		select {
+		case <-up.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d did not get the slot given back", i)
+		}
+	}
+	up.release <- struct{}{}
+	for i, ch := range append([]<-chan int{running}, waiters...) {
+		if code := <-ch; code != 200 {
+			t.Errorf("request %d: %d, want 200", i, code)
+		}
+	}
+}
+
 // An unchanged overload section keeps its Gate (and the requests in it)
 // across a reload.
 func TestGatewayReloadKeepsGate(t *testing.T) {
