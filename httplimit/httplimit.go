@@ -36,13 +36,18 @@
 // Shed is the other half of protecting a service: load shedding for the
 // service's own sake (overload.Gate), outermost, before all of the above.
 //
-// Beside the rate limits, Concurrency (NewConcurrency) limits the requests
-// in flight, per client, API key, tenant or route and for the whole
-// service, with leases in memory or in Redis that are released however a
-// request ends (see ConcurrencyRule); a client over its own concurrency
-// limit gets 429, a request over the service's 503, and the RateLimit fields
-// announce the limits with qu="concurrent-requests". ConcurrencyLimit is
-// its simplest form: one cap for the process.
+// Beside the rate limits, the policy's concurrency rules
+// (policy.Rule.Concurrency) limit the requests in flight, per client, API
+// key, tenant or route and for the whole service, decided by the engine
+// with the rate rules of the same request (engine.Engine.Admit: all or
+// nothing, one failure policy), with leases in memory or in Redis that the
+// middleware renews and releases however a request ends (lease.go); a
+// client over its own concurrency limit gets 429, a request over the
+// service's 503, and the RateLimit fields announce the limits with
+// qu="concurrent-requests" beside the rate limits'. A request a
+// concurrency rule refuses may wait for a slot (Config.Queues).
+// NewConcurrency is a Limiter with concurrency rules only;
+// ConcurrencyLimit, one cap for the process, is Shed over a Gate.
 package httplimit
 
 import (

@@ -282,3 +282,34 @@ func TestConcurrencyQueueDeadline(t *testing.T) {
 		close(release)
 	})
 }
+
+// TestConcurrencyQueuePolls: a slot given back by another instance (here,
+// straight to the store: no signal reaches this process) is found by the
+// waiter's next try, every 100 ms: released at 250 ms, taken at 300 ms.
+func TestConcurrencyQueuePolls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, err := memstore.New(memstore.Config{SweepInterval: -1, Now: time.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close(context.Background())
+		l := limiter(t, httplimit.Config{Store: st, Queues: map[string]overload.Queue{"one": {Size: 1, Timeout: time.Minute}}}, concRule("one", "ip", 1))
+		other, d, err := st.Acquire(context.Background(), time.Now(), portero.ConcurrencyRule{Name: "one", Max: 1}, "ip=192.0.2.1/32")
+		if err != nil || !d.Allowed {
+			t.Fatalf("another instance's lease: %+v, %v", d, err)
+		}
+		start := time.Now()
+		var ran time.Duration
+		done := make(chan int)
+		go func() {
+			rec := httptest.NewRecorder()
+			l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = time.Since(start) })).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			done <- rec.Code
+		}()
+		time.Sleep(250 * time.Millisecond)
+		other.Release(context.Background())
+		if code := <-done; code != 200 || ran != 300*time.Millisecond {
+			t.Errorf("the waiter: %d, ran at %v; want 200 at 300 ms (the try after the release)", code, ran)
+		}
+	})
+}

@@ -2,12 +2,14 @@ package config_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/sim/overloadsim"
 	"github.com/portero-rl/portero/overload"
 )
 
@@ -203,5 +205,50 @@ func TestNeighboursErrors(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: Parse = %v\nwant one error starting %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestOverloadDocYAML parses every YAML block of docs/overload.md and
+// docs/configuration.md (adding a demo route to those without one), so
+// that no example there is invalid, and checks the blocks that say they
+// are a simulation's settings against that simulation's constants.
+func TestOverloadDocYAML(t *testing.T) {
+	sims := map[string]overload.Config{
+		"# sim overload bounded-deadline": {MaxInFlight: overloadsim.OverloadWorkers, QueueSize: overloadsim.OverloadQueue},
+		"# sim noisy-neighbour fair":      {MaxInFlight: overloadsim.NoisyWorkers, QueueSize: overloadsim.NoisyQueue, Shedding: overload.Fair},
+	}
+	deadlines := map[string]time.Duration{"# sim overload bounded-deadline": overloadsim.OverloadPatience, "# sim noisy-neighbour fair": overloadsim.NoisyPatience}
+	found := 0
+	for _, doc := range []string{"../../docs/overload.md", "../../docs/configuration.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := strings.Split(string(b), "```yaml\n")[1:]
+		if len(blocks) == 0 {
+			t.Fatalf("%s: no YAML block", doc)
+		}
+		for i, blk := range blocks {
+			src, _, _ := strings.Cut(blk, "```")
+			full := src
+			if !strings.Contains(src, "routes:") {
+				full += neighbourBase
+			}
+			c, err := config.ParseWith(fmt.Sprintf("%s block %d", doc, i), []byte(full), config.Options{AllowUnsetEnv: true})
+			if err != nil {
+				t.Errorf("%s, YAML block %d does not load:\n%v\n%s", doc, i, err, src)
+				continue
+			}
+			first, _, _ := strings.Cut(src, "\n")
+			if want, ok := sims[first]; ok {
+				found++
+				if o := c.Overload; o == nil || o.Gate != want || o.Deadline != deadlines[first] {
+					t.Errorf("%s: %q is %+v; the simulation runs %+v, deadline %v", doc, first, o, want, deadlines[first])
+				}
+			}
+		}
+	}
+	if found != len(sims) {
+		t.Errorf("found %d of the %d blocks that give a simulation's settings", found, len(sims))
 	}
 }
