@@ -49,6 +49,9 @@ const (
 	// DefaultLocalMaxKeys caps the keys per rule that the FailLocal memory
 	// keeps: about 2.5 MB per rule at most for the fixed-size algorithms.
 	DefaultLocalMaxKeys = 1 << 16
+	// DefaultLeaseRetryAfter is the longest retry time of a refusal by a
+	// concurrency rule.
+	DefaultLeaseRetryAfter = time.Second
 )
 
 // Options configure an Engine. Store is required; the zero value of every
@@ -74,16 +77,26 @@ type Options struct {
 	// NearLimit is the share of a limit used from which an admitted hit's
 	// outcome is NearLimit, in (0, 1]; 0 means DefaultNearLimit.
 	NearLimit float64
+	// Leases hands out the leases of concurrency rules (Admit); nil means
+	// Store when it is a portero.LeaseStore (store/memstore and
+	// store/redisstore are), and none otherwise.
+	Leases portero.LeaseStore
+	// LeaseRetryAfter is the most a refusal by a concurrency rule asks the
+	// client to wait (a slot usually comes back when a request ends, long
+	// before a lease would expire); 0 means DefaultLeaseRetryAfter.
+	LeaseRetryAfter time.Duration
 }
 
 // Engine decides requests against a store. It is immutable and safe for
 // concurrent use; it starts no goroutine, so there is nothing to close.
 type Engine struct {
-	store   portero.Store
-	onError portero.FailurePolicy
-	retry   time.Duration
-	near    float64
-	local   *localStore // FailLocal only
+	store      portero.Store
+	leases     portero.LeaseStore // nil: concurrency rules cannot be admitted
+	onError    portero.FailurePolicy
+	retry      time.Duration
+	leaseRetry time.Duration
+	near       float64
+	local      *localStore // FailLocal only
 }
 
 // New validates o and returns an engine.
@@ -121,7 +134,16 @@ func New(o Options) (*Engine, error) {
 	if !(o.NearLimit > 0 && o.NearLimit <= 1) {
 		return nil, fmt.Errorf("engine: near limit %v: want a share in (0, 1]", o.NearLimit)
 	}
-	e := &Engine{store: o.Store, onError: o.OnError, retry: o.RetryAfterOnFailure, near: o.NearLimit}
+	if o.LeaseRetryAfter < 0 {
+		return nil, fmt.Errorf("engine: lease retry after %v: must not be negative", o.LeaseRetryAfter)
+	}
+	if o.LeaseRetryAfter == 0 {
+		o.LeaseRetryAfter = DefaultLeaseRetryAfter
+	}
+	if o.Leases == nil {
+		o.Leases, _ = o.Store.(portero.LeaseStore)
+	}
+	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: o.RetryAfterOnFailure, leaseRetry: o.LeaseRetryAfter, near: o.NearLimit}
 	if o.OnError == portero.FailLocal {
 		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
 		if err != nil {
@@ -134,6 +156,10 @@ func New(o Options) (*Engine, error) {
 
 // Store returns the store the engine decides in.
 func (e *Engine) Store() portero.Store { return e.store }
+
+// Leases returns the lease store the engine admits concurrency rules in;
+// nil when it has none.
+func (e *Engine) Leases() portero.LeaseStore { return e.leases }
 
 // OnError returns the engine's failure policy.
 func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
@@ -161,9 +187,20 @@ func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
 // FailError, Decide returns an error wrapping portero.ErrStoreUnavailable
 // and the store's error.
 //
-// Other errors wrap ErrInvalidHit. After an error v holds no verdict.
+// Other errors wrap ErrInvalidHit, among them a hit of a concurrency rule
+// (Rule.Concurrency), which only Admit decides, since its door must give
+// the lease back. After an error v holds no verdict.
 func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
 	v.reuse()
+	if err := v.load(hits, false); err != nil {
+		return err
+	}
+	return e.run(ctx, now, v)
+}
+
+// load puts one result per hit in v, after checking the hit; leases says
+// whether hits of concurrency rules may be among them (Admit).
+func (v *Verdict) load(hits []Hit, leases bool) error {
 	for i := range hits {
 		h := &hits[i]
 		switch {
@@ -173,9 +210,19 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 			return fmt.Errorf("%w: hit %d: rule %q was not built with engine.NewRule", ErrInvalidHit, i, h.Rule.Name)
 		case !h.CheckOnly && h.Cost <= 0:
 			return fmt.Errorf("%w: hit %d: rule %q: cost %d: a counted hit costs at least 1", ErrInvalidHit, i, h.Rule.Name, h.Cost)
+		case h.Rule.IsConcurrency():
+			if err := leaseHit(h, i, leases); err != nil {
+				return err
+			}
 		}
 		v.Results = append(v.Results, Result{Hit: *h})
 	}
+	return nil
+}
+
+// run decides the rate hits of v (those without an outcome yet) in the
+// store, or, when it fails, by the failure policy.
+func (e *Engine) run(ctx context.Context, now time.Time, v *Verdict) error {
 	err := e.decide(ctx, e.store, now, v)
 	if err == nil {
 		return nil
@@ -197,8 +244,12 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 	}
 	for i := range v.Results {
 		r := &v.Results[i]
+		if r.Rule.IsConcurrency() {
+			continue // decided by Admit already
+		}
 		r.Decision, r.Outcome = portero.Decision{}, 0
 	}
+	v.Violated = v.Violated[:0]
 	if ferr := e.decide(ctx, fallback, now, v); ferr != nil {
 		v.Reset()
 		return fmt.Errorf("engine: the store failed (%w) and so did the local fallback: %v", err, ferr)
@@ -206,6 +257,9 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 	v.Degraded = err
 	for i := range v.Results {
 		r := &v.Results[i]
+		if r.Rule.IsConcurrency() {
+			continue
+		}
 		r.Failure = e.onError
 		if e.onError == portero.FailLocal {
 			continue
@@ -222,7 +276,7 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 
 // decide fills v.Results from st; it returns st's first error.
 func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
-	refused := false
+	refused := v.blocked // a concurrency rule refused (Admit): count nothing
 	// Hits that can never pass, and check-only hits: looked at, not counted.
 	for i := range v.Results {
 		res := &v.Results[i]

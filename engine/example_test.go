@@ -57,3 +57,32 @@ func ExampleVerdict_NeverPasses() {
 	fmt.Println(v.Allowed, r.Outcome, v.NeverPasses(), r.Decision.RetryAfter, r.Cost, r.Rule.MaxCost())
 	// Output: false can-never-pass true 0s 5000 1000
 }
+
+// A concurrency rule and a rate rule decided together: the request takes a
+// lease, which the door gives back when the request ends; while it is
+// held, a second request of the same client is refused by the concurrency
+// rule, and the rate rule does not count it.
+func ExampleEngine_Admit() {
+	ctx := context.Background()
+	store, _ := memstore.New(memstore.Config{}) // also the lease store
+	defer store.Close(ctx)
+	perMinute, _ := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "per-minute", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(10)}})
+	oneAtATime, _ := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "one-at-a-time"}, Concurrency: portero.ConcurrencyRule{Max: 1}})
+	e, _ := engine.New(engine.Options{Store: store})
+	hits := []engine.Hit{{Rule: perMinute, Key: "alice", Cost: 1}, {Rule: oneAtATime, Key: "alice", Cost: 1}}
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+	var first, second engine.Verdict
+	_ = e.Admit(ctx, now, hits, &first)
+	_ = e.Admit(ctx, now, hits, &second)
+	fmt.Println(first.Allowed, len(first.Held()), second.Allowed, second.Results[0].Outcome, second.Results[1].Outcome)
+	for _, h := range first.Held() {
+		h.Lease.Release(ctx) // the first request ended
+	}
+	var third engine.Verdict
+	_ = e.Admit(ctx, now, hits, &third)
+	fmt.Println(third.Allowed, third.Results[0].Decision.Remaining)
+	// Output:
+	// true 1 false not-counted refused
+	// true 8
+}

@@ -32,6 +32,18 @@ type Rule struct {
 	// when the configuration loads (header.Prepare). The engine never reads
 	// it.
 	Announce Announcement
+	// Concurrency, when its Max is set, makes the rule a concurrency limit
+	// instead of a rate limit: at most Max requests in flight per key, each
+	// holding a lease (portero.LeaseStore) from its admission until its
+	// door gives the lease back. Its hits are decided by Admit, never by
+	// Decide; the embedded portero.Rule then has a Name only (no Algorithm,
+	// no Limit), and Concurrency.Name is set to it.
+	Concurrency portero.ConcurrencyRule
+	// Service says that a refusal by the rule is the service's, not the
+	// client's: HTTP doors answer 503 temporary-reduced-capacity instead of
+	// 429 (Verdict.Unavailable). Compilers set it for a concurrency rule
+	// whose key names no client (global, route, method, host).
+	Service bool
 
 	maxCost  int64
 	compiled bool
@@ -60,6 +72,9 @@ var ErrInvalidHit = errors.New("engine: invalid hit")
 // refused as one that can never pass, without asking the store. Errors wrap
 // portero.ErrInvalidLimit or portero.ErrUnknownAlgorithm.
 func NewRule(r Rule) (*Rule, error) {
+	if r.Concurrency != (portero.ConcurrencyRule{}) {
+		return newConcurrencyRule(r)
+	}
 	if r.admitsNothing() {
 		if _, err := portero.ParseAlgorithm(string(r.Algorithm)); err != nil {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
@@ -81,13 +96,40 @@ func NewRule(r Rule) (*Rule, error) {
 	return &r, nil
 }
 
+// ConcurrencyUnit is the quota unit of a concurrency rule in the
+// RateLimit-Policy field (qu).
+const ConcurrencyUnit = "concurrent-requests"
+
+// newConcurrencyRule validates a concurrency rule: a name, a Max and a TTL
+// (portero.ConcurrencyRule.Validate), and nothing of a rate limit.
+func newConcurrencyRule(r Rule) (*Rule, error) {
+	switch {
+	case r.Algorithm != "" || r.Limit != (portero.Limit{}):
+		return nil, fmt.Errorf("rule %q: %w: a concurrency limit has no algorithm and no rate limit", r.Name, portero.ErrInvalidLimit)
+	case r.Concurrency.Name != "" && r.Concurrency.Name != r.Name:
+		return nil, fmt.Errorf("rule %q: %w: its concurrency limit is named %q", r.Name, portero.ErrInvalidLimit, r.Concurrency.Name)
+	case r.Unit != "" && r.Unit != ConcurrencyUnit:
+		return nil, fmt.Errorf("rule %q: %w: a concurrency limit counts %s, not %s", r.Name, portero.ErrInvalidLimit, ConcurrencyUnit, r.Unit)
+	}
+	r.Concurrency.Name = r.Name
+	if err := r.Concurrency.Validate(); err != nil {
+		return nil, err
+	}
+	r.Unit = ConcurrencyUnit
+	r.maxCost, r.compiled = 1, true
+	return &r, nil
+}
+
+// IsConcurrency reports whether r is a concurrency limit (Rule.Concurrency).
+func (r *Rule) IsConcurrency() bool { return r.Concurrency.Max != 0 }
+
 func (r *Rule) admitsNothing() bool {
 	return r.Limit.Count == 0 && r.Limit.Burst == 0 && r.Limit.Rate == 0 && !r.Limit.IsCalendar()
 }
 
 // MaxCost returns the largest cost one request may have under r: the count
 // for the window algorithms, the burst for the buckets, GCRA and the queue;
-// 0 for a rule that admits nothing. A counted hit of a larger cost can
+// 0 for a rule that admits nothing; 1 for a concurrency limit. A counted hit of a larger cost can
 // never pass.
 func (r *Rule) MaxCost() int64 { return r.maxCost }
 
@@ -98,8 +140,12 @@ func (r *Rule) MaxCost() int64 { return r.maxCost }
 // refill all of it, B/r (the window when that does not fit a Duration);
 // for a calendar quota (a Limit with a Period) q is the count and w the
 // period's nominal length (portero.Period.Nominal: 24 h, 7 or 30 days). A
-// rule that admits nothing announces q = 0 over its window.
+// rule that admits nothing announces q = 0 over its window. A concurrency
+// limit announces q = Max and no window (w = 0).
 func (r *Rule) Quota() (q int64, w time.Duration) {
+	if r.IsConcurrency() {
+		return r.Concurrency.Max, 0
+	}
 	if r.admitsNothing() {
 		return 0, r.Limit.Window
 	}

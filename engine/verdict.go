@@ -107,6 +107,10 @@ type Verdict struct {
 	// Scratch space kept between decisions.
 	hits   []portero.Hit
 	active []int
+	held   []Held // the leases an admitted verdict holds (Admit)
+	// blocked: a concurrency rule refused, so the rate hits are only
+	// looked at.
+	blocked bool
 }
 
 // Reset empties v for reuse, keeping its memory and dropping its
@@ -114,6 +118,7 @@ type Verdict struct {
 func (v *Verdict) Reset() {
 	clear(v.Results)
 	clear(v.hits)
+	clear(v.held)
 	v.reuse()
 }
 
@@ -123,7 +128,7 @@ func (v *Verdict) Reset() {
 // What a larger earlier request left beyond the new length stays
 // referenced until it is overwritten or v is dropped or Reset.
 func (v *Verdict) reuse() {
-	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0]}
+	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0], held: v.held[:0]}
 }
 
 // NeverPasses reports whether the request was refused by a hit that can
@@ -138,19 +143,33 @@ func (v *Verdict) NeverPasses() bool {
 	return false
 }
 
-// Unavailable reports whether the request was refused only because the
-// store failed and the failure policy is FailDeny: the service's fault,
-// not the client's (HTTP doors answer 503, not 429).
+// Unavailable reports whether the request was refused only for the
+// service's sake: because the store failed and the failure policy is
+// FailDeny, or by rules whose refusals are the service's (Rule.Service, a
+// service-wide concurrency limit). It is the service's fault, not the
+// client's: HTTP doors answer 503, not 429.
 func (v *Verdict) Unavailable() bool {
 	if v.Allowed || len(v.Violated) == 0 {
 		return false
 	}
 	for _, i := range v.Violated {
-		if r := &v.Results[i]; r.Failure != portero.FailDeny || r.Outcome == CanNeverPass {
+		if r := &v.Results[i]; r.Outcome == CanNeverPass || r.Failure != portero.FailDeny && !r.Rule.Service {
 			return false
 		}
 	}
 	return true
+}
+
+// StoreFailed reports whether the failure policy refused at least one hit
+// of the request (the store failed under FailDeny), as against a refusal
+// by the rules themselves: doors say which in their answer.
+func (v *Verdict) StoreFailed() bool {
+	for _, i := range v.Violated {
+		if v.Results[i].Failure == portero.FailDeny {
+			return true
+		}
+	}
+	return false
 }
 
 // Decider returns the index in Results of the hit that decided the

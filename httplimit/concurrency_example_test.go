@@ -63,6 +63,6 @@ func ExampleNewConcurrency() {
 	fmt.Println(resp.Header.Values("RateLimit"))
 	// Output:
 	// 429 1 ["exports-per-key";r=0]
-	// 200 ["exports-per-key";q=1;qu="concurrent-requests" "service";q=4;qu="concurrent-requests"]
-	// ["exports-per-key";r=0 "service";r=3]
+	// 200 ["exports-per-key";q=1;qu="concurrent-requests", "service";q=4;qu="concurrent-requests"]
+	// ["exports-per-key";r=0, "service";r=3]
 }

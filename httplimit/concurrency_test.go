@@ -474,7 +474,7 @@ func TestConcurrencyConfigErrors(t *testing.T) {
 	}{
 		{"no store", httplimit.ConcurrencyConfig{}, "Store is required"},
 		{"bad name", httplimit.ConcurrencyConfig{Store: store, Rules: []httplimit.ConcurrencyRule{{Name: "a b", Key: global, Max: 1}}}, "rules[0]"},
-		{"twice", httplimit.ConcurrencyConfig{Store: store, Rules: []httplimit.ConcurrencyRule{{Name: "a", Key: global, Max: 1}, {Name: "a", Key: global, Max: 1}}}, "rules[1] (a): name used twice"},
+		{"twice", httplimit.ConcurrencyConfig{Store: store, Rules: []httplimit.ConcurrencyRule{{Name: "a", Key: global, Max: 1}, {Name: "a", Key: global, Max: 1}}}, "rules[1] (a): name already used by rules[0]"},
 		{"no key", httplimit.ConcurrencyConfig{Store: store, Rules: []httplimit.ConcurrencyRule{{Name: "a", Max: 1}}}, "key: required"},
 		{"max 0", httplimit.ConcurrencyConfig{Store: store, Rules: []httplimit.ConcurrencyRule{{Name: "a", Key: global}}}, "max 0"},
 		{"short ttl", httplimit.ConcurrencyConfig{Store: store, Rules: []httplimit.ConcurrencyRule{{Name: "a", Key: global, Max: 1, TTL: time.Microsecond}}}, "ttl 1µs"},
@@ -517,20 +517,25 @@ func TestConcurrencyUpdate(t *testing.T) {
 	}
 }
 
-// The old process-wide cap keeps its answer.
-func TestConcurrencyLimitRateLimitFields(t *testing.T) {
+// The process-wide cap is a Gate (the one in-flight mechanism): over it,
+// 503 with Retry-After and no RateLimit fields, since it is the service's
+// capacity, not a client's quota.
+func TestConcurrencyLimitIsAGate(t *testing.T) {
 	g := newHoldGate()
 	srv := httptest.NewServer(httplimit.ConcurrencyLimit(1)(g))
 	defer srv.Close()
+	defer close(g.release)
 	first := goGet(srv.URL, nil)
 	<-g.entered
-	resp, _ := do(t, "GET", srv.URL, nil, "")
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
-		t.Errorf("over the cap: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	resp, body := do(t, "GET", srv.URL, nil, "")
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "temporary-reduced-capacity") {
+		t.Errorf("over the cap: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
-	if pol := checkSF(t, resp.Header, "RateLimit-Policy")["in-flight"]; fmt.Sprintf("%v %v", pol["q"], pol["qu"]) != "1 concurrent-requests" {
-		t.Errorf("RateLimit-Policy = %q", resp.Header.Values("RateLimit-Policy"))
+	if v := resp.Header.Values("RateLimit-Policy"); len(v) != 0 {
+		t.Errorf("RateLimit-Policy = %q, want none", v)
 	}
-	close(g.release)
-	<-first
+	g.release <- struct{}{}
+	if code := <-first; code != 200 {
+		t.Errorf("the admitted request: %d", code)
+	}
 }

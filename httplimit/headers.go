@@ -55,12 +55,13 @@ const (
 
 // prepared holds what the middleware formats once per policy rather than
 // once per request: the header writer with the policy's joined
-// RateLimit-Policy, the fixed parts of the 429 bodies, and the queue
-// shapes, by rule index.
+// RateLimit-Policy, the fixed parts of the 429 bodies, the queue shapes
+// and the concurrency queues, by rule index.
 type prepared struct {
 	writer *header.Writer
 	texts  *httpanswer.Texts
 	shape  []overload.Shape // by rule index; nil when no rule is shaped
+	queue  []overload.Queue // by rule index; nil when no rule queues (Size 0: none)
 }
 
 func prepare(p *policy.Policy, legacy bool) *prepared {

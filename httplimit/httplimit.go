@@ -36,13 +36,18 @@
 // Shed is the other half of protecting a service: load shedding for the
 // service's own sake (overload.Gate), outermost, before all of the above.
 //
-// Beside the rate limits, Concurrency (NewConcurrency) limits the requests
-// in flight, per client, API key, tenant or route and for the whole
-// service, with leases in memory or in Redis that are released however a
-// request ends (see ConcurrencyRule); a client over its own concurrency
-// limit gets 429, a request over the service's 503, and the RateLimit fields
-// announce the limits with qu="concurrent-requests". ConcurrencyLimit is
-// its simplest form: one cap for the process.
+// Beside the rate limits, the policy's concurrency rules
+// (policy.Rule.Concurrency) limit the requests in flight, per client, API
+// key, tenant or route and for the whole service, decided by the engine
+// with the rate rules of the same request (engine.Engine.Admit: all or
+// nothing, one failure policy), with leases in memory or in Redis that the
+// middleware renews and releases however a request ends (lease.go); a
+// client over its own concurrency limit gets 429, a request over the
+// service's 503, and the RateLimit fields announce the limits with
+// qu="concurrent-requests" beside the rate limits'. A request a
+// concurrency rule refuses may wait for a slot (Config.Queues).
+// NewConcurrency is a Limiter with concurrency rules only;
+// ConcurrencyLimit, one cap for the process, is Shed over a Gate.
 package httplimit
 
 import (
@@ -115,6 +120,20 @@ type Config struct {
 	// queue rule not named holds each request until its departure. Naming
 	// a rule that does not exist or is not a queue is an error.
 	Shapes map[string]overload.Shape
+	// Queues lets the requests that a concurrency rule refuses wait for a
+	// slot of their key, by rule name (overload.Queue: size per key,
+	// timeout, FIFO or LIFO); a concurrency rule not named refuses at once.
+	// Naming a rule that does not exist or is not a concurrency rule is an
+	// error.
+	Queues map[string]overload.Queue
+	// Leases hands out the leases of the policy's concurrency rules; nil
+	// means Store, which store/memstore and store/redisstore are. Leases
+	// follow OnStoreError like the rate decisions: one failure policy.
+	Leases portero.LeaseStore
+	// LeaseRetryAfter is the longest Retry-After of a refusal by a
+	// concurrency rule (a slot usually comes back when a request ends,
+	// long before its lease would expire); 0 means 1 s.
+	LeaseRetryAfter time.Duration
 
 	pre                      *prepared      // formatted once per policy by Update
 	engine                   *engine.Engine // built by Update over Store
@@ -126,12 +145,13 @@ type Config struct {
 // configuration can be replaced while it serves (Update), which is how the
 // gateway reloads.
 type Limiter struct {
-	cfg atomic.Pointer[Config]
+	cfg     atomic.Pointer[Config]
+	waiting *overload.Waitlist // requests waiting for a concurrency slot, across Updates
 }
 
 // New validates cfg and returns a Limiter.
 func New(cfg Config) (*Limiter, error) {
-	l := &Limiter{}
+	l := &Limiter{waiting: overload.NewWaitlist()}
 	if err := l.Update(cfg); err != nil {
 		return nil, err
 	}
@@ -148,7 +168,12 @@ func Middleware(cfg Config) (func(http.Handler) http.Handler, error) {
 }
 
 // Update replaces the configuration; requests already being evaluated
-// finish with the old one. An invalid cfg is refused and the old one kept.
+// finish with the old one, and keep the leases they hold until they end
+// (leases belong to a concurrency rule's name and key, so a rule whose Max
+// changes counts them: lowered from 3 to 2 with 3 in flight, it admits
+// again once fewer than 2 are). Requests waiting for a slot keep their
+// place and the queue they joined with. An invalid cfg is refused and the
+// old one kept.
 func (l *Limiter) Update(cfg Config) error {
 	if cfg.Policy == nil {
 		return errors.New("httplimit: Config.Policy is required")
@@ -166,7 +191,8 @@ func (l *Limiter) Update(cfg Config) error {
 	if cfg.OnStoreError == portero.FailError {
 		return errors.New("httplimit: OnStoreError error: the middleware has no caller to report an error to; want allow, deny or local")
 	}
-	e, err := engine.New(engine.Options{Store: cfg.Store, OnError: cfg.OnStoreError, LocalShare: cfg.LocalShare})
+	e, err := engine.New(engine.Options{Store: cfg.Store, OnError: cfg.OnStoreError, LocalShare: cfg.LocalShare,
+		Leases: cfg.Leases, LeaseRetryAfter: cfg.LeaseRetryAfter})
 	if err != nil {
 		return fmt.Errorf("httplimit: %w", err)
 	}
@@ -174,6 +200,14 @@ func (l *Limiter) Update(cfg Config) error {
 	cfg.pre = prepare(cfg.Policy, cfg.LegacyHeaders)
 	if err := cfg.pre.setShapes(cfg.Policy, cfg.Shapes); err != nil {
 		return err
+	}
+	if err := cfg.pre.setQueues(cfg.Policy, cfg.Queues); err != nil {
+		return err
+	}
+	for _, r := range cfg.Policy.Rules() {
+		if r.IsConcurrency() && e.Leases() == nil {
+			return fmt.Errorf("httplimit: rule %q is a concurrency limit and the store keeps no leases: set Config.Leases", r.Name)
+		}
 	}
 	if cfg.UserHeader != "" {
 		cfg.userHeader = http.CanonicalHeaderKey(cfg.UserHeader)
@@ -187,6 +221,10 @@ func (l *Limiter) Update(cfg Config) error {
 
 // Config returns the configuration in use. The caller must not change it.
 func (l *Limiter) Config() *Config { return l.cfg.Load() }
+
+// Waiting returns how many requests wait for a concurrency slot now
+// (Config.Queues).
+func (l *Limiter) Waiting() int { return l.waiting.Len() }
 
 type identityKey struct{}
 
@@ -271,17 +309,23 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-// decide builds the policy request of r, compiles it, has the engine decide
-// it at now, and applies the queue rules' holds: the one decision path of
-// Serve, Handler and Decide. It returns the status the limiter answers
-// itself — 429 refused, 503 when the store failed under deny, 400 or 411
-// for a cost that cannot be read, 500 for an error that is a bug — or 0 to
-// pass r on after delay.
-func (cfg *Config) decide(s *scratch, r *http.Request, route string, now time.Time) (status int, delay time.Duration, err error) {
+// decide builds the policy request of r, compiles it, has the engine admit
+// it at now (its concurrency rules' leases with its rate rules), lets it
+// wait for a queued concurrency rule's slot when wait is set, and applies
+// the queue rules' holds: the one decision path of Serve, Handler and
+// Decide. It returns the status the limiter answers itself — 429 refused,
+// 503 when the store failed under deny or the service's concurrency limit
+// is full, 400 or 411 for a cost that cannot be read, 500 for an error that
+// is a bug — or 0 to pass r on after delay, holding the leases of
+// s.v.Held(). errGone means the request's context ended while it waited.
+func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string, now time.Time, wait bool) (status int, delay time.Duration, err error) {
 	cfg.fill(&s.req, r, route, s.id)
 	s.hits, s.keys, err = cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
 	if err == nil {
-		err = cfg.engine.Decide(r.Context(), now, s.hits, &s.v)
+		err = cfg.engine.Admit(r.Context(), now, s.hits, &s.v)
+	}
+	if err == nil && wait && !s.v.Allowed && len(cfg.pre.queue) > 0 {
+		err = l.wait(cfg, r, s)
 	}
 	if err != nil {
 		var re *policy.RuleError
@@ -295,6 +339,7 @@ func (cfg *Config) decide(s *scratch, r *http.Request, route string, now time.Ti
 		left, ok := budget(r.Context())
 		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
 			delay = 0 // refused: the wait would outlast its bound
+			l.giveBack(cfg, r, v)
 		}
 	}
 	switch {
@@ -311,9 +356,9 @@ func (cfg *Config) decide(s *scratch, r *http.Request, route string, now time.Ti
 // after request: it keeps its memory.
 type Decision struct {
 	// Status is what the limiter answers itself: 429 (refused, a cost that
-	// can never pass included), 503 (the store failed under deny), 400 or
-	// 411 (a cost that cannot be read), 500 (a bug); 0 when it passes the
-	// request on.
+	// can never pass included), 503 (the store failed under deny, or the
+	// service's own concurrency limit is full), 400 or 411 (a cost that
+	// cannot be read), 500 (a bug); 0 when it passes the request on.
 	Status int
 	// Delay is how long a queue rule holds the request before passing it
 	// on.
@@ -332,16 +377,22 @@ type Decision struct {
 // Decide decides r with route as its route name ("" for none), at now,
 // exactly as Serve would — the same request building (client address,
 // identity, route), the same compilation, engine and queue holds — but
-// writes no answer, calls no handler and no hook. d's verdict and keys are
-// valid until its next use. It is for replaying traffic (portero replay)
-// and for tests that compare doors.
+// writes no answer, calls no handler and no hook, and waits for no
+// concurrency slot. A concurrency rule's lease it takes is given back at
+// once: a replayed request has no duration. d's verdict and keys are valid
+// until its next use. It is for replaying traffic (portero replay) and for
+// tests that compare doors.
 func (l *Limiter) Decide(r *http.Request, route string, now time.Time, d *Decision) {
 	cfg := l.cfg.Load()
 	if d.s.id == nil {
 		d.s.id = map[string]string{}
 	}
 	clear(d.s.id)
-	d.Status, d.Delay, d.Err = cfg.decide(&d.s, r, route, now)
+	d.Status, d.Delay, d.Err = l.decide(cfg, &d.s, r, route, now, false)
+	if held := d.s.v.Held(); d.Err == nil && len(held) > 0 {
+		releaseAll(cfg, r, held)
+		l.signal(held)
+	}
 	d.Verdict = &d.s.v
 	if d.Err != nil {
 		d.Verdict = nil
@@ -390,6 +441,24 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
+// serviceRefusal is the 503 problem of a verdict refused for the service's
+// sake.
+func serviceRefusal(v *engine.Verdict) Problem {
+	retry := header.RetryAfterSeconds(v)
+	p := Problem{Type: ProblemTemporaryReducedCapacity, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "the rate limiter cannot reach its store", RetryAfter: retry}
+	if v.StoreFailed() {
+		return p
+	}
+	for _, i := range v.Violated {
+		p.ViolatedPolicies = append(p.ViolatedPolicies, v.Results[i].Rule.Name)
+	}
+	r := v.Results[v.Violated[0]].Rule
+	q, _ := r.Quota()
+	p.Detail = fmt.Sprintf("rule %q allows %d requests in flight; retry in %d s", r.Name, q, retry)
+	return p
+}
+
 // Handler wraps next: the standard middleware shape.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -418,9 +487,13 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	if !cfg.defaultNow {
 		start = time.Now()
 	}
-	status, delay, err := cfg.decide(s, r, route, now)
+	status, delay, err := l.decide(cfg, s, r, route, now, true)
 	if err != nil {
 		s.release()
+		if errors.Is(err, errGone) { // nobody is left to read this
+			WriteUnavailable(w, time.Second, "the request ended while it waited for a slot")
+			return
+		}
 		if cfg.OnError != nil {
 			cfg.OnError(r, err)
 		}
@@ -454,7 +527,9 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 				req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
 			}
 		}
+		k := l.keep(cfg, r, v)
 		s.release() // before the handler runs: it may take long
+		defer k.release()
 		if delay > 0 && !hold(r.Context(), delay) {
 			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
 			return
@@ -467,13 +542,14 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		return
 	}
 	f.Static(hCacheControl, "no-store")
-	if status == http.StatusServiceUnavailable {
-		// The store failed and the failure policy is deny: the service's
-		// fault, not the client's.
+	if v.Unavailable() {
+		// The store failed and the failure policy is deny, or the service's
+		// own concurrency limit is full: the service's fault, not the
+		// client's.
 		f.Apply(h)
+		p := serviceRefusal(v)
 		s.release()
-		writeProblem(w, Problem{Type: ProblemTemporaryReducedCapacity, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "the rate limiter cannot reach its store", RetryAfter: 1})
+		writeProblem(w, p)
 		return
 	}
 	// Refused: the problem body and its headers go out with the rate-limit

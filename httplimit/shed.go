@@ -44,43 +44,67 @@ type ShedConfig struct {
 // given back when the handler returns, however it returns (a panic
 // included). Put it outermost.
 func Shed(cfg ShedConfig) (func(http.Handler) http.Handler, error) {
+	s, err := NewShedder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.Serve(w, r, next) })
+	}, nil
+}
+
+// Shedder is Shed's middleware as a value, for callers that choose the
+// next handler per request (a gateway, after matching a route). It is
+// immutable and safe for concurrent use.
+type Shedder struct {
+	cfg ShedConfig
+}
+
+// NewShedder validates cfg and returns a Shedder.
+func NewShedder(cfg ShedConfig) (*Shedder, error) {
 	if cfg.Gate == nil {
 		return nil, errors.New("httplimit: ShedConfig.Gate is required")
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("httplimit: ShedConfig.Timeout is %v: want zero or more", cfg.Timeout)
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			req := overload.Request{}
-			if cfg.Priority != nil {
-				req.Priority = cfg.Priority(r)
-			}
-			if cfg.Tenant != nil {
-				req.Tenant = cfg.Tenant(r)
-			}
-			if cfg.Timeout > 0 {
-				req.Deadline = time.Now().Add(cfg.Timeout)
-			}
-			t, err := cfg.Gate.Acquire(r.Context(), req)
-			if err != nil {
-				var ref *overload.Refusal
-				if !errors.As(err, &ref) {
-					// The client went away (or the server is shutting down)
-					// while the request waited: nobody may read this.
-					WriteUnavailable(w, cfg.Gate.Config().RetryAfter, "the request ended while it waited for capacity")
-					return
-				}
-				if cfg.OnRefuse != nil {
-					cfg.OnRefuse(r, ref)
-				}
-				WriteUnavailable(w, ref.RetryAfter, ref.Detail())
-				return
-			}
-			defer cfg.Gate.Release(t)
-			next.ServeHTTP(w, r)
-		})
-	}, nil
+	return &Shedder{cfg: cfg}, nil
+}
+
+// Gate returns the Gate the Shedder asks.
+func (s *Shedder) Gate() *overload.Gate { return s.cfg.Gate }
+
+// Serve asks the Gate for a slot for r, then calls next and gives the slot
+// back when it returns, or answers the refusal itself (see Shed).
+func (s *Shedder) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	cfg := &s.cfg
+	req := overload.Request{}
+	if cfg.Priority != nil {
+		req.Priority = cfg.Priority(r)
+	}
+	if cfg.Tenant != nil {
+		req.Tenant = cfg.Tenant(r)
+	}
+	if cfg.Timeout > 0 {
+		req.Deadline = time.Now().Add(cfg.Timeout)
+	}
+	t, err := cfg.Gate.Acquire(r.Context(), req)
+	if err != nil {
+		var ref *overload.Refusal
+		if !errors.As(err, &ref) {
+			// The client went away (or the server is shutting down)
+			// while the request waited: nobody may read this.
+			WriteUnavailable(w, cfg.Gate.Config().RetryAfter, "the request ended while it waited for capacity")
+			return
+		}
+		if cfg.OnRefuse != nil {
+			cfg.OnRefuse(r, ref)
+		}
+		WriteUnavailable(w, ref.RetryAfter, ref.Detail())
+		return
+	}
+	defer cfg.Gate.Release(t)
+	next.ServeHTTP(w, r)
 }
 
 // PriorityRule gives the requests that Match selects a priority class.

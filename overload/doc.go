@@ -31,6 +31,9 @@
 // shedding, one entry per tenant among them.
 //
 // Per-key concurrency limits (at most C in flight per client, API key or
-// tenant, shared through a store) are another neighbour and live
-// elsewhere; a Gate counts the whole service in one process.
+// tenant, shared through a store) are another neighbour, decided by the
+// engine (engine.Rule.Concurrency); a Gate counts the whole service in one
+// process. What this package gives them is the waiting: a Waitlist holds
+// the requests a concurrency limit refused, per key, in a bounded Queue
+// with deadlines, FIFO or LIFO, until a slot comes back.
 package overload

@@ -18,6 +18,11 @@ func (p *Policy) Limits(req *Request, full bool, hits []engine.Hit) []engine.Hit
 		if full && !r.Match.Matches(req) || !full && (!r.Match.matchesCaller(req) || r.Key.Dependent()) {
 			continue
 		}
+		if r.IsConcurrency() {
+			// Work in flight is no quota left to report, and a lease
+			// cannot be looked at without taking it.
+			continue
+		}
 		key, buf, ok := r.Key.key(keys, p, r, req, hits[start:])
 		keys = buf
 		if !ok {

@@ -107,6 +107,17 @@ type Rule struct {
 	// response-bytes), the estimate counted when the rule decides, settled
 	// once the response reports the cost; 0 means 1.
 	Reserve int64
+	// Concurrency, when its Max is set, makes the rule a concurrency limit
+	// instead of a rate limit: at most Concurrency.Max requests in flight at
+	// once per key, each holding a lease for Concurrency.TTL (renewed while
+	// it runs; 0 means portero.DefaultLeaseTTL). Algorithm, Limit and Cost
+	// must then be zero; Concurrency.Name is the rule's Name. A key that
+	// names the client (ip, header, user, tenant, identity) makes it the
+	// client's own limit (refused with 429); any other key (global, route,
+	// method, host) the service's (engine.Rule.Service: 503). Doors decide
+	// it with engine.Engine.Admit, which hands them the lease to give back
+	// when the request ends.
+	Concurrency portero.ConcurrencyRule
 
 	store       portero.Rule
 	engine      *engine.Rule
@@ -122,13 +133,19 @@ func (r *Rule) Index() int { return r.index }
 // Shadow reports whether the rule is in shadow mode.
 func (r *Rule) Shadow() bool { return r.Mode == Shadow }
 
+// IsConcurrency reports whether the rule is a concurrency limit
+// (Rule.Concurrency).
+func (r *Rule) IsConcurrency() bool { return r.Concurrency != (portero.ConcurrencyRule{}) }
+
 // Engine returns the rule as the engine decides it: its store rule, shadow
 // mode, quota unit, Index and header text.
 func (r *Rule) Engine() *engine.Rule { return r.engine }
 
 // StoreRule returns the portero.Rule a store counts this rule under. Two
 // policies whose rules have equal store rules share counters, which is why a
-// reload keeps the counters of the rules it leaves unchanged.
+// reload keeps the counters of the rules it leaves unchanged. A concurrency
+// rule's store rule has a Name only: its leases are kept under the name
+// and the key, whatever its Max.
 func (r *Rule) StoreRule() portero.Rule { return r.store }
 
 // Options tune a policy. The zero value is the default.
@@ -181,6 +198,9 @@ func New(rules []Rule, opts Options) (*Policy, error) {
 		names[r.Name] = i
 		r.index = len(p.rules)
 		er := engine.Rule{Rule: r.store, Shadow: r.Mode == Shadow, Unit: r.Cost.Unit(), Index: r.index}
+		if r.IsConcurrency() {
+			er.Unit, er.Concurrency, er.Service = engine.ConcurrencyUnit, r.Concurrency, !r.Key.PerClient()
+		}
 		ann, err := header.Announce(&er)
 		if err == nil {
 			er.Announce = ann
@@ -221,7 +241,7 @@ func (r *Rule) prepare() error {
 	if err := ValidName(r.Name); err != nil {
 		return err
 	}
-	if r.Algorithm == "" {
+	if r.Algorithm == "" && !r.IsConcurrency() {
 		r.Algorithm = portero.SlidingCounter
 		if r.Limit.IsCalendar() {
 			r.Algorithm = portero.FixedWindow
@@ -241,6 +261,9 @@ func (r *Rule) prepare() error {
 		return fmt.Errorf("match: %w", err)
 	}
 	r.matchString = r.Match.String()
+	if r.IsConcurrency() {
+		return r.prepareConcurrency()
+	}
 	r.store = portero.Rule{Name: r.Name, Algorithm: r.Algorithm, Limit: r.Limit}
 	if err := r.store.Validate(); err != nil {
 		return err
@@ -254,6 +277,27 @@ func (r *Rule) prepare() error {
 		return fmt.Errorf("cost %d: %w: the rule admits at most %d at once", r.Cost.fixed, portero.ErrCostExceedsLimit, r.maxCost)
 	}
 	return r.prepareSettle()
+}
+
+// prepareConcurrency checks a concurrency rule.
+func (r *Rule) prepareConcurrency() error {
+	switch {
+	case r.Algorithm != "" || r.Limit != (portero.Limit{}):
+		return errors.New("concurrency: a concurrency limit takes no algorithm and no limit (make a second rule for the rate)")
+	case r.Cost != (Cost{}):
+		return errors.New("concurrency: a concurrency limit takes no cost: each request in flight holds one slot")
+	case !r.Responses.IsZero() || r.Reserve != 0:
+		return errors.New("concurrency: a concurrency limit counts every request in flight: it takes no responses and no reserve")
+	case r.Concurrency.Name != "" && r.Concurrency.Name != r.Name:
+		return fmt.Errorf("concurrency: named %q, not the rule's name", r.Concurrency.Name)
+	}
+	r.Concurrency.Name = r.Name
+	if err := r.Concurrency.Validate(); err != nil {
+		return err
+	}
+	r.store = portero.Rule{Name: r.Name}
+	r.maxCost = 1
+	return nil
 }
 
 // Rules returns the policy's rules in order. The caller must not change

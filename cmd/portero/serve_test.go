@@ -71,7 +71,7 @@ func TestConfigCommands(t *testing.T) {
 	}
 	def := writeFile(t, "default.yaml", out)
 	t.Setenv("PORTERO_ADMIN_TOKEN", "test-token") // examples/gateway.yaml reads it
-	if out, errs, code := runCmd(t, "config", "validate", def, "../../examples/gateway.yaml"); code != 0 {
+	if out, errs, code := runCmd(t, "config", "validate", def, "../../examples/gateway.yaml", "../../examples/overload.yaml"); code != 0 {
 		t.Errorf("validate default and example: %d\n%s%s", code, out, errs)
 	}
 	bad := writeFile(t, "bad.yaml", "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules:\n  - {name: a, key: ip, limit: 1/s}\n  - {name: b, key: ip, limit: 1/s}\n  - {name: c, key: ip, limit: 0/min}\n  - {name: d, key: cookie, limit: 1/s}\n")

@@ -15,13 +15,16 @@
 // and w the window W; for the token bucket, the leaky bucket (meter and
 // queue) and GCRA, q is the burst B and w is B/r, the time the rate takes
 // to refill the whole burst. w is in whole seconds, rounded up, at least 1.
+// A concurrency limit (engine.Rule.Concurrency) is
+// "name";q=C;qu="concurrent-requests" with no w: it has no window.
 //
 // RateLimit gives the current state, "name";r=R;t=T: when the request is
 // allowed, for every enforced rule; when refused, for the rules that refused
 // it. r is what is available now (never negative); t is, for a rule that
 // refused, the seconds until the same request could pass (rounded up, at
 // least 1), otherwise the seconds until the rule's quota is whole again
-// (rounded up). A rule the failure policy decided (engine.Result.Failure)
+// (rounded up); a concurrency limit's item has no t, r being the slots
+// still free. A rule the failure policy decided (engine.Result.Failure)
 // has no RateLimit item: the store did not answer, so there are no figures
 // to give; its RateLimit-Policy member stays.
 //
@@ -84,8 +87,11 @@ func Announce(r *engine.Rule) (engine.Announcement, error) {
 	q, w := r.Quota()
 	item := httpsfv.NewItem(r.Name)
 	item.Params.Add("q", q)
-	if r.Unit != "" {
-		item.Params.Add("qu", r.Unit)
+	if unit := r.Unit; unit != "" || r.IsConcurrency() {
+		if unit == "" {
+			unit = engine.ConcurrencyUnit // before NewRule sets it
+		}
+		item.Params.Add("qu", unit)
 	}
 	if w > 0 {
 		item.Params.Add("w", max(CeilSeconds(w), 1))
@@ -95,25 +101,6 @@ func Announce(r *engine.Rule) (engine.Announcement, error) {
 		return engine.Announcement{}, fmt.Errorf("rule %q: RateLimit-Policy q=%d qu=%q w=%v: %w", r.Name, q, r.Unit, w, err)
 	}
 	return engine.Announcement{Name: name, Policy: pol}, nil
-}
-
-// AnnounceConcurrency returns the announcement of a concurrency limit of
-// max requests in flight named name: "name";q=max;qu="concurrent-requests",
-// without w (a concurrency limit has no window). It fails as Announce does.
-// The concurrency middleware, beside the engine, calls it once per rule.
-func AnnounceConcurrency(name string, max int64) (engine.Announcement, error) {
-	quoted, err := httpsfv.Marshal(httpsfv.NewItem(name))
-	if err != nil {
-		return engine.Announcement{}, fmt.Errorf("name %q cannot appear in a RateLimit header (printable ASCII only): %w", name, err)
-	}
-	item := httpsfv.NewItem(name)
-	item.Params.Add("q", max)
-	item.Params.Add("qu", "concurrent-requests")
-	pol, err := httpsfv.Marshal(item)
-	if err != nil {
-		return engine.Announcement{}, fmt.Errorf("concurrency rule %q: RateLimit-Policy q=%d: %w", name, max, err)
-	}
-	return engine.Announcement{Name: quoted, Policy: pol}, nil
 }
 
 // Field is one header field of a verdict: Name (as the standards spell
@@ -263,8 +250,10 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 		buf = append(buf, e.ann.Name...)
 		buf = append(buf, ";r="...)
 		buf = strconv.AppendInt(buf, max(e.res.Decision.Remaining, 0), 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, effectiveWindow(e.res), 10)
+		if !e.rule.IsConcurrency() {
+			buf = append(buf, ";t="...)
+			buf = strconv.AppendInt(buf, effectiveWindow(e.res), 10)
+		}
 	}
 	if len(buf) > start {
 		fields = append(fields, Field{Name: RateLimit, Key: canonicalRateLimit, Start: start, End: len(buf), Dynamic: true})

@@ -68,13 +68,84 @@ func TestAnnounce(t *testing.T) {
 	}
 }
 
-func TestAnnounceConcurrency(t *testing.T) {
-	a, err := header.AnnounceConcurrency("per-client", 4)
-	if err != nil || a.Name != `"per-client"` || a.Policy != `"per-client";q=4;qu="concurrent-requests"` {
-		t.Errorf("AnnounceConcurrency = %+v, %v", a, err)
+func concRule(t testing.TB, name string, max int64, service bool) *engine.Rule {
+	t.Helper()
+	r, err := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: name}, Concurrency: portero.ConcurrencyRule{Max: max}, Service: service})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := header.AnnounceConcurrency("café", 4); err == nil {
-		t.Error("AnnounceConcurrency(café) = nil error")
+	if r.Announce, err = header.Announce(r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A concurrency limit is announced with its unit and without a window.
+func TestAnnounceConcurrency(t *testing.T) {
+	r := concRule(t, "per-client", 4, false)
+	if r.Announce.Name != `"per-client"` || r.Announce.Policy != `"per-client";q=4;qu="concurrent-requests"` {
+		t.Errorf("Announce(concurrency 4) = %+v", r.Announce)
+	}
+	bad, err := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "café"}, Concurrency: portero.ConcurrencyRule{Max: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := header.Announce(bad); err == nil {
+		t.Error("Announce(café) = nil error")
+	}
+}
+
+// The rate limits and the concurrency limits of one request are written in
+// the same fields by the one writer: both kinds in RateLimit-Policy and in
+// RateLimit when admitted (the concurrency item with r, the slots still
+// free, and no t), and only the refusing concurrency rule's item when it
+// refuses, with Retry-After.
+func TestConcurrencyAndRateFields(t *testing.T) {
+	rate := rule(t, "per-ip", portero.FixedWindow, "10/min", false, "")
+	conc := concRule(t, "in-flight", 1, false)
+	st := storetest.NewReference()
+	e, err := engine.New(engine.Options{Store: st, Leases: storetest.NewLeaseReference()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := header.NewWriter([]*engine.Rule{rate, conc}, false)
+	hits := []engine.Hit{{Rule: rate, Key: "a", Cost: 1}, {Rule: conc, Key: "a", Cost: 1}}
+	fields := func(v *engine.Verdict) map[string]string {
+		fs, buf := w.Append(nil, nil, v)
+		m := map[string]string{}
+		for _, f := range fs {
+			m[f.Name] = f.Value(buf)
+		}
+		return m
+	}
+	var first engine.Verdict
+	if err := e.Admit(context.Background(), storetest.Base, hits, &first); err != nil || !first.Allowed {
+		t.Fatalf("Admit = %v, allowed %v", err, first.Allowed)
+	}
+	got := fields(&first)
+	want := map[string]string{
+		"RateLimit-Policy": `"per-ip";q=10;w=60, "in-flight";q=1;qu="concurrent-requests"`,
+		"RateLimit":        `"per-ip";r=9;t=60, "in-flight";r=0`,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("admitted: %s = %q, want %q", k, got[k], v)
+		}
+	}
+	var second engine.Verdict
+	if err := e.Admit(context.Background(), storetest.Base, hits, &second); err != nil || second.Allowed {
+		t.Fatalf("Admit with the slot held = %v, allowed %v", err, second.Allowed)
+	}
+	got = fields(&second)
+	want = map[string]string{
+		"RateLimit-Policy": `"per-ip";q=10;w=60, "in-flight";q=1;qu="concurrent-requests"`,
+		"RateLimit":        `"in-flight";r=0`,
+		"Retry-After":      "1",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("refused: %s = %q, want %q", k, got[k], v)
+		}
 	}
 }
 

@@ -563,6 +563,12 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		problem(w, http.StatusNotFound, fmt.Sprintf("unknown policy rule %q", in.Policy))
 		return
 	}
+	if rule.IsConcurrency() {
+		// A lease is given back when its request ends, and nothing tells
+		// this door when that is.
+		problem(w, http.StatusBadRequest, fmt.Sprintf("rule %q is a concurrency limit: the check API answers once and is never told when the request ends, so it cannot hold a slot (see docs/overload.md)", rule.Name))
+		return
+	}
 	if in.Key == nil || *in.Key == "" {
 		problem(w, http.StatusBadRequest, "key is required with policy")
 		return

@@ -216,7 +216,8 @@ func TestCheckStoreFailure(t *testing.T) {
 }
 
 func TestCheckPolicy(t *testing.T) {
-	rules := []policy.Rule{{Name: "api", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")}}
+	rules := []policy.Rule{{Name: "api", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")},
+		{Name: "in-flight", Key: policy.MustParseKey("ip"), Concurrency: portero.ConcurrencyRule{Max: 2}}}
 	p, err := policy.New(rules, policy.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +250,11 @@ func TestCheckPolicy(t *testing.T) {
 	}
 	if resp, _, raw := f.post(t, `{"policy":"api","key":"carol","cost":-1}`); resp.StatusCode != 400 {
 		t.Errorf("cost -1: %d %s", resp.StatusCode, raw)
+	}
+	// A concurrency limit needs to be told when the request ends: this
+	// door cannot hold a slot.
+	if resp, _, raw := f.post(t, `{"policy":"in-flight","key":"dave"}`); resp.StatusCode != 400 || !strings.Contains(raw, "concurrency limit") {
+		t.Errorf("a concurrency rule: %d %s, want 400 naming it a concurrency limit", resp.StatusCode, raw)
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 	"github.com/portero-rl/portero/internal/tlsreload"
+	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -66,6 +67,7 @@ type File struct {
 	APIKeys        APIKeys             `yaml:"api_keys,omitempty"`
 	RateRules      []RateRule          `yaml:"rate_rules,omitempty"`
 	LimitsEndpoint string              `yaml:"limits_endpoint,omitempty"`
+	Overload       *Overload           `yaml:"overload,omitempty"`
 }
 
 // Server is the gateway listener and its timeouts (Go durations).
@@ -167,6 +169,11 @@ type Rule struct {
 	// CountResponses and Reserve: rules settled after the response.
 	CountResponses []string `yaml:"count_responses,omitempty"`
 	Reserve        int64    `yaml:"reserve,omitempty"`
+	// The rate limiter's neighbours (overload.go).
+	Concurrency *Concurrency `yaml:"concurrency,omitempty"`
+	Queue       *Queue       `yaml:"queue,omitempty"`
+	Shape       *Shape       `yaml:"shape,omitempty"`
+	Priority    string       `yaml:"priority,omitempty"`
 }
 
 // Config is a validated configuration, ready to run.
@@ -190,8 +197,16 @@ type Config struct {
 	// DrainPeriod is how long /readyz answers 503 on SIGTERM before the
 	// listeners close; 0 for none.
 	DrainPeriod time.Duration
-	// MaxInFlight caps concurrent requests (503 beyond); 0 means no cap.
-	MaxInFlight int
+	// Overload is the load shedding of the whole service (the overload
+	// section, or server.max_in_flight alone); nil when off.
+	Overload *OverloadConfig
+	// Priorities give requests their class for shedding, from the rules
+	// with a priority, in rule order: the first that matches decides.
+	Priorities []PriorityRule
+	// Shapes and Queues are the rules' shape and queue sections, by rule
+	// name (httplimit.Config.Shapes and Queues).
+	Shapes map[string]overload.Shape
+	Queues map[string]overload.Queue
 	// StoreType is "memory" or "redis"; StoreURL the Redis URL.
 	StoreType, StoreURL string
 	// OnError is the store failure policy (on_error): portero.FailAllow
@@ -531,10 +546,7 @@ func (p *parser) validate(f *File) *Config {
 	c.IdleTimeout = p.duration(f.Server.IdleTimeout, DefaultIdleTimeout, at("server", "idle_timeout"))
 	c.ShutdownTimeout = p.duration(f.Server.ShutdownTimeout, DefaultShutdownTimeout, at("server", "shutdown_timeout"))
 	c.DrainPeriod = p.duration(f.Server.DrainPeriod, DefaultDrainPeriod, at("server", "drain_period"))
-	if f.Server.MaxInFlight < 0 {
-		p.errorf(at("server", "max_in_flight"), "%d: must not be negative (0 means no cap)", f.Server.MaxInFlight)
-	}
-	c.MaxInFlight = f.Server.MaxInFlight
+	p.overload(f, c)
 	c.ServerTLS = p.tls(c, f.Server.TLS, at("server", "tls"))
 
 	// admin
@@ -729,6 +741,12 @@ func (p *parser) validate(f *File) *Config {
 		before := len(p.errs)
 		pr.Match = p.match(r.Match, append(path, "match"))
 		ok = ok && len(p.errs) == before // reported once, not again below
+		kind, nok := p.neighbours(c, r, &pr, path)
+		ok = ok && nok
+		if kind == priorityOnly {
+			ruleOK = ruleOK && ok
+			continue // it gives requests a class; nothing to count
+		}
 		if r.Key == "" {
 			bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
 		} else if k, err := policy.ParseKey(r.Key); err != nil {
@@ -736,21 +754,25 @@ func (p *parser) validate(f *File) *Config {
 		} else {
 			pr.Key = k
 		}
-		if r.Algorithm != "" {
+		if r.Algorithm != "" && kind != concurrency {
 			a, err := portero.ParseAlgorithm(r.Algorithm)
 			if err != nil {
 				bad(append(path, "algorithm"), "%v", err)
 			}
 			pr.Algorithm = a
 		}
-		if r.Limit == "" {
-			bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20")
+		if kind == concurrency {
+			// Its limit is the concurrency section (neighbours).
+		} else if r.Limit == "" {
+			bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
 		} else if l, err := portero.ParseLimit(r.Limit); err != nil {
 			bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
 		} else {
 			pr.Limit = l
 		}
-		if cost, err := policy.ParseCost(r.Cost); err != nil {
+		if kind == concurrency {
+			// A cost is reported by neighbours: one slot per request.
+		} else if cost, err := policy.ParseCost(r.Cost); err != nil {
 			bad(append(path, "cost"), "%v", err)
 		} else {
 			pr.Cost = cost

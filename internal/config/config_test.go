@@ -180,7 +180,7 @@ func TestRedacted(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add(config.Default())
-	for _, p := range []string{"../../examples/gateway.yaml", "../../examples/api-keys.yaml"} {
+	for _, p := range []string{"../../examples/gateway.yaml", "../../examples/api-keys.yaml", "../../examples/overload.yaml"} {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b)
 		}
@@ -203,6 +203,8 @@ func FuzzParse(f *testing.F) {
 		"- a\n- b\n",
 		"",
 		"server:\n\tlisten: x\n",
+		"upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules:\n  - {name: c, key: ip, concurrency: {max: 2, ttl: 5s}, queue: {size: 3, timeout: 1s, order: lifo}, priority: sheddable}\n  - {name: s, key: ip, algorithm: leaky-queue, limit: 2/s burst 5, shape: {delay: 2, max_delay: 1s}}\n  - {name: p, priority: critical, match: {path: /x}}\noverload: {max_in_flight: 10, reserve: {critical: 2, default: 2}, queue: {size: 5, timeout: 1s, order: fifo}, shedding: fair, tenant: 'header:X-Tenant', deadline: 2s, service_time: 5ms, queue_delay_target: 10ms, latency_target: 1s, retry_after: 1s}\n",
+		"server: {max_in_flight: 3}\noverload: {max_in_flight: x, reserve: 5}\nrules: [{name: q, concurrency: 1, queue: {}, shape: {}}]\n",
 	} {
 		f.Add([]byte(src))
 	}

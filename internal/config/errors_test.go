@@ -81,7 +81,7 @@ func TestEmptyFileHasALine(t *testing.T) {
 		}
 	}
 	_, err := config.Parse("list.yaml", []byte("- a\n- b\n"))
-	if err == nil || err.Error() != "list.yaml:1:1: want a mapping of sections (server, admin, store, client_ip, identity, headers, upstreams, routes, rules, address_lists, levels, plans, api_keys, rate_rules, limits_endpoint), found a list" {
+	if err == nil || err.Error() != "list.yaml:1:1: want a mapping of sections (server, admin, store, client_ip, identity, headers, upstreams, routes, rules, address_lists, levels, plans, api_keys, rate_rules, limits_endpoint, overload), found a list" {
 		t.Errorf("a list: %v", err)
 	}
 }

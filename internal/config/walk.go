@@ -72,6 +72,11 @@ func (w *walker) value(n *yaml.Node, v reflect.Value, path []any) {
 		return // "server:" with nothing under it: the defaults
 	}
 	switch v.Kind() {
+	case reflect.Pointer: // an optional section: present when given
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		w.value(n, v.Elem(), path)
 	case reflect.Struct:
 		w.structure(n, v, path)
 	case reflect.Map:

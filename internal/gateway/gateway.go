@@ -3,6 +3,18 @@
 // configuration names per route, plus /healthz and /readyz. Its
 // configuration can be replaced while it serves (Update), all at once or
 // not at all.
+//
+// In front of the middleware, outermost, the overload section sheds load
+// for the service's own sake (httplimit.Shedder over an overload.Gate):
+// before the body is read and before any upstream is touched, right after
+// the route is matched (so that a tenant key may name it). The Gate is the
+// gateway's one in-flight cap (server.max_in_flight is its short form). A
+// reload that changes the overload section builds a new Gate for the
+// requests that come after it; the requests running or queued in the old
+// one keep their slots and places there until they finish, so a reload
+// drops none of them and counts none twice (for the moment of the change,
+// the old and the new Gate's requests add up). A reload that leaves it
+// unchanged keeps the Gate.
 package gateway
 
 import (
@@ -24,6 +36,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -46,20 +59,22 @@ type Hooks struct {
 	// Ready, when set, decides what /readyz answers instead of SetReady:
 	// nil for 200, or the reason for a 503.
 	Ready func() error
+	// OnShed is called for every request the overload section refuses.
+	OnShed func(r *http.Request, ref *overload.Refusal)
 }
 
 // Gateway is an http.Handler. It is safe for concurrent use.
 type Gateway struct {
-	hooks    Hooks
-	limiter  *httplimit.Limiter
-	table    atomic.Pointer[table]
-	ready    atomic.Bool
-	inFlight atomic.Int64
+	hooks   Hooks
+	limiter *httplimit.Limiter
+	table   atomic.Pointer[table]
+	ready   atomic.Bool
 }
 
 type table struct {
 	cfg    *config.Config
 	routes []*route
+	shed   *httplimit.Shedder // nil when the overload section is off
 }
 
 type route struct {
@@ -72,7 +87,7 @@ type route struct {
 // closes). It starts not ready; call SetReady(true) once listening.
 func New(cfg *config.Config, store portero.Store, hooks Hooks) (*Gateway, error) {
 	g := &Gateway{hooks: hooks}
-	t, err := g.build(cfg)
+	t, err := g.build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +103,7 @@ func New(cfg *config.Config, store portero.Store, hooks Hooks) (*Gateway, error)
 // as before: unchanged rules then keep their counters). Either everything
 // is replaced or, on error, nothing.
 func (g *Gateway) Update(cfg *config.Config, store portero.Store) error {
-	t, err := g.build(cfg)
+	t, err := g.build(cfg, g.table.Load())
 	if err != nil {
 		return err
 	}
@@ -103,6 +118,9 @@ func (g *Gateway) Update(cfg *config.Config, store portero.Store) error {
 	}
 	return nil
 }
+
+// Limiter returns the middleware the gateway runs.
+func (g *Gateway) Limiter() *httplimit.Limiter { return g.limiter }
 
 // Config returns the configuration in use.
 func (g *Gateway) Config() *config.Config { return g.table.Load().cfg }
@@ -124,7 +142,18 @@ func (g *Gateway) limiterConfig(cfg *config.Config, store portero.Store) httplim
 		LocalShare:    cfg.LocalShare,
 		OnDecision:    g.hooks.OnDecision,
 		OnError:       g.hooks.OnError,
+		Shapes:        cfg.Shapes,
+		Queues:        cfg.Queues,
 	}
+}
+
+// Gate returns the overload.Gate that new requests ask for a slot; nil
+// when the overload section is off.
+func (g *Gateway) Gate() *overload.Gate {
+	if sh := g.table.Load().shed; sh != nil {
+		return sh.Gate()
+	}
+	return nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -156,12 +185,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// found before the limiter runs, so that keys can name it. Requests
 	// that match no route are still limited, then answered 404.
 	t := g.table.Load()
-	if n := int64(t.cfg.MaxInFlight); g.inFlight.Add(1) > n && n > 0 {
-		g.inFlight.Add(-1)
-		httplimit.WriteUnavailable(w, time.Second, fmt.Sprintf("more than %d requests in flight", n))
+	if t.shed == nil {
+		g.serve(w, r, t)
 		return
 	}
-	defer g.inFlight.Add(-1)
+	// Shedding is outermost: before the API key is looked up, the body
+	// read, the limits counted or an upstream touched.
+	t.shed.Serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, t) }))
+}
+
+// serve runs r through t after shedding: its API key, its route, the
+// limiter, the upstream.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
 	gm := &t.cfg.Gateway
 	if gm.Keys != nil {
 		if r = identify(w, r, gm); r == nil {
@@ -241,11 +276,16 @@ func (notFound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+r.Method+" "+r.URL.Path)
 }
 
-func (g *Gateway) build(cfg *config.Config) (*table, error) {
+// build prepares the table of cfg; old is the table it replaces (nil for
+// the first), whose Gate it keeps when the overload section is unchanged.
+func (g *Gateway) build(cfg *config.Config, old *table) (*table, error) {
 	if cfg == nil || cfg.Policy == nil {
 		return nil, errors.New("gateway: no configuration")
 	}
 	t := &table{cfg: cfg}
+	if err := g.buildShed(t, old); err != nil {
+		return nil, err
+	}
 	handlers := map[string]*route{}
 	for _, rc := range cfg.Routes {
 		if rc.Upstream == nil {
@@ -263,6 +303,54 @@ func (g *Gateway) build(cfg *config.Config) (*table, error) {
 		t.routes = append(t.routes, &route{cfg: rc, handler: h, closer: up.closer})
 	}
 	return t, nil
+}
+
+// buildShed sets t.shed from the overload section: the old table's Gate
+// when its settings are the same, else a new one.
+func (g *Gateway) buildShed(t *table, old *table) error {
+	oc := t.cfg.Overload
+	if oc == nil {
+		return nil
+	}
+	var gate *overload.Gate
+	if old != nil && old.shed != nil && old.shed.Gate().Config() == withDefaults(oc.Gate) {
+		gate = old.shed.Gate()
+	} else {
+		var err error
+		if gate, err = overload.New(oc.Gate); err != nil {
+			return fmt.Errorf("gateway: overload: %w", err)
+		}
+	}
+	rules := make([]httplimit.PriorityRule, len(t.cfg.Priorities))
+	for i, p := range t.cfg.Priorities {
+		rules[i] = httplimit.PriorityRule{Match: p.Match, Priority: p.Priority}
+	}
+	prio, err := httplimit.PriorityByRule(rules, overload.Default)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	sc := httplimit.ShedConfig{Gate: gate, Priority: prio, Timeout: oc.Deadline, OnRefuse: g.hooks.OnShed}
+	if !oc.Tenant.IsZero() {
+		key, pol := oc.Tenant, t.cfg.Policy
+		sc.Tenant = func(r *http.Request) string {
+			pr := g.limiter.Config().Request(r)
+			if rt := t.match(r); rt != nil {
+				pr.Route = rt.cfg.Name
+			}
+			k, _ := pol.KeyOf(key, nil, pr) // no value: the tenant "" of those without one
+			return k
+		}
+	}
+	t.shed, err = httplimit.NewShedder(sc)
+	return err
+}
+
+// withDefaults is c as overload.New fills it in (Gate.Config returns that).
+func withDefaults(c overload.Config) overload.Config {
+	if c.RetryAfter == 0 {
+		c.RetryAfter = overload.DefaultRetryAfter
+	}
+	return c
 }
 
 func stripPrefix(prefix string, h http.Handler) http.Handler {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/overload"
 )
 
@@ -142,12 +141,27 @@ type mode struct {
 	order    overload.Order
 }
 
-// setUp starts a fresh upstream and a gateway in front of it, with an
-// overload.Gate of m's order in front of the gateway when m sheds, and
-// returns the URL to load. Everything is closed when the test ends.
+// setUp starts a fresh upstream and a gateway in front of it, shedding
+// with its own overload section (the configuration portero serve reads)
+// of m's order when m sheds, and returns the URL to load and the gateway's
+// Gate. Everything is closed when the test ends.
 func setUp(t *testing.T, m mode) (string, *overload.Gate) {
 	t.Helper()
 	up := fixedRateUpstream(t)
+	// max_in_flight: what the upstream can run at once; queue: half a
+	// second of its work; deadline: a little less than the client's
+	// patience, for the time a request takes to reach the gateway and its
+	// answer to come back.
+	shed := ""
+	if m.shedding {
+		shed = fmt.Sprintf(`
+overload:
+  max_in_flight: %d
+  queue: {size: 25, order: %s}
+  service_time: %s
+  deadline: %s
+`, upWorkers, m.order, upRun, patience-50*time.Millisecond)
+	}
 	g, _, _ := gw(t, fmt.Sprintf(`
 upstreams:
   api: {url: %s}
@@ -160,31 +174,10 @@ rules:
     key: ip
     algorithm: token-bucket
     limit: 100000/s
-`, up.URL))
-	var h http.Handler = g
-	var gate *overload.Gate
-	if m.shedding {
-		var err error
-		gate, err = overload.New(overload.Config{
-			MaxInFlight: upWorkers, // what the upstream can run at once
-			QueueSize:   25,        // half a second of its work
-			ServiceTime: upRun,
-			Order:       m.order,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A little less than the client's patience, for the time a request
-		// takes to reach the gateway and its answer to come back.
-		mw, err := httplimit.Shed(httplimit.ShedConfig{Gate: gate, Timeout: patience - 50*time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h = mw(g)
-	}
-	front := httptest.NewServer(h)
+%s`, up.URL, shed))
+	front := httptest.NewServer(g)
 	t.Cleanup(front.Close)
-	return front.URL + "/work", gate
+	return front.URL + "/work", g.Gate()
 }
 
 // TestOverloadRealProcess asserts only what holds on a loaded two-core

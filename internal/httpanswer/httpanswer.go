@@ -125,7 +125,10 @@ func (f *Fields) Has(key string) bool {
 	return false
 }
 
-// Apply sets the collected fields on h, replacing the values they had.
+// Apply sets the collected fields on h, replacing the values they had,
+// except RateLimit-Policy and RateLimit, whose values are added after
+// those already there: they are lists, and an earlier middleware's (a
+// second limiter stacked around this one) must not be lost.
 func (f *Fields) Apply(h http.Header) {
 	if len(f.List) == 0 {
 		return
@@ -141,9 +144,21 @@ func (f *Fields) Apply(h http.Header) {
 		} else {
 			vals[i] = fd.Static
 		}
+		if fd.Key == canonicalRateLimit || fd.Key == canonicalRateLimitPolicy {
+			if old := h[fd.Key]; len(old) > 0 {
+				h[fd.Key] = append(old[:len(old):len(old)], vals[i])
+				continue
+			}
+		}
 		h[fd.Key] = vals[i : i+1 : i+1]
 	}
 }
+
+// The canonical keys of the two list fields that Apply adds to.
+const (
+	canonicalRateLimit       = "Ratelimit"
+	canonicalRateLimitPolicy = "Ratelimit-Policy"
+)
 
 // Texts holds the fixed parts of the 429 bodies of a rule set, formatted
 // once per configuration: per rule, the JSON "detail" up to its seconds and
@@ -177,6 +192,12 @@ func retryDetail(r *engine.Rule) string {
 // retryText is the detail of a refusal by r, up to the seconds.
 func retryText(r *engine.Rule) string {
 	q, w := r.Quota()
+	if r.IsConcurrency() {
+		if r.Service {
+			return fmt.Sprintf("rule %q allows %d requests in flight; retry in ", r.Name, q)
+		}
+		return fmt.Sprintf("rule %q allows %d concurrent requests for this client; retry in ", r.Name, q)
+	}
 	if l := r.Limit; l.IsCalendar() {
 		// A spent quota says so: going slower does not help, the next
 		// period does.

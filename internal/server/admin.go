@@ -195,6 +195,10 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no rule " + strconv.Quote(name)})
 		return
 	}
+	if rule.IsConcurrency() {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "rule " + strconv.Quote(name) + " is a concurrency limit: its state is the requests in flight, which end by themselves"})
+		return
+	}
 	store := s.currentStore()
 	switch r.Method {
 	case http.MethodGet:

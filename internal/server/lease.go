@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,45 @@ func (l *leased) Peek(ctx context.Context, rule portero.Rule, key string, now ti
 	}
 	defer l.release()
 	return l.Store.Peek(ctx, rule, key, now)
+}
+
+// Acquire implements portero.LeaseStore when the store does (memstore and
+// redisstore do), leased as AllowAll is — and a lease it grants counts as a
+// call in flight until it is released, so that a reload that replaces the
+// store keeps it open for the requests holding its leases (their renewals
+// and releases reach it) and closes it once the last is given back. A late
+// Acquire goes to the store that replaced it.
+func (l *leased) Acquire(ctx context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
+	ls, ok := l.Store.(portero.LeaseStore)
+	if !ok {
+		return nil, portero.Decision{}, errors.New("server: the store keeps no concurrency leases")
+	}
+	l.inflight.Add(1)
+	if l.retired.Load() {
+		l.release()
+		return l.next.Load().Acquire(ctx, now, rule, key)
+	}
+	lease, d, err := ls.Acquire(ctx, now, rule, key)
+	if lease == nil {
+		l.release()
+		return nil, d, err
+	}
+	return &heldLease{Lease: lease, store: l}, d, err
+}
+
+// heldLease is a lease of a leased store: the store stays open until it is
+// released.
+type heldLease struct {
+	portero.Lease
+	store *leased
+	once  sync.Once
+}
+
+// Release implements portero.Lease.
+func (h *heldLease) Release(ctx context.Context) error {
+	err := h.Lease.Release(ctx)
+	h.once.Do(h.store.release)
+	return err
 }
 
 func (l *leased) release() {

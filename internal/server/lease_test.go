@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/store/memstore"
 )
 
 // blockingStore counts its calls and holds each until released.
@@ -75,5 +76,53 @@ func TestLeasedRetire(t *testing.T) {
 	case <-newLeased(newS).retire(next):
 	default:
 		t.Fatal("a store without calls is not idle when retired")
+	}
+}
+
+// TestLeasedHoldsLeases: a retired store stays open while a request holds
+// one of its concurrency leases (its renewals and its release must reach
+// it), and is idle once the lease is given back, however many times; an
+// Acquire after the retirement goes to its successor.
+func TestLeasedHoldsLeases(t *testing.T) {
+	oldM, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newM, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldM.Close(context.Background())
+	defer newM.Close(context.Background())
+	old, next := newLeased(oldM), newLeased(newM)
+	rule := portero.ConcurrencyRule{Name: "c", Max: 1}
+	lease, d, err := old.Acquire(context.Background(), time.Now(), rule, "k")
+	if err != nil || !d.Allowed {
+		t.Fatalf("Acquire = %+v, %v", d, err)
+	}
+	idle := old.retire(next)
+	select {
+	case <-idle:
+		t.Fatal("idle while a lease of the store is held")
+	default:
+	}
+	// A late Acquire is the successor's: its slot is free there.
+	if l2, d, err := old.Acquire(context.Background(), time.Now(), rule, "k"); err != nil || !d.Allowed {
+		t.Errorf("a late Acquire = %+v, %v; want the successor's free slot", d, err)
+	} else {
+		l2.Release(context.Background())
+	}
+	if err := lease.Renew(context.Background(), time.Now()); err != nil {
+		t.Errorf("renewing the held lease in the retired store: %v", err)
+	}
+	lease.Release(context.Background())
+	lease.Release(context.Background())
+	select {
+	case <-idle:
+	default:
+		t.Fatal("not idle once the lease was given back")
+	}
+	if old.inflight.Load() != 0 {
+		t.Errorf("in flight %d after a double release, want 0", old.inflight.Load())
 	}
 }

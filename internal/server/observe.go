@@ -14,6 +14,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/logging"
+	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -38,6 +39,8 @@ type metrics struct {
 	// share of the quota the key had used: "some client has nearly spent
 	// its quota" without a client key as a label.
 	quotaUsed *prometheus.HistogramVec
+	// shed counts the requests the overload section refused, by reason.
+	shed *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -87,7 +90,11 @@ func newMetrics() *metrics {
 		Help:    "Share of a calendar quota the key had used at each decision, by rule (no client label: alert on the upper buckets).",
 		Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1},
 	}, []string{"rule"})
-	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.quotaUsed, m.reloads, m.proxyErrors, m.configRules)
+	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_shed_total",
+		Help: "Requests the overload section refused with 503 for the service's sake, by reason (full, evicted, late, unhealthy).",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.quotaUsed, m.reloads, m.proxyErrors, m.configRules, m.shed)
 	return m
 }
 
@@ -213,6 +220,10 @@ func (o *observer) onError(r *http.Request, err error) {
 	if last := o.lastWarn.Load(); now-last > int64(time.Second) && o.lastWarn.CompareAndSwap(last, now) {
 		o.log.Warn("store failed; the failure policy decides", "err", err)
 	}
+}
+
+func (o *observer) onShed(_ *http.Request, ref *overload.Refusal) {
+	o.m.shed.WithLabelValues(ref.Reason.String()).Inc()
 }
 
 func (o *observer) onProxyError(r *http.Request, upstream string, err error) {

@@ -302,6 +302,7 @@ func Run(ctx context.Context, opts Options) error {
 		OnDecision:   s.obs.onDecision,
 		OnError:      s.obs.onError,
 		OnProxyError: s.obs.onProxyError,
+		OnShed:       s.obs.onShed,
 		Now:          opts.Now,
 		Ready:        s.ready.Ready,
 	}

@@ -161,12 +161,11 @@ func TestPeekWritesNothing(t *testing.T) {
 }
 
 // TestPeekResetErrors: invalid rules, a closed store and a Redis that does
-// not answer are errors, the last wrapping ErrStoreUnavailable whatever the
-// failure policy.
+// not answer are errors, the last wrapping ErrStoreUnavailable.
 func TestPeekResetErrors(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	s := newStore(t, srv, redisstore.Config{Policy: portero.FailAllow, Timeout: 200 * time.Millisecond})
+	s := newStore(t, srv, redisstore.Config{Timeout: 200 * time.Millisecond})
 	bad := portero.Rule{Name: "bad", Algorithm: portero.GCRA}
 	if _, err := s.Peek(ctx, bad, "k", time.Now()); !errors.Is(err, portero.ErrInvalidLimit) {
 		t.Errorf("Peek(zero limit) = %v, want ErrInvalidLimit", err)

@@ -5,14 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/algorithm"
 	"github.com/redis/rueidis"
 )
 
@@ -28,39 +26,31 @@ import (
 // or forgot) expires after the rule's TTL and its slot comes back; the set
 // itself expires with its last lease. httplimit renews every TTL/3.
 //
-// While Redis is unavailable, Acquire follows the rule's failure policy
-// (Config.Policies by the rule's name, else Config.Policy; leases are not
-// decided by the engine yet, so this is the store's): FailDeny (and
-// FailError) refuses and returns an error wrapping
-// portero.ErrStoreUnavailable, FailAllow admits with a lease that holds
-// nothing, FailLocal takes a lease in this instance's memory with
-// Config.LocalShare of Max (at least 1). Renew and Release of a Redis lease
-// then fail with that error; the lease runs out at its last expiry.
-// Acquire's decisions are in microseconds (RetryAfter) like Redis TIME.
+// While Redis is unavailable, Acquire decides nothing: it returns an error
+// wrapping portero.ErrStoreUnavailable, never a lease or a decision beside
+// it, and the caller's failure policy answers (package engine: allow
+// admits without a lease, deny refuses, local takes the lease in the
+// engine's memory). Renew and Release of a Redis lease then fail with that
+// error; the lease runs out at its last expiry. Acquire's decisions are in
+// microseconds (RetryAfter) like Redis TIME.
 
 // leaseScript is lease.lua: immutable once built (it holds the hash).
 var leaseScript = rueidis.NewLuaScript(readLua("lease.lua"))
 
-// leaseState is the store's lease bookkeeping: the id prefix and counter,
-// and the leases FailLocal keeps in memory.
+// leaseState is the store's lease bookkeeping: the id prefix and counter.
 type leaseState struct {
 	once   sync.Once
 	prefix string // random per store, so ids never collide across instances
 	seq    atomic.Uint64
-	mu     sync.Mutex
-	calls  int // local acquisitions, to sweep every 1024
-	local  map[localKey]*algorithm.Leases[uint64]
 }
 
-func (ls *leaseState) id() (string, uint64) {
+func (ls *leaseState) id() string {
 	ls.once.Do(func() {
 		var b [8]byte
 		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 		ls.prefix = hex.EncodeToString(b[:]) + "-"
-		ls.local = map[localKey]*algorithm.Leases[uint64]{}
 	})
-	n := ls.seq.Add(1)
-	return ls.prefix + strconv.FormatUint(n, 36), n
+	return ls.prefix + strconv.FormatUint(ls.seq.Add(1), 36)
 }
 
 var _ portero.LeaseStore = (*Store)(nil)
@@ -75,9 +65,9 @@ func (s *Store) LeaseKey(name, key string) string {
 	return s.cfg.Prefix + "{" + tag + "}:" + key + ":lease:" + name
 }
 
-// Acquire implements portero.LeaseStore (see the package documentation of
-// leases above for the failure policy). With ServerClock now is used only
-// by FailLocal.
+// Acquire implements portero.LeaseStore (see the comment on leases above
+// for what it does while Redis is unavailable). With ServerClock now is
+// not used.
 func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
 	if s.closed.Load() {
 		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
@@ -86,7 +76,7 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.Concurr
 		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	ttl := micros(rule.LeaseTTL())
-	id, _ := s.leases.id()
+	id := s.leases.id()
 	l := &redisLease{s: s, key: s.LeaseKey(rule.Name, key), id: id, ttl: ttl}
 	res, err := s.leaseCall(ctx, now, l.key, "acquire", id, strconv.FormatInt(rule.Max, 10), ttl)
 	if err == nil {
@@ -106,66 +96,8 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.Concurr
 		s.errs.Add(1)
 		return nil, portero.Decision{}, s.leaseError(rule.Name, key, err)
 	}
-	return s.leaseFallback(now, rule, key, err)
-}
-
-// leaseFallback decides an acquisition that Redis could not, by the rule's
-// policy.
-func (s *Store) leaseFallback(now time.Time, rule portero.ConcurrencyRule, key string, cause error) (portero.Lease, portero.Decision, error) {
-	s.fallbacks.Add(1)
-	if !s.degraded.Swap(true) {
-		s.log.Warn("redisstore: redis unavailable: the callers' failure policies decide", "err", cause)
-	}
-	var (
-		lease portero.Lease
-		d     = portero.Decision{Limit: rule.Max}
-		err   error
-	)
-	switch s.policy(portero.Rule{Name: rule.Name}) {
-	case portero.FailAllow:
-		lease, d = openLease{}, portero.Decision{Allowed: true, Limit: rule.Max, Remaining: rule.Max - 1}
-	case portero.FailLocal:
-		lease, d = s.localAcquire(now, rule, key)
-	default:
-		d.RetryAfter = s.cfg.BreakerOpen
-		err = fmt.Errorf("redisstore: concurrency rule %q: failing closed: %w", rule.Name, &unavailableError{err: cause})
-		s.errs.Add(1)
-	}
-	if s.cfg.OnFallback != nil {
-		s.cfg.OnFallback(Fallback{Hits: []portero.Hit{{Rule: portero.Rule{Name: rule.Name}, Key: key, Cost: 1}}, Decisions: []portero.Decision{d}, Err: cause})
-	}
-	return lease, d, err
-}
-
-// localAcquire takes a lease in memory under FailLocal, with LocalShare of
-// Max.
-func (s *Store) localAcquire(now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision) {
-	_, n := s.leases.id()
-	limit := rule.Max
-	if share := s.cfg.LocalShare; share < 1 {
-		limit = max(1, int64(math.Floor(float64(limit)*share)))
-	}
-	k := localKey{portero.Rule{Name: rule.Name}, key}
-	ls := &s.leases
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.calls++; ls.calls%1024 == 0 {
-		for k, set := range ls.local { // leases whose holders never came back
-			if set.Expire(now.UnixNano()) == 0 {
-				delete(ls.local, k)
-			}
-		}
-	}
-	set := ls.local[k]
-	if set == nil {
-		set = new(algorithm.Leases[uint64])
-		ls.local[k] = set
-	}
-	d := set.Acquire(n, now.UnixNano(), rule.LeaseTTL(), limit)
-	if !d.Allowed {
-		return nil, d
-	}
-	return &localLease{ls: ls, k: k, id: n, ttl: rule.LeaseTTL()}, d
+	cause := s.unavailableCall([]portero.Hit{{Rule: portero.Rule{Name: rule.Name}, Key: key, Cost: 1}}, err)
+	return nil, portero.Decision{}, fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", rule.Name, key, cause)
 }
 
 // leaseCall runs lease.lua once under the breaker and the deadline.
@@ -248,50 +180,4 @@ func (l *redisLease) wrap(err error) error {
 		return &unavailableError{err: err}
 	}
 	return err
-}
-
-// openLease is the lease of FailOpen: it holds nothing.
-type openLease struct{}
-
-func (openLease) Renew(context.Context, time.Time) error { return nil }
-func (openLease) Release(context.Context) error          { return nil }
-
-// localLease is a lease of FailLocal, in this instance's memory.
-type localLease struct {
-	ls  *leaseState
-	k   localKey
-	id  uint64
-	ttl time.Duration
-}
-
-func (l *localLease) Renew(_ context.Context, now time.Time) error {
-	l.ls.mu.Lock()
-	defer l.ls.mu.Unlock()
-	set := l.ls.local[l.k]
-	ok := set != nil && set.Renew(l.id, now.UnixNano(), l.ttl)
-	if set != nil && set.Len() == 0 {
-		delete(l.ls.local, l.k)
-	}
-	if !ok {
-		return fmt.Errorf("redisstore: local lease on %q: %w", l.k.key, portero.ErrLeaseLost)
-	}
-	return nil
-}
-
-func (l *localLease) Release(context.Context) error {
-	l.ls.mu.Lock()
-	defer l.ls.mu.Unlock()
-	if set := l.ls.local[l.k]; set != nil {
-		set.Release(l.id)
-		if set.Len() == 0 {
-			delete(l.ls.local, l.k)
-		}
-	}
-	return nil
-}
-
-// localKey identifies a concurrency rule's key in the FailLocal leases.
-type localKey struct {
-	rule portero.Rule
-	key  string
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/store/redisstore"
 	"github.com/portero-rl/portero/store/storetest"
@@ -138,61 +139,74 @@ func TestLeaseClosedClientStopsRenewing(t *testing.T) {
 	}
 }
 
-// TestLeaseFailurePolicies: with Redis killed, Acquire follows each rule's
-// policy, as AllowAll does: fail-closed refuses with ErrStoreUnavailable,
-// fail-open admits with a lease that holds nothing, local takes leases in
-// memory with LocalShare of Max. A Redis lease cannot be renewed meanwhile.
-func TestLeaseFailurePolicies(t *testing.T) {
+// TestLeaseUnavailable: with Redis killed, Acquire decides nothing, as
+// AllowAll does: no lease, no decision, an error wrapping
+// ErrStoreUnavailable, counted as a fallback; a Redis lease cannot be
+// renewed meanwhile. Then the engine, over the same dead Redis, applies its
+// one failure policy to the leases: allow admits without a lease, deny
+// refuses for the service's sake, local takes leases in the engine's memory
+// with LocalShare of Max, error returns the error.
+func TestLeaseUnavailable(t *testing.T) {
 	srv := redistest.Start(t)
 	var fallbacks atomic.Int64
 	s := newStore(t, srv, redisstore.Config{
 		Timeout:    50 * time.Millisecond,
-		Policies:   map[string]portero.FailurePolicy{"open": portero.FailAllow, "local": portero.FailLocal},
-		LocalShare: 0.5,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnFallback: func(redisstore.Fallback) { fallbacks.Add(1) },
 	})
 	ctx := context.Background()
-	closed := portero.ConcurrencyRule{Name: "closed", Max: 4}
-	open := portero.ConcurrencyRule{Name: "open", Max: 4}
-	local := portero.ConcurrencyRule{Name: "local", Max: 4}
-	held, _, err := s.Acquire(ctx, time.Now(), closed, "k")
+	rule := portero.ConcurrencyRule{Name: "conc", Max: 4}
+	held, _, err := s.Acquire(ctx, time.Now(), rule, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Kill()
 
-	if l, d, err := s.Acquire(ctx, time.Now(), closed, "k"); l != nil || d.Allowed || !errors.Is(err, portero.ErrStoreUnavailable) {
-		t.Errorf("fail-closed: %v, %+v, %v; want refused with ErrStoreUnavailable", l, d, err)
-	}
-	for range 6 {
-		l, d, err := s.Acquire(ctx, time.Now(), open, "k")
-		if err != nil || !d.Allowed || l == nil || l.Renew(ctx, time.Now()) != nil || l.Release(ctx) != nil {
-			t.Fatalf("fail-open: %+v, %v; want admitted", d, err)
-		}
-	}
-	var got []portero.Lease
-	for range 4 {
-		l, d, err := s.Acquire(ctx, time.Now(), local, "k")
-		if err != nil {
-			t.Fatalf("local: %v", err)
-		}
-		if d.Allowed {
-			got = append(got, l)
-		}
-	}
-	if len(got) != 2 {
-		t.Errorf("local with share 0.5 of 4 admitted %d of 4, want 2", len(got))
-	}
-	got[0].Release(ctx)
-	if _, d, _ := s.Acquire(ctx, time.Now(), local, "k"); !d.Allowed {
-		t.Errorf("local after a release: %+v, want admitted", d)
+	if l, d, err := s.Acquire(ctx, time.Now(), rule, "k"); l != nil || d != (portero.Decision{}) || !errors.Is(err, portero.ErrStoreUnavailable) {
+		t.Errorf("Acquire with Redis down = %v, %+v, %v; want nothing but an error wrapping ErrStoreUnavailable", l, d, err)
 	}
 	if err := held.Renew(ctx, time.Now()); !errors.Is(err, portero.ErrStoreUnavailable) {
 		t.Errorf("Renew of a Redis lease while Redis is down = %v, want ErrStoreUnavailable", err)
 	}
 	if fallbacks.Load() == 0 || !s.Degraded() {
 		t.Errorf("fallbacks %d, degraded %v: want the fallback counted", fallbacks.Load(), s.Degraded())
+	}
+
+	conc, err := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "conc"}, Concurrency: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := []engine.Hit{{Rule: conc, Key: "k", Cost: 1}}
+	for _, pol := range portero.FailurePolicies {
+		e, err := engine.New(engine.Options{Store: s, OnError: pol, LocalShare: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var admitted, leases int
+		var errs error
+		for range 4 {
+			var v engine.Verdict
+			if err := e.Admit(ctx, time.Now(), hits, &v); err != nil {
+				errs = err
+				continue
+			}
+			if v.Results[0].Failure != pol {
+				t.Errorf("%s: Failure = %q", pol, v.Results[0].Failure)
+			}
+			if v.Allowed {
+				admitted++
+			} else if pol == portero.FailDeny && !v.Unavailable() {
+				t.Errorf("deny: a refusal that is not the service's (503)")
+			}
+			leases += len(v.Held())
+		}
+		want := map[portero.FailurePolicy][2]int{portero.FailAllow: {4, 0}, portero.FailDeny: {0, 0}, portero.FailLocal: {2, 2}, portero.FailError: {0, 0}}[pol]
+		if admitted != want[0] || leases != want[1] {
+			t.Errorf("%s: %d of 4 admitted holding %d leases, want %d holding %d", pol, admitted, leases, want[0], want[1])
+		}
+		if (pol == portero.FailError) != (errs != nil) || errs != nil && !errors.Is(errs, portero.ErrStoreUnavailable) {
+			t.Errorf("%s: Admit error %v", pol, errs)
+		}
 	}
 }
 

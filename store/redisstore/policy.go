@@ -6,13 +6,6 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-func (s *Store) policy(r portero.Rule) portero.FailurePolicy {
-	if p, ok := s.cfg.Policies[r.Name]; ok {
-		return p
-	}
-	return s.cfg.Policy
-}
-
 // unavailableCall accounts for a call that Redis could not decide and
 // returns cause, the error the caller gets: no decision goes with it, so
 // that the caller's failure policy answers.

@@ -73,8 +73,9 @@
 // nothing: they return an error wrapping portero.ErrStoreUnavailable, never
 // a decision beside it, and the caller's failure policy answers
 // (portero.FailurePolicy, applied by package engine: allow, deny, or local
-// in the engine's own memory). Concurrency leases (Acquire) still follow a
-// policy of the store's, Config.Policy. See docs/distributed.md.
+// in the engine's own memory). Concurrency leases (Acquire) fail the same
+// way, and the engine's failure policy decides them too. See
+// docs/distributed.md.
 package redisstore
 
 import (
@@ -182,17 +183,6 @@ type Config struct {
 	// longer (plus scheduling). A caller's context deadline that comes
 	// first applies instead. DefaultTimeout when zero.
 	Timeout time.Duration
-	// Policy is what Acquire does while Redis is unavailable, for the
-	// concurrency rules not in Policies (portero.FailDeny when empty;
-	// FailAllow, FailLocal with LocalShare of Max; FailError as FailDeny).
-	// Rate decisions (AllowAll) follow no policy of the store's: their
-	// failure policy is the engine's.
-	Policy portero.FailurePolicy
-	// Policies maps concurrency rule names to their failure policy.
-	Policies map[string]portero.FailurePolicy
-	// LocalShare is the share of each concurrency rule's Max that one
-	// instance may hold under FailLocal, in (0, 1]; 1 when zero.
-	LocalShare float64
 	// The circuit breaker opens when, over the last BreakerWindow (a
 	// rolling window of ten buckets; DefaultBreakerWindow when zero), at
 	// least BreakerMinCalls calls to Redis ended (DefaultBreakerMinCalls
@@ -218,9 +208,9 @@ type Config struct {
 	// answers again, when the breaker changes state, when a background dial
 	// fails and succeeds; slog.Default() when nil.
 	Logger *slog.Logger
-	// OnFallback, when set, is called for every call Redis did not decide:
-	// an AllowAll that failed (no Decisions), or an Acquire its policy
-	// decided. It must be quick and safe for concurrent use.
+	// OnFallback, when set, is called for every call Redis did not decide
+	// because it was unavailable (an AllowAll, a Peek or an Acquire that
+	// returned the error). It must be quick and safe for concurrent use.
 	OnFallback func(Fallback)
 	// OverLimitCache, when positive, turns on the local over-limit cache
 	// with room for that many keys; 0 (the default) leaves it off. A
@@ -238,10 +228,9 @@ type Config struct {
 
 // Fallback describes one call Redis did not decide.
 type Fallback struct {
-	// Hits are the hits of the call; Decisions what a lease's failure
-	// policy decided (none for AllowAll, which returned the error).
-	Hits      []portero.Hit
-	Decisions []portero.Decision
+	// Hits are the hits of the call (for an Acquire, one hit of cost 1
+	// under the concurrency rule's name).
+	Hits []portero.Hit
 	// Err is why Redis was not asked or did not answer.
 	Err error
 }
@@ -339,12 +328,6 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultBatch
 	}
-	if cfg.LocalShare == 0 {
-		cfg.LocalShare = 1
-	}
-	if cfg.Policy == "" {
-		cfg.Policy = portero.FailDeny
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -359,20 +342,10 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: breaker: min calls %d, window %v, open %v: must be positive", cfg.BreakerMinCalls, cfg.BreakerWindow, cfg.BreakerOpen)
 	case !(cfg.BreakerRatio > 0 && cfg.BreakerRatio <= 1):
 		return nil, fmt.Errorf("redisstore: breaker ratio %v: want a fraction in (0, 1]", cfg.BreakerRatio)
-	case !(cfg.LocalShare > 0 && cfg.LocalShare <= 1):
-		return nil, fmt.Errorf("redisstore: local share %v: want a fraction in (0, 1]", cfg.LocalShare)
 	case cfg.Clock != ServerClock && cfg.Clock != CallerClock:
 		return nil, fmt.Errorf("redisstore: unknown clock %d", cfg.Clock)
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("redisstore: prefix %q: must not contain braces (they make hash tags)", cfg.Prefix)
-	}
-	if !cfg.Policy.Valid() {
-		return nil, fmt.Errorf("redisstore: failure policy %q: want allow, deny, local or error", string(cfg.Policy))
-	}
-	for name, p := range cfg.Policies {
-		if !p.Valid() {
-			return nil, fmt.Errorf("redisstore: rule %q: failure policy %q: want allow, deny, local or error", name, string(p))
-		}
 	}
 	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, minTTL: "0", stop: make(chan struct{})}
 	if cfg.Clock == CallerClock {

@@ -234,8 +234,6 @@ func TestBadConfig(t *testing.T) {
 		{redisstore.Config{URL: "redis://user:secret@127.0.0.1:bad/0"}, "redis URL"},
 		{redisstore.Config{Addrs: []string{"127.0.0.1:1"}}, "127.0.0.1:1"},
 		{redisstore.Config{}, "no Redis address"},
-		{redisstore.Config{Addrs: []string{"127.0.0.1:1"}, LocalShare: 2}, "local share"},
-		{redisstore.Config{Addrs: []string{"127.0.0.1:1"}, Policy: "maybe"}, "failure policy"},
 		{redisstore.Config{Addrs: []string{"127.0.0.1:1"}, Prefix: "a{b}"}, "prefix"},
 	} {
 		s, err := redisstore.New(tc.cfg)

@@ -1,0 +1,259 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/overload"
+	"github.com/portero-rl/portero/policy"
+)
+
+// Concurrency limits in the middleware. A policy rule with a Concurrency
+// (policy.Rule.Concurrency) counts what has not finished: the engine's
+// Admit takes one lease per such rule that applies, before the rate hits
+// of the same request are counted, and the middleware gives the leases
+// back when the handler returns, however it returns: normally, with an
+// error status, by panicking, after its client went away or a
+// http.TimeoutHandler gave up on it, or after hijacking the connection. A
+// lease is renewed while the handler runs (every TTL/3, with a
+// time.AfterFunc timer: no goroutine waits, and a request shorter than
+// TTL/3 never renews), so that a crashed instance leaks its slots for at
+// most the lease's TTL.
+//
+// A concurrency rule named in Config.Queues lets a request it refuses wait
+// for a slot of its key (overload.Queue: size, timeout, FIFO or LIFO)
+// instead of being refused at once. The waiting is in this process
+// (overload.Waitlist, kept across Updates): a lease given back here wakes
+// the first waiter in the queue's order, and every waiter also tries again
+// every leasePoll, for slots that other instances give back. A request
+// that waits in vain gets the refusal it would have had at once.
+
+// leasePoll is how often a waiter for a slot tries again without being
+// woken: slots given back by other instances wake nobody here.
+const leasePoll = 100 * time.Millisecond
+
+// setQueues resolves queues by rule name into pre.queue, by rule index.
+func (pre *prepared) setQueues(p *policy.Policy, queues map[string]overload.Queue) error {
+	pre.queue = nil
+	if len(queues) == 0 {
+		return nil
+	}
+	pre.queue = make([]overload.Queue, len(p.Rules()))
+	for name, q := range queues {
+		r := p.Rule(name)
+		switch {
+		case r == nil:
+			return fmt.Errorf("httplimit: Queues[%q]: no such rule", name)
+		case !r.IsConcurrency():
+			return fmt.Errorf("httplimit: Queues[%q]: not a concurrency rule; a rate rule waits by shaping (a %s rule and Shapes)", name, portero.LeakyQueue)
+		}
+		if err := q.Validate(); err != nil {
+			return fmt.Errorf("httplimit: Queues[%q]: %w", name, err)
+		}
+		pre.queue[r.Index()] = q
+	}
+	return nil
+}
+
+// queueOf returns the queue of rule index i; ok is false when it has none.
+func (pre *prepared) queueOf(i int) (overload.Queue, bool) {
+	if i < len(pre.queue) && pre.queue[i].Size > 0 {
+		return pre.queue[i], true
+	}
+	return overload.Queue{}, false
+}
+
+// lineKey names the waiting line of a concurrency rule's key.
+func lineKey(rule, key string) string { return rule + "\x00" + key }
+
+// queued returns the line and queue a refused verdict may wait in: when
+// every enforced hit that refused it is a concurrency rule's (not a
+// failure policy's) and the first of them has a queue.
+func (pre *prepared) queued(v *engine.Verdict) (line string, q overload.Queue, ok bool) {
+	if len(pre.queue) == 0 || len(v.Violated) == 0 {
+		return "", overload.Queue{}, false
+	}
+	for _, i := range v.Violated {
+		if res := &v.Results[i]; !res.Rule.IsConcurrency() || res.Failure != "" {
+			return "", overload.Queue{}, false
+		}
+	}
+	res := &v.Results[v.Violated[0]]
+	if q, ok = pre.queueOf(res.Rule.Index); !ok {
+		return "", overload.Queue{}, false
+	}
+	return lineKey(res.Rule.Name, res.Key), q, true
+}
+
+// errGone is the wait's error when the request's context ended while it
+// waited: nobody is left to read an answer.
+var errGone = errors.New("httplimit: the request ended while it waited for a slot")
+
+// wait holds a request that a queued concurrency rule refused until it is
+// admitted, or until waiting is no use (its queue's deadline, a full
+// queue, another refusal): s.v is then the last verdict. It returns
+// errGone when the request's context ends first, or the engine's error.
+func (l *Limiter) wait(cfg *Config, r *http.Request, s *scratch) error {
+	ctx := r.Context()
+	var w *overload.Waiter
+	var line string
+	defer func() {
+		if w != nil {
+			w.Leave()
+		}
+	}()
+	for {
+		next, q, ok := cfg.pre.queued(&s.v)
+		if !ok {
+			return nil
+		}
+		if w == nil || next != line {
+			if w != nil {
+				w.Leave()
+			}
+			dl, _ := ctx.Deadline()
+			var err error
+			if w, err = l.waiting.Join(next, q, time.Now(), dl); err != nil {
+				w = nil
+				return nil // a full FIFO queue: refused at once
+			}
+			line = next
+		}
+		switch err := w.Wait(ctx, leasePoll); {
+		case errors.Is(err, overload.ErrEvicted), errors.Is(err, overload.ErrQueueTimeout):
+			w = nil
+			return nil // the refusal, after waiting as long as was any use
+		case err != nil:
+			w = nil
+			return errGone
+		}
+		if err := cfg.engine.Admit(ctx, cfg.Now(), s.hits, &s.v); err != nil {
+			return err
+		}
+	}
+}
+
+// signal wakes a waiter for each lease given back. It looks at no
+// configuration: a waiter that joined before a reload is woken by the
+// requests of the next one.
+func (l *Limiter) signal(held []engine.Held) {
+	if l.waiting.Idle() {
+		return
+	}
+	for _, h := range held {
+		l.waiting.Signal(lineKey(h.Rule.Name, h.Key))
+	}
+}
+
+// giveBack releases the leases of a verdict that the middleware itself
+// refused after Admit admitted it (a shaped hold longer than its bound),
+// so that the refused request holds no slot: each becomes NotCounted.
+func (l *Limiter) giveBack(cfg *Config, r *http.Request, v *engine.Verdict) {
+	held := v.Held()
+	if len(held) == 0 {
+		return
+	}
+	releaseAll(cfg, r, held)
+	for i := range v.Results {
+		res := &v.Results[i]
+		if res.Rule.IsConcurrency() && res.Outcome != engine.NotCounted && res.Decision.Allowed {
+			res.Outcome = engine.NotCounted
+			res.Decision.Remaining = min(res.Decision.Remaining+1, res.Decision.Limit)
+		}
+	}
+	l.signal(held)
+}
+
+// releaseAll gives back every lease in held. The request's context may be
+// done already (its client left): the release must still reach the store.
+func releaseAll(cfg *Config, r *http.Request, held []engine.Held) {
+	ctx := context.WithoutCancel(r.Context())
+	for _, h := range held {
+		if err := h.Lease.Release(ctx); err != nil && cfg.OnError != nil {
+			cfg.OnError(r, err)
+		}
+	}
+}
+
+// keeper renews one request's leases until the request ends, then gives
+// them back and wakes a waiter for each.
+type keeper struct {
+	l     *Limiter
+	cfg   *Config
+	r     *http.Request
+	held  []engine.Held
+	every time.Duration
+
+	mu      sync.Mutex
+	done    bool
+	lost    []bool
+	renewal *time.Timer
+}
+
+// keep copies v's held leases (v is reused once the request is decided)
+// into a keeper that renews them every TTL/3 of the shortest lease.
+func (l *Limiter) keep(cfg *Config, r *http.Request, v *engine.Verdict) *keeper {
+	held := v.Held()
+	if len(held) == 0 {
+		return nil
+	}
+	k := &keeper{l: l, cfg: cfg, r: r, held: append([]engine.Held(nil), held...), lost: make([]bool, len(held))}
+	for _, h := range held {
+		if e := h.Rule.Concurrency.LeaseTTL() / 3; k.every == 0 || e < k.every {
+			k.every = e
+		}
+	}
+	k.mu.Lock() // renew may run before AfterFunc returns
+	k.renewal = time.AfterFunc(k.every, k.renew)
+	k.mu.Unlock()
+	return k
+}
+
+func (k *keeper) renew() {
+	ctx := context.WithoutCancel(k.r.Context())
+	for i, h := range k.held {
+		k.mu.Lock()
+		skip := k.done || k.lost[i]
+		k.mu.Unlock()
+		if skip {
+			continue
+		}
+		err := h.Lease.Renew(ctx, k.cfg.Now())
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, portero.ErrLeaseLost) {
+			k.mu.Lock()
+			k.lost[i] = true // gone: renewing it again would fail again
+			k.mu.Unlock()
+		}
+		if k.cfg.OnError != nil {
+			k.cfg.OnError(k.r, err)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.done {
+		k.renewal.Reset(k.every)
+	}
+}
+
+// release stops the renewals, gives the leases back and wakes a waiter for
+// each. Safe to call on a nil keeper.
+func (k *keeper) release() {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	k.done = true
+	k.renewal.Stop()
+	k.mu.Unlock()
+	releaseAll(k.cfg, k.r, k.held)
+	k.l.signal(k.held)
+}
