@@ -57,4 +57,3 @@ func (c *Config) RequestHeaders() []string {
 	}
 	return out
 }
-
