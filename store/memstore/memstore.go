@@ -110,6 +110,7 @@ type Store struct {
 	perShard  int
 	now       func() time.Time
 	start     time.Time // with a monotonic reading
+	ownClock  bool      // now is monotonic: nowNS reads the clock itself
 	interval  time.Duration
 
 	tables sync.Map   // portero.Rule → *table
@@ -156,7 +157,7 @@ func New(cfg Config) (*Store, error) {
 		done:      make(chan struct{}),
 	}
 	if cfg.Now == nil {
-		s.now = s.monotonic
+		s.now, s.ownClock = s.monotonic, true
 	}
 	if s.interval > 0 {
 		go s.sweeper()
@@ -172,11 +173,23 @@ func (s *Store) Now() time.Time { return s.now() }
 
 func (s *Store) monotonic() time.Time { return s.start.Add(time.Since(s.start)) }
 
+// nowNS is Now in Unix ns. The store's own clock costs one read of the
+// runtime's monotonic clock (time.Since reads nothing else) and builds no
+// time.Time: a third less than monotonic on a 20 ns clock.
+func (s *Store) nowNS() int64 {
+	if s.ownClock {
+		return s.start.UnixNano() + int64(time.Since(s.start))
+	}
+	return s.now().UnixNano()
+}
+
 // table is one rule's state: its algorithm and its shards.
 type table struct {
 	id     uint64 // order in which AllowAll locks shards
 	rule   portero.Rule
 	dec    algorithm.Decider     // fixed-size algorithms
+	word   algorithm.WordDecider // dec, when its state is one word
+	gcra   *algorithm.GCRA       // dec, when it is GCRA: called directly, so inlined
 	log    *algorithm.SlidingLog // sliding log
 	max    int64                 // largest cost
 	seed   maphash.Seed
@@ -207,12 +220,18 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 			return nil, fmt.Errorf("rule %q: %w", rule.Name, err)
 		}
 		t.dec, t.max = d, d.MaxCost()
+		t.word, _ = d.(algorithm.WordDecider)
+		t.gcra, _ = d.(*algorithm.GCRA)
 	}
 	t.shards = make([]shard, 1<<s.shardBits)
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.max = s.perShard
 		sh.rnd = maphash.Comparable(t.seed, i) | 1
+		sh.stride = 3
+		if t.word != nil {
+			sh.stride = 2
+		}
 		if t.log != nil {
 			sh.logs = map[uint64]*algorithm.Log{}
 		}
@@ -338,7 +357,8 @@ func (s *Store) Sweep(now time.Time) int {
 			}
 			for from := 0; ; from += sweepChunk {
 				sh.mu.Lock()
-				if from >= len(sh.slots) {
+				a := sh.tab.Load()
+				if a == nil || from >= a.size() {
 					sh.mu.Unlock()
 					break
 				}
@@ -365,6 +385,18 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 	}
 	if len(hits) == 0 {
 		return []portero.Decision{}, nil
+	}
+	if len(hits) == 1 {
+		// One hit is one decision: Limiter.AllowN's, lock-free where it can be.
+		h := hits[0]
+		t, err := s.table(h.Rule)
+		if err != nil {
+			return nil, err
+		}
+		if h.Cost <= 0 || h.Cost > t.max {
+			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, algorithm.CheckCost(h.Cost, t.max))
+		}
+		return []portero.Decision{t.allow(h.Key, now.UnixNano(), h.Cost)}, nil
 	}
 	var buf [4]pending
 	work := buf[:0]
@@ -437,9 +469,21 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		}
 		out[i], all = d, all && d.Allowed
 	}
+	// Give the one-word states taken back first, committed or as they were:
+	// an insert below may rebuild an array, which must not copy a retired
+	// word.
+	for i := range work {
+		if p := &work[i]; p.taken {
+			if all && p.cost > 0 {
+				p.a.set(p.i, p.s)
+			} else {
+				p.a.set(p.i, algorithm.State{A: p.orig})
+			}
+		}
+	}
 	if all {
 		for i := range work {
-			if p := &work[i]; p.cost > 0 {
+			if p := &work[i]; p.cost > 0 && !p.taken {
 				p.commit(ns)
 			}
 		}
@@ -456,6 +500,12 @@ type pending struct {
 	found bool
 	log   *algorithm.Log // sliding log: the log (possibly new)
 	cost  int64          // admitted so far in this call on this (rule, key)
+	// A one-word state found is taken for the call (its word retired, so
+	// that lock-free decisions wait for the lock) and set again at the end.
+	a     *array
+	i     int
+	taken bool
+	orig  int64 // the word as it was
 }
 
 func (p *pending) load() {
@@ -465,9 +515,19 @@ func (p *pending) load() {
 		}
 		return
 	}
-	if i := p.sh.find(p.h); i >= 0 {
-		p.s, p.found = p.sh.slots[i].s, true
+	a, i := p.sh.find(p.h)
+	if i < 0 {
+		return
 	}
+	p.found, p.a, p.i = true, a, i
+	if p.t.word == nil {
+		p.s = a.state(i)
+		return
+	}
+	// Under the lock the word is not retired; the swap makes every
+	// compare-and-swap begun before it fail.
+	p.orig = int64(atomic.SwapUint64(&a.w[i+1], retiredWord))
+	p.s, p.taken = algorithm.State{A: p.orig}, true
 }
 
 func (p *pending) commit(now int64) {
@@ -481,8 +541,8 @@ func (p *pending) commit(now int64) {
 		}
 		return
 	}
-	if i := p.sh.find(p.h); i >= 0 {
-		p.sh.slots[i].s = p.s
+	if p.a != nil {
+		p.a.set(p.i, p.s)
 		return
 	}
 	p.sh.insert(p.h, p.s, now, p.t.dec)

@@ -1,9 +1,11 @@
 package memstore_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,45 +184,195 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// Concurrent decisions on one key lose no update: exactly the limit passes.
+// Concurrent decisions on one key lose no update: exactly the limit passes,
+// for a lock-free (GCRA, leaky queue) and a locked algorithm beside a
+// sliding log, with all-or-nothing calls of both rules in both orders.
 func TestConcurrentExact(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, memstore.Config{})
-	r1 := portero.Rule{Name: "one", Algorithm: portero.FixedWindow, Limit: portero.PerHour(1000)}
-	r2 := portero.Rule{Name: "two", Algorithm: portero.SlidingLog, Limit: portero.PerHour(1500)}
-	l := limiter(t, s, r1)
-	now := storetest.Base
-	var allowed, allowedAll atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 300 {
-				if g%2 == 0 {
-					if d, err := l.AllowN(ctx, "k", now, 1); err == nil && d.Allowed {
-						allowed.Add(1)
+	for _, a := range []portero.Algorithm{portero.FixedWindow, portero.GCRA, portero.LeakyQueue, portero.TokenBucket} {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{})
+			r1 := portero.Rule{Name: "one", Algorithm: a, Limit: portero.PerHour(1000)}
+			r2 := portero.Rule{Name: "two", Algorithm: portero.SlidingLog, Limit: portero.PerHour(1500)}
+			l := limiter(t, s, r1)
+			now := storetest.Base
+			var allowed, allowedAll atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{}) // all at once, so that they race
+			for g := range 8 {
+				wg.Go(func() {
+					<-start
+					for i := range 300 {
+						if g%2 == 0 {
+							if d, err := l.AllowN(ctx, "k", now, 1); err == nil && d.Allowed {
+								allowed.Add(1)
+							}
+							continue
+						}
+						// Both orders of the same two rules: a deadlock would hang.
+						hits := []portero.Hit{{Rule: r1, Key: "k", Cost: 1}, {Rule: r2, Key: "k", Cost: 1}}
+						if i%2 == 0 {
+							hits[0], hits[1] = hits[1], hits[0]
+						}
+						ds, err := s.AllowAll(ctx, now, hits)
+						if err == nil && ds[0].Allowed && ds[1].Allowed {
+							allowedAll.Add(1)
+						}
 					}
-					continue
+				})
+			}
+			close(start)
+			wg.Wait()
+			if got := allowed.Load() + allowedAll.Load(); got != 1000 {
+				t.Errorf("admitted %d on a limit of 1000", got)
+			}
+			// The sliding log counted only the admitted pairs.
+			d, err := s.AllowAll(ctx, now, []portero.Hit{{Rule: r2, Key: "k", Cost: 1}})
+			if err != nil || d[0].Remaining != 1500-allowedAll.Load()-1 {
+				t.Errorf("sliding log after %d admitted pairs: %+v, %v", allowedAll.Load(), d, err)
+			}
+		})
+	}
+}
+
+// Many goroutines deciding on one key at the same instant get, between
+// them, exactly the decisions the Reference makes for as many requests one
+// after the other (requests alike at one instant decide the same in any
+// order, so the multisets must be equal), round after round, for every
+// algorithm, through Limiter.AllowN and one-hit AllowAll calls.
+func TestConcurrentOneKeyMatchesReference(t *testing.T) {
+	ctx := context.Background()
+	const goroutines, perRound = 8, 25
+	for _, a := range portero.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{})
+			ref := storetest.NewReference()
+			r := portero.Rule{Algorithm: a, Limit: portero.Limit{Count: 120, Window: time.Second, Burst: 90}}
+			l := limiter(t, s, r)
+			hits := []portero.Hit{{Rule: r, Key: "k", Cost: 1}}
+			at := storetest.Base
+			for round, step := range []time.Duration{0, 137 * time.Millisecond, 1200 * time.Millisecond, 5 * time.Millisecond, 300 * time.Millisecond, -400 * time.Millisecond, 2 * time.Second} {
+				at = at.Add(step)
+				var mu sync.Mutex
+				var got []portero.Decision
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for g := range goroutines {
+					wg.Go(func() {
+						<-start
+						mine := make([]portero.Decision, 0, perRound)
+						for range perRound {
+							var d portero.Decision
+							var err error
+							if g%2 == 0 {
+								d, err = l.AllowN(ctx, "k", at, 1)
+							} else {
+								var ds []portero.Decision
+								if ds, err = s.AllowAll(ctx, at, hits); err == nil {
+									d = ds[0]
+								}
+							}
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							mine = append(mine, d)
+						}
+						mu.Lock()
+						got = append(got, mine...)
+						mu.Unlock()
+					})
 				}
-				// Both orders of the same two rules: a deadlock would hang.
-				hits := []portero.Hit{{Rule: r1, Key: "k", Cost: 1}, {Rule: r2, Key: "k", Cost: 1}}
-				if i%2 == 0 {
-					hits[0], hits[1] = hits[1], hits[0]
+				close(start)
+				wg.Wait()
+				var want []portero.Decision
+				for range goroutines * perRound {
+					ds, err := ref.AllowAll(ctx, at, hits)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, ds[0])
 				}
-				ds, err := s.AllowAll(ctx, now, hits)
-				if err == nil && ds[0].Allowed && ds[1].Allowed {
-					allowedAll.Add(1)
+				sortDecisions(got)
+				sortDecisions(want)
+				if !slices.Equal(got, want) {
+					t.Fatalf("round %d at %v: the decisions differ from the Reference's:\ngot  %v\nwant %v", round, at.Sub(storetest.Base), got, want)
 				}
 			}
 		})
 	}
-	wg.Wait()
-	if got := allowed.Load() + allowedAll.Load(); got != 1000 {
-		t.Errorf("admitted %d on a limit of 1000", got)
+}
+
+func sortDecisions(ds []portero.Decision) {
+	slices.SortFunc(ds, func(a, b portero.Decision) int {
+		return cmp.Or(cmp.Compare(a.Remaining, b.Remaining), cmp.Compare(a.Delay, b.Delay), cmp.Compare(a.RetryAfter, b.RetryAfter),
+			cmp.Compare(a.ResetAfter, b.ResetAfter), cmp.Compare(btoi(a.Allowed), btoi(b.Allowed)))
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
-	// The sliding log counted only the admitted pairs.
-	d, err := s.AllowAll(ctx, now, []portero.Hit{{Rule: r2, Key: "k", Cost: 1}})
-	if err != nil || d[0].Remaining != 1500-allowedAll.Load()-1 {
-		t.Errorf("sliding log after %d admitted pairs: %+v, %v", allowedAll.Load(), d, err)
+	return 0
+}
+
+// Lock-free decisions on known keys stay exact while another goroutine
+// makes their shard's array be rebuilt over and over (new keys at the cap:
+// an eviction and a tombstone each), sweeps and resets keys beside them:
+// each hammered key admits exactly its burst at one instant. A rebuild that
+// copied a state word without retiring it would lose the swaps that land
+// on the old copy, and this test fails.
+func TestLockFreeDuringRebuilds(t *testing.T) {
+	ctx := context.Background()
+	for _, a := range []portero.Algorithm{portero.GCRA, portero.LeakyQueue} {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{Shards: 1, MaxKeys: 64, SweepInterval: -1})
+			const hot, limit = 16, 3000
+			r := portero.Rule{Algorithm: a, Limit: portero.Limit{Count: limit, Window: time.Hour}}
+			l := limiter(t, s, r)
+			now := storetest.Base
+			var admitted [hot]atomic.Int64
+			for k := range hot { // two each: less room than any new key, so never evicted
+				for range 2 {
+					if d, _ := l.AllowN(ctx, fmt.Sprint("hot", k), now, 1); d.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 3 {
+				wg.Go(func() {
+					<-start
+					for i := range 2 * limit * hot / 3 {
+						k := (g + i) % hot
+						if d, err := l.AllowN(ctx, fmt.Sprint("hot", k), now, 1); err == nil && d.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				})
+			}
+			wg.Go(func() {
+				<-start
+				for i := range 20_000 {
+					l.AllowN(ctx, fmt.Sprint("new", i), now, 1)
+					if i%500 == 0 {
+						s.Sweep(now)
+					}
+					if i%7 == 0 {
+						s.Reset(ctx, r, fmt.Sprint("new", i-3))
+					}
+				}
+			})
+			close(start)
+			wg.Wait()
+			for k := range hot {
+				if got := admitted[k].Load(); got != limit {
+					t.Errorf("hot%d: admitted %d, want %d", k, got, limit)
+				}
+			}
+		})
 	}
 }
 
