@@ -469,21 +469,23 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		}
 		out[i], all = d, all && d.Allowed
 	}
-	// Give the one-word states taken back first, committed or as they were:
-	// an insert below may rebuild an array, which must not copy a retired
-	// word.
+	// Write the states found in the arrays first (the one-word ones taken
+	// are given back, committed or as they were): an insert below may
+	// rebuild an array, which would leave their slot indices pointing into
+	// the old one, and must not copy a retired word.
 	for i := range work {
-		if p := &work[i]; p.taken {
-			if all && p.cost > 0 {
-				p.a.set(p.i, p.s)
-			} else {
-				p.a.set(p.i, algorithm.State{A: p.orig})
-			}
+		p := &work[i]
+		switch {
+		case p.a == nil:
+		case all && p.cost > 0:
+			p.a.set(p.i, p.s)
+		case p.taken:
+			p.a.set(p.i, algorithm.State{A: p.orig})
 		}
 	}
 	if all {
 		for i := range work {
-			if p := &work[i]; p.cost > 0 && !p.taken {
+			if p := &work[i]; p.cost > 0 && p.a == nil {
 				p.commit(ns)
 			}
 		}
@@ -530,6 +532,7 @@ func (p *pending) load() {
 	p.s, p.taken = algorithm.State{A: p.orig}, true
 }
 
+// commit records a sliding log's units or inserts a new key's state.
 func (p *pending) commit(now int64) {
 	if p.t.log != nil {
 		p.t.log.Record(p.log, now, p.cost)
@@ -539,10 +542,6 @@ func (p *pending) commit(now int64) {
 			}
 			p.sh.logs[p.h] = p.log
 		}
-		return
-	}
-	if p.a != nil {
-		p.a.set(p.i, p.s)
 		return
 	}
 	p.sh.insert(p.h, p.s, now, p.t.dec)

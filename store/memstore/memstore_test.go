@@ -632,3 +632,23 @@ func TestExpiredDroppedOnInsert(t *testing.T) {
 		t.Errorf("the key with state was dropped: cost 6 with 5 tokens = %+v", d)
 	}
 }
+
+// An AllowAll call that inserts a new key can rebuild the shard's array;
+// the states it found for the call's other keys must still be written to
+// the new array. Every call here pairs a new key with a known one (in that
+// order, so the insert comes first) in a one-shard store, for a two-word and a one-word algorithm, and must decide
+// as the Reference does.
+func TestAllowAllAcrossRebuilds(t *testing.T) {
+	for _, a := range []portero.Algorithm{portero.TokenBucket, portero.GCRA, portero.FixedWindowAnchored} {
+		t.Run(string(a), func(t *testing.T) {
+			r := portero.Rule{Algorithm: a, Limit: portero.Limit{Count: 150, Window: time.Hour}}
+			var trace []storetest.Trace
+			for i := range 300 {
+				trace = append(trace, storetest.Trace{At: time.Duration(i) * time.Millisecond, Hits: []portero.Hit{
+					{Rule: r, Key: fmt.Sprint("new", i), Cost: 1}, {Rule: r, Key: "old", Cost: 1},
+				}})
+			}
+			storetest.CompareTrace(t, newStore(t, memstore.Config{Shards: 1, SweepInterval: -1}), storetest.NewReference(), trace)
+		})
+	}
+}
