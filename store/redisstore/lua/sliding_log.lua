@@ -132,8 +132,17 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
       redis.call('ZADD', key, '-inf', '#' .. fmt(bs) .. ':' .. fmt(bn))
     end
     local score = fmt(off)
-    local j = redis.call('ZCOUNT', key, score, score)
-    if tonumber(redis.call('ZSCORE', key, '~')) == off then j = j - 1 end
+    -- j counts the units logged at off already, "~" aside. Alone on the
+    -- key (no pending units) that is none in a fresh log, and otherwise
+    -- ZCOUNT less "~", which deciding moved to off; after earlier hits of
+    -- the call, which may have logged at off, ask.
+    local j = 0
+    if pending > 0 then
+      j = redis.call('ZCOUNT', key, score, score)
+      if tonumber(redis.call('ZSCORE', key, '~')) == off then j = j - 1 end
+    elseif not fresh then
+      j = redis.call('ZCOUNT', key, score, score) - 1
+    end
     local i = 0
     while i < cost do -- in batches, since unpack has a limit
       local args = {}
@@ -142,9 +151,12 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
         args[#args + 1] = score .. ':' .. fmt(j + i)
         i = i + 1
       end
+      if i == cost then -- the latest instant, with the last batch
+        args[#args + 1] = score
+        args[#args + 1] = '~'
+      end
       redis.call('ZADD', key, unpack(args))
     end
-    redis.call('ZADD', key, score, '~')
     expire(key, ttl)
   end
 end
