@@ -26,8 +26,8 @@ import (
 // EVALSHA spends before it decides (scripts/redis-script-ir.sh counts it).
 // The library's name carries a hash of its source, so that instances
 // running different versions of Portero on one Redis each call their own.
-// A server without functions, or a user whose ACL forbids FUNCTION, gets
-// the same drivers as scripts run by hash.
+// A server without functions, or a user whose ACL forbids FUNCTION or
+// FCALL, gets the same drivers as scripts run by hash.
 //
 //go:embed lua/*.lua
 var luaFS embed.FS
@@ -207,6 +207,12 @@ func missing(err error) bool {
 	return strings.HasPrefix(m, "Function not found") || strings.HasPrefix(m, "unknown command")
 }
 
+// denied reports whether err is an ACL's refusal.
+func denied(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(re.Error(), "NOPERM")
+}
+
 // script is one driver of the library, with the same driver as a script run
 // by hash for a server without functions.
 type script struct {
@@ -224,19 +230,23 @@ type script struct {
 // that vary, or four: every argument costs Redis about as much as a strtod.
 func (s *script) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
 	if !s.lib.off.Load() {
-		fn := s.fn
+		fn, fargs := s.fn, args
 		if s.hit != "" && len(args) == 10 && args[0] == "server" && args[3] == "1" && args[4] == "0" {
 			end := 9 // algorithm, cost, p1, p2
 			if args[5] == string(portero.LeakyQueue) {
 				end = 10 // and p3, the queue's capacity
 			}
-			fn, args = s.hit, args[5:end]
+			fn, fargs = s.hit, args[5:end]
 		}
 		fcall := func() rueidis.RedisResult {
-			return c.Do(ctx, c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+			return c.Do(ctx, c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(fargs...).Build())
 		}
 		r := fcall()
-		if !missing(r.Error()) {
+		switch err := r.Error(); {
+		case denied(err): // an ACL that allows scripts but not FCALL
+			s.lib.off.Store(true)
+			return s.eval.Exec(ctx, c, keys, args)
+		case !missing(err):
 			return r
 		}
 		err := s.lib.load(ctx, c)

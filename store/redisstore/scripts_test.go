@@ -92,12 +92,18 @@ func TestLibraryLoadedAndReloaded(t *testing.T) {
 }
 
 // A user whose ACL denies FUNCTION (so FUNCTION LOAD fails, as FCALL does
-// on a server without functions) gets the same decisions from the scripts
-// run by hash.
+// on a server without functions), or FCALL, gets the same decisions from
+// the scripts run by hash.
 func TestNoFunctionPermission(t *testing.T) {
+	for _, deny := range []string{"-function", "-fcall"} {
+		t.Run(deny, func(t *testing.T) { testNoFunctionPermission(t, deny) })
+	}
+}
+
+func testNoFunctionPermission(t *testing.T, deny string) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	if _, err := redistest.Do(srv.Addr(), "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-function"); err != nil {
+	if _, err := redistest.Do(srv.Addr(), "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", deny); err != nil {
 		t.Fatal(err)
 	}
 	s := newInternalStore(t, "redis://limited:secret@"+srv.Addr()+"/0")
@@ -112,8 +118,23 @@ func TestNoFunctionPermission(t *testing.T) {
 			t.Fatalf("call %d: %+v, want allowed %v", i, d, want)
 		}
 	}
-	if !s.scripts.lib.off.Load() {
-		t.Error("functions still on after FUNCTION LOAD was denied")
+	// The server's clock, whose common call has a shorter ARGV as a function.
+	ss, err := New(Config{URL: "redis://limited:secret@" + srv.Addr() + "/0", Prefix: "server:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close(ctx)
+	for _, a := range portero.Algorithms {
+		r := portero.Rule{Name: "s", Algorithm: a, Limit: portero.Limit{Count: 2, Window: time.Hour}}
+		for i := range 3 {
+			d, err := ss.AllowAll(ctx, time.Time{}, []portero.Hit{{Rule: r, Key: "k", Cost: 1}})
+			if err != nil || d[0].Allowed != (i < 2) || d[0].Remaining != max(0, int64(1-i)) {
+				t.Fatalf("%s, server clock, call %d: %+v, %v; want allowed %v", a, i, d, err, i < 2)
+			}
+		}
+	}
+	if !s.scripts.lib.off.Load() || !ss.scripts.lib.off.Load() {
+		t.Error("functions still on after FUNCTION LOAD or FCALL was denied")
 	}
 	if l := functionList(t, srv.Addr()); l != "" {
 		t.Errorf("FUNCTION LIST = %q, want nothing loaded", l)
