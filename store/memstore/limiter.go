@@ -183,13 +183,12 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	now := t.store.now()
+	ns := t.store.nowNS()
 	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return t.badCall(cost)
 	}
 	h := t.hash(key)
 	sh := t.shard(h)
-	ns := now.UnixNano()
 	d := t.allow(key, ns, cost)
 	if !d.Allowed {
 		return fmt.Errorf("memstore: rule %q: %w: retry after %v", t.rule.Name, ErrQueueFull, d.RetryAfter)

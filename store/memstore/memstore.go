@@ -2,15 +2,28 @@
 // process: a sharded store with bounded memory, safe for concurrent use.
 //
 // A Store holds any number of rules. Each rule (the whole portero.Rule
-// value: name, algorithm and limit) has its own table, split into shards
-// with one mutex each. A key is found by a 64-bit hash (hash/maphash, with a
-// random seed per rule); the high bits pick the shard and the low bits the
-// slot in the shard's open-addressing table (linear probing, backward-shift
-// deletion, no tombstones). A slot is 24 bytes, the hash and the
-// algorithm's two-word state, and the tables grow between 10/16 and 13/16
-// full, so a key of a fixed-size algorithm costs 30 to 38 bytes. The sliding
-// log keeps a map of logs per shard instead, 8 bytes per admitted request
-// plus about 100 bytes per key.
+// value: name, algorithm and limit) has its own table, split into shards of
+// one cache line each, with a mutex. A key is found by a 64-bit hash
+// (hash/maphash, with a random seed per rule); the high bits pick the shard
+// and the low bits where the probe starts in the shard's open-addressing
+// array (linear probing). A slot holds the hash and the algorithm's state:
+// 16 bytes, four to a cache line, for GCRA and the leaky queue, whose state
+// is one word (probes start at a line's first slot), 24 bytes for the
+// others. The arrays are rebuilt when keys and tombstones pass 13/16 of the
+// slots, to 10/16 keys, so a key costs 20 to 26 bytes (one-word state) or 30
+// to 38 bytes. The sliding log keeps a map of logs per shard instead, 8
+// bytes per admitted request plus about 100 bytes per key.
+//
+// # Decisions without a lock
+//
+// For GCRA and the leaky queue a decision on a key the array holds is one
+// compare-and-swap of the key's state word: no lock, and nothing written on
+// a refusal. It is exact because a slot of an array belongs to one key for
+// the array's life (a dropped key leaves a tombstone, not a slot for the
+// next key) and whoever deletes a key or moves it to a new array holds the
+// shard's lock and first swaps the word for a marker that sends a
+// concurrent decision to the lock (see table.go). The other algorithms, new
+// keys, eviction, sweeping and AllowAll calls of several hits take the lock.
 //
 // # Hash collisions
 //
@@ -49,8 +62,12 @@
 // algorithms create no capacity (see package algorithm). The forms that
 // read the clock, and the sweeper, read Config.Now, by default the wall time
 // at New advanced by the monotonic clock (one clock read instead of two, and
-// immune to steps of the wall clock). A program that drives the store with
-// a virtual clock should set Now to that clock or turn the sweeper off.
+// immune to steps of the wall clock). Config.ClockResolution makes that
+// clock coarse, an atomic load refreshed by a goroutine, for programs whose
+// decisions are so many that the clock read counts; its error is bounded
+// by the resolution plus the scheduler's delay, and only ever towards an
+// earlier instant. A program that drives the store with a virtual clock
+// should set Now to that clock or turn the sweeper off.
 package memstore
 
 import (
@@ -73,7 +90,8 @@ import (
 // Defaults for the zero Config.
 const (
 	// DefaultMaxKeys is the default cap on the keys of each rule: 2²⁰, about
-	// 38 MB at most per rule for the fixed-size algorithms.
+	// 40 MB at most per rule for the fixed-size algorithms (27 MB for GCRA
+	// and the leaky queue).
 	DefaultMaxKeys = 1 << 20
 	// DefaultSweepInterval is the default time between sweeps.
 	DefaultSweepInterval = time.Minute
@@ -99,18 +117,33 @@ type Config struct {
 	// elapsed since, which costs one clock read instead of time.Now's two
 	// and never goes back (it does not follow steps of the wall clock).
 	Now func() time.Time
+	// ClockResolution, when positive, makes the store's own clock coarse:
+	// a goroutine of the store (which Close stops) reads the monotonic
+	// clock every ClockResolution while decisions use it, and the forms
+	// that read the clock take that reading, an atomic load instead of a
+	// clock read. Their instant is then behind the monotonic clock by up to
+	// ClockResolution, plus however late the runtime runs that goroutine
+	// (on a machine whose CPUs are all busy, the scheduler's delay), never
+	// ahead of it and never going back: decisions are those of a slightly
+	// earlier instant, RetryAfter and Delay longer by at most that lag.
+	// After a hundred readings that no decision used the goroutine sleeps,
+	// and the clock is read at each decision until it has woken. 0 reads
+	// the clock at each decision. It needs Now nil.
+	ClockResolution time.Duration
 }
 
 // Store is an in-memory portero.Store. Create it with New; it is safe for
 // concurrent use. It owns a sweeper goroutine (unless Config.SweepInterval
-// is negative), which Close stops; after Close every method returns an
-// error wrapping portero.ErrClosed.
+// is negative) and, with Config.ClockResolution, a clock goroutine, which
+// Close stops; after Close every method returns an error wrapping
+// portero.ErrClosed.
 type Store struct {
 	shardBits uint
 	perShard  int
-	now       func() time.Time
-	start     time.Time // with a monotonic reading
-	ownClock  bool      // now is monotonic: nowNS reads the clock itself
+	custom    func() time.Time // Config.Now; nil for the store's own clock
+	start     time.Time        // with a monotonic reading
+	startNS   int64            // start in Unix ns
+	coarse    *coarseClock     // Config.ClockResolution; nil reads the clock
 	interval  time.Duration
 
 	tables sync.Map   // portero.Rule → *table
@@ -135,6 +168,12 @@ func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("memstore: max keys %d: must not be negative", cfg.MaxKeys)
 	}
+	if cfg.ClockResolution < 0 {
+		return nil, fmt.Errorf("memstore: clock resolution %v: must not be negative", cfg.ClockResolution)
+	}
+	if cfg.ClockResolution > 0 && cfg.Now != nil {
+		return nil, fmt.Errorf("memstore: clock resolution %v: applies to the store's own clock, not to Config.Now", cfg.ClockResolution)
+	}
 	shards := cfg.Shards
 	if shards == 0 {
 		shards = 4 * runtime.GOMAXPROCS(0)
@@ -150,14 +189,17 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		shardBits: shardBits,
 		perShard:  maxKeys >> shardBits,
-		now:       cfg.Now,
+		custom:    cfg.Now,
 		start:     time.Now(),
 		interval:  cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	if cfg.Now == nil {
-		s.now, s.ownClock = s.monotonic, true
+	s.startNS = s.start.UnixNano()
+	if res := cfg.ClockResolution; res > 0 {
+		s.coarse = &coarseClock{wake: make(chan struct{}, 1), done: make(chan struct{})}
+		s.coarse.ns.Store(s.startNS)
+		go s.refresh(res)
 	}
 	if s.interval > 0 {
 		go s.sweeper()
@@ -167,21 +209,10 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Now returns the instant by the store's clock (Config.Now), the one that
-// Allow and Wait use. Pass it to AllowN or AllowAll to mix the two forms.
-func (s *Store) Now() time.Time { return s.now() }
-
-func (s *Store) monotonic() time.Time { return s.start.Add(time.Since(s.start)) }
-
-// nowNS is Now in Unix ns. The store's own clock costs one read of the
-// runtime's monotonic clock (time.Since reads nothing else) and builds no
-// time.Time: a third less than monotonic on a 20 ns clock.
-func (s *Store) nowNS() int64 {
-	if s.ownClock {
-		return s.start.UnixNano() + int64(time.Since(s.start))
-	}
-	return s.now().UnixNano()
-}
+// Now returns the instant by the store's clock (Config.Now, or the store's
+// own, coarse with Config.ClockResolution), the one that Allow and Wait
+// use. Pass it to AllowN or AllowAll to mix the two forms.
+func (s *Store) Now() time.Time { return s.clockTime() }
 
 // table is one rule's state: its algorithm and its shards.
 type table struct {
@@ -303,10 +334,12 @@ func (s *Store) Close(ctx context.Context) error {
 	if !first {
 		return errClosed
 	}
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		return fmt.Errorf("memstore: close: %w", ctx.Err())
+	for _, done := range []chan struct{}{s.done, s.clockDone()} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("memstore: close: %w", ctx.Err())
+		}
 	}
 	s.tables.Clear()
 	return nil
@@ -322,7 +355,7 @@ func (s *Store) sweeper() {
 		case <-s.stop:
 			return
 		case <-tick.C:
-			s.Sweep(s.now())
+			s.Sweep(s.clockTime())
 		}
 	}
 }
@@ -335,8 +368,11 @@ const sweepChunk = 1024
 // that dropping it changes no decision), and the keys whose concurrency
 // leases have all expired, and returns how many keys it dropped. The background sweeper calls it with Config.Now; a program that
 // turned the sweeper off may call it itself. It locks one shard at a time:
-// for the fixed-size algorithms, sweepChunk slots at a time; for a sliding
-// log, the shard's whole map of logs at once.
+// for the fixed-size algorithms, sweepChunk slots at a time, and once more
+// to rebuild an array left more than a quarter tombstones (as long as an
+// insert that grows it); for a sliding log, the shard's whole map of logs
+// at once. Decisions of GCRA and the leaky queue on known keys go on
+// meanwhile: they take no lock.
 func (s *Store) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	dropped := 0
