@@ -415,7 +415,7 @@ func (s *Store) Sweep(now time.Time) int {
 // earlier ones of the call would leave; when the call is refused the
 // decisions of the hits that would have passed alone still say Allowed.
 // ctx is not consulted: a decision waits for nothing but the shard locks.
-func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -432,7 +432,11 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		if h.Cost <= 0 || h.Cost > t.max {
 			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, algorithm.CheckCost(h.Cost, t.max))
 		}
-		return []portero.Decision{t.allow(h.Key, now.UnixNano(), h.Cost)}, nil
+		d, err := (&Limiter{t: t}).AllowN(ctx, h.Key, now, h.Cost)
+		if err != nil {
+			return nil, err
+		}
+		return []portero.Decision{d}, nil
 	}
 	var buf [4]pending
 	work := buf[:0]
