@@ -175,7 +175,7 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	t := l.t
 	if t.rule.Algorithm != portero.LeakyQueue {
-		_, err := portero.WaitN(ctx, l, key, cost, t.store.now)
+		_, err := portero.WaitN(ctx, l, key, cost, t.store.Now)
 		return err
 	}
 	if err := ctx.Err(); err != nil {

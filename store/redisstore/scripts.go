@@ -42,6 +42,18 @@ var algFiles = map[portero.Algorithm]string{
 	portero.LeakyMeter:          "leaky_meter.lua",
 	portero.GCRA:                "gcra.lua",
 	portero.LeakyQueue:          "leaky_queue.lua",
+	calendarAlg:                 "fixed_window_calendar.lua",
+}
+
+// scriptAlgs are the script functions: every algorithm, and the calendar
+// quota's.
+var scriptAlgs = append(append([]portero.Algorithm(nil), portero.Algorithms...), calendarAlg)
+
+// noP3 are the script functions that do not read p3: the common call
+// leaves it out for them (see script.Exec). A function not listed gets it.
+var noP3 = map[string]bool{
+	string(portero.FixedWindow): true, string(portero.FixedWindowAnchored): true, string(portero.SlidingCounter): true,
+	string(portero.TokenBucket): true, string(portero.LeakyMeter): true, string(portero.GCRA): true,
 }
 
 // A driver is a Lua file and the name of the function it defines.
@@ -72,7 +84,7 @@ func readLua(name string) string {
 // hand (redis-benchmark).
 func Source(algs ...portero.Algorithm) string {
 	if len(algs) == 0 {
-		algs = portero.Algorithms
+		algs = scriptAlgs
 	}
 	return assemble(algs, allDriver)
 }
@@ -97,7 +109,7 @@ func HitSource(a portero.Algorithm) string {
 // log, and the batch driver.
 func BatchSource() string {
 	var algs []portero.Algorithm
-	for _, a := range portero.Algorithms {
+	for _, a := range scriptAlgs {
 		if a != portero.SlidingLog {
 			algs = append(algs, a)
 		}
@@ -142,8 +154,8 @@ func writeBody(b *strings.Builder, algs []portero.Algorithm, script bool, driver
 // any call of the sliding log) and NAME_batch, with the KEYS and ARGV of
 // HitSource's, Source's and BatchSource's scripts, and NAME_hit, NAME_one
 // for a call with the server's clock, counted, with no TTL floor, whose
-// ARGV is only the hit's algorithm, cost, p1, p2 and (for the leaky queue)
-// p3. The name is "portero_"
+// ARGV is only the hit's algorithm, cost, p1, p2 and (but for the
+// algorithms that do not read it) p3. The name is "portero_"
 // and 12 hexadecimal digits of the SHA-1 of the source's body.
 func Library() (src, name string) {
 	l := libSource()
@@ -152,7 +164,7 @@ func Library() (src, name string) {
 
 var libSource = sync.OnceValue(func() struct{ src, name string } {
 	var b strings.Builder
-	writeBody(&b, portero.Algorithms, false, oneDriver, allDriver, batchDriver)
+	writeBody(&b, scriptAlgs, false, oneDriver, allDriver, batchDriver)
 	sum := sha1.Sum([]byte(b.String()))
 	name := "portero_" + hex.EncodeToString(sum[:6])
 	for _, fn := range []string{oneDriver.fn, hitFn, allDriver.fn, batchDriver.fn} {
@@ -167,14 +179,42 @@ type library struct {
 	// off is set once the server turned FUNCTION LOAD down (no functions,
 	// or an ACL without it): from then on the store runs scripts by hash.
 	off atomic.Bool
-	mu  sync.Mutex // one FUNCTION LOAD at a time
+
+	mu      sync.Mutex
+	loading chan struct{} // closed when the load in flight ends; nil when none
+	err     error         // the outcome of the last load
 }
 
-// load loads the library on every node of c. A replica refuses
-// (READONLY): its primary replicates the library to it.
+// load loads the library on every node of c, once for all the callers
+// that found it missing meanwhile: the others wait for that load or for
+// their own ctx, whichever ends first.
 func (l *library) load(ctx context.Context, c rueidis.Client) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	if ch := l.loading; ch != nil {
+		l.mu.Unlock()
+		select {
+		case <-ch:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ch := make(chan struct{})
+	l.loading = ch
+	l.mu.Unlock()
+	err := l.loadNodes(ctx, c)
+	l.mu.Lock()
+	l.err, l.loading = err, nil
+	l.mu.Unlock()
+	close(ch)
+	return err
+}
+
+// loadNodes sends FUNCTION LOAD REPLACE to every node. A replica refuses
+// (READONLY): its primary replicates the library to it.
+func (l *library) loadNodes(ctx context.Context, c rueidis.Client) error {
 	var first error
 	for _, n := range c.Nodes() {
 		err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(l.src).Build()).Error()
@@ -227,14 +267,15 @@ type script struct {
 // It has rueidis.Lua.Exec's signature, which the store calls, and takes the
 // drivers' ARGV; a one-hit call with the server's clock, counted, with no
 // TTL floor (the common call) goes to NAME_hit with the five arguments
-// that vary, or four: every argument costs Redis about as much as a strtod.
+// that vary, or four for the functions that do not read p3 (noP3): every
+// argument costs Redis about as much as a strtod.
 func (s *script) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
 	if !s.lib.off.Load() {
 		fn, fargs := s.fn, args
 		if s.hit != "" && len(args) == 10 && args[0] == "server" && args[3] == "1" && args[4] == "0" {
-			end := 9 // algorithm, cost, p1, p2
-			if args[5] == string(portero.LeakyQueue) {
-				end = 10 // and p3, the queue's capacity
+			end := 10 // algorithm, cost, p1, p2, p3
+			if noP3[args[5]] {
+				end = 9
 			}
 			fn, fargs = s.hit, args[5:end]
 		}
@@ -286,7 +327,7 @@ func newScripts() *scripts {
 		all:   mk(allDriver, Source()),
 		batch: mk(batchDriver, BatchSource()),
 	}
-	for _, a := range portero.Algorithms {
+	for _, a := range scriptAlgs {
 		if a == portero.SlidingLog {
 			s.hit[a] = mk(allDriver, HitSource(a))
 		} else {

@@ -171,7 +171,7 @@ func TestHitMatchesOne(t *testing.T) {
 			for j, floor := range []string{"0", "1"} {
 				key := s.key(c, portero.Hit{Rule: rule, Key: fmt.Sprint("twin", j)})
 				args := []string{"server", "0", "0", "1", floor, string(a), "1", c.args[0], c.args[1], c.args[2]}
-				res, err := sc.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
+				res, err := sc.Exec(ctx, s.conn.Load().client, []string{key}, args).AsIntSlice()
 				if err != nil {
 					t.Fatalf("%s call %d, TTL floor %s: %v", a, i, floor, err)
 				}
