@@ -164,6 +164,15 @@ func TestAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per decision on an existing key, want 0", a, n)
 		}
 	}
+	// The forms that read the clock, exact and coarse.
+	coarse := newStore(t, memstore.Config{ClockResolution: time.Millisecond})
+	for name, st := range map[string]*memstore.Store{"exact": s, "coarse": coarse} {
+		l := limiter(t, st, portero.Rule{Name: "clock", Algorithm: portero.GCRA, Limit: portero.PerSecond(1000)})
+		l.Allow(ctx, "hot")
+		if n := testing.AllocsPerRun(1000, func() { l.Allow(ctx, "hot") }); n != 0 {
+			t.Errorf("Allow with the %s clock: %v allocations per decision, want 0", name, n)
+		}
+	}
 	// AllowAll allocates the decisions it returns, and nothing else for a
 	// call of up to four hits on existing keys.
 	r1 := portero.Rule{Name: "one", Algorithm: portero.GCRA, Limit: portero.PerSecond(1000)}
