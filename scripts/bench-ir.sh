@@ -61,7 +61,7 @@ per() {
 	local x y
 	x=$(events "$bench" "$a" "$@")
 	y=$(events "$bench" "$b" "$@")
-	paste <(tr ' ' '\n' <<<"$x") <(tr ' ' '\n' <<<"$y") | awk -v n=$((b - a)) '{ printf "%.1f ", ($2 - $1) / n }'
+	paste <(tr ' ' '\n' <<<"$x") <(tr ' ' '\n' <<<"$y") | awk -v n=$((b - a)) '{ v = ($2 - $1) / n; if (v > -0.05 && v < 0.05) v = 0; printf "%.1f ", v }'
 }
 
 {

@@ -158,7 +158,8 @@ read -r fm fm_v <<<"$(for s in "${peers_now[@]}" sethvargo-memorystore throttled
 # misses SUBJECT: L1d and LL read misses per decision over a million keys.
 misses() {
 	local m=""
-	[ -f "$RESULTS/ir.md" ] && m=$(awk -F'|' -v s=" $1 " '$2 == s { gsub(/ /, "", $5); gsub(/ /, "", $6); print $5, $6 }' "$RESULTS/ir.md")
+	# The rows of the misses table have seven columns.
+	[ -f "$RESULTS/ir.md" ] && m=$(awk -F'|' -v s=" $1 " 'NF >= 9 && $2 == s { gsub(/ /, "", $5); gsub(/ /, "", $6); print $5, $6 }' "$RESULTS/ir.md")
 	echo "${m:-? ?}"
 }
 read -r d1 ll <<<"$(misses portero-now)"
@@ -297,7 +298,7 @@ $(parallel portero-now)
 $(parallel portero-clock)
 $(parallel portero-coarse)
 | 0 allocations per decision on an existing key | HotKey $allocs_hot, RandomKeys $allocs_rand allocs/op | | | $(verdict "$allocs_hot == 0 && $allocs_rand == 0") |
-| ≤ 30 B of heap per key at a million keys (as before) | $bkey B/key | $fm_v B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 30") |
+| ≤ 30 B of heap per key at a million keys (as before) | $bkey B/key | $(printf %.1f "$fm_v") B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 30") |
 
 ### Reading these numbers
 
