@@ -6,6 +6,9 @@
 #              needs for a confidence interval)
 #   HOT_TIME   -benchtime of the hot-key benchmarks (default 500ms)
 #   RANDOM_N   decisions per run of the random-keys benchmark (default 1000000)
+#   WAIT_LOAD  if set, each round waits (at most ten minutes) until the
+#              1-minute load average is below it: on a shared machine, the
+#              rounds then fall in its quieter moments (the report says so)
 #   BASE       a git revision (default: none) whose Portero subjects run in
 #              the same rounds, from a worktree of their own, so that the
 #              report can say what the revisions since bought
@@ -60,6 +63,13 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 	run() { (cd bench && "$1" -test.run '^$' -test.count 1 "${@:2}"); }
 	for f in $files; do : >"$tmp/$f.txt" && : >"$tmp/base-$f.txt"; done
 	for i in $(seq "$COUNT"); do
+		if [ -n "${WAIT_LOAD:-}" ]; then
+			for _ in $(seq 60); do
+				awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v m="$WAIT_LOAD" 'BEGIN { exit !(l < m) }' && break
+				sleep 10
+			done
+			echo "round $i: load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$tmp/rounds"
+		fi
 		echo "round $i of $COUNT" >&2
 		run "$tmp/bench.test" -test.bench '^Benchmark(HotKey|HotKeyParallel|Algorithms|Clock)$' -test.benchtime "$HOT_TIME" >>"$tmp/hot.txt"
 		run "$tmp/bench.test" -test.bench '^BenchmarkRandomKeys$' -test.benchtime "${RANDOM_N}x" >>"$tmp/random.txt"
@@ -71,6 +81,9 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 		fi
 	done
 	echo "load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >>"$tmp/meta"
+	if [ -n "${WAIT_LOAD:-}" ]; then
+		echo "wait_load=\"$WAIT_LOAD\" rounds_load=\"$(sed 's/.*load \([^ ]*\).*/\1/' "$tmp/rounds" | paste -sd' ')\"" >>"$tmp/meta"
+	fi
 	rm -f "$RESULTS"/base-*.txt
 	for f in $files; do
 		cp "$tmp/$f.txt" "$RESULTS/"
@@ -97,7 +110,7 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 fi
 # shellcheck disable=SC1091
 . "$RESULTS/meta"
-base=${base:-} head=${head:-"(not recorded)"}
+base=${base:-} head=${head:-"(not recorded)"} wait_load=${wait_load:-} rounds_load=${rounds_load:-}
 read -r COUNT HOT_TIME RANDOM_N <<<"$(echo "$count $hot_time $random_n" | sed 's/[a-z_]*=//g')"
 for f in $files; do
 	cp "$RESULTS/$f.txt" "$tmp/$f.txt"
@@ -170,7 +183,9 @@ before_after() {
 	for f in $files; do
 		[ -s "$tmp/base-$f.txt" ] || continue
 		grep -E '^(goos|goarch|pkg|cpu|Benchmark[A-Za-z]*/portero-(now|clock)-)' "$tmp/$f.txt" >"$tmp/head-$f.txt"
-		(cd "$tmp" && "${BENCHSTAT[@]}" "$base=base-$f.txt" "$head=head-$f.txt" 2>/dev/null) | grep -v '^\(goos\|goarch\|pkg\|cpu\):'
+		# Only the time and memory tables: the allocations are 0 on both sides.
+		(cd "$tmp" && "${BENCHSTAT[@]}" "$base=base-$f.txt" "$head=head-$f.txt" 2>/dev/null) | grep -v '^\(goos\|goarch\|pkg\|cpu\):' |
+			awk -v RS= -v ORS='\n\n' '/sec\/op|B\/key/ && !/B\/op/'
 		echo
 	done
 }
@@ -196,6 +211,7 @@ COUNT=$COUNT HOT_TIME=$HOT_TIME RANDOM_N=$RANDOM_N${base:+ BASE=$base} bash scri
 
 - Machine: $(nproc) CPUs (\`nproc\`), $(lscpu | sed -n 's/^Model name: *//p' | head -1) (\`lscpu\`; Go reports \`$(sed -n 's/^cpu: //p' "$RESULTS/hot.txt" | head -1 | sed 's/ *$//')\`), $(go version | cut -d' ' -f3-), $(uname -sr).
 - Run: $start, $COUNT interleaved rounds, code at $head${base:+, beside $base (BASE)}; the raw results are in \`$RESULTS/\`. Load average (1, 5, 15 min) before: $load_before; after: $load_after.
+$(if [ -n "$wait_load" ]; then echo "  Each round waited for a 1-minute load average below $wait_load (WAIT_LOAD); the rounds started at $rounds_load."; fi)
   The machine is shared: a load above its CPU count means other work ran
   meanwhile, which widens the intervals and slows every subject. Compare the
   ratios of subjects measured in the same rounds, and the instruction counts
