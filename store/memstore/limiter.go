@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"sync/atomic"
 	"time"
 
@@ -51,9 +50,8 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 	// compare-and-swap of the key's state word, without the lock (see
 	// table.go); everything else takes the shard lock.
 	ns := now.UnixNano()
-
-	h := maphash.String(t.seed, key) | 1
-	sh := &t.shards[h>>t.shift&t.mask]
+	h := t.hash(key)
+	sh := t.shard(h)
 	if t.word != nil {
 		if a := sh.tab.Load(); a != nil {
 			w := a.w
