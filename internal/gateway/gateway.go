@@ -385,6 +385,10 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   uc.DialTimeout,
 		ForceAttemptHTTP2:     true,
+		// Pass the client's Accept-Encoding through as it is: otherwise the
+		// Transport asks the upstream for gzip on the client's behalf (one
+		// more header map per request) and decompresses what it gets.
+		DisableCompression: true,
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -150,3 +150,41 @@ func BenchmarkGateway(b *testing.B) {
 		})
 	}
 }
+
+// TestAcceptEncodingPassesThrough: the upstream sees the client's
+// Accept-Encoding as it is. The Transport's default would ask the upstream
+// for gzip for a client that did not, then decompress the answer in the
+// gateway: work (and a header map per request) for nothing.
+func TestAcceptEncodingPassesThrough(t *testing.T) {
+	seen := make(chan []string, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header["Accept-Encoding"]
+		_, _ = w.Write([]byte("ok\n"))
+	}))
+	defer up.Close()
+	g := hotGateway(t, hotPathConfig(up.URL, "1000/s"))
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	for _, tc := range []struct {
+		send string
+		want []string
+	}{
+		{"", nil},
+		{"br", []string{"br"}},
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+"/x", nil)
+		if tc.send != "" {
+			req.Header.Set("Accept-Encoding", tc.send)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := <-seen; fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("client sent Accept-Encoding %q: upstream saw %q, want %q", tc.send, got, tc.want)
+		}
+	}
+}
