@@ -101,14 +101,22 @@ start() {
 }
 
 declare -A url proc # proc: the pids whose CPU time a subject costs
-start upstream "$tmp/harness" upstream -listen 127.0.0.1:0
+# Go subjects run with GODEBUG=gctrace=1: each run also reports the
+# collections it saw and their CPU per request (the trace's "ms cpu" sums).
+trace="env GODEBUG=gctrace=1"
+# Every Go subject gets what portero serve sets itself, a 64 MiB floor under
+# the heap target (internal/server heapFloor), so that the bare handlers and
+# proxies are no worse off than Portero: for a process whose live heap stays
+# small, GOGC=off with a 64 MiB memory limit is that floor.
+floor="GOGC=off GOMEMLIMIT=64MiB"
+start upstream $trace $floor "$tmp/harness" upstream -listen 127.0.0.1:0
 up=$addr
 url[upstream]=http://$up/
 proc[upstream]=$pid
-start proxy "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
+start proxy $trace $floor "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
 url[proxy]=http://$addr/
 proc[proxy]=$pid
-start proxy-nopool "$tmp/harness" proxy -buffer-pool=false -listen 127.0.0.1:0 -upstream "http://$up"
+start proxy-nopool $trace $floor "$tmp/harness" proxy -buffer-pool=false -listen 127.0.0.1:0 -upstream "http://$up"
 url[proxy-nopool]=http://$addr/
 proc[proxy-nopool]=$pid
 
@@ -143,17 +151,17 @@ EOF
 }
 portero_config "10000000/s burst 10000000" >"$tmp/pass.yaml"
 portero_config "1/h" >"$tmp/refuse.yaml"
-start portero-pass "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+start portero-pass $trace "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
 url[portero-pass]=http://$addr/
 proc[portero-pass]=$pid
-start portero-refuse "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+start portero-refuse $trace "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
 url[portero-refuse]=http://$addr/
 proc[portero-refuse]=$pid
 if [ -n "${BASELINE:-}" ]; then
-	start base-pass "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+	start base-pass $trace "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
 	url[base-pass]=http://$addr/
 	proc[base-pass]=$pid
-	start base-refuse "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+	start base-refuse $trace "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
 	url[base-refuse]=http://$addr/
 	proc[base-refuse]=$pid
 	case " $SUBJECTS " in *" base-pass "*) ;; *) SUBJECTS="$SUBJECTS base-pass base-refuse" ;; esac
@@ -230,16 +238,24 @@ hz=$(getconf CLK_TCK)
 for s in portero-refuse base-refuse nginx-refuse; do
 	[ -n "${url[$s]:-}" ] && curl -s -o /dev/null "${url[$s]}" || true
 done
-start bare-429 "$tmp/harness" refusal -listen 127.0.0.1:0 -from "${url[portero-refuse]}"
+start bare-429 $trace $floor "$tmp/harness" refusal -listen 127.0.0.1:0 -from "${url[portero-refuse]}"
 url[bare-429]=http://$addr/
 proc[bare-429]=$pid
 
+# gclines SUBJECT: the gctrace lines its stderr holds so far (0 for nginx).
+gclines() {
+	if [ -f "$tmp/$1.err" ]; then grep -c '^gc ' "$tmp/$1.err" || true; else echo 0; fi
+}
+
 # load SUBJECT OUT: one run; prints requests/s, p50 latency, non-2xx
-# count, and the CPU time the subject's own processes spent per request, in
+# count, the CPU time the subject's own processes spent per request, in
 # µs (for proxy and portero this excludes the upstream; it is the figure
-# that other load on a shared machine disturbs least).
+# that other load on a shared machine disturbs least), and for Go subjects
+# the collections during the run and their CPU per request, in µs ("-" for
+# nginx).
 load() {
-	local u=${url[$1]} out=$2 rps p50 non2xx total ticks0 ticks1
+	local u=${url[$1]} out=$2 rps p50 non2xx total ticks0 ticks1 gc0
+	gc0=$(gclines "$1")
 	# shellcheck disable=SC2086 # proc holds several pids for nginx
 	ticks0=$(cputicks ${proc[$1]})
 	if [ "$LOADGEN" = wrk ]; then
@@ -259,9 +275,16 @@ load() {
 	fi
 	# shellcheck disable=SC2086
 	ticks1=$(cputicks ${proc[$1]})
-	local cpu
+	local cpu gc="- -"
 	cpu=$(awk -v t=$((ticks1 - ticks0)) -v hz="$hz" -v n="$total" 'BEGIN { printf "%.1f", (n > 0 ? t / hz * 1e6 / n : 0) }')
-	echo "$rps $p50 ${non2xx:-0} $cpu"
+	if [ -f "$tmp/$1.err" ]; then
+		gc=$(grep '^gc ' "$tmp/$1.err" | tail -n +$((gc0 + 1)) | awk -v n="$total" '{
+			sub(/ ms cpu.*/, ""); c = $NF; gsub(/[+\/]/, " ", c); k = split(c, x, " ")
+			for (i = 1; i <= k; i++) ms += x[i]
+			cnt++
+		} END { printf "%d %.2f", cnt, (n > 0 ? ms * 1000 / n : 0) }')
+	fi
+	echo "$rps $p50 ${non2xx:-0} $cpu $gc"
 }
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -311,14 +334,15 @@ report() {
 	if command -v wrk >/dev/null; then wv=", $( (wrk -v 2>&1 || true) | awk 'NR==1 {print $1, $2}')"; fi
 	echo "Machine: $(nproc) cores ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), $(uname -sr), $(go version | awk '{print $3}')$nv$wv; load average $load_before before, $load_after after."
 	echo
-	echo "| subject | requests/s (median) | every round | p50 latency (median) | non-2xx | CPU µs/request (median) | every round |"
-	echo "|---|---:|---|---:|---:|---:|---|"
+	echo "| subject | requests/s (median) | every round | p50 latency (median) | non-2xx | CPU µs/request (median) | every round | collections per run (median) | GC CPU µs/request (median) |"
+	echo "|---|---:|---|---:|---:|---:|---|---:|---:|"
 	local s
 	for s in $SUBJECTS; do
 		[ -n "${runs[$s,1]:-}" ] || continue
-		printf '| %s | %.0f | %s | %s | %s | %s | %s |\n' "$s" \
+		printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$s" \
 			"$(col "$s" 1 | median)" "$(col "$s" 1 | joined %.0f)" "$(col "$s" 2 | sort | median)" \
-			"$(col "$s" 3 | awk '{t+=$1} END {print t}')" "$(col "$s" 4 | median)" "$(col "$s" 4 | joined %s)"
+			"$(col "$s" 3 | awk '{t+=$1} END {print t}')" "$(col "$s" 4 | median)" "$(col "$s" 4 | joined %s)" \
+			"$(col "$s" 5 | median)" "$(col "$s" 6 | median)"
 	done
 	echo
 	echo "| ratio (per round, then the median) | target | median | every round |"
