@@ -371,7 +371,9 @@ type Decision struct {
 	// ClientIP is the client address the limiter settled on.
 	ClientIP netip.Addr
 
-	s scratch
+	s       scratch
+	pending []policy.Settlement // for Settle
+	adj     []engine.Adjustment
 }
 
 // Decide decides r with route as its route name ("" for none), at now,

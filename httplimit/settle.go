@@ -1,9 +1,12 @@
 package httplimit
 
 import (
+	"cmp"
 	"context"
 	"net/http"
+	"time"
 
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -60,12 +63,39 @@ func (cfg *Config) serveSettled(w http.ResponseWriter, r *http.Request, next htt
 		rec.status = http.StatusOK // a handler that wrote nothing: net/http sends 200
 	}
 	resp := &policy.Response{Status: rec.status, Header: w.Header(), Bytes: rec.bytes}
-	adj, err := cfg.Policy.Settle(pending, req, resp, nil)
-	if err != nil && cfg.OnError != nil {
-		cfg.OnError(r, err)
-	}
 	// The client may be gone; the settlement is still owed.
-	if err := cfg.engine.Settle(context.WithoutCancel(r.Context()), cfg.Now(), adj); err != nil && cfg.OnError != nil {
-		cfg.OnError(r, err)
+	perr, eerr, _ := cfg.settle(context.WithoutCancel(r.Context()), cfg.Now(), pending, req, resp, nil)
+	for _, err := range []error{perr, eerr} {
+		if err != nil && cfg.OnError != nil {
+			cfg.OnError(r, err)
+		}
 	}
+}
+
+// settle settles pending (decided for req) with resp at now: the policy's
+// adjustments (perr: a cost in the response that cannot be read, which
+// leaves that rule's reservation and not the others'), then the engine's
+// (eerr). adj is reused for the adjustments and returned.
+func (cfg *Config) settle(ctx context.Context, now time.Time, pending []policy.Settlement, req *policy.Request, resp *policy.Response,
+	adj []engine.Adjustment) (perr, eerr error, _ []engine.Adjustment) {
+	adj, perr = cfg.Policy.Settle(pending, req, resp, adj[:0])
+	return perr, cfg.engine.Settle(ctx, now, adj), adj
+}
+
+// Settle settles the rules of d (a decision of Decide) counted after the
+// response — count_responses, a cost from the response — with resp, at
+// now, as Serve does once the handler has answered: for a replayed
+// request, whose response its log recorded. It does nothing for a request
+// the limiter refused. The error is the policy's, else the engine's.
+func (l *Limiter) Settle(r *http.Request, d *Decision, resp *policy.Response, now time.Time) error {
+	cfg := l.cfg.Load()
+	if d.Verdict == nil || !cfg.Policy.Settles() {
+		return nil
+	}
+	if d.pending = cfg.Policy.Pending(&d.s.v, now, d.pending[:0]); len(d.pending) == 0 {
+		return nil
+	}
+	perr, eerr, adj := cfg.settle(r.Context(), now, d.pending, &d.s.req, resp, d.adj)
+	d.adj = adj
+	return cmp.Or(perr, eerr)
 }

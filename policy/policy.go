@@ -15,7 +15,10 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"net/textproto"
+	"slices"
 	"strings"
 
 	"github.com/portero-rl/portero"
@@ -336,3 +339,49 @@ func (e *RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule, e
 
 // Unwrap returns the cause.
 func (e *RuleError) Unwrap() error { return e.Err }
+
+// RequestHeaders returns the request header fields p's rules read, under
+// canonical names, each once, in rule order: their keys' header parts
+// (Cookie for a cookie part), their costs' header and their matches'
+// headers. A door that records requests to decide them again later
+// (`portero replay`) records these.
+func (p *Policy) RequestHeaders() []string {
+	var out []string
+	add := func(name string) {
+		if name = textproto.CanonicalMIMEHeaderKey(name); !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			switch part.kind {
+			case keyHeader:
+				add(part.name)
+			case keyCookie:
+				add("Cookie")
+			}
+		}
+		if r.Cost.header != "" {
+			add(r.Cost.header)
+		}
+		names := slices.Collect(maps.Keys(r.Match.Headers))
+		slices.Sort(names)
+		for _, name := range names {
+			add(name)
+		}
+	}
+	return out
+}
+
+// ReadsQuery reports whether some rule's key has a query part, so that a
+// door that records requests knows it must keep their query strings.
+func (p *Policy) ReadsQuery() bool {
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if part.kind == keyQuery {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -36,9 +36,11 @@ type Entry struct {
 	// the response).
 	Time time.Time
 	// Method, Host and Path are the request's method, Host header and
-	// decoded URL path (no query: it may hold secrets and no rule reads
-	// it).
+	// decoded URL path.
 	Method, Host, Path string
+	// Query is the raw query string, recorded only when the
+	// configuration's keys read it (query:NAME): it may hold secrets.
+	Query string
 	// Peer is the connection's address without the port; ClientIP the
 	// client address Portero settled on (after trusted proxies), empty when
 	// unknown.
@@ -51,6 +53,9 @@ type Entry struct {
 	// Status is the response status; Bytes the response body bytes.
 	Status int
 	Bytes  int64
+	// RespHeader holds the response header fields the configuration's
+	// costs read (response-header:NAME), for a replay to settle them.
+	RespHeader []Header
 	// Latency is the time from arrival to the end of the response.
 	Latency time.Duration
 	// Route and Upstream name the route matched and its upstream; empty
@@ -74,8 +79,8 @@ var Formats = []string{"json", "text"}
 
 // AppendJSON appends e as one JSON object and a newline. The keys are, in
 // this order: time (RFC 3339 in UTC with nanoseconds), method, host, path,
-// peer, client_ip, headers (an object), content_length, status, bytes,
-// latency_ms, route, upstream, rule, key, decision, shadow (an array,
+// query, peer, client_ip, headers (an object), content_length, status,
+// bytes, response_headers (an object), latency_ms, route, upstream, rule, key, decision, shadow (an array,
 // omitted when empty). Empty strings are omitted too, except method and
 // path.
 func AppendJSON(b []byte, e *Entry) []byte {
@@ -86,26 +91,17 @@ func AppendJSON(b []byte, e *Entry) []byte {
 	b = jsonField(b, "host", e.Host)
 	b = append(b, `,"path":`...)
 	b = appendJSONString(b, e.Path)
+	b = jsonField(b, "query", e.Query)
 	b = jsonField(b, "peer", e.Peer)
 	b = jsonField(b, "client_ip", e.ClientIP)
-	if len(e.Header) > 0 {
-		b = append(b, `,"headers":{`...)
-		for i, h := range e.Header {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, h.Name)
-			b = append(b, ':')
-			b = appendJSONString(b, h.Value)
-		}
-		b = append(b, '}')
-	}
+	b = appendJSONHeaders(b, `,"headers":{`, e.Header)
 	b = append(b, `,"content_length":`...)
 	b = strconv.AppendInt(b, e.ContentLength, 10)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, e.Bytes, 10)
+	b = appendJSONHeaders(b, `,"response_headers":{`, e.RespHeader)
 	b = append(b, `,"latency_ms":`...)
 	b = strconv.AppendFloat(b, float64(e.Latency)/float64(time.Millisecond), 'f', -1, 64)
 	b = jsonField(b, "route", e.Route)
@@ -124,6 +120,24 @@ func AppendJSON(b []byte, e *Entry) []byte {
 		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
+}
+
+// appendJSONHeaders appends hs as an object opened by open; nothing when
+// hs is empty.
+func appendJSONHeaders(b []byte, open string, hs []Header) []byte {
+	if len(hs) == 0 {
+		return b
+	}
+	b = append(b, open...)
+	for i, h := range hs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, h.Name)
+		b = append(b, ':')
+		b = appendJSONString(b, h.Value)
+	}
+	return append(b, '}')
 }
 
 func jsonField(b []byte, name, v string) []byte {
@@ -197,6 +211,7 @@ func AppendText(b []byte, e *Entry) []byte {
 	b = textField(b, "method", e.Method, true)
 	b = textField(b, "host", e.Host, false)
 	b = textField(b, "path", e.Path, true)
+	b = textField(b, "query", e.Query, false)
 	b = textField(b, "peer", e.Peer, false)
 	b = textField(b, "client_ip", e.ClientIP, false)
 	for _, h := range e.Header {
@@ -206,6 +221,9 @@ func AppendText(b []byte, e *Entry) []byte {
 	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, " bytes="...)
 	b = strconv.AppendInt(b, e.Bytes, 10)
+	for _, h := range e.RespHeader {
+		b = textField(b, "response_header."+h.Name, h.Value, true)
+	}
 	b = append(b, " latency_ms="...)
 	b = strconv.AppendFloat(b, float64(e.Latency)/float64(time.Millisecond), 'f', 3, 64)
 	b = textField(b, "route", e.Route, false)
@@ -248,12 +266,14 @@ type jsonEntry struct {
 	Method        *string           `json:"method"`
 	Host          string            `json:"host"`
 	Path          *string           `json:"path"`
+	Query         string            `json:"query"`
 	Peer          string            `json:"peer"`
 	ClientIP      string            `json:"client_ip"`
 	Headers       map[string]string `json:"headers"`
 	ContentLength *int64            `json:"content_length"`
 	Status        int               `json:"status"`
 	Bytes         int64             `json:"bytes"`
+	RespHeaders   map[string]string `json:"response_headers"`
 	LatencyMS     float64           `json:"latency_ms"`
 	Route         string            `json:"route"`
 	Upstream      string            `json:"upstream"`
@@ -311,8 +331,13 @@ func ParseJSON(line []byte, e *Entry) error {
 		hs = append(hs, Header{Name: name, Value: v})
 	}
 	sortHeaders(hs)
-	*e = Entry{Time: t, Method: *j.Method, Host: j.Host, Path: *j.Path, Peer: j.Peer, ClientIP: j.ClientIP,
-		Header: hs, ContentLength: cl, Status: j.Status, Bytes: j.Bytes,
+	rhs := e.RespHeader[:0]
+	for name, v := range j.RespHeaders {
+		rhs = append(rhs, Header{Name: name, Value: v})
+	}
+	sortHeaders(rhs)
+	*e = Entry{Time: t, Method: *j.Method, Host: j.Host, Path: *j.Path, Query: j.Query, Peer: j.Peer, ClientIP: j.ClientIP,
+		Header: hs, ContentLength: cl, Status: j.Status, Bytes: j.Bytes, RespHeader: rhs,
 		Latency: time.Duration(j.LatencyMS * float64(time.Millisecond)), Route: j.Route, Upstream: j.Upstream,
 		Rule: j.Rule, Key: j.Key, Decision: j.Decision, Shadow: append(e.Shadow[:0], j.Shadow...)}
 	return nil

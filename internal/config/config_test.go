@@ -244,4 +244,35 @@ rules:
 	if want := "X-Api-Key X-Cost A B X-Version X-User X-Forwarded-For"; got != want {
 		t.Errorf("RequestHeaders() = %s, want %s", got, want)
 	}
+	// The API-gateway model's rules read headers too: a stage's match, a
+	// rate rule's custom keys and scope-down, a plan's routes, the API
+	// key's header; a cookie part reads Cookie.
+	cfg, err = config.Parse("t.yaml", []byte(`
+upstreams:
+  app: {url: "http://127.0.0.1:9"}
+routes:
+  - {upstream: app}
+levels:
+  stages:
+    - {name: v2, match: {headers: {X-Stage: v2}}, rate: 100}
+plans:
+  basic: {rate: 10, routes: [{path: /pets/**, headers: {X-Plan-Route: "*"}}]}
+api_keys:
+  header: X-Key
+  keys: [{id: a, plan: basic, sha256: ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}]
+rate_rules:
+  - {name: per-client, limit: 100, aggregate: custom, keys: ["header:X-Client", "cookie:session"], scope_down: {headers: {X-Scope: "*"}}}
+rules:
+  - {name: per-session, key: "cookie:sid+query:page", limit: 10/s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = strings.Join(cfg.RequestHeaders(), " ")
+	if want := "X-Stage X-Client Cookie X-Scope X-Plan-Route X-Key"; got != want {
+		t.Errorf("RequestHeaders() of the gateway model = %s, want %s", got, want)
+	}
+	if !cfg.Policy.ReadsQuery() {
+		t.Error("Policy.ReadsQuery() = false for a key with a query part")
+	}
 }

@@ -6,12 +6,13 @@ import (
 )
 
 // RequestHeaders returns the request headers the configuration reads,
-// under canonical names, each once, in the order the file names them:
-// those its rules key on (header:NAME), match (match.headers, rules' and
-// routes') and take a cost from (cost: header:NAME), the identity headers,
-// and the client-address header when trusted proxies make it count
-// (X-Forwarded-For by default). The access log records these, so that
-// `portero replay` can decide a request again as serve did.
+// under canonical names, each once: those its rules — the file's own and
+// those its levels, plans and rate rules compile into — key on
+// (header:NAME, Cookie for cookie:NAME), take a cost from and match, the
+// routes' and the plans' routes' match headers, the API key's header, the
+// identity headers, and the client-address header when trusted proxies
+// make it count (X-Forwarded-For by default). The access log records
+// these, so that `portero replay` can decide a request again as serve did.
 func (c *Config) RequestHeaders() []string {
 	var out []string
 	seen := map[string]bool{}
@@ -27,24 +28,25 @@ func (c *Config) RequestHeaders() []string {
 		}
 	}
 	f := &c.File
-	headerArg := func(s string) {
-		if word, arg, ok := strings.Cut(strings.TrimSpace(s), ":"); ok && strings.EqualFold(strings.TrimSpace(word), "header") {
-			add(arg)
-		}
-	}
-	for _, r := range f.Rules {
-		for _, part := range strings.Split(r.Key, "+") {
-			headerArg(part)
-		}
-		headerArg(r.Cost)
-		for _, name := range sortedKeys(r.Match.Headers) {
-			add(name)
-		}
+	// The rules as compiled: the file's own and those the API-gateway
+	// model makes (levels, plans, rate rules).
+	for _, name := range c.Policy.RequestHeaders() {
+		add(name)
 	}
 	for _, r := range f.Routes {
 		for _, name := range sortedKeys(r.Match.Headers) {
 			add(name)
 		}
+	}
+	for _, pn := range sortedKeys(f.Plans) {
+		for _, m := range f.Plans[pn].Routes {
+			for _, name := range sortedKeys(m.Headers) {
+				add(name)
+			}
+		}
+	}
+	if c.Gateway.Keys != nil {
+		add(c.Gateway.KeyHeader)
 	}
 	add(f.Identity.UserHeader)
 	add(f.Identity.TenantHeader)

@@ -198,17 +198,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve runs r through t after shedding: its API key, its route, the
 // limiter, the upstream.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
-	gm := &t.cfg.Gateway
-	if gm.Keys != nil {
-		if r = identify(w, r, gm); r == nil {
-			return
-		}
-	}
-	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
-		g.limits(w, r, t)
+	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	switch {
+	case forbidden != "":
+		forbid(w, forbidden)
 		return
-	}
-	if gm.Keys != nil && !covered(w, r, gm) {
+	case limits:
+		g.limits(w, r, t)
 		return
 	}
 	var name string
@@ -233,30 +229,66 @@ type Decision struct {
 	httplimit.Decision
 	// Route and Upstream name the route r matched; empty when none did.
 	Route, Upstream string
+	// Answered, when not empty, says why the gateway answered r itself
+	// before the limiter: probe (/healthz, /readyz: 200), limits
+	// (GET /v1/limits: 200, counting nothing) or forbidden (403: the API
+	// key is missing or unknown, or its plan does not cover r, said by
+	// Detail). Verdict is nil then.
+	Answered, Detail string
 }
 
-// Decide decides r at now exactly as ServeHTTP would — the same route
-// match, then the limiter's one decision path (httplimit.Limiter.Decide) —
-// but answers nothing and forwards nothing. d.Status is the status the
-// gateway answers itself (httplimit.Decision's, 404 for a request that
-// passes the limits but matches no route, 200 for /healthz and /readyz,
-// which are never limited), or 0 when it would forward r to d.Upstream.
-// What it does not model: max_in_flight (decisions take no time here) and
-// a request canceled while a queue rule holds it. It is what `portero
-// replay` decides with.
+// Decide decides r at now exactly as ServeHTTP would — the API key and
+// the plan's routes, the route match, then the limiter's one decision path
+// (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
+// d.Status is the status the gateway answers itself (httplimit.Decision's;
+// 403, or 200 for /healthz, /readyz and GET /v1/limits, which are never
+// limited, with d.Answered saying which; 404 for a request that passes the
+// limits but matches no route), or 0 when it would forward r to
+// d.Upstream. What it does not model: the overload section (decisions
+// take no time here), a request canceled while a queue rule holds it, and
+// the response (Settle settles the rules counted after it). It is what
+// `portero replay` decides with.
 func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
-	d.Route, d.Upstream = "", ""
+	d.Route, d.Upstream, d.Answered, d.Detail = "", "", "", ""
+	t := g.table.Load()
 	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		d.Answered = "probe"
 		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
 		return
 	}
-	if rt := g.table.Load().match(r); rt != nil {
+	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	if forbidden != "" || limits {
+		d.Status, d.Answered, d.Detail = http.StatusOK, "limits", ""
+		if forbidden != "" {
+			d.Status, d.Answered, d.Detail = http.StatusForbidden, "forbidden", forbidden
+		}
+		d.Delay, d.Verdict, d.Err, d.ClientIP = 0, nil, nil, t.cfg.ClientIP.Resolve(r)
+		return
+	}
+	if rt := t.match(r); rt != nil {
 		d.Route, d.Upstream = rt.cfg.Name, rt.cfg.Upstream.Name
 	}
 	g.limiter.Decide(r, d.Route, now, &d.Decision)
 	if d.Status == 0 && d.Route == "" {
 		d.Status = http.StatusNotFound
 	}
+}
+
+// Settle settles d's rules counted after the response (count_responses, a
+// cost from the response), as ServeHTTP does once the upstream has
+// answered resp — or, for a request no route matches, once the gateway has
+// answered it 404 itself. It does nothing for a request refused or
+// answered before the limiter (d.Answered).
+func (g *Gateway) Settle(r *http.Request, d *Decision, resp *policy.Response, now time.Time) error {
+	if d.Answered != "" {
+		return nil
+	}
+	if d.Route == "" {
+		nf := *resp
+		nf.Status = http.StatusNotFound
+		resp = &nf
+	}
+	return g.limiter.Settle(r, &d.Decision, resp, now)
 }
 
 // match returns the first route that matches r, or nil.

@@ -18,34 +18,36 @@ import (
 // GET /v1/limits tells the caller which limits and quotas apply to it and
 // how much of each is left, without counting.
 
-// identify finds r's API key: it returns r with the caller's ID and plan
-// as identities (httplimit.WithIdentity) for the plan's rules, or writes
-// 403 and returns nil.
-func identify(w http.ResponseWriter, r *http.Request, gm *config.GatewayModel) *http.Request {
-	raw := r.Header.Get(gm.KeyHeader)
-	if raw == "" {
-		forbid(w, "missing API key: send it in the "+gm.KeyHeader+" header (an API key identifies the caller for counting; it is not a credential)")
-		return nil
+// door is what the API-gateway model decides about r before any limit is
+// counted, for ServeHTTP and Decide alike: r with its API key's caller ID
+// and plan as identities (httplimit.WithIdentity) for the plans' rules;
+// forbidden, the detail of a 403, when the key is missing, unknown or its
+// plan does not cover r; limits when r asks for GET /v1/limits (answered
+// without counting, after the key is found and before the plan's routes
+// are checked).
+func door(r *http.Request, gm *config.GatewayModel) (out *http.Request, forbidden string, limits bool) {
+	if gm.Keys != nil {
+		raw := r.Header.Get(gm.KeyHeader)
+		if raw == "" {
+			return r, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)", false
+		}
+		k, ok := gm.Keys.Lookup(raw)
+		if !ok {
+			return r, "unknown API key in the " + gm.KeyHeader + " header", false
+		}
+		ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
+		r = r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
 	}
-	k, ok := gm.Keys.Lookup(raw)
-	if !ok {
-		forbid(w, "unknown API key in the "+gm.KeyHeader+" header")
-		return nil
+	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
+		return r, "", true
 	}
-	ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
-	return r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
-}
-
-// covered writes 403 and reports false when the caller's plan does not
-// cover r.
-func covered(w http.ResponseWriter, r *http.Request, gm *config.GatewayModel) bool {
-	plan := httplimit.Identity(r.Context())[config.IdentityPlan]
-	pc := gm.Plans[plan]
-	if pc == nil || pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
-		return true
+	if gm.Keys != nil {
+		plan := httplimit.Identity(r.Context())[config.IdentityPlan]
+		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
+			return r, "usage plan " + plan + " does not cover " + r.Method + " " + r.URL.Path, false
+		}
 	}
-	forbid(w, "usage plan "+plan+" does not cover "+r.Method+" "+r.URL.Path)
-	return false
+	return r, "", false
 }
 
 func forbid(w http.ResponseWriter, detail string) {

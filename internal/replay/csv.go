@@ -23,6 +23,7 @@ type csvParser struct {
 	scratch  []byte
 	lastTime []byte
 	lastT    time.Time
+	query    bool // keep the paths' query strings (InputOptions.Query)
 }
 
 type csvCol struct {
@@ -30,8 +31,8 @@ type csvCol struct {
 	header string
 }
 
-func newCSVParser() func([]byte, *Request) error {
-	p := &csvParser{cols: []csvCol{{kind: fMsec}, {kind: fMethod}, {kind: fPath}, {kind: fPeer}}}
+func newCSVParser(query bool) func([]byte, *Request) error {
+	p := &csvParser{cols: []csvCol{{kind: fMsec}, {kind: fMethod}, {kind: fPath}, {kind: fPeer}}, query: query}
 	return p.parse
 }
 
@@ -65,14 +66,14 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 			}
 			r.Method = internMethod(v)
 		case fPath:
-			path, err := decodeTarget(v)
+			path, q, err := decodeTarget(v, p.query)
 			if err != nil {
 				return err
 			}
 			if path == "" {
 				return malformed("empty path")
 			}
-			r.Path, havePath = path, true
+			r.Path, r.RawQuery, havePath = path, q, true
 		case fPeer:
 			r.Peer = string(v)
 		case fHost:

@@ -272,6 +272,8 @@ type parser struct {
 	// configuration reads): the others cost an allocation a line for
 	// nothing.
 	only map[string]bool
+	// query keeps the targets' query strings (InputOptions.Query).
+	query bool
 	// cache of the last time field
 	lastTime []byte
 	lastT    time.Time
@@ -380,11 +382,11 @@ func (p *parser) parse(line []byte, r *Request) error {
 	r.Method = internMethod(method)
 	switch {
 	case target != nil:
-		u, err := decodeTarget(unescape(target, &p.scratch))
+		u, q, err := decodeTarget(unescape(target, &p.scratch), p.query)
 		if err != nil {
 			return err
 		}
-		r.Path = u
+		r.Path, r.RawQuery = u, q
 	case path != nil:
 		r.Path = string(unescape(path, &p.scratch))
 	default:
@@ -510,16 +512,19 @@ func internMethod(m []byte) string {
 
 // decodeTarget returns the decoded path of a request target, as net/http
 // sets URL.Path: origin form (/a%20b?q), absolute form
-// (http://host/a) or *.
-func decodeTarget(t []byte) (string, error) {
+// (http://host/a) or *; and, when query is set, its raw query (URL.RawQuery).
+func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
 	if len(t) > 0 && t[0] == '/' && bytes.IndexAny(t, "%?#") < 0 {
-		return string(t), nil // the common case: nothing to decode
+		return string(t), "", nil // the common case: nothing to decode
 	}
 	u, err := url.ParseRequestURI(string(t))
 	if err != nil {
-		return "", malformed("request target %q: %v", t, err)
+		return "", "", malformed("request target %q: %v", t, err)
 	}
-	return u.Path, nil
+	if query {
+		rawQuery = u.RawQuery
+	}
+	return u.Path, rawQuery, nil
 }
 
 // parseDecimalSeconds reads seconds such as 1700000000.123 or 0.5 into a

@@ -259,7 +259,7 @@ func FuzzParseLine(f *testing.F) {
 				t.Errorf("parse(%q) = %v: not ErrMalformed", line, err)
 			}
 		}
-		cp := newCSVParser()
+		cp := newCSVParser(false)
 		r := &Request{}
 		r.reset()
 		_ = cp([]byte(line), r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -133,6 +134,9 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		cfg := s.gw.Config()
 		e := &l.e
 		*e = accesslog.Entry{Time: s.now(), Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
+		if s.logQuery.Load() {
+			e.Query = r.URL.RawQuery
+		}
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 			e.Peer = host
 		}
@@ -164,8 +168,10 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 }
 
 // setLogHeaders records which headers the access log keeps for the
-// configuration running.
-func (s *Server) setLogHeaders(names []string) {
+// configuration running, and whether it keeps the query.
+func (s *Server) setLogHeaders(cfg *config.Config) {
+	s.logQuery.Store(cfg.Policy.ReadsQuery())
+	names := cfg.RequestHeaders()
 	seen := map[string]bool{}
 	var out []string
 	for _, n := range append(names, s.opts.AccessLog.Headers...) {

@@ -88,6 +88,7 @@ type Server struct {
 
 	access     *accesslog.Writer         // nil when off
 	logHeaders atomic.Pointer[[]string]  // the request headers the access log records
+	logQuery   atomic.Bool               // and whether it records the query
 	addrs      atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
@@ -297,7 +298,7 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}()
 	}
-	s.setLogHeaders(cfg.RequestHeaders())
+	s.setLogHeaders(cfg)
 	hooks := gateway.Hooks{
 		OnDecision:   s.obs.onDecision,
 		OnError:      s.obs.onError,
@@ -456,7 +457,7 @@ func (s *Server) Reload(why string) error {
 		s.setStore(store, key)
 	}
 	s.obs.setPolicy(cfg.Policy)
-	s.setLogHeaders(cfg.RequestHeaders())
+	s.setLogHeaders(cfg)
 	s.loadedAt.Store(time.Now().UnixNano())
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
