@@ -373,6 +373,31 @@ func (p *Policy) RequestHeaders() []string {
 	return out
 }
 
+// ResponseHeaders returns the response header fields p's rules take a
+// cost from (response-header:NAME), under canonical names, each once, in
+// rule order: what a door that records responses keeps, to settle them
+// again later.
+func (p *Policy) ResponseHeaders() []string {
+	var out []string
+	for _, r := range p.rules {
+		if h := r.Cost.respHeader; h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// ReadsResponseBytes reports whether some rule takes its cost from the
+// response's body bytes (response-bytes).
+func (p *Policy) ReadsResponseBytes() bool {
+	for _, r := range p.rules {
+		if r.Cost.respBytes {
+			return true
+		}
+	}
+	return false
+}
+
 // ReadsQuery reports whether some rule's key has a query part, so that a
 // door that records requests knows it must keep their query strings.
 func (p *Policy) ReadsQuery() bool {

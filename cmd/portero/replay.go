@@ -104,7 +104,7 @@ rule that refused or, when allowed, the one closest to its limit.`,
 				return err
 			}
 			defer d.Close()
-			rd, err := replay.Open(args, replay.InputOptions{Format: logFormat, Host: host, ReorderWindow: window, Headers: d.headers},
+			rd, err := replay.Open(args, replay.InputOptions{Format: logFormat, Host: host, ReorderWindow: window, Headers: d.headers, Query: d.query, RespHeaders: d.respHeaders},
 				func(p string) (io.ReadCloser, error) { return os.Open(p) })
 			if err != nil {
 				return usageErr(err)
@@ -181,12 +181,25 @@ type gatewayDecider struct {
 	// headers are those the configuration reads: the only ones the
 	// replay keeps from text logs.
 	headers []string
-	peer    string // the last peer, and its RemoteAddr form
-	addr    string
-	req     http.Request
-	url     url.URL
-	d       gateway.Decision
-	out     replay.Decision
+	// respHeaders are the response headers its costs read: the only ones
+	// kept from text logs.
+	respHeaders []string
+	// query: the configuration's keys read the query.
+	query bool
+	// keyHeader is where the API key goes (api_keys.header): a key the
+	// access log recorded by its hash goes there as that hash, so that a
+	// rule keyed on the header counts the same callers together.
+	keyHeader string
+	// settles: some rule is counted after the response; bytes: by the
+	// response's body bytes.
+	settles, bytes bool
+	peer           string // the last peer, and its RemoteAddr form
+	addr           string
+	req            http.Request
+	url            url.URL
+	d              gateway.Decision
+	resp           policy.Response
+	out            replay.Decision
 }
 
 func newGatewayDecider(cfg *config.Config) (*gatewayDecider, error) {
@@ -199,7 +212,15 @@ func newGatewayDecider(cfg *config.Config) (*gatewayDecider, error) {
 		st.Close(context.Background())
 		return nil, err
 	}
-	g := &gatewayDecider{gw: gw, store: st, index: map[string]int{}, headers: cfg.RequestHeaders()}
+	g := &gatewayDecider{gw: gw, store: st, index: map[string]int{}, headers: cfg.RequestHeaders(), query: cfg.Policy.ReadsQuery(),
+		keyHeader: config.DefaultKeyHeader, settles: cfg.Policy.Settles(), bytes: cfg.Policy.ReadsResponseBytes()}
+	if cfg.Gateway.Keys != nil {
+		g.keyHeader = cfg.Gateway.KeyHeader
+	}
+	if g.respHeaders = cfg.Policy.ResponseHeaders(); g.respHeaders == nil {
+		g.respHeaders = []string{}
+	}
+	g.keyHeader = http.CanonicalHeaderKey(g.keyHeader)
 	if g.headers == nil {
 		g.headers = []string{}
 	}
@@ -219,11 +240,24 @@ func (g *gatewayDecider) sweep(now time.Time) { g.store.Sweep(now) }
 func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 
 // Decide builds the http.Request serve would have received (its peer, Host,
-// path and the logged headers) and decides it at now.
+// path, query and the logged headers, its API key as the access log
+// recorded it) and decides it at now; then, for a request passed on,
+// settles the rules counted after the response with the response the log
+// recorded (Gateway.Settle: as serve did once the upstream answered).
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
+	ctx := context.Background()
+	if r.APIKey != "" {
+		ctx = gateway.WithLoggedAPIKey(ctx, r.APIKey)
+		if _, ok := r.Header[g.keyHeader]; !ok {
+			r.Header[g.keyHeader] = []string{r.APIKey}
+		}
+	}
+	if ctx != g.req.Context() {
+		g.req = *g.req.WithContext(ctx)
+	}
 	req := &g.req
 	req.Method, req.Host, req.Header = r.Method, r.Host, r.Header
-	g.url = url.URL{Path: r.Path}
+	g.url = url.URL{Path: r.Path, RawQuery: r.RawQuery}
 	if r.Peer != g.peer || g.addr == "" {
 		g.peer, g.addr = r.Peer, ""
 		if r.Peer != "" {
@@ -238,6 +272,25 @@ func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decis
 	g.gw.Decide(req, now, &g.d)
 	out := &g.out
 	*out = replay.Decision{Status: g.d.Status, Rule: -1, Results: out.Results[:0], Client: g.d.ClientIP}
+	if g.d.Answered != "" {
+		out.Decision, out.Detail = g.d.Answered, g.d.Detail
+		return out, nil
+	}
+	if g.settles && g.d.Verdict != nil && g.d.Verdict.Allowed {
+		if r.Status == 0 || r.Answered || (g.bytes && r.Bytes < 0) {
+			out.Unsettled = true
+		} else {
+			g.resp = policy.Response{Status: r.Status, Header: r.RespHeader, Bytes: r.Bytes}
+			if err := g.gw.Settle(req, &g.d, &g.resp, now); err != nil {
+				var re *policy.RuleError
+				if !errors.As(err, &re) {
+					return nil, err
+				}
+				// A cost in the response that cannot be read: serve keeps
+				// that rule's reservation, and so does the replay.
+			}
+		}
+	}
 	switch out.Status {
 	case 0:
 		out.Status, out.Decision = http.StatusOK, "allowed" // passed on to the upstream

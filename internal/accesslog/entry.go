@@ -48,6 +48,11 @@ type Entry struct {
 	// Header holds the request headers the configuration reads, in the
 	// order given to the writer.
 	Header []Header
+	// APIKey is the API key the request presented in the configuration's
+	// api_keys header, as apikey.Logged records it: its SHA-256 (what the
+	// keys file holds), never the key; empty when there was none or the
+	// configuration has no API keys.
+	APIKey string
 	// ContentLength is the declared body size; -1 when unknown.
 	ContentLength int64
 	// Status is the response status; Bytes the response body bytes.
@@ -79,9 +84,10 @@ var Formats = []string{"json", "text"}
 
 // AppendJSON appends e as one JSON object and a newline. The keys are, in
 // this order: time (RFC 3339 in UTC with nanoseconds), method, host, path,
-// query, peer, client_ip, headers (an object), content_length, status,
-// bytes, response_headers (an object), latency_ms, route, upstream, rule, key, decision, shadow (an array,
-// omitted when empty). Empty strings are omitted too, except method and
+// query, peer, client_ip, headers (an object), api_key_sha256,
+// content_length, status, bytes, response_headers (an object), latency_ms,
+// route, upstream, rule, key, decision, shadow (an array, omitted when
+// empty). Empty strings and objects are omitted too, except method and
 // path.
 func AppendJSON(b []byte, e *Entry) []byte {
 	b = append(b, `{"time":"`...)
@@ -95,6 +101,7 @@ func AppendJSON(b []byte, e *Entry) []byte {
 	b = jsonField(b, "peer", e.Peer)
 	b = jsonField(b, "client_ip", e.ClientIP)
 	b = appendJSONHeaders(b, `,"headers":{`, e.Header)
+	b = jsonField(b, "api_key_sha256", e.APIKey)
 	b = append(b, `,"content_length":`...)
 	b = strconv.AppendInt(b, e.ContentLength, 10)
 	b = append(b, `,"status":`...)
@@ -217,6 +224,7 @@ func AppendText(b []byte, e *Entry) []byte {
 	for _, h := range e.Header {
 		b = textField(b, "header."+h.Name, h.Value, true)
 	}
+	b = textField(b, "api_key_sha256", e.APIKey, false)
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, " bytes="...)
@@ -270,6 +278,7 @@ type jsonEntry struct {
 	Peer          string            `json:"peer"`
 	ClientIP      string            `json:"client_ip"`
 	Headers       map[string]string `json:"headers"`
+	APIKey        string            `json:"api_key_sha256"`
 	ContentLength *int64            `json:"content_length"`
 	Status        int               `json:"status"`
 	Bytes         int64             `json:"bytes"`
@@ -337,7 +346,7 @@ func ParseJSON(line []byte, e *Entry) error {
 	}
 	sortHeaders(rhs)
 	*e = Entry{Time: t, Method: *j.Method, Host: j.Host, Path: *j.Path, Query: j.Query, Peer: j.Peer, ClientIP: j.ClientIP,
-		Header: hs, ContentLength: cl, Status: j.Status, Bytes: j.Bytes, RespHeader: rhs,
+		Header: hs, APIKey: j.APIKey, ContentLength: cl, Status: j.Status, Bytes: j.Bytes, RespHeader: rhs,
 		Latency: time.Duration(j.LatencyMS * float64(time.Millisecond)), Route: j.Route, Upstream: j.Upstream,
 		Rule: j.Rule, Key: j.Key, Decision: j.Decision, Shadow: append(e.Shadow[:0], j.Shadow...)}
 	return nil

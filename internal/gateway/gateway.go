@@ -62,6 +62,10 @@ type Hooks struct {
 	Ready func() error
 	// OnShed is called for every request the overload section refuses.
 	OnShed func(r *http.Request, ref *overload.Refusal)
+	// OnAnswered is called when the gateway answers a request itself
+	// before the limiter (AnsweredForbidden, AnsweredLimits), instead of
+	// OnRoute and OnDecision; the probes are not reported.
+	OnAnswered func(r *http.Request, why string)
 }
 
 // Gateway is an http.Handler. It is safe for concurrent use.
@@ -201,9 +205,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
 	r, forbidden, limits := door(r, &t.cfg.Gateway)
 	switch {
 	case forbidden != "":
+		if g.hooks.OnAnswered != nil {
+			g.hooks.OnAnswered(r, AnsweredForbidden)
+		}
 		forbid(w, forbidden)
 		return
 	case limits:
+		if g.hooks.OnAnswered != nil {
+			g.hooks.OnAnswered(r, AnsweredLimits)
+		}
 		g.limits(w, r, t)
 		return
 	}
@@ -230,21 +240,35 @@ type Decision struct {
 	// Route and Upstream name the route r matched; empty when none did.
 	Route, Upstream string
 	// Answered, when not empty, says why the gateway answered r itself
-	// before the limiter: probe (/healthz, /readyz: 200), limits
-	// (GET /v1/limits: 200, counting nothing) or forbidden (403: the API
-	// key is missing or unknown, or its plan does not cover r, said by
-	// Detail). Verdict is nil then.
+	// before the limiter: AnsweredProbe, AnsweredLimits or
+	// AnsweredForbidden, Detail saying why for the last. Verdict is nil
+	// then.
 	Answered, Detail string
 }
+
+// What the gateway answers itself, before any limit is counted
+// (Decision.Answered, Hooks.OnAnswered).
+const (
+	// AnsweredProbe: /healthz or /readyz (200), never limited.
+	AnsweredProbe = "probe"
+	// AnsweredLimits: the limits endpoint (GET /v1/limits: 200, or 405
+	// for another method), which counts nothing.
+	AnsweredLimits = "limits"
+	// AnsweredForbidden: 403, the API key is missing or unknown, or its
+	// plan does not cover the request.
+	AnsweredForbidden = "forbidden"
+)
 
 // Decide decides r at now exactly as ServeHTTP would — the API key and
 // the plan's routes, the route match, then the limiter's one decision path
 // (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
 // d.Status is the status the gateway answers itself (httplimit.Decision's;
-// 403, or 200 for /healthz, /readyz and GET /v1/limits, which are never
-// limited, with d.Answered saying which; 404 for a request that passes the
-// limits but matches no route), or 0 when it would forward r to
-// d.Upstream. What it does not model: the overload section (decisions
+// 403, or 200 for /healthz, /readyz and GET /v1/limits — 405 for another
+// method there —, which are never limited, with d.Answered saying which;
+// 404 for a request that passes the limits but matches no route), or 0
+// when it would forward r to d.Upstream. A request replayed from serve's
+// access log carries its API key as the log recorded it
+// (WithLoggedAPIKey). What it does not model: the overload section (decisions
 // take no time here), a request canceled while a queue rule holds it, and
 // the response (Settle settles the rules counted after it). It is what
 // `portero replay` decides with.
@@ -252,15 +276,15 @@ func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 	d.Route, d.Upstream, d.Answered, d.Detail = "", "", "", ""
 	t := g.table.Load()
 	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-		d.Answered = "probe"
+		d.Answered = AnsweredProbe
 		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
 		return
 	}
 	r, forbidden, limits := door(r, &t.cfg.Gateway)
 	if forbidden != "" || limits {
-		d.Status, d.Answered, d.Detail = http.StatusOK, "limits", ""
+		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
 		if forbidden != "" {
-			d.Status, d.Answered, d.Detail = http.StatusForbidden, "forbidden", forbidden
+			d.Status, d.Answered, d.Detail = http.StatusForbidden, AnsweredForbidden, forbidden
 		}
 		d.Delay, d.Verdict, d.Err, d.ClientIP = 0, nil, nil, t.cfg.ClientIP.Resolve(r)
 		return

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/policy"
@@ -27,11 +29,23 @@ import (
 // are checked).
 func door(r *http.Request, gm *config.GatewayModel) (out *http.Request, forbidden string, limits bool) {
 	if gm.Keys != nil {
-		raw := r.Header.Get(gm.KeyHeader)
+		// A replayed request carries its key as the access log recorded
+		// it (WithLoggedAPIKey), a served one in its header.
+		logged, replayed := r.Context().Value(loggedKeyCtx{}).(string)
+		raw := logged
+		if !replayed {
+			raw = r.Header.Get(gm.KeyHeader)
+		}
 		if raw == "" {
 			return r, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)", false
 		}
-		k, ok := gm.Keys.Lookup(raw)
+		var k apikey.Key
+		var ok bool
+		if replayed {
+			k, ok = gm.Keys.LookupLogged(logged)
+		} else {
+			k, ok = gm.Keys.Lookup(raw)
+		}
 		if !ok {
 			return r, "unknown API key in the " + gm.KeyHeader + " header", false
 		}
@@ -48,6 +62,26 @@ func door(r *http.Request, gm *config.GatewayModel) (out *http.Request, forbidde
 		}
 	}
 	return r, "", false
+}
+
+type loggedKeyCtx struct{}
+
+// WithLoggedAPIKey returns ctx for a request replayed from serve's access
+// log, which records the API key as apikey.Logged does (its SHA-256, never
+// the key): the gateway then looks the caller up by that record instead of
+// the key header (Decide answers what ServeHTTP answered for the key
+// itself). "" is a request that presented no key.
+func WithLoggedAPIKey(ctx context.Context, logged string) context.Context {
+	return context.WithValue(ctx, loggedKeyCtx{}, logged)
+}
+
+// limitsStatus is the status of a request for the limits endpoint when
+// the limits can be read: 405 for a method other than GET and HEAD.
+func limitsStatus(method string) int {
+	if method != http.MethodGet && method != http.MethodHead {
+		return http.StatusMethodNotAllowed
+	}
+	return http.StatusOK
 }
 
 func forbid(w http.ResponseWriter, detail string) {
@@ -105,7 +139,7 @@ type LimitView struct {
 // (or, with ?method=&path=, to that request), with what is left, from the
 // engine's peek. The RateLimit fields come from the one header writer.
 func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if limitsStatus(r.Method) != http.StatusOK {
 		w.Header().Set("Allow", "GET, HEAD")
 		httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
 			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})

@@ -11,8 +11,10 @@ import (
 // csvParser reads CSV logs: time,method,path,client_ip[,header:NAME…], one
 // request a line. A first line starting with time, names the columns:
 // time, method, path and client_ip (required, in any order), host,
-// content_length and header:NAME; without one the columns are time,
-// method, path, client_ip. time is RFC 3339 (sub-second digits allowed) or
+// content_length and header:NAME, and the response's status, bytes (of
+// its body) and response_header:NAME, which settle the rules counted after
+// the response; without one the columns are time, method, path, client_ip.
+// A path may carry its query (/search?q=x). time is RFC 3339 (sub-second digits allowed) or
 // decimal seconds since the Unix epoch; requests are decided at that exact
 // instant. Fields may be quoted as in RFC 4180 ("" for a quote), on one
 // line.
@@ -90,6 +92,26 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 			if len(v) > 0 {
 				r.Header[c.header] = []string{string(v)}
 			}
+		case fStatus:
+			if len(v) > 0 {
+				n, err := strconv.Atoi(string(v))
+				if err != nil || n < 100 || n > 599 {
+					return malformed("status %q: want an HTTP status code", v)
+				}
+				r.Status = n
+			}
+		case fBytes:
+			if len(v) > 0 {
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				if err != nil || n < 0 {
+					return malformed("bytes %q: want a whole number", v)
+				}
+				r.Bytes = n
+			}
+		case fRespHeader:
+			if len(v) > 0 {
+				r.setRespHeader(c.header, string(v))
+			}
 		}
 	}
 	if !havePath {
@@ -116,6 +138,12 @@ func (p *csvParser) names() string {
 			s = append(s, "content_length")
 		case fHeader:
 			s = append(s, "header:"+c.header)
+		case fStatus:
+			s = append(s, "status")
+		case fBytes:
+			s = append(s, "bytes")
+		case fRespHeader:
+			s = append(s, "response_header:"+c.header)
 		}
 	}
 	return strings.Join(s, ",")
@@ -141,11 +169,18 @@ func (p *csvParser) header(fields [][]byte) error {
 			c.kind = fHost
 		case lower == "content_length":
 			c.kind = fContentLength
+		case lower == "status":
+			c.kind = fStatus
+		case lower == "bytes":
+			c.kind = fBytes
 		case strings.HasPrefix(lower, "header:") && len(name) > 7:
 			c = csvCol{kind: fHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[7:]))}
 			lower = "header:" + strings.ToLower(c.header)
+		case strings.HasPrefix(lower, "response_header:") && len(name) > 16:
+			c = csvCol{kind: fRespHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[16:]))}
+			lower = "response_header:" + strings.ToLower(c.header)
 		default:
-			return malformed("column %q: want time, method, path, client_ip, host, content_length or header:NAME", name)
+			return malformed("column %q: want time, method, path, client_ip, host, content_length, header:NAME, status, bytes or response_header:NAME", name)
 		}
 		if seen[lower] {
 			return malformed("column %q given twice", name)

@@ -38,6 +38,10 @@ type Request struct {
 	Peer string
 	// Header holds the headers the log recorded, under canonical names.
 	Header http.Header
+	// APIKey is the API key as serve's access log records it (its
+	// SHA-256, apikey.Logged), never the key; empty when the log does not
+	// say (a text log records the key header itself, in Header).
+	APIKey string
 	// ContentLength is the declared body size; -1 when the log does not
 	// say.
 	ContentLength int64
@@ -50,6 +54,10 @@ type Request struct {
 	Status     int
 	Bytes      int64
 	RespHeader http.Header
+	// Answered: the log says Portero answered the request itself (serve's
+	// access log: refused, forbidden…), so its response is not the
+	// upstream's and settles nothing.
+	Answered bool
 
 	seq int64 // order of reading, to keep file order among equal times
 	src int   // index of the input it came from

@@ -47,6 +47,10 @@ type InputOptions struct {
 	// Query keeps the requests' query strings (Request.RawQuery), for a
 	// configuration whose keys read them (policy.Policy.ReadsQuery).
 	Query bool
+	// RespHeaders, when not nil, are the only response headers of text
+	// logs to keep (those the configuration's costs read,
+	// policy.Policy.ResponseHeaders); nil keeps all.
+	RespHeaders []string
 }
 
 // Defaults of InputOptions.
@@ -257,6 +261,12 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 					ps.only[http.CanonicalHeaderKey(h)] = true
 				}
 			}
+			if opts.RespHeaders != nil {
+				ps.resp = map[string]bool{}
+				for _, h := range opts.RespHeaders {
+					ps.resp[http.CanonicalHeaderKey(h)] = true
+				}
+			}
 			in.parse, in.reorder = ps.parse, format.hasRequestTime
 		}
 	}
@@ -396,7 +406,12 @@ func newJSONParser() func([]byte, *Request) error {
 			return fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
 		r.Time, r.Method, r.Host, r.Path, r.RawQuery = e.Time, e.Method, e.Host, e.Path, e.Query
-		r.Status, r.Bytes, r.ContentLength = e.Status, e.Bytes, e.ContentLength
+		r.Status, r.Bytes, r.ContentLength, r.APIKey = e.Status, e.Bytes, e.ContentLength, e.APIKey
+		switch e.Decision {
+		case "allowed", "no-rule", "":
+		default:
+			r.Answered = true // refused, can-never-pass, unavailable, bad-cost, forbidden, limits, error
+		}
 		for _, h := range e.RespHeader {
 			r.setRespHeader(http.CanonicalHeaderKey(h.Name), h.Value)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
 )
@@ -37,8 +39,24 @@ type AccessLog struct {
 // logged is one request being served with the access log on: its entry,
 // filled as the request goes (route, decision) and written at the end.
 type logged struct {
-	e   accesslog.Entry
-	hdr []accesslog.Header
+	e    accesslog.Entry
+	hdr  []accesslog.Header
+	resp []accesslog.Header
+	// keyLabel is the API key header's part in a rule's key
+	// ("header:X-Api-Key="), whose value the entry's key replaces with
+	// the key's hash; empty without API keys.
+	keyLabel string
+}
+
+// logSpec is what the access log records of a request, for the
+// configuration running.
+type logSpec struct {
+	headers []string // request headers, canonical
+	resp    []string // response headers the costs read
+	query   bool
+	// keyHeader is the api_keys header: recorded as apikey.Logged (its
+	// SHA-256), never as sent; empty without API keys.
+	keyHeader, keyLabel string
 }
 
 type loggedKey struct{}
@@ -58,7 +76,7 @@ type recorder struct {
 }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
+	if w.status == 0 && code >= 200 { // not 100 Continue, 103 Early Hints
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -132,10 +150,17 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		start := time.Now()
 		l := loggedPool.Get().(*logged)
 		cfg := s.gw.Config()
+		spec := s.logSpec.Load()
 		e := &l.e
 		*e = accesslog.Entry{Time: s.now(), Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
-		if s.logQuery.Load() {
+		if spec.query {
 			e.Query = r.URL.RawQuery
+		}
+		if spec.keyHeader != "" {
+			e.APIKey = apikey.Logged(r.Header.Get(spec.keyHeader))
+			if e.APIKey != "" {
+				l.keyLabel = spec.keyLabel
+			}
 		}
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 			e.Peer = host
@@ -144,7 +169,7 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 			e.ClientIP = a.String()
 		}
 		hdr := l.hdr[:0]
-		for _, name := range *s.logHeaders.Load() {
+		for _, name := range spec.headers {
 			if v := r.Header[name]; len(v) > 0 {
 				hdr = append(hdr, accesslog.Header{Name: name, Value: v[0]})
 			}
@@ -156,32 +181,46 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		if e.Status == 0 {
 			e.Status = http.StatusOK
 		}
+		resp := l.resp[:0]
+		for _, name := range spec.resp {
+			if v := w.Header()[name]; len(v) > 0 {
+				resp = append(resp, accesslog.Header{Name: name, Value: v[0]})
+			}
+		}
+		e.RespHeader = resp
 		if e.Decision == "" {
 			e.Decision = "no-rule"
 		}
 		s.access.Log(e)
-		l.hdr = hdr[:0]
+		l.hdr, l.resp, l.keyLabel = hdr[:0], resp[:0], ""
 		clear(l.hdr[:cap(l.hdr)])
+		clear(l.resp[:cap(l.resp)])
 		l.e = accesslog.Entry{Shadow: e.Shadow[:0]}
 		loggedPool.Put(l)
 	})
 }
 
-// setLogHeaders records which headers the access log keeps for the
-// configuration running, and whether it keeps the query.
-func (s *Server) setLogHeaders(cfg *config.Config) {
-	s.logQuery.Store(cfg.Policy.ReadsQuery())
-	names := cfg.RequestHeaders()
+// setLogSpec records what the access log keeps for the configuration
+// running: the request headers it reads (and those --access-log-header
+// adds), the response headers its costs read, the query when its keys
+// read it, and the API key's hash, never the key: the api_keys header is
+// not among the headers, whatever asks for it.
+func (s *Server) setLogSpec(cfg *config.Config) {
+	spec := &logSpec{query: cfg.Policy.ReadsQuery(), resp: cfg.Policy.ResponseHeaders()}
 	seen := map[string]bool{}
-	var out []string
-	for _, n := range append(names, s.opts.AccessLog.Headers...) {
+	if cfg.Gateway.Keys != nil {
+		spec.keyHeader = http.CanonicalHeaderKey(cfg.Gateway.KeyHeader)
+		spec.keyLabel = "header:" + spec.keyHeader + "="
+		seen[spec.keyHeader] = true
+	}
+	for _, n := range append(cfg.RequestHeaders(), s.opts.AccessLog.Headers...) {
 		n = http.CanonicalHeaderKey(n)
 		if n != "" && !seen[n] {
 			seen[n] = true
-			out = append(out, n)
+			spec.headers = append(spec.headers, n)
 		}
 	}
-	s.logHeaders.Store(&out)
+	s.logSpec.Store(spec)
 }
 
 // onRoute is the gateway's OnRoute hook: it notes the route in the entry.
@@ -215,11 +254,36 @@ func noteDecision(r *http.Request, v *engine.Verdict) {
 	}
 	if i := v.Decider(); i >= 0 {
 		e.Rule, e.Key = v.Results[i].Rule.Name, v.Results[i].Key
+		if l.keyLabel != "" && strings.Contains(e.Key, l.keyLabel) {
+			e.Key = redactKey(e.Key, l.keyLabel, e.APIKey)
+		}
 	}
 	for i := range v.Results {
 		if res := &v.Results[i]; res.Rule.Shadow && (res.Outcome == engine.ShadowRefused || res.Outcome == engine.CanNeverPass) {
 			e.Shadow = append(e.Shadow, res.Rule.Name)
 		}
+	}
+}
+
+// redactKey returns key (a rule's key, parts label=value joined by +,
+// whose values escape + and =) with the value of its part label (the API
+// key header's) replaced by the key's hash: what a replay of the entry
+// keys that rule by (it puts the hash in the header).
+func redactKey(key, label, hash string) string {
+	parts := strings.Split(key, "+")
+	for i, p := range parts {
+		if strings.HasPrefix(p, label) {
+			parts[i] = label + hash
+		}
+	}
+	return strings.Join(parts, "+")
+}
+
+// noteAnswered is the OnAnswered hook's part: the gateway answered the
+// request itself (forbidden, limits).
+func noteAnswered(r *http.Request, why string) {
+	if l := loggedOf(r); l != nil {
+		l.e.Decision = why
 	}
 }
 
