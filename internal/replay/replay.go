@@ -108,17 +108,17 @@ type Options struct {
 
 // Report is what a replay found.
 type Report struct {
-	Files     []string   `json:"files"`
-	Requests  int64      `json:"requests"`
-	First     time.Time  `json:"first"`
-	Last      time.Time  `json:"last"`
-	Malformed int64      `json:"malformed"`
-	Examples  []string   `json:"malformed_lines,omitempty"`
-	Dropped   int64      `json:"dropped_by_log,omitempty"`
-	Late      int64      `json:"late,omitempty"`
+	Files     []string  `json:"files"`
+	Requests  int64     `json:"requests"`
+	First     time.Time `json:"first"`
+	Last      time.Time `json:"last"`
+	Malformed int64     `json:"malformed"`
+	Examples  []string  `json:"malformed_lines,omitempty"`
+	Dropped   int64     `json:"dropped_by_log,omitempty"`
+	Late      int64     `json:"late,omitempty"`
 	// Unsettled counts the requests whose rules counted after the
 	// response could not be settled (Decision.Unsettled).
-	Unsettled int64 `json:"unsettled,omitempty"`
+	Unsettled int64      `json:"unsettled,omitempty"`
 	Statuses  []Count    `json:"statuses"`
 	Rules     []RuleStat `json:"rules"`
 	TopKeys   []KeyStat  `json:"top_refused_keys"`

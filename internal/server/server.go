@@ -86,9 +86,9 @@ type Server struct {
 	dash     *dashboard.Dashboard // nil without an admin listener
 	loadedAt atomic.Int64         // unix ns when the running configuration was applied
 
-	access     *accesslog.Writer         // nil when off
-	logSpec    atomic.Pointer[logSpec]   // what the access log records of a request
-	addrs      atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
+	access  *accesslog.Writer         // nil when off
+	logSpec atomic.Pointer[logSpec]   // what the access log records of a request
+	addrs   atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    *leased
