@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portero-rl/portero/internal/apikey"
+)
+
+// plansReplayPolicy is the API-gateway model with the rules counted after
+// the response: two plans chosen by API key (one covering only some
+// routes, with a daily quota), the limits endpoint, failed logins counted
+// by their 401s, a token budget per key charged from the upstream's
+// X-Tokens-Used, and a rule keyed on the key's header itself (which the
+// log must show hashed). UPSTREAM and the hashes are replaced by the
+// test.
+const plansReplayPolicy = `
+client_ip:
+  trusted_proxies: [127.0.0.0/8]
+upstreams:
+  app: {url: "UPSTREAM"}
+routes:
+  - {name: login, match: {path: /login}, upstream: app}
+  - {name: api, match: {path: "/api/**"}, upstream: app}
+plans:
+  basic:
+    rate: 4
+    burst: 6
+    quota: 50/day
+    routes: [{path: /login}, {path: /api/items}, {path: /api/chat}]
+  gold:
+    rate: 10
+    burst: 20
+api_keys:
+  header: X-Key
+  keys:
+    - {id: acme, plan: gold, sha256: ` + "ACME_HASH" + `}
+    - {id: initech, plan: basic, sha256: ` + "INITECH_HASH" + `}
+rules:
+  - {name: login-failures, match: {methods: [POST], path: /login}, key: ip, algorithm: sliding-log, limit: 5/min, count_responses: ["401"]}
+  - {name: per-header-key, key: "header:X-Key", limit: 5/s}
+  - {name: tokens, match: {path: /api/chat}, key: "identity:api_key", algorithm: fixed-window, limit: 1500/min, cost: "response-header:X-Tokens-Used", reserve: 50}
+`
+
+// The keys the test's callers present: they must never reach the log.
+const (
+	acmeKey    = "acme-secret-key-7f3a"
+	initechKey = "initech-secret-key-91c2"
+	bogusKey   = "bogus-secret-key-0000"
+)
+
+// plansUpstream answers /login 200 for the right password and 401
+// otherwise, and /api/chat with the tokens the request asks it to report.
+func plansUpstream(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/login":
+			if r.Header.Get("X-Password") != "right" {
+				w.WriteHeader(http.StatusUnauthorized)
+				io.WriteString(w, "wrong password\n")
+				return
+			}
+		case "/api/chat":
+			if n := r.Header.Get("X-Want-Tokens"); n != "" {
+				w.Header().Set("X-Tokens-Used", n)
+			}
+		}
+		io.WriteString(w, "ok "+r.URL.Path+"\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type planRequest struct {
+	at                     time.Time
+	method, path           string
+	client, key            string
+	password, tokens, what string
+}
+
+// plansTraffic makes n requests from four addresses with the two keys, a
+// wrong one and none, at random sub-second instants from 90 s before
+// midnight UTC (the basic quota's day ends in the middle).
+func plansTraffic(n int) []planRequest {
+	rng := rand.New(rand.NewPCG(14, 15))
+	at := time.Date(2026, 3, 1, 23, 58, 30, 0, time.UTC)
+	var out []planRequest
+	for range n {
+		at = at.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+		r := planRequest{at: at, method: "GET", path: "/api/items", client: fmt.Sprintf("203.0.113.%d", 1+rng.IntN(4))}
+		switch k := rng.IntN(20); {
+		case k < 2:
+		case k < 3:
+			r.key = bogusKey
+		case k < 11:
+			r.key = acmeKey
+		default:
+			r.key = initechKey
+		}
+		switch rng.IntN(20) {
+		case 0, 1, 2, 3, 4:
+			r.method, r.path, r.password = "POST", "/login", []string{"right", "wrong", "wrong"}[rng.IntN(3)]
+		case 5, 6, 7, 8, 9, 10:
+			r.path, r.tokens = "/api/chat", strconv.Itoa(1+rng.IntN(120))
+			if rng.IntN(15) == 0 {
+				r.tokens = "" // the upstream reports nothing: the reservation stands
+			}
+		case 11:
+			r.path = "/api/admin" // not in the basic plan: 403
+		case 12:
+			r.path = "/v1/limits"
+			if rng.IntN(3) == 0 {
+				r.method = "POST" // 405
+			}
+		case 13:
+			r.path = "/elsewhere" // gold: no route, 404 after the limits
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// servedLine is what serve's access log says of a request.
+type servedLine struct {
+	Status   int    `json:"status"`
+	Route    string `json:"route"`
+	Rule     string `json:"rule"`
+	Key      string `json:"key"`
+	Decision string `json:"decision"`
+	APIKey   string `json:"api_key_sha256"`
+}
+
+// TestReplayMatchesServePlans: a running portero serve with usage plans and
+// API keys, failed logins counted on their 401s and a token budget charged
+// from a response header writes its JSON access log; portero replay of that
+// log decides every line as serve did — status, decision and deciding rule
+// — and the log holds the keys' hashes, never a key.
+func TestReplayMatchesServePlans(t *testing.T) {
+	dir := t.TempDir()
+	up := plansUpstream(t)
+	policy := strings.NewReplacer("UPSTREAM", up.URL, "ACME_HASH", apikey.Hash(acmeKey), "INITECH_HASH", apikey.Hash(initechKey)).Replace(plansReplayPolicy)
+	cfgPath := filepath.Join(dir, "portero.yaml")
+	if err := os.WriteFile(cfgPath, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	accessLog := filepath.Join(dir, "access.log")
+	clock := &virtualClock{}
+	gw, stop := startServe(t, cfgPath, accessLog, clock)
+	traffic := plansTraffic(700)
+	var served []int
+	client := &http.Client{}
+	for _, r := range traffic {
+		clock.set(r.at)
+		req, _ := http.NewRequest(r.method, gw+r.path, nil)
+		req.Header.Set("X-Forwarded-For", r.client)
+		if r.key != "" {
+			req.Header.Set("X-Key", r.key)
+		}
+		if r.password != "" {
+			req.Header.Set("X-Password", r.password)
+		}
+		if r.tokens != "" {
+			req.Header.Set("X-Want-Tokens", r.tokens)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		served = append(served, res.StatusCode)
+	}
+	stop() // flushes and closes the access log
+
+	raw, err := os.ReadFile(accessLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{acmeKey, initechKey, bogusKey} {
+		if strings.Contains(string(raw), key) {
+			t.Errorf("the access log holds the API key %q in clear", key)
+		}
+	}
+	var lines []servedLine
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	for sc.Scan() {
+		var l servedLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("access log line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != len(traffic) {
+		t.Fatalf("the access log has %d lines for %d requests", len(lines), len(traffic))
+	}
+	counts := map[string]int{}
+	for i, l := range lines {
+		if l.Status != served[i] {
+			t.Fatalf("access log line %d: status %d, the client got %d", i+1, l.Status, served[i])
+		}
+		if want := apikey.Logged(traffic[i].key); l.APIKey != want {
+			t.Errorf("access log line %d: api_key_sha256 %q, want %q (the key's SHA-256)", i+1, l.APIKey, want)
+		}
+		// A rule keyed on the key's header shows its hash, as the replay
+		// keys it.
+		if want := "header:X-Key=" + apikey.Hash(traffic[i].key); l.Rule == "per-header-key" && l.Key != want {
+			t.Errorf("access log line %d: key %q, want %q", i+1, l.Key, want)
+		}
+		counts[fmt.Sprintf("%d %s %s", l.Status, l.Decision, l.Rule)]++
+	}
+	t.Logf("serve answered %v", counts)
+	// The traffic must exercise every part, or agreeing proves little.
+	for _, want := range []string{"401 allowed", "200 allowed per-header-key", "429 refused login-failures", "429 refused tokens", "429 refused plan/basic/quota",
+		"403 forbidden", "405 limits", "200 limits", "404 allowed"} {
+		n := 0
+		for k, c := range counts {
+			if strings.HasPrefix(k, want) {
+				n += c
+			}
+		}
+		if n < 3 {
+			t.Errorf("serve answered %q only %d times: the traffic does not exercise it", want, n)
+		}
+	}
+
+	decisions := filepath.Join(dir, "decisions.csv")
+	out, errOut, code := runCmd(t, "replay", "--config", cfgPath, "--decisions", decisions, accessLog)
+	if code != 0 {
+		t.Fatalf("replay: exit %d: %s\n%s", code, errOut, out)
+	}
+	f, err := os.Open(decisions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = rows[1:]
+	if len(rows) != len(lines) {
+		t.Fatalf("replay decided %d requests, serve %d\n%s", len(rows), len(lines), out)
+	}
+	diffs := 0
+	for i, l := range lines {
+		// Replay says 200 for a request passed on (the upstream answers
+		// what it answers: 401 for a wrong password), no-route for one
+		// that passed the limits and matched no route.
+		want := []string{strconv.Itoa(l.Status), l.Rule, l.Decision}
+		if l.Route != "" && (l.Decision == "allowed" || l.Decision == "no-rule") {
+			want[0] = "200"
+		}
+		if l.Route == "" && l.Status == http.StatusNotFound {
+			want[2] = "no-route"
+		}
+		if got := rows[i][5:8]; strings.Join(got, ",") != strings.Join(want, ",") {
+			diffs++
+			if diffs <= 8 {
+				t.Errorf("request %d (%s %s key %.7s… password %q tokens %q): replay %v, serve %v", i+1, traffic[i].method, traffic[i].path,
+					traffic[i].key, traffic[i].password, traffic[i].tokens, got, want)
+			}
+		}
+	}
+	if diffs > 0 {
+		t.Errorf("%d of %d decisions of the replay differ from serve's\n%s", diffs, len(lines), out)
+	}
+	if strings.Contains(out, "could not be settled") {
+		t.Errorf("replay of serve's own log could not settle some requests:\n%s", out)
+	}
+}
