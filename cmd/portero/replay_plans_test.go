@@ -160,6 +160,11 @@ func TestReplayMatchesServePlans(t *testing.T) {
 	gw, stop := startServe(t, cfgPath, accessLog, clock)
 	traffic := plansTraffic(700)
 	var served []int
+	// The same requests as a CSV with their responses, as a proxy in front
+	// would log them: the key in clear (a text log has its header), the
+	// status and the tokens the upstream reported.
+	var csvLog strings.Builder
+	csvLog.WriteString("time,method,path,client_ip,header:X-Key,status,response_header:X-Tokens-Used\n")
 	client := &http.Client{}
 	for _, r := range traffic {
 		clock.set(r.at)
@@ -181,6 +186,12 @@ func TestReplayMatchesServePlans(t *testing.T) {
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 		served = append(served, res.StatusCode)
+		fmt.Fprintf(&csvLog, "%s,%s,%s,%s,%s,%d,%s\n", r.at.Format(time.RFC3339Nano), r.method, r.path, r.client, r.key,
+			res.StatusCode, res.Header.Get("X-Tokens-Used"))
+	}
+	csvPath := filepath.Join(dir, "requests.csv")
+	if err := os.WriteFile(csvPath, []byte(csvLog.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	stop() // flushes and closes the access log
 
@@ -235,8 +246,16 @@ func TestReplayMatchesServePlans(t *testing.T) {
 		}
 	}
 
-	decisions := filepath.Join(dir, "decisions.csv")
-	out, errOut, code := runCmd(t, "replay", "--config", cfgPath, "--decisions", decisions, accessLog)
+	for _, in := range []struct{ name, path string }{{"access log", accessLog}, {"csv", csvPath}} {
+		t.Run(in.name, func(t *testing.T) { replayMatches(t, cfgPath, in.path, traffic, lines) })
+	}
+}
+
+// replayMatches replays log through the configuration and compares every
+// decision with serve's access log lines.
+func replayMatches(t *testing.T, cfgPath, log string, traffic []planRequest, lines []servedLine) {
+	decisions := filepath.Join(t.TempDir(), "decisions.csv")
+	out, errOut, code := runCmd(t, "replay", "--config", cfgPath, "--decisions", decisions, log)
 	if code != 0 {
 		t.Fatalf("replay: exit %d: %s\n%s", code, errOut, out)
 	}
