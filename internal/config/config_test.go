@@ -275,4 +275,26 @@ rules:
 	if !cfg.Policy.ReadsQuery() {
 		t.Error("Policy.ReadsQuery() = false for a key with a query part")
 	}
+	if got := cfg.Policy.ResponseHeaders(); len(got) != 0 || cfg.Policy.ReadsResponseBytes() {
+		t.Errorf("ResponseHeaders() = %v, ReadsResponseBytes() = %v for rules whose costs read no response", got, cfg.Policy.ReadsResponseBytes())
+	}
+	// Costs from the response: the headers a log must keep to settle them.
+	cfg, err = config.Parse("t.yaml", []byte(`
+upstreams:
+  app: {url: "http://127.0.0.1:9"}
+routes:
+  - {upstream: app}
+rules:
+  - {name: tokens, key: ip, limit: 1000/min, cost: "response-header:x-tokens-used", reserve: 10}
+  - {name: more, key: ip, limit: 1000/min, cost: "response-header:X-Tokens-Used", reserve: 10}
+  - {name: bytes, key: ip, limit: 100000/min, cost: response-bytes}
+  - {name: logins, key: ip, limit: 5/min, count_responses: ["401"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Policy.ResponseHeaders(), " "); got != "X-Tokens-Used" || !cfg.Policy.ReadsResponseBytes() || cfg.Policy.ReadsQuery() {
+		t.Errorf("ResponseHeaders() = %q, ReadsResponseBytes() = %v, ReadsQuery() = %v; want X-Tokens-Used, true, false",
+			got, cfg.Policy.ReadsResponseBytes(), cfg.Policy.ReadsQuery())
+	}
 }
