@@ -371,9 +371,7 @@ type Decision struct {
 	// ClientIP is the client address the limiter settled on.
 	ClientIP netip.Addr
 
-	s       scratch
-	pending []policy.Settlement // for Settle
-	adj     []engine.Adjustment
+	s scratch
 }
 
 // Decide decides r with route as its route name ("" for none), at now,

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"cmp"
 	"context"
+	"maps"
 	"net/http"
 	"time"
 
@@ -82,20 +83,47 @@ func (cfg *Config) settle(ctx context.Context, now time.Time, pending []policy.S
 	return perr, cfg.engine.Settle(ctx, now, adj), adj
 }
 
-// Settle settles the rules of d (a decision of Decide) counted after the
-// response — count_responses, a cost from the response — with resp, at
-// now, as Serve does once the handler has answered: for a replayed
-// request, whose response its log recorded. It does nothing for a request
-// the limiter refused. The error is the policy's, else the engine's.
-func (l *Limiter) Settle(r *http.Request, d *Decision, resp *policy.Response, now time.Time) error {
+// Owed is what a request that Decide passed owes once its response is
+// known: its hits of the rules counted after the response
+// (count_responses, a cost from the response), to be settled by Pay when
+// the response ends, as Serve settles them once the handler has answered.
+// It is for replaying traffic, where the response is the one the log
+// recorded and ends when the log says; the zero value owes nothing, and
+// Owe reuses an Owed's memory.
+type Owed struct {
+	pending []policy.Settlement
+	req     policy.Request
+	adj     []engine.Adjustment
+}
+
+// Owe sets o to what d, decided at now, owes, and reports whether it owes
+// anything: nothing for a request refused or answered without a verdict,
+// nor when no rule is counted after the response. o keeps what it needs
+// of the request (its headers, identities): d and the request may be
+// reused before Pay.
+func (l *Limiter) Owe(d *Decision, now time.Time, o *Owed) bool {
 	cfg := l.cfg.Load()
 	if d.Verdict == nil || !cfg.Policy.Settles() {
+		return false
+	}
+	if o.pending = cfg.Policy.Pending(d.Verdict, now, o.pending[:0]); len(o.pending) == 0 {
+		return false
+	}
+	o.req = d.s.req
+	o.req.Identity = maps.Clone(o.req.Identity)
+	o.req.Header = map[string][]string(http.Header(o.req.Header).Clone())
+	return true
+}
+
+// Pay settles o with resp, the response that ended at now: the policy's
+// adjustments, then the engine's, as Serve's settlement does. The error is
+// the policy's (a cost in the response that cannot be read: that rule
+// keeps its reservation), else the engine's.
+func (l *Limiter) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
+	if len(o.pending) == 0 {
 		return nil
 	}
-	if d.pending = cfg.Policy.Pending(&d.s.v, now, d.pending[:0]); len(d.pending) == 0 {
-		return nil
-	}
-	perr, eerr, adj := cfg.settle(r.Context(), now, d.pending, &d.s.req, resp, d.adj)
-	d.adj = adj
+	perr, eerr, adj := l.cfg.Load().settle(ctx, now, o.pending, &o.req, resp, o.adj)
+	o.adj = adj
 	return cmp.Or(perr, eerr)
 }

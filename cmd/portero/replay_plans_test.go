@@ -299,3 +299,76 @@ func replayMatches(t *testing.T, cfgPath, log string, traffic []planRequest, lin
 		t.Errorf("replay of serve's own log could not settle some requests:\n%s", out)
 	}
 }
+
+// TestReplaySettlesWhenTheResponseEnds: serve counts a failed login when
+// its response ends, so a failure that arrives while an earlier one is
+// still in flight does not see it; the replay settles each response at
+// the end its log line gives (time + latency) and decides the same. A
+// replay that settled at arrival would refuse the second failure.
+func TestReplaySettlesWhenTheResponseEnds(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			arrived <- struct{}{}
+			<-release
+		}
+		if r.Header.Get("X-Password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "portero.yaml")
+	os.WriteFile(cfgPath, []byte(`
+upstreams: {app: {url: "`+up.URL+`"}}
+routes: [{name: login, upstream: app}]
+rules:
+  - {name: login-failures, match: {methods: [POST], path: /login}, key: ip, algorithm: sliding-log, limit: 2/min, count_responses: ["401"]}
+`), 0o644)
+	accessLog := filepath.Join(dir, "access.log")
+	clock := &virtualClock{}
+	gw, stop := startServe(t, cfgPath, accessLog, clock)
+	post := func(password string, hold bool) int {
+		req, _ := http.NewRequest("POST", gw+"/login", nil)
+		req.Header.Set("X-Password", password)
+		if hold {
+			req.Header.Set("X-Hold", "1")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	t0 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	var served []int
+	clock.set(t0)
+	served = append(served, post("wrong", false)) // counted: 1 of 2
+	clock.set(t0.Add(time.Second))
+	held := make(chan int, 1)
+	go func() { held <- post("wrong", true) }() // in flight until released
+	<-arrived
+	clock.set(t0.Add(2 * time.Second))
+	served = append(served, post("wrong", false)) // the held one is not counted yet: passes, 2 of 2
+	clock.set(t0.Add(3 * time.Second))
+	close(release) // the held one ends, counted: 3
+	heldStatus := <-held
+	clock.set(t0.Add(4 * time.Second))
+	served = append(served, post("right", false)) // nothing left: refused
+	stop()
+	served = append(served[:1], append([]int{heldStatus}, served[1:]...)...) // in arrival order
+	if want := []int{401, 401, 401, 429}; fmt.Sprint(served) != fmt.Sprint(want) {
+		t.Fatalf("serve answered %v, want %v", served, want)
+	}
+	decisions := filepath.Join(dir, "decisions.csv")
+	out, errOut, code := runCmd(t, "replay", "--config", cfgPath, "--decisions", decisions, accessLog)
+	if code != 0 {
+		t.Fatalf("replay: exit %d: %s\n%s", code, errOut, out)
+	}
+	// Passed on (200: the upstream answered 401) three times, then refused.
+	if got := readStatuses(t, decisions); fmt.Sprint(got) != "[200 200 200 429]" {
+		t.Errorf("replay decided %v, want [200 200 200 429] as serve did\n%s", got, out)
+	}
+}

@@ -270,7 +270,7 @@ const (
 // access log carries its API key as the log recorded it
 // (WithLoggedAPIKey). What it does not model: the overload section (decisions
 // take no time here), a request canceled while a queue rule holds it, and
-// the response (Settle settles the rules counted after it). It is what
+// the response (Owe and Pay settle the rules counted after it). It is what
 // `portero replay` decides with.
 func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 	d.Route, d.Upstream, d.Answered, d.Detail = "", "", "", ""
@@ -298,21 +298,34 @@ func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 	}
 }
 
-// Settle settles d's rules counted after the response (count_responses, a
-// cost from the response), as ServeHTTP does once the upstream has
-// answered resp — or, for a request no route matches, once the gateway has
-// answered it 404 itself. It does nothing for a request refused or
-// answered before the limiter (d.Answered).
-func (g *Gateway) Settle(r *http.Request, d *Decision, resp *policy.Response, now time.Time) error {
+// Owed is what a request Decide passed owes once its response ends
+// (httplimit.Owed): the rules counted after the response.
+type Owed struct {
+	httplimit.Owed
+	notFound bool // no route matched: the gateway answered 404 itself
+}
+
+// Owe sets o to what d, decided at now, owes once its response ends, and
+// reports whether it owes anything (httplimit.Limiter.Owe): nothing for a
+// request refused or answered before the limiter (d.Answered).
+func (g *Gateway) Owe(d *Decision, now time.Time, o *Owed) bool {
 	if d.Answered != "" {
-		return nil
+		return false
 	}
-	if d.Route == "" {
+	o.notFound = d.Route == ""
+	return g.limiter.Owe(&d.Decision, now, &o.Owed)
+}
+
+// Pay settles o with resp, the response that ended at now, as ServeHTTP
+// settles a request once the upstream has answered resp — or, for one no
+// route matched, once the gateway has answered it 404 itself.
+func (g *Gateway) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
+	if o.notFound {
 		nf := *resp
 		nf.Status = http.StatusNotFound
 		resp = &nf
 	}
-	return g.limiter.Settle(r, &d.Decision, resp, now)
+	return g.limiter.Pay(ctx, &o.Owed, resp, now)
 }
 
 // match returns the first route that matches r, or nil.

@@ -430,7 +430,7 @@ func (p *parser) parse(line []byte, r *Request) error {
 	if !haveMsec {
 		rt = rt.Truncate(time.Second)
 	}
-	r.Time = logged.Add(-rt)
+	r.Time, r.Latency = logged.Add(-rt), rt
 	return nil
 }
 

@@ -54,6 +54,11 @@ type Request struct {
 	Status     int
 	Bytes      int64
 	RespHeader http.Header
+	// Latency is how long the response took (serve's latency_ms, nginx's
+	// $request_time — whole seconds of it without $msec —, Apache's %D or
+	// %T), 0 when the log does not say: its rules counted after the
+	// response are settled at Time + Latency, when serve settled them.
+	Latency time.Duration
 	// Answered: the log says Portero answered the request itself (serve's
 	// access log: refused, forbidden…), so its response is not the
 	// upstream's and settles nothing.

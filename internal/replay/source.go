@@ -406,7 +406,7 @@ func newJSONParser() func([]byte, *Request) error {
 			return fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
 		r.Time, r.Method, r.Host, r.Path, r.RawQuery = e.Time, e.Method, e.Host, e.Path, e.Query
-		r.Status, r.Bytes, r.ContentLength, r.APIKey = e.Status, e.Bytes, e.ContentLength, e.APIKey
+		r.Status, r.Bytes, r.ContentLength, r.APIKey, r.Latency = e.Status, e.Bytes, e.ContentLength, e.APIKey, e.Latency
 		switch e.Decision {
 		case "allowed", "no-rule", "":
 		default:

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -147,12 +146,15 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		start := time.Now()
 		l := loggedPool.Get().(*logged)
 		cfg := s.gw.Config()
 		spec := s.logSpec.Load()
 		e := &l.e
-		*e = accesslog.Entry{Time: s.now(), Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
+		// The latency is on the server's clock too: Time + Latency is when
+		// the response ended, when the rules counted after it were settled
+		// (a replay settles them then).
+		start := s.now()
+		*e = accesslog.Entry{Time: start, Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
 		if spec.query {
 			e.Query = r.URL.RawQuery
 		}
@@ -177,7 +179,7 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		e.Header = hdr
 		rec := &recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), loggedKey{}, l)))
-		e.Status, e.Bytes, e.Latency = rec.status, rec.bytes, time.Since(start)
+		e.Status, e.Bytes, e.Latency = rec.status, rec.bytes, s.now().Sub(start)
 		if e.Status == 0 {
 			e.Status = http.StatusOK
 		}
