@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero/internal/apikey"
+	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/internal/server"
 )
 
 // plansReplayPolicy is the API-gateway model with the rules counted after
@@ -148,17 +150,77 @@ type servedLine struct {
 // log decides every line as serve did — status, decision and deciding rule
 // — and the log holds the keys' hashes, never a key.
 func TestReplayMatchesServePlans(t *testing.T) {
+	clock := &virtualClock{}
+	checkPlansReplay(t, plansReplayPolicy, clock, plansTraffic(700), func(cfgPath, accessLog string) (string, func()) {
+		return startServe(t, cfgPath, accessLog, clock)
+	}, "401 allowed", "200 allowed per-header-key", "429 refused login-failures", "429 refused tokens",
+		"429 refused plan/basic/quota", "403 forbidden", "405 limits", "200 limits", "404 allowed")
+}
+
+// plansRedisPolicy is plansReplayPolicy for a serve on Redis, which
+// decides on the Redis server's clock, not the test's: limits that do not
+// move in the seconds the test takes (buckets that refill one unit in 17
+// or 40 minutes, a sliding log of an hour; no calendar quota, whose period
+// could end in the middle), so that the instants serve and the replay
+// decide at, a fraction of a millisecond apart, cannot part their
+// decisions.
+const plansRedisPolicy = `
+client_ip:
+  trusted_proxies: [127.0.0.0/8]
+store: {type: redis, url: "REDIS"}
+upstreams:
+  app: {url: "UPSTREAM"}
+routes:
+  - {name: login, match: {path: /login}, upstream: app}
+  - {name: api, match: {path: "/api/**"}, upstream: app}
+plans:
+  basic:
+    rate: 0.001
+    burst: 40
+    routes: [{path: /login}, {path: /api/items}, {path: /api/chat}]
+  gold:
+    rate: 0.001
+    burst: 90
+api_keys:
+  header: X-Key
+  keys:
+    - {id: acme, plan: gold, sha256: ACME_HASH}
+    - {id: initech, plan: basic, sha256: INITECH_HASH}
+rules:
+  - {name: login-failures, match: {methods: [POST], path: /login}, key: ip, algorithm: sliding-log, limit: 5/h, count_responses: ["401"]}
+  - {name: per-header-key, key: "header:X-Key", algorithm: token-bucket, limit: 1/40m burst 120}
+  - {name: tokens, match: {path: /api/chat}, key: "identity:api_key", algorithm: token-bucket, limit: 1/40m burst 1500, cost: "response-header:X-Tokens-Used", reserve: 50}
+`
+
+// TestReplayMatchesServePlansOnRedis: the same with serve counting in a
+// real redis-server (its Lua scripts, its settlement of the rules counted
+// after the response) and the replay in memory, as it always does: every
+// line decided alike.
+func TestReplayMatchesServePlansOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	policy := strings.ReplaceAll(plansRedisPolicy, "REDIS", srv.URL())
+	checkPlansReplay(t, policy, nil, plansTraffic(400), func(cfgPath, accessLog string) (string, func()) {
+		return startServeWith(t, server.Options{ConfigPath: cfgPath, AccessLog: server.AccessLog{Path: accessLog}})
+	}, "401 allowed", "429 refused login-failures", "429 refused tokens", "429 refused plan/basic", "403 forbidden",
+		"405 limits", "200 limits", "404 allowed")
+}
+
+// checkPlansReplay serves traffic with policy (its UPSTREAM and key hashes
+// filled in) through the serve start returns, on clock when not nil (else
+// on the wall clock, and without the CSV, whose times would be the
+// client's), checks that serve answered each of exercised at least three
+// times and logged no key, and replays its access log (and the CSV).
+func checkPlansReplay(t *testing.T, policy string, clock *virtualClock, traffic []planRequest,
+	start func(cfgPath, accessLog string) (string, func()), exercised ...string) {
 	dir := t.TempDir()
 	up := plansUpstream(t)
-	policy := strings.NewReplacer("UPSTREAM", up.URL, "ACME_HASH", apikey.Hash(acmeKey), "INITECH_HASH", apikey.Hash(initechKey)).Replace(plansReplayPolicy)
+	policy = strings.NewReplacer("UPSTREAM", up.URL, "ACME_HASH", apikey.Hash(acmeKey), "INITECH_HASH", apikey.Hash(initechKey)).Replace(policy)
 	cfgPath := filepath.Join(dir, "portero.yaml")
 	if err := os.WriteFile(cfgPath, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	accessLog := filepath.Join(dir, "access.log")
-	clock := &virtualClock{}
-	gw, stop := startServe(t, cfgPath, accessLog, clock)
-	traffic := plansTraffic(700)
+	gw, stop := start(cfgPath, accessLog)
 	var served []int
 	// The same requests as a CSV with their responses, as a proxy in front
 	// would log them: the key in clear (a text log has its header), the
@@ -167,7 +229,9 @@ func TestReplayMatchesServePlans(t *testing.T) {
 	csvLog.WriteString("time,method,path,client_ip,header:X-Key,status,response_header:X-Tokens-Used\n")
 	client := &http.Client{}
 	for _, r := range traffic {
-		clock.set(r.at)
+		if clock != nil {
+			clock.set(r.at)
+		}
 		req, _ := http.NewRequest(r.method, gw+r.path, nil)
 		req.Header.Set("X-Forwarded-For", r.client)
 		if r.key != "" {
@@ -233,8 +297,7 @@ func TestReplayMatchesServePlans(t *testing.T) {
 	}
 	t.Logf("serve answered %v", counts)
 	// The traffic must exercise every part, or agreeing proves little.
-	for _, want := range []string{"401 allowed", "200 allowed per-header-key", "429 refused login-failures", "429 refused tokens", "429 refused plan/basic/quota",
-		"403 forbidden", "405 limits", "200 limits", "404 allowed"} {
+	for _, want := range exercised {
 		n := 0
 		for k, c := range counts {
 			if strings.HasPrefix(k, want) {
@@ -246,7 +309,11 @@ func TestReplayMatchesServePlans(t *testing.T) {
 		}
 	}
 
-	for _, in := range []struct{ name, path string }{{"access log", accessLog}, {"csv", csvPath}} {
+	inputs := []struct{ name, path string }{{"access log", accessLog}, {"csv", csvPath}}
+	if clock == nil {
+		inputs = inputs[:1]
+	}
+	for _, in := range inputs {
 		t.Run(in.name, func(t *testing.T) { replayMatches(t, cfgPath, in.path, traffic, lines) })
 	}
 }

@@ -57,19 +57,24 @@ var listenRE = regexp.MustCompile(`portero: gateway listening on (http://\S+)`)
 // virtual clock, with the JSON access log at accessLog.
 func startServe(t *testing.T, cfgPath, accessLog string, clock *virtualClock) (gateway string, stop func()) {
 	t.Helper()
+	return startServeWith(t, server.Options{ConfigPath: cfgPath, Now: clock.now, AccessLog: server.AccessLog{Path: accessLog},
+		// No sweeper: it reads the wall clock, far from the virtual one.
+		OpenStore: func(cfg *config.Config, _ *slog.Logger) (portero.Store, error) {
+			return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys, SweepInterval: -1})
+		}})
+}
+
+// startServeWith runs server.Run with opts (and a loopback gateway, no
+// admin listener) until stop.
+func startServeWith(t *testing.T, opts server.Options) (gateway string, stop func()) {
+	t.Helper()
 	out := &testenv.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	hurry := make(chan struct{})
 	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Options{ConfigPath: cfgPath, Listen: "127.0.0.1:0", AdminListen: "off", Stdout: out,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock.now, Hurry: hurry,
-			AccessLog: server.AccessLog{Path: accessLog},
-			// No sweeper: it reads the wall clock, far from the virtual one.
-			OpenStore: func(cfg *config.Config, _ *slog.Logger) (portero.Store, error) {
-				return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys, SweepInterval: -1})
-			}})
-	}()
+	opts.Listen, opts.AdminListen, opts.Stdout, opts.Hurry = "127.0.0.1:0", "off", out, hurry
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { done <- server.Run(ctx, opts) }()
 	stop = func() {
 		close(hurry)
 		cancel()
