@@ -393,8 +393,8 @@ func (p *parser) parse(line []byte, r *Request) error {
 		case fBytes:
 			r.Bytes = 0 // Apache's %b writes - for none
 			if v != nil {
-				n, err := strconv.ParseInt(string(v), 10, 64)
-				if err != nil || n < 0 {
+				n, ok := parseCount(v)
+				if !ok {
 					return malformed("body bytes %q: want a whole number", v)
 				}
 				r.Bytes = n
@@ -432,6 +432,22 @@ func (p *parser) parse(line []byte, r *Request) error {
 	}
 	r.Time, r.Latency = logged.Add(-rt), rt
 	return nil
+}
+
+// parseCount reads a whole number without allocating (strconv would copy
+// the bytes into a string on every line of a combined log).
+func parseCount(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // findLiteral returns the index of lit in b, skipping occurrences escaped

@@ -72,8 +72,9 @@ type Decision struct {
 	// Unsettled reports a request passed on whose rules counted after the
 	// response (count_responses, a cost from the response) could not be
 	// settled: the log does not record its response (status, or body
-	// bytes for response-bytes). Their reservations stand, as serve's do
-	// for a response that reports no cost.
+	// bytes for response-bytes), or the response it records is Portero's
+	// own (Request.Answered). Their reservations stand, as serve's do for
+	// a response that reports no cost.
 	Unsettled bool
 	// Detail says why a request was refused without any rule counting it
 	// (a cost that can never pass, a cost that cannot be read).
