@@ -317,7 +317,7 @@ func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 // path, query and the logged headers, its API key as the access log
 // recorded it) and decides it at now; then, for a request passed on,
 // settles the rules counted after the response with the response the log
-// recorded (Gateway.Settle: as serve did once the upstream answered).
+// recorded when it ended (Gateway.Owe and Pay: as serve did once the upstream answered).
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
 	ctx := context.Background()
 	if r.APIKey != "" {
