@@ -315,9 +315,11 @@ func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 
 // Decide builds the http.Request serve would have received (its peer, Host,
 // path, query and the logged headers, its API key as the access log
-// recorded it) and decides it at now; then, for a request passed on,
-// settles the rules counted after the response with the response the log
-// recorded when it ended (Gateway.Owe and Pay: as serve did once the upstream answered).
+// recorded it) and decides it at now, after settling the responses that
+// ended by now; for a request passed on, it keeps what the rules counted
+// after the response owe, to settle them with the response the log
+// recorded when it ends (Gateway.Owe and Pay: as serve did once the
+// upstream answered).
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
 	ctx := context.Background()
 	if r.APIKey != "" {
