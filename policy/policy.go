@@ -373,6 +373,26 @@ func (p *Policy) RequestHeaders() []string {
 	return out
 }
 
+// Cookies returns the names of the cookies p's keys read (cookie:NAME),
+// each once, in rule order.
+func (p *Policy) Cookies() []string {
+	var out []string
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if part.kind == keyCookie && !slices.Contains(out, part.name) {
+				out = append(out, part.name)
+			}
+		}
+	}
+	return out
+}
+
+// CookieValue returns the value of cookie name in h's Cookie lines, as a
+// key's cookie:NAME part reads it.
+func CookieValue(h map[string][]string, name string) (string, bool) {
+	return cookieValue(h["Cookie"], name)
+}
+
 // ResponseHeaders returns the response header fields p's rules take a
 // cost from (response-header:NAME), under canonical names, each once, in
 // rule order: what a door that records responses keeps, to settle them

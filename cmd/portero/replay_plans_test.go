@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -437,5 +438,56 @@ rules:
 	// Passed on (200: the upstream answered 401) three times, then refused.
 	if got := readStatuses(t, decisions); fmt.Sprint(got) != "[200 200 200 429]" {
 		t.Errorf("replay decided %v, want [200 200 200 429] as serve did\n%s", got, out)
+	}
+}
+
+// TestReplayCookieKeys: a rule keyed on a session cookie replays as serve
+// decided it, while the access log holds only that cookie, by its hash: a
+// session cookie is a credential, and the other cookies are not the
+// configuration's business.
+func TestReplayCookieKeys(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "portero.yaml")
+	os.WriteFile(cfgPath, []byte(`
+upstreams: {demo: {type: demo}}
+routes: [{name: all, upstream: demo}]
+rules:
+  - {name: per-session, key: "cookie:sid", limit: 3/min}
+`), 0o644)
+	accessLog := filepath.Join(dir, "access.log")
+	clock := &virtualClock{}
+	gw, stop := startServe(t, cfgPath, accessLog, clock)
+	t0 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	cookies := []string{"sid=session-secret-A; theme=dark", "theme=light; sid=\"session-secret-B\"", "sid=", "theme=dark"}
+	var served []int
+	for i := range 24 {
+		clock.set(t0.Add(time.Duration(i) * 700 * time.Millisecond))
+		req, _ := http.NewRequest("GET", gw+"/", nil)
+		req.Header.Set("Cookie", cookies[i%len(cookies)])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		served = append(served, res.StatusCode)
+	}
+	stop()
+	raw, _ := os.ReadFile(accessLog)
+	for _, secret := range []string{"session-secret", "theme"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("the access log holds %q:\n%s", secret, raw)
+		}
+	}
+	if !strings.Contains(string(raw), `"key":"cookie:sid=`+apikey.Hash("session-secret-A")+`"`) {
+		t.Errorf("the access log does not show the session's key by its hash:\n%s", raw)
+	}
+	decisions := filepath.Join(dir, "decisions.csv")
+	out, errOut, code := runCmd(t, "replay", "--config", cfgPath, "--decisions", decisions, accessLog)
+	if code != 0 {
+		t.Fatalf("replay: exit %d: %s\n%s", code, errOut, out)
+	}
+	got := readStatuses(t, decisions)
+	if fmt.Sprint(got) != fmt.Sprint(served) || !slices.Contains(served, 429) {
+		t.Errorf("replay decided %v, serve answered %v (which must refuse some)\n%s", got, served, out)
 	}
 }

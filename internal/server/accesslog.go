@@ -41,10 +41,10 @@ type logged struct {
 	e    accesslog.Entry
 	hdr  []accesslog.Header
 	resp []accesslog.Header
-	// keyLabel is the API key header's part in a rule's key
-	// ("header:X-Api-Key="), whose value the entry's key replaces with
-	// the key's hash; empty without API keys.
-	keyLabel string
+	// redact lists the parts of a rule's key whose values are secrets
+	// (Name: "header:X-Api-Key=", "cookie:sid="), with what the entry's
+	// key shows instead (Value: their hash, as the entry records them).
+	redact []accesslog.Header
 }
 
 // logSpec is what the access log records of a request, for the
@@ -56,6 +56,10 @@ type logSpec struct {
 	// keyHeader is the api_keys header: recorded as apikey.Logged (its
 	// SHA-256), never as sent; empty without API keys.
 	keyHeader, keyLabel string
+	// cookies are those the keys read: the Cookie header is recorded with
+	// these alone, each value as its SHA-256 (a cookie is a credential;
+	// a key needs only to tell values apart), never as sent.
+	cookies []string
 }
 
 type loggedKey struct{}
@@ -161,7 +165,7 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		if spec.keyHeader != "" {
 			e.APIKey = apikey.Logged(r.Header.Get(spec.keyHeader))
 			if e.APIKey != "" {
-				l.keyLabel = spec.keyLabel
+				l.redact = append(l.redact, accesslog.Header{Name: spec.keyLabel, Value: e.APIKey})
 			}
 		}
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
@@ -174,6 +178,11 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		for _, name := range spec.headers {
 			if v := r.Header[name]; len(v) > 0 {
 				hdr = append(hdr, accesslog.Header{Name: name, Value: v[0]})
+			}
+		}
+		if len(spec.cookies) > 0 {
+			if line := l.cookies(r.Header, spec.cookies); line != "" {
+				hdr = append(hdr, accesslog.Header{Name: "Cookie", Value: line})
 			}
 		}
 		e.Header = hdr
@@ -194,7 +203,7 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 			e.Decision = "no-rule"
 		}
 		s.access.Log(e)
-		l.hdr, l.resp, l.keyLabel = hdr[:0], resp[:0], ""
+		l.hdr, l.resp, l.redact = hdr[:0], resp[:0], l.redact[:0]
 		clear(l.hdr[:cap(l.hdr)])
 		clear(l.resp[:cap(l.resp)])
 		l.e = accesslog.Entry{Shadow: e.Shadow[:0]}
@@ -206,7 +215,8 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 // running: the request headers it reads (and those --access-log-header
 // adds), the response headers its costs read, the query when its keys
 // read it, and the API key's hash, never the key: the api_keys header is
-// not among the headers, whatever asks for it.
+// not among the headers, whatever asks for it; nor is Cookie as sent, but
+// only the cookies the keys read, hashed.
 func (s *Server) setLogSpec(cfg *config.Config) {
 	spec := &logSpec{query: cfg.Policy.ReadsQuery(), resp: cfg.Policy.ResponseHeaders()}
 	seen := map[string]bool{}
@@ -214,6 +224,9 @@ func (s *Server) setLogSpec(cfg *config.Config) {
 		spec.keyHeader = http.CanonicalHeaderKey(cfg.Gateway.KeyHeader)
 		spec.keyLabel = "header:" + spec.keyHeader + "="
 		seen[spec.keyHeader] = true
+	}
+	if spec.cookies = cfg.Policy.Cookies(); len(spec.cookies) > 0 {
+		seen["Cookie"] = true // recorded hashed, by cookie, after the headers
 	}
 	for _, n := range append(cfg.RequestHeaders(), s.opts.AccessLog.Headers...) {
 		n = http.CanonicalHeaderKey(n)
@@ -256,8 +269,10 @@ func noteDecision(r *http.Request, v *engine.Verdict) {
 	}
 	if i := v.Decider(); i >= 0 {
 		e.Rule, e.Key = v.Results[i].Rule.Name, v.Results[i].Key
-		if l.keyLabel != "" && strings.Contains(e.Key, l.keyLabel) {
-			e.Key = redactKey(e.Key, l.keyLabel, e.APIKey)
+		for _, rd := range l.redact {
+			if strings.Contains(e.Key, rd.Name) {
+				e.Key = redactKey(e.Key, rd.Name, rd.Value)
+			}
 		}
 	}
 	for i := range v.Results {
@@ -279,6 +294,28 @@ func redactKey(key, label, hash string) string {
 		}
 	}
 	return strings.Join(parts, "+")
+}
+
+// cookies returns the Cookie line the entry records for the cookies the
+// keys read: each found as name=its SHA-256 (empty stays empty: a key
+// part with no value), the others left out; and notes each in l.redact.
+func (l *logged) cookies(h http.Header, names []string) string {
+	var b strings.Builder
+	for _, name := range names {
+		v, ok := policy.CookieValue(h, name)
+		if !ok {
+			continue
+		}
+		if v != "" {
+			v = apikey.Hash(v)
+			l.redact = append(l.redact, accesslog.Header{Name: "cookie:" + name + "=", Value: v})
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(name + "=" + v)
+	}
+	return b.String()
 }
 
 // noteAnswered is the OnAnswered hook's part: the gateway answered the
