@@ -418,6 +418,24 @@ func (p *Policy) ReadsResponseBytes() bool {
 	return false
 }
 
+// Queries returns the names of the query arguments p's keys read
+// (query:NAME), each once, in rule order.
+func (p *Policy) Queries() []string {
+	var out []string
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if part.kind == keyQuery && !slices.Contains(out, part.name) {
+				out = append(out, part.name)
+			}
+		}
+	}
+	return out
+}
+
+// QueryValue returns the first value of argument name in the raw query
+// q, as a key's query:NAME part reads it.
+func QueryValue(q, name string) (string, bool) { return queryValue(q, name) }
+
 // ReadsQuery reports whether some rule's key has a query part, so that a
 // door that records requests knows it must keep their query strings.
 func (p *Policy) ReadsQuery() bool {

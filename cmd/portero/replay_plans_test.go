@@ -441,10 +441,11 @@ rules:
 	}
 }
 
-// TestReplayCookieKeys: a rule keyed on a session cookie replays as serve
-// decided it, while the access log holds only that cookie, by its hash: a
-// session cookie is a credential, and the other cookies are not the
-// configuration's business.
+// TestReplayCookieKeys: rules keyed on a session cookie and on a query
+// argument replay as serve decided them, while the access log holds only
+// that cookie and that argument, by their hashes: a session cookie is a
+// credential, a query may carry tokens, and the other cookies and
+// arguments are not the configuration's business.
 func TestReplayCookieKeys(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "portero.yaml")
@@ -453,16 +454,18 @@ upstreams: {demo: {type: demo}}
 routes: [{name: all, upstream: demo}]
 rules:
   - {name: per-session, key: "cookie:sid", limit: 3/min}
+  - {name: per-token, key: "query:token", limit: 4/min}
 `), 0o644)
 	accessLog := filepath.Join(dir, "access.log")
 	clock := &virtualClock{}
 	gw, stop := startServe(t, cfgPath, accessLog, clock)
 	t0 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 	cookies := []string{"sid=session-secret-A; theme=dark", "theme=light; sid=\"session-secret-B\"", "sid=", "theme=dark"}
+	queries := []string{"?token=query-secret-1&other=private", "?other=private&token=query-secret%202", "?token=", ""}
 	var served []int
 	for i := range 24 {
 		clock.set(t0.Add(time.Duration(i) * 700 * time.Millisecond))
-		req, _ := http.NewRequest("GET", gw+"/", nil)
+		req, _ := http.NewRequest("GET", gw+"/"+queries[i/3%len(queries)], nil)
 		req.Header.Set("Cookie", cookies[i%len(cookies)])
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -473,13 +476,15 @@ rules:
 	}
 	stop()
 	raw, _ := os.ReadFile(accessLog)
-	for _, secret := range []string{"session-secret", "theme"} {
+	for _, secret := range []string{"session-secret", "theme", "query-secret", "private"} {
 		if strings.Contains(string(raw), secret) {
 			t.Errorf("the access log holds %q:\n%s", secret, raw)
 		}
 	}
-	if !strings.Contains(string(raw), `"key":"cookie:sid=`+apikey.Hash("session-secret-A")+`"`) {
-		t.Errorf("the access log does not show the session's key by its hash:\n%s", raw)
+	for _, key := range []string{"cookie:sid=" + apikey.Hash("session-secret-A"), "query:token=" + apikey.Hash("query-secret 2")} {
+		if !strings.Contains(string(raw), `"key":"`+key+`"`) {
+			t.Errorf("the access log does not show the key %s by its hash:\n%s", key, raw)
+		}
 	}
 	decisions := filepath.Join(dir, "decisions.csv")
 	out, errOut, code := runCmd(t, "replay", "--config", cfgPath, "--decisions", decisions, accessLog)

@@ -38,8 +38,10 @@ type Entry struct {
 	// Method, Host and Path are the request's method, Host header and
 	// decoded URL path.
 	Method, Host, Path string
-	// Query is the raw query string, recorded only when the
-	// configuration's keys read it (query:NAME): it may hold secrets.
+	// Query is the query as recorded when the configuration's keys read
+	// it (query:NAME): the arguments they read alone, each value as its
+	// SHA-256 (a query may carry tokens; a key needs only to tell values
+	// apart); empty otherwise.
 	Query string
 	// Peer is the connection's address without the port; ClientIP the
 	// client address Portero settled on (after trusted proxies), empty when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -52,7 +53,9 @@ type logged struct {
 type logSpec struct {
 	headers []string // request headers, canonical
 	resp    []string // response headers the costs read
-	query   bool
+	// queries are the query arguments the keys read: the query is
+	// recorded with these alone, each value as its SHA-256, as cookies.
+	queries []string
 	// keyHeader is the api_keys header: recorded as apikey.Logged (its
 	// SHA-256), never as sent; empty without API keys.
 	keyHeader, keyLabel string
@@ -159,8 +162,8 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		// (a replay settles them then).
 		start := s.now()
 		*e = accesslog.Entry{Time: start, Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
-		if spec.query {
-			e.Query = r.URL.RawQuery
+		if len(spec.queries) > 0 {
+			e.Query = l.query(r.URL.RawQuery, spec.queries)
 		}
 		if spec.keyHeader != "" {
 			e.APIKey = apikey.Logged(r.Header.Get(spec.keyHeader))
@@ -216,9 +219,9 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 // adds), the response headers its costs read, the query when its keys
 // read it, and the API key's hash, never the key: the api_keys header is
 // not among the headers, whatever asks for it; nor is Cookie as sent, but
-// only the cookies the keys read, hashed.
+// only the cookies the keys read, hashed; the query likewise.
 func (s *Server) setLogSpec(cfg *config.Config) {
-	spec := &logSpec{query: cfg.Policy.ReadsQuery(), resp: cfg.Policy.ResponseHeaders()}
+	spec := &logSpec{queries: cfg.Policy.Queries(), resp: cfg.Policy.ResponseHeaders()}
 	seen := map[string]bool{}
 	if cfg.Gateway.Keys != nil {
 		spec.keyHeader = http.CanonicalHeaderKey(cfg.Gateway.KeyHeader)
@@ -314,6 +317,28 @@ func (l *logged) cookies(h http.Header, names []string) string {
 			b.WriteString("; ")
 		}
 		b.WriteString(name + "=" + v)
+	}
+	return b.String()
+}
+
+// query returns the query the entry records for the arguments the keys
+// read: each found as name=its SHA-256 (empty stays empty), the others
+// left out (a query may carry tokens); and notes each in l.redact.
+func (l *logged) query(raw string, names []string) string {
+	var b strings.Builder
+	for _, name := range names {
+		v, ok := policy.QueryValue(raw, name)
+		if !ok {
+			continue
+		}
+		if v != "" {
+			v = apikey.Hash(v)
+			l.redact = append(l.redact, accesslog.Header{Name: "query:" + name + "=", Value: v})
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(name) + "=" + v)
 	}
 	return b.String()
 }
