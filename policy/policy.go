@@ -436,6 +436,31 @@ func (p *Policy) Queries() []string {
 // q, as a key's query:NAME part reads it.
 func QueryValue(q, name string) (string, bool) { return queryValue(q, name) }
 
+// KeyOnlyHeaders returns the request header fields p reads only in its
+// keys (header:NAME parts) — never to match or to cost —, under canonical
+// names, each once, in rule order: only their values' equality matters,
+// so a door that records requests may record them hashed.
+func (p *Policy) KeyOnlyHeaders() []string {
+	valued := map[string]bool{}
+	for _, r := range p.rules {
+		if r.Cost.header != "" {
+			valued[r.Cost.header] = true
+		}
+		for name := range r.Match.Headers {
+			valued[textproto.CanonicalMIMEHeaderKey(name)] = true
+		}
+	}
+	var out []string
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if name := textproto.CanonicalMIMEHeaderKey(part.name); part.kind == keyHeader && !valued[name] && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
 // ReadsQuery reports whether some rule's key has a query part, so that a
 // door that records requests knows it must keep their query strings.
 func (p *Policy) ReadsQuery() bool {

@@ -244,6 +244,10 @@ rules:
 	if want := "X-Api-Key X-Cost A B X-Version X-User X-Forwarded-For"; got != want {
 		t.Errorf("RequestHeaders() = %s, want %s", got, want)
 	}
+	// Only the key reads X-Api-Key: it is logged hashed.
+	if got := strings.Join(cfg.HashedHeaders(), " "); got != "X-Api-Key" {
+		t.Errorf("HashedHeaders() = %q, want X-Api-Key", got)
+	}
 	// The API-gateway model's rules read headers too: a stage's match, a
 	// rate rule's custom keys and scope-down, a plan's routes, the API
 	// key's header; a cookie part reads Cookie.
@@ -271,6 +275,11 @@ rules:
 	got = strings.Join(cfg.RequestHeaders(), " ")
 	if want := "X-Stage X-Client Cookie X-Scope X-Plan-Route X-Key"; got != want {
 		t.Errorf("RequestHeaders() of the gateway model = %s, want %s", got, want)
+	}
+	// X-Client is read by a key alone; X-Stage, X-Scope and X-Plan-Route
+	// are matched on.
+	if got := strings.Join(cfg.HashedHeaders(), " "); got != "X-Client" {
+		t.Errorf("HashedHeaders() of the gateway model = %q, want X-Client", got)
 	}
 	if !cfg.Policy.ReadsQuery() {
 		t.Error("Policy.ReadsQuery() = false for a key with a query part")

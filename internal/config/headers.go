@@ -59,3 +59,38 @@ func (c *Config) RequestHeaders() []string {
 	}
 	return out
 }
+
+// HashedHeaders returns those of RequestHeaders that the configuration
+// reads only to tell callers apart — in its rules' keys (header:NAME),
+// never to match, to cost, as an identity or as the client's address —
+// such as a bearer token or an API key a rule counts by: the access log
+// records their SHA-256, never the value, which keys a replay exactly as
+// the value would. (The api_keys header is recorded apart, always hashed.)
+func (c *Config) HashedHeaders() []string {
+	valued := map[string]bool{}
+	f := &c.File
+	for _, r := range f.Routes {
+		for name := range r.Match.Headers {
+			valued[http.CanonicalHeaderKey(name)] = true
+		}
+	}
+	for _, pl := range f.Plans {
+		for _, m := range pl.Routes {
+			for name := range m.Headers {
+				valued[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	for _, h := range []string{f.Identity.UserHeader, f.Identity.TenantHeader, c.ClientIP.Header, "X-Forwarded-For"} {
+		if h = strings.TrimSpace(h); h != "" {
+			valued[http.CanonicalHeaderKey(h)] = true
+		}
+	}
+	var out []string
+	for _, name := range c.Policy.KeyOnlyHeaders() {
+		if !valued[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}

@@ -52,7 +52,11 @@ type logged struct {
 // configuration running.
 type logSpec struct {
 	headers []string // request headers, canonical
-	resp    []string // response headers the costs read
+	// hashed are those of headers recorded as their SHA-256
+	// (config.HashedHeaders), by name: "header:NAME=", their part in a
+	// rule's key.
+	hashed map[string]string
+	resp   []string // response headers the costs read
 	// queries are the query arguments the keys read: the query is
 	// recorded with these alone, each value as its SHA-256, as cookies.
 	queries []string
@@ -179,9 +183,19 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 		}
 		hdr := l.hdr[:0]
 		for _, name := range spec.headers {
-			if v := r.Header[name]; len(v) > 0 {
-				hdr = append(hdr, accesslog.Header{Name: name, Value: v[0]})
+			v := r.Header[name]
+			if len(v) == 0 {
+				continue
 			}
+			value := v[0]
+			if label, ok := spec.hashed[name]; ok {
+				// As a key reads it: trimmed, empty for no value.
+				if value = strings.TrimSpace(value); value != "" {
+					value = apikey.Hash(value)
+					l.redact = append(l.redact, accesslog.Header{Name: label, Value: value})
+				}
+			}
+			hdr = append(hdr, accesslog.Header{Name: name, Value: value})
 		}
 		if len(spec.cookies) > 0 {
 			if line := l.cookies(r.Header, spec.cookies); line != "" {
@@ -219,7 +233,9 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 // adds), the response headers its costs read, the query when its keys
 // read it, and the API key's hash, never the key: the api_keys header is
 // not among the headers, whatever asks for it; nor is Cookie as sent, but
-// only the cookies the keys read, hashed; the query likewise.
+// only the cookies the keys read, hashed; the query likewise; and the
+// headers read only by keys (config.HashedHeaders) are hashed unless
+// --access-log-header asks for them as sent.
 func (s *Server) setLogSpec(cfg *config.Config) {
 	spec := &logSpec{queries: cfg.Policy.Queries(), resp: cfg.Policy.ResponseHeaders()}
 	seen := map[string]bool{}
@@ -237,6 +253,13 @@ func (s *Server) setLogSpec(cfg *config.Config) {
 			seen[n] = true
 			spec.headers = append(spec.headers, n)
 		}
+	}
+	spec.hashed = map[string]string{}
+	for _, n := range cfg.HashedHeaders() {
+		spec.hashed[n] = "header:" + n + "="
+	}
+	for _, n := range s.opts.AccessLog.Headers {
+		delete(spec.hashed, http.CanonicalHeaderKey(n)) // asked for as sent
 	}
 	s.logSpec.Store(spec)
 }
