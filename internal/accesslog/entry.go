@@ -3,10 +3,13 @@
 // One line per request, in JSON (the form `portero replay` reads) or in
 // logfmt-style text for people: when it arrived (to the nanosecond), the
 // method, host and decoded path, the connection's peer and the client
-// address Portero settled on, the request headers the rules read (so that
-// a replay can key, match and cost every request as serve did), the status,
-// the latency, the route and upstream, the rule that decided, its key and
-// the decision.
+// address Portero settled on, the request headers (and query) the rules
+// read, so that a replay can key, match and cost every request as serve
+// did — secrets by their SHA-256, never as sent: the API key, the cookies
+// and query arguments keys read, the headers only keys read —, the
+// response's status, bytes and the headers costs read (to settle the rules
+// counted after the response), the latency, the route and upstream, the
+// rule that decided, its key and the decision.
 //
 // A Writer never blocks a request on the disk beyond its bounded buffer: an
 // entry that finds the buffer full is dropped and counted (Writer.Dropped),
