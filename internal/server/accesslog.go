@@ -30,9 +30,10 @@ type AccessLog struct {
 	// dropped and counted (portero_access_log_dropped_total). 0 means
 	// accesslog.DefaultBuffer.
 	Buffer int
-	// Headers are request headers to record besides those the
+	// Headers are request headers to record as sent besides those the
 	// configuration reads (config.RequestHeaders), for a replay of another
-	// configuration that reads them.
+	// configuration that reads them; never the api_keys header, which is
+	// recorded by its hash alone.
 	Headers []string
 }
 
