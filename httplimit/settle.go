@@ -1,9 +1,13 @@
 package httplimit
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"net/http"
+	"time"
 
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -60,12 +64,66 @@ func (cfg *Config) serveSettled(w http.ResponseWriter, r *http.Request, next htt
 		rec.status = http.StatusOK // a handler that wrote nothing: net/http sends 200
 	}
 	resp := &policy.Response{Status: rec.status, Header: w.Header(), Bytes: rec.bytes}
-	adj, err := cfg.Policy.Settle(pending, req, resp, nil)
-	if err != nil && cfg.OnError != nil {
-		cfg.OnError(r, err)
-	}
 	// The client may be gone; the settlement is still owed.
-	if err := cfg.engine.Settle(context.WithoutCancel(r.Context()), cfg.Now(), adj); err != nil && cfg.OnError != nil {
-		cfg.OnError(r, err)
+	perr, eerr, _ := cfg.settle(context.WithoutCancel(r.Context()), cfg.Now(), pending, req, resp, nil)
+	for _, err := range []error{perr, eerr} {
+		if err != nil && cfg.OnError != nil {
+			cfg.OnError(r, err)
+		}
 	}
+}
+
+// settle settles pending (decided for req) with resp at now: the policy's
+// adjustments (perr: a cost in the response that cannot be read, which
+// leaves that rule's reservation and not the others'), then the engine's
+// (eerr). adj is reused for the adjustments and returned.
+func (cfg *Config) settle(ctx context.Context, now time.Time, pending []policy.Settlement, req *policy.Request, resp *policy.Response,
+	adj []engine.Adjustment) (perr, eerr error, _ []engine.Adjustment) {
+	adj, perr = cfg.Policy.Settle(pending, req, resp, adj[:0])
+	return perr, cfg.engine.Settle(ctx, now, adj), adj
+}
+
+// Owed is what a request that Decide passed owes once its response is
+// known: its hits of the rules counted after the response
+// (count_responses, a cost from the response), to be settled by Pay when
+// the response ends, as Serve settles them once the handler has answered.
+// It is for replaying traffic, where the response is the one the log
+// recorded and ends when the log says; the zero value owes nothing, and
+// Owe reuses an Owed's memory.
+type Owed struct {
+	pending []policy.Settlement
+	req     policy.Request
+	adj     []engine.Adjustment
+}
+
+// Owe sets o to what d, decided at now, owes, and reports whether it owes
+// anything: nothing for a request refused or answered without a verdict,
+// nor when no rule is counted after the response. o keeps what it needs
+// of the request (its headers, identities): d and the request may be
+// reused before Pay.
+func (l *Limiter) Owe(d *Decision, now time.Time, o *Owed) bool {
+	cfg := l.cfg.Load()
+	if d.Verdict == nil || !cfg.Policy.Settles() {
+		return false
+	}
+	if o.pending = cfg.Policy.Pending(d.Verdict, now, o.pending[:0]); len(o.pending) == 0 {
+		return false
+	}
+	o.req = d.s.req
+	o.req.Identity = maps.Clone(o.req.Identity)
+	o.req.Header = map[string][]string(http.Header(o.req.Header).Clone())
+	return true
+}
+
+// Pay settles o with resp, the response that ended at now: the policy's
+// adjustments, then the engine's, as Serve's settlement does. The error is
+// the policy's (a cost in the response that cannot be read: that rule
+// keeps its reservation), else the engine's.
+func (l *Limiter) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
+	if len(o.pending) == 0 {
+		return nil
+	}
+	perr, eerr, adj := l.cfg.Load().settle(ctx, now, o.pending, &o.req, resp, o.adj)
+	o.adj = adj
+	return cmp.Or(perr, eerr)
 }

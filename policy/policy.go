@@ -15,7 +15,10 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"net/textproto"
+	"slices"
 	"strings"
 
 	"github.com/portero-rl/portero"
@@ -336,3 +339,137 @@ func (e *RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule, e
 
 // Unwrap returns the cause.
 func (e *RuleError) Unwrap() error { return e.Err }
+
+// RequestHeaders returns the request header fields p's rules read, under
+// canonical names, each once, in rule order: their keys' header parts
+// (Cookie for a cookie part), their costs' header and their matches'
+// headers. A door that records requests to decide them again later
+// (`portero replay`) records these.
+func (p *Policy) RequestHeaders() []string {
+	var out []string
+	add := func(name string) {
+		if name = textproto.CanonicalMIMEHeaderKey(name); !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			switch part.kind {
+			case keyHeader:
+				add(part.name)
+			case keyCookie:
+				add("Cookie")
+			}
+		}
+		if r.Cost.header != "" {
+			add(r.Cost.header)
+		}
+		names := slices.Collect(maps.Keys(r.Match.Headers))
+		slices.Sort(names)
+		for _, name := range names {
+			add(name)
+		}
+	}
+	return out
+}
+
+// Cookies returns the names of the cookies p's keys read (cookie:NAME),
+// each once, in rule order.
+func (p *Policy) Cookies() []string {
+	var out []string
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if part.kind == keyCookie && !slices.Contains(out, part.name) {
+				out = append(out, part.name)
+			}
+		}
+	}
+	return out
+}
+
+// CookieValue returns the value of cookie name in h's Cookie lines, as a
+// key's cookie:NAME part reads it.
+func CookieValue(h map[string][]string, name string) (string, bool) {
+	return cookieValue(h["Cookie"], name)
+}
+
+// ResponseHeaders returns the response header fields p's rules take a
+// cost from (response-header:NAME), under canonical names, each once, in
+// rule order: what a door that records responses keeps, to settle them
+// again later.
+func (p *Policy) ResponseHeaders() []string {
+	var out []string
+	for _, r := range p.rules {
+		if h := r.Cost.respHeader; h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// ReadsResponseBytes reports whether some rule takes its cost from the
+// response's body bytes (response-bytes).
+func (p *Policy) ReadsResponseBytes() bool {
+	for _, r := range p.rules {
+		if r.Cost.respBytes {
+			return true
+		}
+	}
+	return false
+}
+
+// Queries returns the names of the query arguments p's keys read
+// (query:NAME), each once, in rule order.
+func (p *Policy) Queries() []string {
+	var out []string
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if part.kind == keyQuery && !slices.Contains(out, part.name) {
+				out = append(out, part.name)
+			}
+		}
+	}
+	return out
+}
+
+// QueryValue returns the first value of argument name in the raw query
+// q, as a key's query:NAME part reads it.
+func QueryValue(q, name string) (string, bool) { return queryValue(q, name) }
+
+// KeyOnlyHeaders returns the request header fields p reads only in its
+// keys (header:NAME parts) — never to match or to cost —, under canonical
+// names, each once, in rule order: only their values' equality matters,
+// so a door that records requests may record them hashed.
+func (p *Policy) KeyOnlyHeaders() []string {
+	valued := map[string]bool{}
+	for _, r := range p.rules {
+		if r.Cost.header != "" {
+			valued[r.Cost.header] = true
+		}
+		for name := range r.Match.Headers {
+			valued[textproto.CanonicalMIMEHeaderKey(name)] = true
+		}
+	}
+	var out []string
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if name := textproto.CanonicalMIMEHeaderKey(part.name); part.kind == keyHeader && !valued[name] && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// ReadsQuery reports whether some rule's key has a query part, so that a
+// door that records requests knows it must keep their query strings.
+func (p *Policy) ReadsQuery() bool {
+	for _, r := range p.rules {
+		for _, part := range r.Key.parts {
+			if part.kind == keyQuery {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -34,8 +35,9 @@ func newReplayCmd() *cobra.Command {
 		Use:   "replay --config FILE ACCESS_LOG...",
 		Short: "Replay access logs through a configuration: what would it have refused, whom, and when?",
 		Long: `replay decides every request of the access logs through a whole Portero
-configuration — every rule, key, match, cost, shadow mode and quota, by the
-gateway's own decision path, the one 'portero serve' answers with — on a
+configuration — every rule, key, match, cost, shadow mode, quota and usage
+plan, by the gateway's own decision path, the one 'portero serve' answers
+with — on a
 virtual clock that follows the logs' times, and reports per rule how many
 requests it would have refused, the keys refused most, and when.
 
@@ -57,8 +59,11 @@ are put back in arrival order within --reorder-window.
 
 The counters live in memory whatever the configuration's store says, so a
 replay never touches a production Redis; the decisions are the same (one
-conformance suite). Not modelled: server.max_in_flight, and requests
-canceled while a queue holds them.
+conformance suite). Rules counted after the response (count_responses, a
+cost from the response) are settled with the response the log recorded
+(status, body bytes, response headers), when it ended. Not modelled: the
+overload section and server.max_in_flight, and requests canceled while a
+queue holds them.
 
 Every line gets a decision: a request whose cost is more than its rule can
 ever admit is a refusal that says so (can-never-pass); a malformed line is
@@ -67,8 +72,8 @@ counted, reported with its file and line, and skipped.
 --decisions FILE writes one row per request:
 line,time,client,method,path,status,rule,decision — status is what serve
 would answer (200: passed on to the upstream, which answers what it
-answers; 429, 503, 400, 411 or 404 when Portero answers itself), rule the
-rule that refused or, when allowed, the one closest to its limit.`,
+answers; 429, 503, 400, 411, 403, 405 or 404 when Portero answers itself),
+rule the rule that refused or, when allowed, the one closest to its limit.`,
 		Example: `  portero replay --config portero.yaml /var/log/nginx/access.log*
   portero replay --config portero.yaml --chart refusals.svg --decisions decisions.csv access.log
   portero replay --config portero.yaml --log-format 'nginx:$remote_addr [$time_local] "$request" $status $msec $request_time "$http_x_api_key"' access.log`,
@@ -104,7 +109,7 @@ rule that refused or, when allowed, the one closest to its limit.`,
 				return err
 			}
 			defer d.Close()
-			rd, err := replay.Open(args, replay.InputOptions{Format: logFormat, Host: host, ReorderWindow: window, Headers: d.headers},
+			rd, err := replay.Open(args, replay.InputOptions{Format: logFormat, Host: host, ReorderWindow: window, Headers: d.headers, Query: d.query, RespHeaders: d.respHeaders},
 				func(p string) (io.ReadCloser, error) { return os.Open(p) })
 			if err != nil {
 				return usageErr(err)
@@ -181,12 +186,94 @@ type gatewayDecider struct {
 	// headers are those the configuration reads: the only ones the
 	// replay keeps from text logs.
 	headers []string
-	peer    string // the last peer, and its RemoteAddr form
-	addr    string
-	req     http.Request
-	url     url.URL
-	d       gateway.Decision
-	out     replay.Decision
+	// respHeaders are the response headers its costs read: the only ones
+	// kept from text logs.
+	respHeaders []string
+	// query: the configuration's keys read the query.
+	query bool
+	// keyHeader is where the API key goes (api_keys.header): a key the
+	// access log recorded by its hash goes there as that hash, so that a
+	// rule keyed on the header counts the same callers together.
+	keyHeader string
+	// settles: some rule is counted after the response; bytes: by the
+	// response's body bytes.
+	settles, bytes bool
+	peer           string // the last peer, and its RemoteAddr form
+	addr           string
+	req            http.Request
+	url            url.URL
+	d              gateway.Decision
+	out            replay.Decision
+	// owed holds the requests in flight whose rules counted after the
+	// response wait for its end; free their memory for reuse.
+	owed owedHeap
+	free []*owed
+	seq  int64
+}
+
+// owed is a request passed on whose response ends at due.
+type owed struct {
+	due  time.Time
+	seq  int64
+	o    gateway.Owed
+	resp policy.Response
+}
+
+// owedHeap orders the owed by the end of their responses, then by arrival.
+type owedHeap []*owed
+
+func (h owedHeap) Len() int { return len(h) }
+func (h owedHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h owedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *owedHeap) Push(x any)   { *h = append(*h, x.(*owed)) }
+func (h *owedHeap) Pop() any {
+	old := *h
+	o := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return o
+}
+
+// owe keeps what the request just decided at now owes, to be settled with
+// the response r's log recorded when that response ended (r.Latency
+// later), as serve settled it.
+func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
+	var ow *owed
+	if n := len(g.free); n > 0 {
+		ow, g.free = g.free[n-1], g.free[:n-1]
+	} else {
+		ow = &owed{}
+	}
+	if !g.gw.Owe(&g.d, now, &ow.o) {
+		g.free = append(g.free, ow)
+		return
+	}
+	g.seq++
+	ow.due, ow.seq = now.Add(max(r.Latency, 0)), g.seq
+	ow.resp = policy.Response{Status: r.Status, Header: http.Header(r.RespHeader).Clone(), Bytes: r.Bytes}
+	heap.Push(&g.owed, ow)
+}
+
+// payDue settles, at their ends, the responses that ended by now.
+func (g *gatewayDecider) payDue(now time.Time) error {
+	for len(g.owed) > 0 && !g.owed[0].due.After(now) {
+		ow := heap.Pop(&g.owed).(*owed)
+		err := g.gw.Pay(context.Background(), &ow.o, &ow.resp, ow.due)
+		ow.resp = policy.Response{}
+		g.free = append(g.free, ow)
+		var re *policy.RuleError
+		if err != nil && !errors.As(err, &re) {
+			return err
+		}
+		// A cost in the response that cannot be read: serve keeps that
+		// rule's reservation, and so does the replay.
+	}
+	return nil
 }
 
 func newGatewayDecider(cfg *config.Config) (*gatewayDecider, error) {
@@ -199,7 +286,15 @@ func newGatewayDecider(cfg *config.Config) (*gatewayDecider, error) {
 		st.Close(context.Background())
 		return nil, err
 	}
-	g := &gatewayDecider{gw: gw, store: st, index: map[string]int{}, headers: cfg.RequestHeaders()}
+	g := &gatewayDecider{gw: gw, store: st, index: map[string]int{}, headers: cfg.RequestHeaders(), query: cfg.Policy.ReadsQuery(),
+		keyHeader: config.DefaultKeyHeader, settles: cfg.Policy.Settles(), bytes: cfg.Policy.ReadsResponseBytes()}
+	if cfg.Gateway.Keys != nil {
+		g.keyHeader = cfg.Gateway.KeyHeader
+	}
+	if g.respHeaders = cfg.Policy.ResponseHeaders(); g.respHeaders == nil {
+		g.respHeaders = []string{}
+	}
+	g.keyHeader = http.CanonicalHeaderKey(g.keyHeader)
 	if g.headers == nil {
 		g.headers = []string{}
 	}
@@ -219,11 +314,26 @@ func (g *gatewayDecider) sweep(now time.Time) { g.store.Sweep(now) }
 func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 
 // Decide builds the http.Request serve would have received (its peer, Host,
-// path and the logged headers) and decides it at now.
+// path, query and the logged headers, its API key as the access log
+// recorded it) and decides it at now, after settling the responses that
+// ended by now; for a request passed on, it keeps what the rules counted
+// after the response owe, to settle them with the response the log
+// recorded when it ends (Gateway.Owe and Pay: as serve did once the
+// upstream answered).
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
+	ctx := context.Background()
+	if r.APIKey != "" {
+		ctx = gateway.WithLoggedAPIKey(ctx, r.APIKey)
+		if _, ok := r.Header[g.keyHeader]; !ok {
+			r.Header[g.keyHeader] = []string{r.APIKey}
+		}
+	}
+	if ctx != g.req.Context() {
+		g.req = *g.req.WithContext(ctx)
+	}
 	req := &g.req
 	req.Method, req.Host, req.Header = r.Method, r.Host, r.Header
-	g.url = url.URL{Path: r.Path}
+	g.url = url.URL{Path: r.Path, RawQuery: r.RawQuery}
 	if r.Peer != g.peer || g.addr == "" {
 		g.peer, g.addr = r.Peer, ""
 		if r.Peer != "" {
@@ -235,9 +345,25 @@ func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decis
 	if req.ContentLength < 0 && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		req.ContentLength = 0 // what net/http sets for a request without a body
 	}
+	// The responses that ended by now, in the order they ended: serve had
+	// settled them when this request arrived.
+	if err := g.payDue(now); err != nil {
+		return nil, err
+	}
 	g.gw.Decide(req, now, &g.d)
 	out := &g.out
 	*out = replay.Decision{Status: g.d.Status, Rule: -1, Results: out.Results[:0], Client: g.d.ClientIP}
+	if g.d.Answered != "" {
+		out.Decision, out.Detail = g.d.Answered, g.d.Detail
+		return out, nil
+	}
+	if g.settles && g.d.Verdict != nil && g.d.Verdict.Allowed {
+		if r.Status == 0 || r.Answered || (g.bytes && r.Bytes < 0) {
+			out.Unsettled = true
+		} else {
+			g.owe(now, r)
+		}
+	}
 	switch out.Status {
 	case 0:
 		out.Status, out.Decision = http.StatusOK, "allowed" // passed on to the upstream

@@ -112,7 +112,7 @@ likewise.`,
 	f.StringVar(&access.Path, "access-log", "", "access log file, - for standard output; empty for none (SIGUSR1 reopens it)")
 	f.StringVar(&access.Format, "access-log-format", "json", "access log format: json (what portero replay reads) or text")
 	f.IntVar(&access.Buffer, "access-log-buffer", 4096, "most access log lines waiting for the disk; beyond it lines are dropped and counted")
-	f.StringSliceVar(&access.Headers, "access-log-header", nil, "request header to record besides those the configuration reads (repeatable)")
+	f.StringSliceVar(&access.Headers, "access-log-header", nil, "request header to record as sent, besides those the configuration reads (repeatable; never the api_keys header)")
 	logs.add(cmd)
 	return cmd
 }

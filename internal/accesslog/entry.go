@@ -3,10 +3,13 @@
 // One line per request, in JSON (the form `portero replay` reads) or in
 // logfmt-style text for people: when it arrived (to the nanosecond), the
 // method, host and decoded path, the connection's peer and the client
-// address Portero settled on, the request headers the rules read (so that
-// a replay can key, match and cost every request as serve did), the status,
-// the latency, the route and upstream, the rule that decided, its key and
-// the decision.
+// address Portero settled on, the request headers (and query) the rules
+// read, so that a replay can key, match and cost every request as serve
+// did — secrets by their SHA-256, never as sent: the API key, the cookies
+// and query arguments keys read, the headers only keys read —, the
+// response's status, bytes and the headers costs read (to settle the rules
+// counted after the response), the latency, the route and upstream, the
+// rule that decided, its key and the decision.
 //
 // A Writer never blocks a request on the disk beyond its bounded buffer: an
 // entry that finds the buffer full is dropped and counted (Writer.Dropped),
@@ -36,9 +39,13 @@ type Entry struct {
 	// the response).
 	Time time.Time
 	// Method, Host and Path are the request's method, Host header and
-	// decoded URL path (no query: it may hold secrets and no rule reads
-	// it).
+	// decoded URL path.
 	Method, Host, Path string
+	// Query is the query as recorded when the configuration's keys read
+	// it (query:NAME): the arguments they read alone, each value as its
+	// SHA-256 (a query may carry tokens; a key needs only to tell values
+	// apart); empty otherwise.
+	Query string
 	// Peer is the connection's address without the port; ClientIP the
 	// client address Portero settled on (after trusted proxies), empty when
 	// unknown.
@@ -46,11 +53,19 @@ type Entry struct {
 	// Header holds the request headers the configuration reads, in the
 	// order given to the writer.
 	Header []Header
+	// APIKey is the API key the request presented in the configuration's
+	// api_keys header, as apikey.Logged records it: its SHA-256 (what the
+	// keys file holds), never the key; empty when there was none or the
+	// configuration has no API keys.
+	APIKey string
 	// ContentLength is the declared body size; -1 when unknown.
 	ContentLength int64
 	// Status is the response status; Bytes the response body bytes.
 	Status int
 	Bytes  int64
+	// RespHeader holds the response header fields the configuration's
+	// costs read (response-header:NAME), for a replay to settle them.
+	RespHeader []Header
 	// Latency is the time from arrival to the end of the response.
 	Latency time.Duration
 	// Route and Upstream name the route matched and its upstream; empty
@@ -74,9 +89,10 @@ var Formats = []string{"json", "text"}
 
 // AppendJSON appends e as one JSON object and a newline. The keys are, in
 // this order: time (RFC 3339 in UTC with nanoseconds), method, host, path,
-// peer, client_ip, headers (an object), content_length, status, bytes,
-// latency_ms, route, upstream, rule, key, decision, shadow (an array,
-// omitted when empty). Empty strings are omitted too, except method and
+// query, peer, client_ip, headers (an object), api_key_sha256,
+// content_length, status, bytes, response_headers (an object), latency_ms,
+// route, upstream, rule, key, decision, shadow (an array, omitted when
+// empty). Empty strings and objects are omitted too, except method and
 // path.
 func AppendJSON(b []byte, e *Entry) []byte {
 	b = append(b, `{"time":"`...)
@@ -86,26 +102,18 @@ func AppendJSON(b []byte, e *Entry) []byte {
 	b = jsonField(b, "host", e.Host)
 	b = append(b, `,"path":`...)
 	b = appendJSONString(b, e.Path)
+	b = jsonField(b, "query", e.Query)
 	b = jsonField(b, "peer", e.Peer)
 	b = jsonField(b, "client_ip", e.ClientIP)
-	if len(e.Header) > 0 {
-		b = append(b, `,"headers":{`...)
-		for i, h := range e.Header {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, h.Name)
-			b = append(b, ':')
-			b = appendJSONString(b, h.Value)
-		}
-		b = append(b, '}')
-	}
+	b = appendJSONHeaders(b, `,"headers":{`, e.Header)
+	b = jsonField(b, "api_key_sha256", e.APIKey)
 	b = append(b, `,"content_length":`...)
 	b = strconv.AppendInt(b, e.ContentLength, 10)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, e.Bytes, 10)
+	b = appendJSONHeaders(b, `,"response_headers":{`, e.RespHeader)
 	b = append(b, `,"latency_ms":`...)
 	b = strconv.AppendFloat(b, float64(e.Latency)/float64(time.Millisecond), 'f', -1, 64)
 	b = jsonField(b, "route", e.Route)
@@ -124,6 +132,24 @@ func AppendJSON(b []byte, e *Entry) []byte {
 		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
+}
+
+// appendJSONHeaders appends hs as an object opened by open; nothing when
+// hs is empty.
+func appendJSONHeaders(b []byte, open string, hs []Header) []byte {
+	if len(hs) == 0 {
+		return b
+	}
+	b = append(b, open...)
+	for i, h := range hs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, h.Name)
+		b = append(b, ':')
+		b = appendJSONString(b, h.Value)
+	}
+	return append(b, '}')
 }
 
 func jsonField(b []byte, name, v string) []byte {
@@ -197,15 +223,20 @@ func AppendText(b []byte, e *Entry) []byte {
 	b = textField(b, "method", e.Method, true)
 	b = textField(b, "host", e.Host, false)
 	b = textField(b, "path", e.Path, true)
+	b = textField(b, "query", e.Query, false)
 	b = textField(b, "peer", e.Peer, false)
 	b = textField(b, "client_ip", e.ClientIP, false)
 	for _, h := range e.Header {
 		b = textField(b, "header."+h.Name, h.Value, true)
 	}
+	b = textField(b, "api_key_sha256", e.APIKey, false)
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, " bytes="...)
 	b = strconv.AppendInt(b, e.Bytes, 10)
+	for _, h := range e.RespHeader {
+		b = textField(b, "response_header."+h.Name, h.Value, true)
+	}
 	b = append(b, " latency_ms="...)
 	b = strconv.AppendFloat(b, float64(e.Latency)/float64(time.Millisecond), 'f', 3, 64)
 	b = textField(b, "route", e.Route, false)
@@ -248,12 +279,15 @@ type jsonEntry struct {
 	Method        *string           `json:"method"`
 	Host          string            `json:"host"`
 	Path          *string           `json:"path"`
+	Query         string            `json:"query"`
 	Peer          string            `json:"peer"`
 	ClientIP      string            `json:"client_ip"`
 	Headers       map[string]string `json:"headers"`
+	APIKey        string            `json:"api_key_sha256"`
 	ContentLength *int64            `json:"content_length"`
 	Status        int               `json:"status"`
 	Bytes         int64             `json:"bytes"`
+	RespHeaders   map[string]string `json:"response_headers"`
 	LatencyMS     float64           `json:"latency_ms"`
 	Route         string            `json:"route"`
 	Upstream      string            `json:"upstream"`
@@ -311,8 +345,13 @@ func ParseJSON(line []byte, e *Entry) error {
 		hs = append(hs, Header{Name: name, Value: v})
 	}
 	sortHeaders(hs)
-	*e = Entry{Time: t, Method: *j.Method, Host: j.Host, Path: *j.Path, Peer: j.Peer, ClientIP: j.ClientIP,
-		Header: hs, ContentLength: cl, Status: j.Status, Bytes: j.Bytes,
+	rhs := e.RespHeader[:0]
+	for name, v := range j.RespHeaders {
+		rhs = append(rhs, Header{Name: name, Value: v})
+	}
+	sortHeaders(rhs)
+	*e = Entry{Time: t, Method: *j.Method, Host: j.Host, Path: *j.Path, Query: j.Query, Peer: j.Peer, ClientIP: j.ClientIP,
+		Header: hs, APIKey: j.APIKey, ContentLength: cl, Status: j.Status, Bytes: j.Bytes, RespHeader: rhs,
 		Latency: time.Duration(j.LatencyMS * float64(time.Millisecond)), Route: j.Route, Upstream: j.Upstream,
 		Rule: j.Rule, Key: j.Key, Decision: j.Decision, Shadow: append(e.Shadow[:0], j.Shadow...)}
 	return nil

@@ -10,9 +10,10 @@ import (
 func sample() Entry {
 	return Entry{
 		Time: time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC), Method: "POST", Host: "api.example.com",
-		Path: "/v1/ü \"q\"\n", Peer: "10.0.0.1", ClientIP: "203.0.113.9",
+		Path: "/v1/ü \"q\"\n", Query: "page=2", Peer: "10.0.0.1", ClientIP: "203.0.113.9",
 		Header:        []Header{{"X-Api-Key", "k=1 \\ 2"}, {"X-Forwarded-For", "203.0.113.9"}},
-		ContentLength: 42, Status: 429, Bytes: 180, Latency: 1500 * time.Microsecond,
+		APIKey:        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+		ContentLength: 42, Status: 429, Bytes: 180, RespHeader: []Header{{"X-Tokens-Used", "17"}}, Latency: 1500 * time.Microsecond,
 		Route: "api", Upstream: "app", Rule: "per-key", Key: "header:X-Api-Key=k", Decision: "refused",
 		Shadow: []string{"new-limit"},
 	}
@@ -44,8 +45,9 @@ func TestJSONRoundTrip(t *testing.T) {
 func TestText(t *testing.T) {
 	e := sample()
 	got := string(AppendText(nil, &e))
-	want := `time=2026-03-04T05:06:07.123456789Z method=POST host=api.example.com path="/v1/ü \"q\"\n" peer=10.0.0.1 client_ip=203.0.113.9` +
-		` header.X-Api-Key="k=1 \\ 2" header.X-Forwarded-For=203.0.113.9 status=429 bytes=180 latency_ms=1.500 route=api upstream=app` +
+	want := `time=2026-03-04T05:06:07.123456789Z method=POST host=api.example.com path="/v1/ü \"q\"\n" query="page=2" peer=10.0.0.1 client_ip=203.0.113.9` +
+		` header.X-Api-Key="k=1 \\ 2" header.X-Forwarded-For=203.0.113.9 api_key_sha256=ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad` +
+		` status=429 bytes=180 response_header.X-Tokens-Used=17 latency_ms=1.500 route=api upstream=app` +
 		` rule=per-key key="header:X-Api-Key=k" decision=refused shadow=new-limit` + "\n"
 	if got != want {
 		t.Errorf("AppendText =\n%s\nwant\n%s", got, want)

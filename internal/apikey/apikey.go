@@ -85,7 +85,38 @@ func (s *Set) Lookup(raw string) (Key, bool) {
 	if s == nil || raw == "" || len(raw) > MaxKeyLen {
 		return Key{}, false
 	}
-	sum := sha256.Sum256([]byte(raw))
+	return s.lookup(sha256.Sum256([]byte(raw)))
+}
+
+// TooLong is what Logged records for a key longer than MaxKeyLen, which
+// Lookup finds unknown without hashing it.
+const TooLong = "too-long"
+
+// Logged is how a log records raw, a key a request presented, so that the
+// request can be decided again (LookupLogged) without the key ever being
+// written: its Hash, as the keys file holds it; TooLong for a key longer
+// than MaxKeyLen; "" for none.
+func Logged(raw string) string {
+	switch {
+	case raw == "":
+		return ""
+	case len(raw) > MaxKeyLen:
+		return TooLong
+	}
+	return Hash(raw)
+}
+
+// LookupLogged returns the caller of a key recorded as Logged records it:
+// what Lookup answers for the key itself.
+func (s *Set) LookupLogged(logged string) (Key, bool) {
+	h, err := ParseHash(logged)
+	if s == nil || err != nil {
+		return Key{}, false
+	}
+	return s.lookup(h)
+}
+
+func (s *Set) lookup(sum [32]byte) (Key, bool) {
 	e, ok := s.byHash[sum]
 	if !ok || subtle.ConstantTimeCompare(e.hash[:], sum[:]) != 1 {
 		return Key{}, false

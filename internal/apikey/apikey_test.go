@@ -38,3 +38,27 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupLogged: a key recorded as Logged records it is found exactly
+// when the key itself is, and the record never holds the key.
+func TestLookupLogged(t *testing.T) {
+	s := apikey.NewSet(1)
+	h, _ := apikey.ParseHash(apikey.Hash("secret-key-1"))
+	if err := s.Add(h, apikey.Key{ID: "acme", Plan: "gold"}); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", apikey.MaxKeyLen+1)
+	for _, raw := range []string{"", "secret-key-1", "secret-key-2", long} {
+		logged := apikey.Logged(raw)
+		if raw != "" && strings.Contains(logged, raw) {
+			t.Errorf("Logged(%.20q) = %.20q: holds the key", raw, logged)
+		}
+		wk, wok := s.Lookup(raw)
+		if k, ok := s.LookupLogged(logged); k != wk || ok != wok {
+			t.Errorf("LookupLogged(Logged(%.20q)) = %v, %v, want what Lookup answers: %v, %v", raw, k, ok, wk, wok)
+		}
+	}
+	if got := apikey.Logged(long); got != apikey.TooLong {
+		t.Errorf("Logged(a key over MaxKeyLen) = %q, want %q", got, apikey.TooLong)
+	}
+}

@@ -244,4 +244,66 @@ rules:
 	if want := "X-Api-Key X-Cost A B X-Version X-User X-Forwarded-For"; got != want {
 		t.Errorf("RequestHeaders() = %s, want %s", got, want)
 	}
+	// Only the key reads X-Api-Key: it is logged hashed.
+	if got := strings.Join(cfg.HashedHeaders(), " "); got != "X-Api-Key" {
+		t.Errorf("HashedHeaders() = %q, want X-Api-Key", got)
+	}
+	// The API-gateway model's rules read headers too: a stage's match, a
+	// rate rule's custom keys and scope-down, a plan's routes, the API
+	// key's header; a cookie part reads Cookie.
+	cfg, err = config.Parse("t.yaml", []byte(`
+upstreams:
+  app: {url: "http://127.0.0.1:9"}
+routes:
+  - {upstream: app}
+levels:
+  stages:
+    - {name: v2, match: {headers: {X-Stage: v2}}, rate: 100}
+plans:
+  basic: {rate: 10, routes: [{path: /pets/**, headers: {X-Plan-Route: "*"}}]}
+api_keys:
+  header: X-Key
+  keys: [{id: a, plan: basic, sha256: ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}]
+rate_rules:
+  - {name: per-client, limit: 100, aggregate: custom, keys: ["header:X-Client", "cookie:session"], scope_down: {headers: {X-Scope: "*"}}}
+rules:
+  - {name: per-session, key: "cookie:sid+query:page", limit: 10/s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = strings.Join(cfg.RequestHeaders(), " ")
+	if want := "X-Stage X-Client Cookie X-Scope X-Plan-Route X-Key"; got != want {
+		t.Errorf("RequestHeaders() of the gateway model = %s, want %s", got, want)
+	}
+	// X-Client is read by a key alone; X-Stage, X-Scope and X-Plan-Route
+	// are matched on.
+	if got := strings.Join(cfg.HashedHeaders(), " "); got != "X-Client" {
+		t.Errorf("HashedHeaders() of the gateway model = %q, want X-Client", got)
+	}
+	if !cfg.Policy.ReadsQuery() {
+		t.Error("Policy.ReadsQuery() = false for a key with a query part")
+	}
+	if got := cfg.Policy.ResponseHeaders(); len(got) != 0 || cfg.Policy.ReadsResponseBytes() {
+		t.Errorf("ResponseHeaders() = %v, ReadsResponseBytes() = %v for rules whose costs read no response", got, cfg.Policy.ReadsResponseBytes())
+	}
+	// Costs from the response: the headers a log must keep to settle them.
+	cfg, err = config.Parse("t.yaml", []byte(`
+upstreams:
+  app: {url: "http://127.0.0.1:9"}
+routes:
+  - {upstream: app}
+rules:
+  - {name: tokens, key: ip, limit: 1000/min, cost: "response-header:x-tokens-used", reserve: 10}
+  - {name: more, key: ip, limit: 1000/min, cost: "response-header:X-Tokens-Used", reserve: 10}
+  - {name: bytes, key: ip, limit: 100000/min, cost: response-bytes}
+  - {name: logins, key: ip, limit: 5/min, count_responses: ["401"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Policy.ResponseHeaders(), " "); got != "X-Tokens-Used" || !cfg.Policy.ReadsResponseBytes() || cfg.Policy.ReadsQuery() {
+		t.Errorf("ResponseHeaders() = %q, ReadsResponseBytes() = %v, ReadsQuery() = %v; want X-Tokens-Used, true, false",
+			got, cfg.Policy.ReadsResponseBytes(), cfg.Policy.ReadsQuery())
+	}
 }

@@ -6,12 +6,13 @@ import (
 )
 
 // RequestHeaders returns the request headers the configuration reads,
-// under canonical names, each once, in the order the file names them:
-// those its rules key on (header:NAME), match (match.headers, rules' and
-// routes') and take a cost from (cost: header:NAME), the identity headers,
-// and the client-address header when trusted proxies make it count
-// (X-Forwarded-For by default). The access log records these, so that
-// `portero replay` can decide a request again as serve did.
+// under canonical names, each once: those its rules — the file's own and
+// those its levels, plans and rate rules compile into — key on
+// (header:NAME, Cookie for cookie:NAME), take a cost from and match, the
+// routes' and the plans' routes' match headers, the API key's header, the
+// identity headers, and the client-address header when trusted proxies
+// make it count (X-Forwarded-For by default). The access log records
+// these, so that `portero replay` can decide a request again as serve did.
 func (c *Config) RequestHeaders() []string {
 	var out []string
 	seen := map[string]bool{}
@@ -27,24 +28,25 @@ func (c *Config) RequestHeaders() []string {
 		}
 	}
 	f := &c.File
-	headerArg := func(s string) {
-		if word, arg, ok := strings.Cut(strings.TrimSpace(s), ":"); ok && strings.EqualFold(strings.TrimSpace(word), "header") {
-			add(arg)
-		}
-	}
-	for _, r := range f.Rules {
-		for _, part := range strings.Split(r.Key, "+") {
-			headerArg(part)
-		}
-		headerArg(r.Cost)
-		for _, name := range sortedKeys(r.Match.Headers) {
-			add(name)
-		}
+	// The rules as compiled: the file's own and those the API-gateway
+	// model makes (levels, plans, rate rules).
+	for _, name := range c.Policy.RequestHeaders() {
+		add(name)
 	}
 	for _, r := range f.Routes {
 		for _, name := range sortedKeys(r.Match.Headers) {
 			add(name)
 		}
+	}
+	for _, pn := range sortedKeys(f.Plans) {
+		for _, m := range f.Plans[pn].Routes {
+			for _, name := range sortedKeys(m.Headers) {
+				add(name)
+			}
+		}
+	}
+	if c.Gateway.Keys != nil {
+		add(c.Gateway.KeyHeader)
 	}
 	add(f.Identity.UserHeader)
 	add(f.Identity.TenantHeader)
@@ -54,6 +56,41 @@ func (c *Config) RequestHeaders() []string {
 			h = "X-Forwarded-For"
 		}
 		add(h)
+	}
+	return out
+}
+
+// HashedHeaders returns those of RequestHeaders that the configuration
+// reads only to tell callers apart — in its rules' keys (header:NAME),
+// never to match, to cost, as an identity or as the client's address —
+// such as a bearer token or an API key a rule counts by: the access log
+// records their SHA-256, never the value, which keys a replay exactly as
+// the value would. (The api_keys header is recorded apart, always hashed.)
+func (c *Config) HashedHeaders() []string {
+	valued := map[string]bool{}
+	f := &c.File
+	for _, r := range f.Routes {
+		for name := range r.Match.Headers {
+			valued[http.CanonicalHeaderKey(name)] = true
+		}
+	}
+	for _, pl := range f.Plans {
+		for _, m := range pl.Routes {
+			for name := range m.Headers {
+				valued[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	for _, h := range []string{f.Identity.UserHeader, f.Identity.TenantHeader, c.ClientIP.Header, "X-Forwarded-For"} {
+		if h = strings.TrimSpace(h); h != "" {
+			valued[http.CanonicalHeaderKey(h)] = true
+		}
+	}
+	var out []string
+	for _, name := range c.Policy.KeyOnlyHeaders() {
+		if !valued[name] {
+			out = append(out, name)
+		}
 	}
 	return out
 }

@@ -62,6 +62,10 @@ type Hooks struct {
 	Ready func() error
 	// OnShed is called for every request the overload section refuses.
 	OnShed func(r *http.Request, ref *overload.Refusal)
+	// OnAnswered is called when the gateway answers a request itself
+	// before the limiter (AnsweredForbidden, AnsweredLimits), instead of
+	// OnRoute and OnDecision; the probes are not reported.
+	OnAnswered func(r *http.Request, why string)
 }
 
 // Gateway is an http.Handler. It is safe for concurrent use.
@@ -198,17 +202,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve runs r through t after shedding: its API key, its route, the
 // limiter, the upstream.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
-	gm := &t.cfg.Gateway
-	if gm.Keys != nil {
-		if r = identify(w, r, gm); r == nil {
-			return
+	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	switch {
+	case forbidden != "":
+		if g.hooks.OnAnswered != nil {
+			g.hooks.OnAnswered(r, AnsweredForbidden)
 		}
-	}
-	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
-		g.limits(w, r, t)
+		forbid(w, forbidden)
 		return
-	}
-	if gm.Keys != nil && !covered(w, r, gm) {
+	case limits:
+		if g.hooks.OnAnswered != nil {
+			g.hooks.OnAnswered(r, AnsweredLimits)
+		}
+		g.limits(w, r, t)
 		return
 	}
 	var name string
@@ -233,30 +239,93 @@ type Decision struct {
 	httplimit.Decision
 	// Route and Upstream name the route r matched; empty when none did.
 	Route, Upstream string
+	// Answered, when not empty, says why the gateway answered r itself
+	// before the limiter: AnsweredProbe, AnsweredLimits or
+	// AnsweredForbidden, Detail saying why for the last. Verdict is nil
+	// then.
+	Answered, Detail string
 }
 
-// Decide decides r at now exactly as ServeHTTP would — the same route
-// match, then the limiter's one decision path (httplimit.Limiter.Decide) —
-// but answers nothing and forwards nothing. d.Status is the status the
-// gateway answers itself (httplimit.Decision's, 404 for a request that
-// passes the limits but matches no route, 200 for /healthz and /readyz,
-// which are never limited), or 0 when it would forward r to d.Upstream.
-// What it does not model: max_in_flight (decisions take no time here) and
-// a request canceled while a queue rule holds it. It is what `portero
-// replay` decides with.
+// What the gateway answers itself, before any limit is counted
+// (Decision.Answered, Hooks.OnAnswered).
+const (
+	// AnsweredProbe: /healthz or /readyz (200), never limited.
+	AnsweredProbe = "probe"
+	// AnsweredLimits: the limits endpoint (GET /v1/limits: 200, or 405
+	// for another method), which counts nothing.
+	AnsweredLimits = "limits"
+	// AnsweredForbidden: 403, the API key is missing or unknown, or its
+	// plan does not cover the request.
+	AnsweredForbidden = "forbidden"
+)
+
+// Decide decides r at now exactly as ServeHTTP would — the API key and
+// the plan's routes, the route match, then the limiter's one decision path
+// (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
+// d.Status is the status the gateway answers itself (httplimit.Decision's;
+// 403, or 200 for /healthz, /readyz and GET /v1/limits — 405 for another
+// method there —, which are never limited, with d.Answered saying which;
+// 404 for a request that passes the limits but matches no route), or 0
+// when it would forward r to d.Upstream. A request replayed from serve's
+// access log carries its API key as the log recorded it
+// (WithLoggedAPIKey). What it does not model: the overload section (decisions
+// take no time here), a request canceled while a queue rule holds it, and
+// the response (Owe and Pay settle the rules counted after it). It is what
+// `portero replay` decides with.
 func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
-	d.Route, d.Upstream = "", ""
+	d.Route, d.Upstream, d.Answered, d.Detail = "", "", "", ""
+	t := g.table.Load()
 	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		d.Answered = AnsweredProbe
 		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
 		return
 	}
-	if rt := g.table.Load().match(r); rt != nil {
+	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	if forbidden != "" || limits {
+		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
+		if forbidden != "" {
+			d.Status, d.Answered, d.Detail = http.StatusForbidden, AnsweredForbidden, forbidden
+		}
+		d.Delay, d.Verdict, d.Err, d.ClientIP = 0, nil, nil, t.cfg.ClientIP.Resolve(r)
+		return
+	}
+	if rt := t.match(r); rt != nil {
 		d.Route, d.Upstream = rt.cfg.Name, rt.cfg.Upstream.Name
 	}
 	g.limiter.Decide(r, d.Route, now, &d.Decision)
 	if d.Status == 0 && d.Route == "" {
 		d.Status = http.StatusNotFound
 	}
+}
+
+// Owed is what a request Decide passed owes once its response ends
+// (httplimit.Owed): the rules counted after the response.
+type Owed struct {
+	httplimit.Owed
+	notFound bool // no route matched: the gateway answered 404 itself
+}
+
+// Owe sets o to what d, decided at now, owes once its response ends, and
+// reports whether it owes anything (httplimit.Limiter.Owe): nothing for a
+// request refused or answered before the limiter (d.Answered).
+func (g *Gateway) Owe(d *Decision, now time.Time, o *Owed) bool {
+	if d.Answered != "" {
+		return false
+	}
+	o.notFound = d.Route == ""
+	return g.limiter.Owe(&d.Decision, now, &o.Owed)
+}
+
+// Pay settles o with resp, the response that ended at now, as ServeHTTP
+// settles a request once the upstream has answered resp — or, for one no
+// route matched, once the gateway has answered it 404 itself.
+func (g *Gateway) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
+	if o.notFound {
+		nf := *resp
+		nf.Status = http.StatusNotFound
+		resp = &nf
+	}
+	return g.limiter.Pay(ctx, &o.Owed, resp, now)
 }
 
 // match returns the first route that matches r, or nil.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/policy"
@@ -18,34 +20,68 @@ import (
 // GET /v1/limits tells the caller which limits and quotas apply to it and
 // how much of each is left, without counting.
 
-// identify finds r's API key: it returns r with the caller's ID and plan
-// as identities (httplimit.WithIdentity) for the plan's rules, or writes
-// 403 and returns nil.
-func identify(w http.ResponseWriter, r *http.Request, gm *config.GatewayModel) *http.Request {
-	raw := r.Header.Get(gm.KeyHeader)
-	if raw == "" {
-		forbid(w, "missing API key: send it in the "+gm.KeyHeader+" header (an API key identifies the caller for counting; it is not a credential)")
-		return nil
+// door is what the API-gateway model decides about r before any limit is
+// counted, for ServeHTTP and Decide alike: r with its API key's caller ID
+// and plan as identities (httplimit.WithIdentity) for the plans' rules;
+// forbidden, the detail of a 403, when the key is missing, unknown or its
+// plan does not cover r; limits when r asks for GET /v1/limits (answered
+// without counting, after the key is found and before the plan's routes
+// are checked).
+func door(r *http.Request, gm *config.GatewayModel) (out *http.Request, forbidden string, limits bool) {
+	if gm.Keys != nil {
+		// A replayed request carries its key as the access log recorded
+		// it (WithLoggedAPIKey), a served one in its header.
+		logged, replayed := r.Context().Value(loggedKeyCtx{}).(string)
+		raw := logged
+		if !replayed {
+			raw = r.Header.Get(gm.KeyHeader)
+		}
+		if raw == "" {
+			return r, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)", false
+		}
+		var k apikey.Key
+		var ok bool
+		if replayed {
+			k, ok = gm.Keys.LookupLogged(logged)
+		} else {
+			k, ok = gm.Keys.Lookup(raw)
+		}
+		if !ok {
+			return r, "unknown API key in the " + gm.KeyHeader + " header", false
+		}
+		ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
+		r = r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
 	}
-	k, ok := gm.Keys.Lookup(raw)
-	if !ok {
-		forbid(w, "unknown API key in the "+gm.KeyHeader+" header")
-		return nil
+	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
+		return r, "", true
 	}
-	ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
-	return r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
+	if gm.Keys != nil {
+		plan := httplimit.Identity(r.Context())[config.IdentityPlan]
+		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
+			return r, "usage plan " + plan + " does not cover " + r.Method + " " + r.URL.Path, false
+		}
+	}
+	return r, "", false
 }
 
-// covered writes 403 and reports false when the caller's plan does not
-// cover r.
-func covered(w http.ResponseWriter, r *http.Request, gm *config.GatewayModel) bool {
-	plan := httplimit.Identity(r.Context())[config.IdentityPlan]
-	pc := gm.Plans[plan]
-	if pc == nil || pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
-		return true
+type loggedKeyCtx struct{}
+
+// WithLoggedAPIKey returns ctx for a request replayed from serve's access
+// log, which records the API key as apikey.Logged does (its SHA-256, never
+// the key): the gateway then looks the caller up by that record instead of
+// the key header (Decide answers what ServeHTTP answered for the key
+// itself). "" is a request that presented no key.
+func WithLoggedAPIKey(ctx context.Context, logged string) context.Context {
+	return context.WithValue(ctx, loggedKeyCtx{}, logged)
+}
+
+// limitsStatus is the status of a request for the limits endpoint when
+// the limits can be read: 405 for a method other than GET and HEAD.
+func limitsStatus(method string) int {
+	if method != http.MethodGet && method != http.MethodHead {
+		return http.StatusMethodNotAllowed
 	}
-	forbid(w, "usage plan "+plan+" does not cover "+r.Method+" "+r.URL.Path)
-	return false
+	return http.StatusOK
 }
 
 func forbid(w http.ResponseWriter, detail string) {
@@ -103,7 +139,7 @@ type LimitView struct {
 // (or, with ?method=&path=, to that request), with what is left, from the
 // engine's peek. The RateLimit fields come from the one header writer.
 func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if limitsStatus(r.Method) != http.StatusOK {
 		w.Header().Set("Allow", "GET, HEAD")
 		httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
 			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})

@@ -196,3 +196,63 @@ func TestLimitsEndpointOff(t *testing.T) {
 		t.Errorf("with limits_endpoint off, /v1/limits = %d, want the upstream's", resp.StatusCode)
 	}
 }
+
+// TestDecideAtTheDoor: Decide answers the API-gateway model's door (a
+// missing or unknown key, a plan that does not cover the request, the
+// limits endpoint and its 405) as ServeHTTP does on loopback, for a
+// request that carries its key and for one replayed from the access log's
+// record of it (WithLoggedAPIKey, the header absent), and counts no limit
+// for any of them.
+func TestDecideAtTheDoor(t *testing.T) {
+	up, _, _ := upstream(t)
+	_, srv, _ := gw(t, planYAML(up.URL))
+	dec, _, _ := gw(t, planYAML(up.URL))
+	for _, c := range []struct {
+		method, path, key string
+		answered          string
+	}{
+		{"GET", "/pets/1", "", gateway.AnsweredForbidden},
+		{"GET", "/pets/1", "no-such-key", gateway.AnsweredForbidden},
+		{"GET", "/pets/1", strings.Repeat("k", apikey.MaxKeyLen+1), gateway.AnsweredForbidden},
+		{"POST", "/orders", "basic-key", gateway.AnsweredForbidden}, // not in the basic plan
+		{"GET", "/pets/1", "basic-key", ""},
+		{"POST", "/orders", "gold-key", ""},
+		{"GET", "/v1/limits", "basic-key", gateway.AnsweredLimits},
+		{"POST", "/v1/limits", "basic-key", gateway.AnsweredLimits},
+		{"GET", "/v1/limits", "", gateway.AnsweredForbidden},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+		if c.key != "" {
+			req.Header.Set("X-API-Key", c.key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		for _, logged := range []bool{false, true} {
+			r := httptest.NewRequest(c.method, c.path, nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			if logged {
+				r = r.WithContext(gateway.WithLoggedAPIKey(r.Context(), apikey.Logged(c.key)))
+			} else if c.key != "" {
+				r.Header.Set("X-API-Key", c.key)
+			}
+			var d gateway.Decision
+			dec.Decide(r, time.Now(), &d)
+			status := d.Status
+			if status == 0 {
+				status = http.StatusOK // forwarded: the upstream answers 200
+			}
+			if status != res.StatusCode || d.Answered != c.answered {
+				t.Errorf("%s %s key %.12q (logged %v): Decide = %d answered %q, ServeHTTP answered %d (want answered %q)",
+					c.method, c.path, c.key, logged, status, d.Answered, res.StatusCode, c.answered)
+			}
+			if (d.Verdict == nil) != (c.answered != "") {
+				t.Errorf("%s %s key %.12q (logged %v): verdict %v: the door answers before any limit, the others reach the limiter",
+					c.method, c.path, c.key, logged, d.Verdict)
+			}
+		}
+	}
+}

@@ -11,8 +11,10 @@ import (
 // csvParser reads CSV logs: time,method,path,client_ip[,header:NAME…], one
 // request a line. A first line starting with time, names the columns:
 // time, method, path and client_ip (required, in any order), host,
-// content_length and header:NAME; without one the columns are time,
-// method, path, client_ip. time is RFC 3339 (sub-second digits allowed) or
+// content_length and header:NAME, and the response's status, bytes (of
+// its body) and response_header:NAME, which settle the rules counted after
+// the response; without one the columns are time, method, path, client_ip.
+// A path may carry its query (/search?q=x). time is RFC 3339 (sub-second digits allowed) or
 // decimal seconds since the Unix epoch; requests are decided at that exact
 // instant. Fields may be quoted as in RFC 4180 ("" for a quote), on one
 // line.
@@ -23,6 +25,7 @@ type csvParser struct {
 	scratch  []byte
 	lastTime []byte
 	lastT    time.Time
+	query    bool // keep the paths' query strings (InputOptions.Query)
 }
 
 type csvCol struct {
@@ -30,8 +33,8 @@ type csvCol struct {
 	header string
 }
 
-func newCSVParser() func([]byte, *Request) error {
-	p := &csvParser{cols: []csvCol{{kind: fMsec}, {kind: fMethod}, {kind: fPath}, {kind: fPeer}}}
+func newCSVParser(query bool) func([]byte, *Request) error {
+	p := &csvParser{cols: []csvCol{{kind: fMsec}, {kind: fMethod}, {kind: fPath}, {kind: fPeer}}, query: query}
 	return p.parse
 }
 
@@ -65,14 +68,14 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 			}
 			r.Method = internMethod(v)
 		case fPath:
-			path, err := decodeTarget(v)
+			path, q, err := decodeTarget(v, p.query)
 			if err != nil {
 				return err
 			}
 			if path == "" {
 				return malformed("empty path")
 			}
-			r.Path, havePath = path, true
+			r.Path, r.RawQuery, havePath = path, q, true
 		case fPeer:
 			r.Peer = string(v)
 		case fHost:
@@ -88,6 +91,26 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 		case fHeader:
 			if len(v) > 0 {
 				r.Header[c.header] = []string{string(v)}
+			}
+		case fStatus:
+			if len(v) > 0 {
+				n, err := strconv.Atoi(string(v))
+				if err != nil || n < 100 || n > 599 {
+					return malformed("status %q: want an HTTP status code", v)
+				}
+				r.Status = n
+			}
+		case fBytes:
+			if len(v) > 0 {
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				if err != nil || n < 0 {
+					return malformed("bytes %q: want a whole number", v)
+				}
+				r.Bytes = n
+			}
+		case fRespHeader:
+			if len(v) > 0 {
+				r.setRespHeader(c.header, string(v))
 			}
 		}
 	}
@@ -115,6 +138,12 @@ func (p *csvParser) names() string {
 			s = append(s, "content_length")
 		case fHeader:
 			s = append(s, "header:"+c.header)
+		case fStatus:
+			s = append(s, "status")
+		case fBytes:
+			s = append(s, "bytes")
+		case fRespHeader:
+			s = append(s, "response_header:"+c.header)
 		}
 	}
 	return strings.Join(s, ",")
@@ -140,11 +169,18 @@ func (p *csvParser) header(fields [][]byte) error {
 			c.kind = fHost
 		case lower == "content_length":
 			c.kind = fContentLength
+		case lower == "status":
+			c.kind = fStatus
+		case lower == "bytes":
+			c.kind = fBytes
 		case strings.HasPrefix(lower, "header:") && len(name) > 7:
 			c = csvCol{kind: fHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[7:]))}
 			lower = "header:" + strings.ToLower(c.header)
+		case strings.HasPrefix(lower, "response_header:") && len(name) > 16:
+			c = csvCol{kind: fRespHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[16:]))}
+			lower = "response_header:" + strings.ToLower(c.header)
 		default:
-			return malformed("column %q: want time, method, path, client_ip, host, content_length or header:NAME", name)
+			return malformed("column %q: want time, method, path, client_ip, host, content_length, header:NAME, status, bytes or response_header:NAME", name)
 		}
 		if seen[lower] {
 			return malformed("column %q given twice", name)

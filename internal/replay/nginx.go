@@ -40,6 +40,8 @@ const (
 	fStatus
 	fHeader
 	fContentLength
+	fBytes      // the response's body bytes ($body_bytes_sent, %B, %b)
+	fRespHeader // a response header ($sent_http_NAME, $upstream_http_NAME, %{NAME}o)
 )
 
 type token struct {
@@ -62,9 +64,11 @@ const (
 // `$remote_addr [$time_local] "$request" $status $request_time
 // "$http_x_api_key"`. It reads $remote_addr (the peer), $time_local,
 // $time_iso8601, $msec, $request_time, $request, $request_method,
-// $request_uri, $uri, $host and $http_host, $status, $content_length and
-// $http_NAME (the request header NAME, underscores read as dashes); every
-// other variable is skipped. The format needs a time ($msec, $time_local
+// $request_uri, $uri, $host and $http_host, $status, $content_length,
+// $http_NAME (the request header NAME, underscores read as dashes),
+// $body_bytes_sent and $sent_http_NAME or $upstream_http_NAME (the
+// response's body bytes and header NAME, which settle the rules counted
+// after the response); every other variable is skipped. The format needs a time ($msec, $time_local
 // or $time_iso8601) and a request ($request, or $request_method with
 // $request_uri or $uri).
 func ParseNginxFormat(name, s string) (*Format, error) {
@@ -135,6 +139,14 @@ func nginxToken(v string) token {
 	case "content_length", "http_content_length":
 		return token{kind: fContentLength}
 	}
+	if v == "body_bytes_sent" {
+		return token{kind: fBytes}
+	}
+	for _, prefix := range []string{"sent_http_", "upstream_http_"} {
+		if h, ok := strings.CutPrefix(v, prefix); ok && h != "" {
+			return token{kind: fRespHeader, lit: http.CanonicalHeaderKey(strings.ReplaceAll(h, "_", "-"))}
+		}
+	}
 	if h, ok := strings.CutPrefix(v, "http_"); ok && h != "" {
 		return token{kind: fHeader, lit: http.CanonicalHeaderKey(strings.ReplaceAll(h, "_", "-"))}
 	}
@@ -145,8 +157,9 @@ func nginxToken(v string) token {
 // `%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %D`. It reads %h
 // and %a (the peer), %t (the time in brackets), %r, %m, %U (the path), %>s
 // and %s, %D (microseconds) and %T (seconds) of request time, %v and %V
-// (the host) and %{NAME}i (the request header NAME); the others are
-// skipped.
+// (the host), %{NAME}i (the request header NAME), %b and %B (the
+// response's body bytes) and %{NAME}o (the response header NAME); the
+// others are skipped.
 func ParseApacheFormat(name, s string) (*Format, error) {
 	f := &Format{name: name}
 	var lit strings.Builder
@@ -210,6 +223,10 @@ func ParseApacheFormat(name, s string) (*Format, error) {
 			}
 		case 'v', 'V':
 			t.kind = fHost
+		case 'b', 'B':
+			t.kind = fBytes
+		case 'o':
+			t = token{kind: fRespHeader, lit: http.CanonicalHeaderKey(arg)}
 		case 'i':
 			t = token{kind: fHeader, lit: http.CanonicalHeaderKey(arg)}
 			switch t.lit {
@@ -272,6 +289,10 @@ type parser struct {
 	// configuration reads): the others cost an allocation a line for
 	// nothing.
 	only map[string]bool
+	// query keeps the targets' query strings (InputOptions.Query).
+	query bool
+	// resp, when not nil, holds the only response headers to record.
+	resp map[string]bool
 	// cache of the last time field
 	lastTime []byte
 	lastT    time.Time
@@ -369,6 +390,19 @@ func (p *parser) parse(line []byte, r *Request) error {
 			if v != nil && (p.only == nil || p.only[t.lit]) {
 				r.Header[t.lit] = []string{string(unescape(v, &p.scratch))}
 			}
+		case fBytes:
+			r.Bytes = 0 // Apache's %b writes - for none
+			if v != nil {
+				n, ok := parseCount(v)
+				if !ok {
+					return malformed("body bytes %q: want a whole number", v)
+				}
+				r.Bytes = n
+			}
+		case fRespHeader:
+			if v != nil && (p.resp == nil || p.resp[t.lit]) {
+				r.setRespHeader(t.lit, string(unescape(v, &p.scratch)))
+			}
 		}
 	}
 	if logged.IsZero() {
@@ -380,11 +414,11 @@ func (p *parser) parse(line []byte, r *Request) error {
 	r.Method = internMethod(method)
 	switch {
 	case target != nil:
-		u, err := decodeTarget(unescape(target, &p.scratch))
+		u, q, err := decodeTarget(unescape(target, &p.scratch), p.query)
 		if err != nil {
 			return err
 		}
-		r.Path = u
+		r.Path, r.RawQuery = u, q
 	case path != nil:
 		r.Path = string(unescape(path, &p.scratch))
 	default:
@@ -396,8 +430,24 @@ func (p *parser) parse(line []byte, r *Request) error {
 	if !haveMsec {
 		rt = rt.Truncate(time.Second)
 	}
-	r.Time = logged.Add(-rt)
+	r.Time, r.Latency = logged.Add(-rt), rt
 	return nil
+}
+
+// parseCount reads a whole number without allocating (strconv would copy
+// the bytes into a string on every line of a combined log).
+func parseCount(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // findLiteral returns the index of lit in b, skipping occurrences escaped
@@ -510,16 +560,19 @@ func internMethod(m []byte) string {
 
 // decodeTarget returns the decoded path of a request target, as net/http
 // sets URL.Path: origin form (/a%20b?q), absolute form
-// (http://host/a) or *.
-func decodeTarget(t []byte) (string, error) {
+// (http://host/a) or *; and, when query is set, its raw query (URL.RawQuery).
+func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
 	if len(t) > 0 && t[0] == '/' && bytes.IndexAny(t, "%?#") < 0 {
-		return string(t), nil // the common case: nothing to decode
+		return string(t), "", nil // the common case: nothing to decode
 	}
 	u, err := url.ParseRequestURI(string(t))
 	if err != nil {
-		return "", malformed("request target %q: %v", t, err)
+		return "", "", malformed("request target %q: %v", t, err)
 	}
-	return u.Path, nil
+	if query {
+		rawQuery = u.RawQuery
+	}
+	return u.Path, rawQuery, nil
 }
 
 // parseDecimalSeconds reads seconds such as 1700000000.123 or 0.5 into a

@@ -64,8 +64,18 @@ type Decision struct {
 	Results []RuleResult
 	// Decision names what serve does: allowed, refused, can-never-pass,
 	// unavailable, bad-cost, no-route (allowed, answered 404), no-rule
-	// (allowed, no rule applied) or probe (/healthz, /readyz).
+	// (allowed, no rule applied), forbidden (403: the API key is missing
+	// or unknown, or its plan does not cover the request), limits (the
+	// limits endpoint, which counts nothing) or probe (/healthz,
+	// /readyz).
 	Decision string
+	// Unsettled reports a request passed on whose rules counted after the
+	// response (count_responses, a cost from the response) could not be
+	// settled: the log does not record its response (status, or body
+	// bytes for response-bytes), or the response it records is Portero's
+	// own (Request.Answered). Their reservations stand, as serve's do for
+	// a response that reports no cost.
+	Unsettled bool
 	// Detail says why a request was refused without any rule counting it
 	// (a cost that can never pass, a cost that cannot be read).
 	Detail string
@@ -99,14 +109,17 @@ type Options struct {
 
 // Report is what a replay found.
 type Report struct {
-	Files     []string   `json:"files"`
-	Requests  int64      `json:"requests"`
-	First     time.Time  `json:"first"`
-	Last      time.Time  `json:"last"`
-	Malformed int64      `json:"malformed"`
-	Examples  []string   `json:"malformed_lines,omitempty"`
-	Dropped   int64      `json:"dropped_by_log,omitempty"`
-	Late      int64      `json:"late,omitempty"`
+	Files     []string  `json:"files"`
+	Requests  int64     `json:"requests"`
+	First     time.Time `json:"first"`
+	Last      time.Time `json:"last"`
+	Malformed int64     `json:"malformed"`
+	Examples  []string  `json:"malformed_lines,omitempty"`
+	Dropped   int64     `json:"dropped_by_log,omitempty"`
+	Late      int64     `json:"late,omitempty"`
+	// Unsettled counts the requests whose rules counted after the
+	// response could not be settled (Decision.Unsettled).
+	Unsettled int64      `json:"unsettled,omitempty"`
 	Statuses  []Count    `json:"statuses"`
 	Rules     []RuleStat `json:"rules"`
 	TopKeys   []KeyStat  `json:"top_refused_keys"`
@@ -250,6 +263,9 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 		rep.Requests++
 		rep.Last = now
 		statuses[dec.Status]++
+		if dec.Unsettled {
+			rep.Unsettled++
+		}
 		tl.add(now, 0, 1)
 		for _, res := range dec.Results {
 			st := &rep.Rules[res.Rule]

@@ -44,6 +44,13 @@ type InputOptions struct {
 	// Headers, when not nil, are the only request headers of text logs to
 	// keep (the configuration's, config.RequestHeaders); nil keeps all.
 	Headers []string
+	// Query keeps the requests' query strings (Request.RawQuery), for a
+	// configuration whose keys read them (policy.Policy.ReadsQuery).
+	Query bool
+	// RespHeaders, when not nil, are the only response headers of text
+	// logs to keep (those the configuration's costs read,
+	// policy.Policy.ResponseHeaders); nil keeps all.
+	RespHeaders []string
 }
 
 // Defaults of InputOptions.
@@ -245,13 +252,19 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 		case "json":
 			in.parse, in.reorder = newJSONParser(), true
 		case "csv":
-			in.parse = newCSVParser()
+			in.parse = newCSVParser(opts.Query)
 		default:
-			ps := &parser{f: format}
+			ps := &parser{f: format, query: opts.Query}
 			if opts.Headers != nil {
 				ps.only = map[string]bool{}
 				for _, h := range opts.Headers {
 					ps.only[http.CanonicalHeaderKey(h)] = true
+				}
+			}
+			if opts.RespHeaders != nil {
+				ps.resp = map[string]bool{}
+				for _, h := range opts.RespHeaders {
+					ps.resp[http.CanonicalHeaderKey(h)] = true
 				}
 			}
 			in.parse, in.reorder = ps.parse, format.hasRequestTime
@@ -392,7 +405,16 @@ func newJSONParser() func([]byte, *Request) error {
 			}
 			return fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
-		r.Time, r.Method, r.Host, r.Path, r.Status, r.ContentLength = e.Time, e.Method, e.Host, e.Path, e.Status, e.ContentLength
+		r.Time, r.Method, r.Host, r.Path, r.RawQuery = e.Time, e.Method, e.Host, e.Path, e.Query
+		r.Status, r.Bytes, r.ContentLength, r.APIKey, r.Latency = e.Status, e.Bytes, e.ContentLength, e.APIKey, e.Latency
+		switch e.Decision {
+		case "allowed", "no-rule", "":
+		default:
+			r.Answered = true // refused, can-never-pass, unavailable, bad-cost, forbidden, limits, error
+		}
+		for _, h := range e.RespHeader {
+			r.setRespHeader(http.CanonicalHeaderKey(h.Name), h.Value)
+		}
 		r.Peer = e.Peer
 		if r.Peer == "" {
 			r.Peer = e.ClientIP

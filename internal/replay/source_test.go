@@ -259,9 +259,69 @@ func FuzzParseLine(f *testing.F) {
 				t.Errorf("parse(%q) = %v: not ErrMalformed", line, err)
 			}
 		}
-		cp := newCSVParser()
+		cp := newCSVParser(false)
 		r := &Request{}
 		r.reset()
 		_ = cp([]byte(line), r)
 	})
+}
+
+// TestParseResponse: the response's status, body bytes and header fields,
+// and the query when asked, from nginx, Apache and CSV lines.
+func TestParseResponse(t *testing.T) {
+	for _, c := range []struct {
+		format, line string
+		status       int
+		bytes        int64
+		tokens, q    string
+	}{
+		{`nginx:$remote_addr [$time_local] "$request" $status $body_bytes_sent "$upstream_http_x_tokens_used"`,
+			`192.0.2.1 [10/Oct/2025:13:55:36 +0000] "POST /v1/chat?model=a%20b&k=1 HTTP/1.1" 200 1830 "1187"`, 200, 1830, "1187", "model=a%20b&k=1"},
+		{`nginx:$remote_addr [$time_local] "$request" $status $body_bytes_sent "$sent_http_x_tokens_used"`,
+			`192.0.2.1 [10/Oct/2025:13:55:36 +0000] "POST /v1/chat HTTP/1.1" 401 0 "-"`, 401, 0, "", ""},
+		{`apache:%h %t "%r" %>s %b "%{X-Tokens-Used}o"`,
+			`192.0.2.1 [10/Oct/2025:13:55:36 +0000] "GET /x?a=1 HTTP/1.1" 204 - "7"`, 204, 0, "7", "a=1"},
+	} {
+		_, f, err := ParseFormat(c.format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &parser{f: f, query: true}
+		r := &Request{}
+		r.reset()
+		if err := p.parse([]byte(c.line), r); err != nil {
+			t.Errorf("%s: parse(%s): %v", c.format, c.line, err)
+			continue
+		}
+		if r.Status != c.status || r.Bytes != c.bytes || r.RespHeader.Get("X-Tokens-Used") != c.tokens || r.RawQuery != c.q {
+			t.Errorf("%s: parse(%s) = status %d bytes %d tokens %q query %q, want %d %d %q %q", c.format, c.line,
+				r.Status, r.Bytes, r.RespHeader.Get("X-Tokens-Used"), r.RawQuery, c.status, c.bytes, c.tokens, c.q)
+		}
+	}
+	_, f, _ := ParseFormat(`nginx:$remote_addr [$time_local] "$request" $body_bytes_sent`)
+	r := &Request{}
+	r.reset()
+	if err := (&parser{f: f}).parse([]byte(`192.0.2.1 [10/Oct/2025:13:55:36 +0000] "GET / HTTP/1.1" many`), r); !errors.Is(err, ErrMalformed) {
+		t.Errorf("body bytes %q: error %v, want ErrMalformed", "many", err)
+	}
+
+	cp := newCSVParser(true)
+	r.reset()
+	if err := cp([]byte("time,method,path,client_ip,status,bytes,response_header:x-tokens-used"), r); !errors.Is(err, errHeaderLine) {
+		t.Fatalf("CSV header line: %v", err)
+	}
+	r.reset()
+	if err := cp([]byte("1700000000.5,GET,/s?q=x,192.0.2.1,401,12,33"), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != 401 || r.Bytes != 12 || r.RespHeader.Get("X-Tokens-Used") != "33" || r.RawQuery != "q=x" || r.Path != "/s" {
+		t.Errorf("CSV line = status %d bytes %d tokens %q query %q path %q, want 401 12 33 q=x /s", r.Status, r.Bytes,
+			r.RespHeader.Get("X-Tokens-Used"), r.RawQuery, r.Path)
+	}
+	for _, bad := range []string{"1700000000.5,GET,/,192.0.2.1,99,12,33", "1700000000.5,GET,/,192.0.2.1,200,-1,33"} {
+		r.reset()
+		if err := cp([]byte(bad), r); !errors.Is(err, ErrMalformed) {
+			t.Errorf("CSV line %q: error %v, want ErrMalformed", bad, err)
+		}
+	}
 }

@@ -124,6 +124,9 @@ func (rep *Report) writeTable(w io.Writer) error {
 			fmt.Fprintf(&sb, "  … and %s more\n", thousands(n))
 		}
 	}
+	if rep.Unsettled > 0 {
+		fmt.Fprintf(&sb, "%s requests passed on could not be settled after their response (count_responses, a cost from the response): the log does not record the response\n", thousands(rep.Unsettled))
+	}
 	if rep.Late > 0 {
 		fmt.Fprintf(&sb, "%s lines arrived later than the reorder window allows and were decided at the replay's clock\n", thousands(rep.Late))
 	}

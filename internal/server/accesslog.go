@@ -5,13 +5,16 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/internal/apikey"
+	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -27,17 +30,44 @@ type AccessLog struct {
 	// dropped and counted (portero_access_log_dropped_total). 0 means
 	// accesslog.DefaultBuffer.
 	Buffer int
-	// Headers are request headers to record besides those the
+	// Headers are request headers to record as sent besides those the
 	// configuration reads (config.RequestHeaders), for a replay of another
-	// configuration that reads them.
+	// configuration that reads them; never the api_keys header, which is
+	// recorded by its hash alone.
 	Headers []string
 }
 
 // logged is one request being served with the access log on: its entry,
 // filled as the request goes (route, decision) and written at the end.
 type logged struct {
-	e   accesslog.Entry
-	hdr []accesslog.Header
+	e    accesslog.Entry
+	hdr  []accesslog.Header
+	resp []accesslog.Header
+	// redact lists the parts of a rule's key whose values are secrets
+	// (Name: "header:X-Api-Key=", "cookie:sid="), with what the entry's
+	// key shows instead (Value: their hash, as the entry records them).
+	redact []accesslog.Header
+}
+
+// logSpec is what the access log records of a request, for the
+// configuration running.
+type logSpec struct {
+	headers []string // request headers, canonical
+	// hashed are those of headers recorded as their SHA-256
+	// (config.HashedHeaders), by name: "header:NAME=", their part in a
+	// rule's key.
+	hashed map[string]string
+	resp   []string // response headers the costs read
+	// queries are the query arguments the keys read: the query is
+	// recorded with these alone, each value as its SHA-256, as cookies.
+	queries []string
+	// keyHeader is the api_keys header: recorded as apikey.Logged (its
+	// SHA-256), never as sent; empty without API keys.
+	keyHeader, keyLabel string
+	// cookies are those the keys read: the Cookie header is recorded with
+	// these alone, each value as its SHA-256 (a cookie is a credential;
+	// a key needs only to tell values apart), never as sent.
+	cookies []string
 }
 
 type loggedKey struct{}
@@ -57,7 +87,7 @@ type recorder struct {
 }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
+	if w.status == 0 && code >= 200 { // not 100 Continue, 103 Early Hints
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -128,11 +158,24 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		start := time.Now()
 		l := loggedPool.Get().(*logged)
 		cfg := s.gw.Config()
+		spec := s.logSpec.Load()
 		e := &l.e
-		*e = accesslog.Entry{Time: s.now(), Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
+		// The latency is on the server's clock too: Time + Latency is when
+		// the response ended, when the rules counted after it were settled
+		// (a replay settles them then).
+		start := s.now()
+		*e = accesslog.Entry{Time: start, Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
+		if len(spec.queries) > 0 {
+			e.Query = l.query(r.URL.RawQuery, spec.queries)
+		}
+		if spec.keyHeader != "" {
+			e.APIKey = apikey.Logged(r.Header.Get(spec.keyHeader))
+			if e.APIKey != "" {
+				l.redact = append(l.redact, accesslog.Header{Name: spec.keyLabel, Value: e.APIKey})
+			}
+		}
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 			e.Peer = host
 		}
@@ -140,42 +183,86 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 			e.ClientIP = a.String()
 		}
 		hdr := l.hdr[:0]
-		for _, name := range *s.logHeaders.Load() {
-			if v := r.Header[name]; len(v) > 0 {
-				hdr = append(hdr, accesslog.Header{Name: name, Value: v[0]})
+		for _, name := range spec.headers {
+			v := r.Header[name]
+			if len(v) == 0 {
+				continue
+			}
+			value := v[0]
+			if label, ok := spec.hashed[name]; ok {
+				// As a key reads it: trimmed, empty for no value.
+				if value = strings.TrimSpace(value); value != "" {
+					value = apikey.Hash(value)
+					l.redact = append(l.redact, accesslog.Header{Name: label, Value: value})
+				}
+			}
+			hdr = append(hdr, accesslog.Header{Name: name, Value: value})
+		}
+		if len(spec.cookies) > 0 {
+			if line := l.cookies(r.Header, spec.cookies); line != "" {
+				hdr = append(hdr, accesslog.Header{Name: "Cookie", Value: line})
 			}
 		}
 		e.Header = hdr
 		rec := &recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), loggedKey{}, l)))
-		e.Status, e.Bytes, e.Latency = rec.status, rec.bytes, time.Since(start)
+		e.Status, e.Bytes, e.Latency = rec.status, rec.bytes, s.now().Sub(start)
 		if e.Status == 0 {
 			e.Status = http.StatusOK
 		}
+		resp := l.resp[:0]
+		for _, name := range spec.resp {
+			if v := w.Header()[name]; len(v) > 0 {
+				resp = append(resp, accesslog.Header{Name: name, Value: v[0]})
+			}
+		}
+		e.RespHeader = resp
 		if e.Decision == "" {
 			e.Decision = "no-rule"
 		}
 		s.access.Log(e)
-		l.hdr = hdr[:0]
+		l.hdr, l.resp, l.redact = hdr[:0], resp[:0], l.redact[:0]
 		clear(l.hdr[:cap(l.hdr)])
+		clear(l.resp[:cap(l.resp)])
 		l.e = accesslog.Entry{Shadow: e.Shadow[:0]}
 		loggedPool.Put(l)
 	})
 }
 
-// setLogHeaders records which headers the access log keeps for the
-// configuration running.
-func (s *Server) setLogHeaders(names []string) {
+// setLogSpec records what the access log keeps for the configuration
+// running: the request headers it reads (and those --access-log-header
+// adds), the response headers its costs read, the query when its keys
+// read it, and the API key's hash, never the key: the api_keys header is
+// not among the headers, whatever asks for it; nor is Cookie as sent, but
+// only the cookies the keys read, hashed; the query likewise; and the
+// headers read only by keys (config.HashedHeaders) are hashed unless
+// --access-log-header asks for them as sent.
+func (s *Server) setLogSpec(cfg *config.Config) {
+	spec := &logSpec{queries: cfg.Policy.Queries(), resp: cfg.Policy.ResponseHeaders()}
 	seen := map[string]bool{}
-	var out []string
-	for _, n := range append(names, s.opts.AccessLog.Headers...) {
+	if cfg.Gateway.Keys != nil {
+		spec.keyHeader = http.CanonicalHeaderKey(cfg.Gateway.KeyHeader)
+		spec.keyLabel = "header:" + spec.keyHeader + "="
+		seen[spec.keyHeader] = true
+	}
+	if spec.cookies = cfg.Policy.Cookies(); len(spec.cookies) > 0 {
+		seen["Cookie"] = true // recorded hashed, by cookie, after the headers
+	}
+	for _, n := range append(cfg.RequestHeaders(), s.opts.AccessLog.Headers...) {
 		n = http.CanonicalHeaderKey(n)
 		if n != "" && !seen[n] {
 			seen[n] = true
-			out = append(out, n)
+			spec.headers = append(spec.headers, n)
 		}
 	}
-	s.logHeaders.Store(&out)
+	spec.hashed = map[string]string{}
+	for _, n := range cfg.HashedHeaders() {
+		spec.hashed[n] = "header:" + n + "="
+	}
+	for _, n := range s.opts.AccessLog.Headers {
+		delete(spec.hashed, http.CanonicalHeaderKey(n)) // asked for as sent
+	}
+	s.logSpec.Store(spec)
 }
 
 // onRoute is the gateway's OnRoute hook: it notes the route in the entry.
@@ -209,11 +296,82 @@ func noteDecision(r *http.Request, v *engine.Verdict) {
 	}
 	if i := v.Decider(); i >= 0 {
 		e.Rule, e.Key = v.Results[i].Rule.Name, v.Results[i].Key
+		for _, rd := range l.redact {
+			if strings.Contains(e.Key, rd.Name) {
+				e.Key = redactKey(e.Key, rd.Name, rd.Value)
+			}
+		}
 	}
 	for i := range v.Results {
 		if res := &v.Results[i]; res.Rule.Shadow && (res.Outcome == engine.ShadowRefused || res.Outcome == engine.CanNeverPass) {
 			e.Shadow = append(e.Shadow, res.Rule.Name)
 		}
+	}
+}
+
+// redactKey returns key (a rule's key, parts label=value joined by +,
+// whose values escape + and =) with the value of its part label (the API
+// key header's) replaced by the key's hash: what a replay of the entry
+// keys that rule by (it puts the hash in the header).
+func redactKey(key, label, hash string) string {
+	parts := strings.Split(key, "+")
+	for i, p := range parts {
+		if strings.HasPrefix(p, label) {
+			parts[i] = label + hash
+		}
+	}
+	return strings.Join(parts, "+")
+}
+
+// cookies returns the Cookie line the entry records for the cookies the
+// keys read: each found as name=its SHA-256 (empty stays empty: a key
+// part with no value), the others left out; and notes each in l.redact.
+func (l *logged) cookies(h http.Header, names []string) string {
+	var b strings.Builder
+	for _, name := range names {
+		v, ok := policy.CookieValue(h, name)
+		if !ok {
+			continue
+		}
+		if v != "" {
+			v = apikey.Hash(v)
+			l.redact = append(l.redact, accesslog.Header{Name: "cookie:" + name + "=", Value: v})
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(name + "=" + v)
+	}
+	return b.String()
+}
+
+// query returns the query the entry records for the arguments the keys
+// read: each found as name=its SHA-256 (empty stays empty), the others
+// left out (a query may carry tokens); and notes each in l.redact.
+func (l *logged) query(raw string, names []string) string {
+	var b strings.Builder
+	for _, name := range names {
+		v, ok := policy.QueryValue(raw, name)
+		if !ok {
+			continue
+		}
+		if v != "" {
+			v = apikey.Hash(v)
+			l.redact = append(l.redact, accesslog.Header{Name: "query:" + name + "=", Value: v})
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(name) + "=" + v)
+	}
+	return b.String()
+}
+
+// noteAnswered is the OnAnswered hook's part: the gateway answered the
+// request itself (forbidden, limits).
+func noteAnswered(r *http.Request, why string) {
+	if l := loggedOf(r); l != nil {
+		l.e.Decision = why
 	}
 }
 

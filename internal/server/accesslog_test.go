@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/server"
 )
 
@@ -58,8 +60,9 @@ rules:
 	}
 	a, refused, none := es[0], es[2], es[3]
 	if a.Method != "GET" || a.Path != "/api/x" || a.Status != 200 || a.Decision != "allowed" || a.Rule != "per-key" ||
-		a.Key != "header:X-Api-Key=k1" || a.Route != "api" || a.Upstream != "d" || a.Peer != "127.0.0.1" || a.ClientIP != "127.0.0.1" ||
-		a.Latency <= 0 || a.Bytes == 0 || len(a.Header) != 1 || a.Header[0] != (accesslog.Header{Name: "X-Api-Key", Value: "k1"}) ||
+		// X-Api-Key is read by a key alone: logged by its hash.
+		a.Key != "header:X-Api-Key="+apikey.Hash("k1") || a.Route != "api" || a.Upstream != "d" || a.Peer != "127.0.0.1" || a.ClientIP != "127.0.0.1" ||
+		a.Latency <= 0 || a.Bytes == 0 || len(a.Header) != 1 || a.Header[0] != (accesslog.Header{Name: "X-Api-Key", Value: apikey.Hash("k1")}) ||
 		len(a.Shadow) != 0 {
 		t.Errorf("first line %+v", a)
 	}
@@ -90,5 +93,28 @@ rules:
 	}
 	if n := len(readEntries(t, path+".1")); n != 4 {
 		t.Errorf("rotated file has %d lines, want 4", n)
+	}
+}
+
+// TestAccessLogHeaderAsked: --access-log-header records a header as sent,
+// even one the keys alone read (hashed otherwise), to try a policy that
+// matches on it.
+func TestAccessLogHeaderAsked(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "p.yaml")
+	writeFile(t, cfg, `upstreams: {d: {type: demo}}
+routes: [{name: api, upstream: d}]
+rules:
+  - {name: per-key, key: "header:X-Api-Key", limit: 2/min}
+  - {name: per-user, key: "header:X-User-Token", limit: 2/min}
+`)
+	path := filepath.Join(dir, "access.log")
+	r := start(t, server.Options{ConfigPath: cfg, AccessLog: server.AccessLog{Path: path, Headers: []string{"x-api-key", "X-Tier"}}})
+	get(t, r.gateway+"/", "X-Api-Key", "k1", "X-User-Token", "t1", "X-Tier", "gold")
+	waitFor(t, "1 access log line", func() bool { b, _ := os.ReadFile(path); return strings.Count(string(b), "\n") >= 1 })
+	es := readEntries(t, path)
+	want := []accesslog.Header{{Name: "X-Api-Key", Value: "k1"}, {Name: "X-Tier", Value: "gold"}, {Name: "X-User-Token", Value: apikey.Hash("t1")}}
+	if len(es) != 1 || fmt.Sprint(es[0].Header) != fmt.Sprint(want) {
+		t.Errorf("headers %v, want %v", es[0].Header, want)
 	}
 }

@@ -86,9 +86,9 @@ type Server struct {
 	dash     *dashboard.Dashboard // nil without an admin listener
 	loadedAt atomic.Int64         // unix ns when the running configuration was applied
 
-	access     *accesslog.Writer         // nil when off
-	logHeaders atomic.Pointer[[]string]  // the request headers the access log records
-	addrs      atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
+	access  *accesslog.Writer         // nil when off
+	logSpec atomic.Pointer[logSpec]   // what the access log records of a request
+	addrs   atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    *leased
@@ -297,7 +297,7 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}()
 	}
-	s.setLogHeaders(cfg.RequestHeaders())
+	s.setLogSpec(cfg)
 	hooks := gateway.Hooks{
 		OnDecision:   s.obs.onDecision,
 		OnError:      s.obs.onError,
@@ -308,6 +308,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if s.access != nil {
 		hooks.OnRoute = onRoute
+		hooks.OnAnswered = noteAnswered
 		hooks.OnDecision = func(r *http.Request, v *engine.Verdict, took time.Duration) {
 			s.obs.onDecision(r, v, took)
 			noteDecision(r, v)
@@ -456,7 +457,7 @@ func (s *Server) Reload(why string) error {
 		s.setStore(store, key)
 	}
 	s.obs.setPolicy(cfg.Policy)
-	s.setLogHeaders(cfg.RequestHeaders())
+	s.setLogSpec(cfg)
 	s.loadedAt.Store(time.Now().UnixNano())
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
