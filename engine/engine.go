@@ -74,6 +74,19 @@ type Options struct {
 	// NearLimit is the share of a limit used from which an admitted hit's
 	// outcome is NearLimit, in (0, 1]; 0 means DefaultNearLimit.
 	NearLimit float64
+	// Counting is how the hits of a request are counted: AllOrNothing (the
+	// default when empty) or envoyproxy/ratelimit's CountEach.
+	Counting Counting
+	// StopIncrementWhenOver is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT under CountEach: when one hit
+	// of a request would go over its limit, only the hits that would go
+	// over are counted.
+	StopIncrementWhenOver bool
+	// CounterJitter, under CountEach, adds a random time below it to the
+	// life of each counter (envoyproxy/ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS), so that counters of one window do
+	// not all expire at once; 0 means none.
+	CounterJitter time.Duration
 }
 
 // Engine decides requests against a store. It is immutable and safe for
@@ -84,6 +97,10 @@ type Engine struct {
 	retry   time.Duration
 	near    float64
 	local   *localStore // FailLocal only
+
+	counting     Counting
+	stopWhenOver bool
+	jitter       time.Duration
 }
 
 // New validates o and returns an engine.
@@ -121,7 +138,17 @@ func New(o Options) (*Engine, error) {
 	if !(o.NearLimit > 0 && o.NearLimit <= 1) {
 		return nil, fmt.Errorf("engine: near limit %v: want a share in (0, 1]", o.NearLimit)
 	}
-	e := &Engine{store: o.Store, onError: o.OnError, retry: o.RetryAfterOnFailure, near: o.NearLimit}
+	if o.Counting == "" {
+		o.Counting = AllOrNothing
+	}
+	if !o.Counting.Valid() {
+		return nil, fmt.Errorf("engine: counting %q: want %s or %s", string(o.Counting), AllOrNothing, CountEach)
+	}
+	if o.CounterJitter < 0 {
+		return nil, fmt.Errorf("engine: counter jitter %v: must not be negative", o.CounterJitter)
+	}
+	e := &Engine{store: o.Store, onError: o.OnError, retry: o.RetryAfterOnFailure, near: o.NearLimit,
+		counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter}
 	if o.OnError == portero.FailLocal {
 		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
 		if err != nil {
@@ -137,6 +164,9 @@ func (e *Engine) Store() portero.Store { return e.store }
 
 // OnError returns the engine's failure policy.
 func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
+
+// Counting returns how the engine counts.
+func (e *Engine) Counting() Counting { return e.counting }
 
 // Decide decides hits at instant now, all-or-nothing, and writes the
 // verdict into v, which it resets first and whose memory it reuses. A
@@ -222,6 +252,9 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 
 // decide fills v.Results from st; it returns st's first error.
 func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
+	if e.counting == CountEach {
+		return e.decideEach(ctx, st, now, v)
+	}
 	refused := false
 	// Hits that can never pass, and check-only hits: looked at, not counted.
 	for i := range v.Results {
@@ -245,7 +278,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 		case never:
 			d.Allowed, d.RetryAfter, d.Delay = false, 0, 0
 			res.Outcome = CanNeverPass
-			refused = refused || !r.Shadow
+			refused = refused || enforced(r)
 		case d.Allowed:
 			d.Delay = 0
 			res.Outcome = CheckOnly
@@ -253,10 +286,12 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 			res.Outcome = ShadowRefused
 		default:
 			res.Outcome = Refused
-			refused = true
+			refused = refused || !r.QuotaMode
 		}
 		res.Decision = d
 	}
+	// Every quota hit refused already: so is the request.
+	refused = refused || quotaExhausted(v, nil, nil)
 	if refused {
 		// The request is refused whatever the counted hits say: count
 		// nothing, but tell each where it stands.
@@ -283,15 +318,50 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 	} else if err := e.count(ctx, st, now, v); err != nil {
 		return err
 	}
+	e.verdict(v)
+	return nil
+}
+
+// verdict sets v.Allowed and v.Violated from the outcomes: the enforced
+// hits that refused, and the quota hits when every one of them refused.
+func (e *Engine) verdict(v *Verdict) {
 	v.Allowed = true
+	quotaOut := quotaExhausted(v, nil, nil)
 	for i := range v.Results {
 		res := &v.Results[i]
-		if !res.Rule.Shadow && (res.Outcome == Refused || res.Outcome == CanNeverPass) {
+		if (res.Outcome == Refused || res.Outcome == CanNeverPass) && !res.Rule.Shadow && (!res.Rule.QuotaMode || quotaOut) {
 			v.Violated = append(v.Violated, i)
 			v.Allowed = false
 		}
 	}
-	return nil
+}
+
+// enforced reports whether a refusal under r refuses the request by
+// itself: neither a shadow rule nor a quota rule.
+func enforced(r *Rule) bool { return !r.Shadow && !r.QuotaMode }
+
+// quotaExhausted reports whether v has quota hits and every one of them
+// refused: by its outcome, or, for the hits at the indexes of active, by
+// the store's decision in decs.
+func quotaExhausted(v *Verdict, active []int, decs []portero.Decision) bool {
+	n := 0
+	for i := range v.Results {
+		res := &v.Results[i]
+		if !res.Rule.QuotaMode || res.Rule.Shadow {
+			continue
+		}
+		n++
+		refused := res.Outcome == Refused || res.Outcome == CanNeverPass
+		for j, a := range active {
+			if a == i {
+				refused = !decs[j].Allowed
+			}
+		}
+		if !refused {
+			return false
+		}
+	}
+	return n > 0
 }
 
 // count decides the counted hits (those without an outcome yet) in one
@@ -323,13 +393,15 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		for j, i := range active {
 			v.Results[i].Decision = decs[j]
 			if !decs[j].Allowed {
-				if v.Results[i].Rule.Shadow {
-					shadowRefused = true
-				} else {
+				if enforced(v.Results[i].Rule) {
 					enforcedRefused = true
+				} else {
+					shadowRefused = true
 				}
 			}
 		}
+		// Quota hits refuse together or not at all.
+		enforcedRefused = enforcedRefused || shadowRefused && quotaExhausted(v, active, decs)
 		switch {
 		case enforcedRefused:
 			for _, i := range active {
@@ -359,6 +431,9 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		for _, i := range active {
 			if res := &v.Results[i]; !res.Decision.Allowed {
 				res.Outcome = ShadowRefused
+				if !res.Rule.Shadow {
+					res.Outcome = Refused // a quota hit: refused, the request not
+				}
 				continue
 			}
 			next = append(next, i)

@@ -20,6 +20,11 @@ type Rule struct {
 	// Shadow rules are counted and reported but never refuse: for dark
 	// launches.
 	Shadow bool
+	// QuotaMode rules (envoyproxy/ratelimit's quota_mode) refuse a request only
+	// when every quota hit of the request refuses it: a request may spend
+	// from whichever of several quotas still has some. A quota hit that
+	// refuses alone is Refused without refusing the request.
+	QuotaMode bool
 	// Unit is the quota unit of the RateLimit-Policy field (qu), such as
 	// "content-bytes" when the cost is the body size; empty means requests,
 	// the field's default, and is not announced.
