@@ -86,6 +86,22 @@ func NewRule(r Rule) (*Rule, error) {
 	return &r, nil
 }
 
+// NewCountingRule returns r, a fixed window, compiled for CountEach alone:
+// any count per window of a whole number of seconds, as
+// envoyproxy/ratelimit accepts them (4294967295 per second, say, which is
+// more than Portero's algorithms count: NewRule refuses it). Decided under
+// AllOrNothing, such a rule is the store's error.
+func NewCountingRule(r Rule) (*Rule, error) {
+	if r.Algorithm != portero.FixedWindow {
+		return nil, fmt.Errorf("rule %q: %w: a counting rule is a %s, not %s", r.Name, portero.ErrInvalidLimit, portero.FixedWindow, r.Algorithm)
+	}
+	if w := r.Limit.Window; w < time.Second || w%time.Second != 0 || r.Limit.Count < 0 || r.Limit.IsCalendar() {
+		return nil, fmt.Errorf("rule %q: %w: %s: want a count per whole number of seconds", r.Name, portero.ErrInvalidLimit, r.Limit)
+	}
+	r.maxCost, r.compiled = r.Limit.Count, true
+	return &r, nil
+}
+
 func (r *Rule) admitsNothing() bool {
 	return r.Limit.Count == 0 && r.Limit.Burst == 0 && r.Limit.Rate == 0 && !r.Limit.IsCalendar()
 }
