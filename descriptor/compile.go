@@ -22,6 +22,10 @@ type Descriptor struct {
 	// Hits is the descriptor's own hits_addend: nil when unset (the
 	// request's applies), 0 to check without counting.
 	Hits *uint64
+	// Negative is is_negative_hits, a refund: an error, except under
+	// Options.Envoyproxy, where it is ignored as envoyproxy/ratelimit
+	// ignores it (the hits are counted).
+	Negative bool
 }
 
 // Request is one ShouldRateLimit call without the protobuf types.
@@ -323,6 +327,9 @@ func (c *Compiler) validate(req *Request) error {
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
+		if d.Negative {
+			return badRequest("descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
+		}
 		if len(d.Entries) == 0 {
 			return badRequest("descriptor %d: at least one entry is required", i)
 		}

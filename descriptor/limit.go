@@ -37,6 +37,9 @@ type Limit struct {
 	// the rule's header text. A RequestsPerUnit of 0 is a rule that admits
 	// nothing. Nil when Unlimited.
 	Rule *engine.Rule
+	// Metadata is the metadata of the node the limit belongs to (see
+	// Node.Metadata); nil when none, and for overrides.
+	Metadata map[string]any
 }
 
 // LimitSpec is what NewLimit compiles: the rate_limit as written, with

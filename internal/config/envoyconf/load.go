@@ -486,6 +486,7 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 	if rl != nil {
 		if d.Limit = p.rateLimit(rl, rlField, fullKey, d.ShadowMode, d.QuotaMode || p.quota); d.Limit != nil {
 			d.Limit.DetailedMetric = d.DetailedMetric
+			d.Limit.Metadata = d.Metadata
 		}
 	}
 	if children != nil {
