@@ -58,9 +58,8 @@ var notHonoured = map[string]string{
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "see REDIS_STARTUP_INITIAL_INTERVAL",
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
 	"LOCAL_CACHE_SIZE_IN_BYTES":                    "the over-limit cache only saves Redis round trips; answers are the same without it",
-	"NEAR_LIMIT_RATIO":                             "it only shapes envoyproxy/ratelimit's near_limit statistic",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
-	"USE_STATSD":                                   "Portero's metrics are Prometheus metrics (the admin listener's /metrics); there is no statsd sink",
+	"USE_STATSD":                                   "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
 	"STATSD_HOST":                                  "see USE_STATSD",
 	"STATSD_PORT":                                  "see USE_STATSD",
 	"USE_DOG_STATSD":                               "see USE_STATSD",
@@ -207,6 +206,11 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	set("cache-key-prefix", e.str("CACHE_KEY_PREFIX", ""), "CACHE_KEY_PREFIX")
 	set("expiration-jitter", (time.Duration(e.integer("EXPIRATION_JITTER_MAX_SECONDS", 300, 0)) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
 	set("stop-increment-over-limit", strconv.FormatBool(e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	if near := e.float("NEAR_LIMIT_RATIO", 0.8); near > 0 && near <= 1 {
+		set("near-limit-ratio", strconv.FormatFloat(near, 'g', -1, 64), "NEAR_LIMIT_RATIO")
+	} else {
+		e.fail("NEAR_LIMIT_RATIO", fmt.Errorf("%v: want a share in (0, 1]", near))
+	}
 
 	// Answers.
 	set("shadow-mode", strconv.FormatBool(e.boolean("SHADOW_MODE", false)), "SHADOW_MODE")
@@ -372,6 +376,19 @@ func (e *envReader) integer(v string, def, min int64) int64 {
 		return def
 	}
 	return n
+}
+
+func (e *envReader) float(v string, def float64) float64 {
+	x, ok := e.lookup(v)
+	if !ok || x == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(x, 64)
+	if err != nil {
+		e.fail(v, fmt.Errorf("%q: want a number", x))
+		return def
+	}
+	return f
 }
 
 func (e *envReader) duration(v string, def time.Duration) time.Duration {
