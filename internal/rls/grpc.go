@@ -57,6 +57,10 @@ import (
 // health status.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// HealthName is the name envoyproxy/ratelimit gives its gRPC health status,
+// which probes written for it ask about; both transports answer it.
+const HealthName = "ratelimit"
+
 // ServiceOptions tune the gRPC door. The zero value is the default.
 type ServiceOptions struct {
 	// CallTimeout bounds one call when the caller's own deadline (Envoy's
