@@ -52,7 +52,6 @@ var notHonoured = map[string]string{
 	"REDIS_PIPELINE_LIMIT":                         "rueidis pipelines automatically",
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           "rueidis sends each cluster node its commands in parallel",
 	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 "there is no pool",
-	"REDIS_TIMEOUT":                                "each decision is bounded by --call-timeout (1s) and the Redis store's own deadline (50ms); Envoy's filter gives up after 20ms by default",
 	"REDIS_STARTUP_INITIAL_INTERVAL":               "Portero starts at once and dials Redis in the background (100ms to 2s apart), answering by --on-store-error meanwhile",
 	"REDIS_STARTUP_MAX_INTERVAL":                   "see REDIS_STARTUP_INITIAL_INTERVAL",
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "see REDIS_STARTUP_INITIAL_INTERVAL",
@@ -203,6 +202,11 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	default:
 		e.fail("BACKEND_TYPE", fmt.Errorf("%q: want redis", b))
 	}
+	// Each Redis call waits as long as there; so may a decision (Envoy's
+	// filter has its own deadline, 20ms by default).
+	rt := e.duration("REDIS_TIMEOUT", 10*time.Second).String()
+	set("redis-timeout", rt, "REDIS_TIMEOUT")
+	set("call-timeout", rt, "REDIS_TIMEOUT")
 	set("cache-key-prefix", e.str("CACHE_KEY_PREFIX", ""), "CACHE_KEY_PREFIX")
 	set("expiration-jitter", (time.Duration(e.integer("EXPIRATION_JITTER_MAX_SECONDS", 300, 0)) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
 	set("stop-increment-over-limit", strconv.FormatBool(e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
