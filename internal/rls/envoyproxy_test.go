@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
@@ -387,3 +388,83 @@ func checkJSON(t *testing.T, where, url string, raw []byte, want *pb.RateLimitRe
 		t.Errorf("%s: /json %s = %d %s %s (%v), want %d %s", where, raw, r.StatusCode, r.Header.Get("Content-Type"), body, err, code, protojson.Format(want))
 	}
 }
+
+// TestCompatImprovements: each of Portero's improvements is one setting
+// away from the compatibility mode, and changes only what it says.
+func TestCompatImprovements(t *testing.T) {
+	const file = `domain: d
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: user
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}
+`
+	sc := &scenario{Start: time.Unix(1_772_445_605, 250_000_000), Files: map[string]*string{"d.yaml": ptr(file)}}
+	ask := func(t *testing.T, d *scenarioDoor, hits uint32) *pb.RateLimitResponse {
+		t.Helper()
+		resp, err := d.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", HitsAddend: hits, Descriptors: []*commonv3.RateLimitDescriptor{
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "ip", Value: "1"}}}, {Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	remaining := func(r *pb.RateLimitResponse) [2]uint32 {
+		return [2]uint32{r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining}
+	}
+	t.Run("compat", func(t *testing.T) {
+		d := startScenario(t, sc, settingsOf(t, nil), newMemStore(t), "grpc-go")
+		ask(t, d, 3) // user over: 3 > 2, refused, both counted
+		if got := remaining(ask(t, d, 1)); got != [2]uint32{1, 0} {
+			t.Errorf("after a refused request: remaining %v, want [1 0] (it consumed)", got)
+		}
+	})
+	t.Run("--counting all-or-nothing", func(t *testing.T) {
+		set := settingsOf(t, nil)
+		set.engine.Counting = engine.AllOrNothing
+		d := startScenario(t, sc, set, newMemStore(t), "grpc-go")
+		if r := ask(t, d, 3); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("3 hits on 2: %v", r)
+		}
+		if got := remaining(ask(t, d, 1)); got != [2]uint32{4, 1} {
+			t.Errorf("after a refused request: remaining %v, want [4 1] (it counted nothing)", got)
+		}
+	})
+	t.Run("--reset exact", func(t *testing.T) {
+		set := settingsOf(t, nil)
+		set.compat.ExactReset = true
+		d := startScenario(t, sc, set, newMemStore(t), "grpc-go")
+		if got, want := ask(t, d, 1).Statuses[0].DurationUntilReset.AsDuration(), 54750*time.Millisecond; got != want {
+			t.Errorf("duration_until_reset = %v, want %v", got, want)
+		}
+	})
+	t.Run("rate_limit.portero", func(t *testing.T) {
+		bucket := strings.Replace(file, "{name: per_user, unit: minute, requests_per_unit: 2}",
+			"{name: per_user, unit: minute, requests_per_unit: 2, portero: {algorithm: token-bucket}}", 1)
+		d := startScenario(t, &scenario{Start: sc.Start, Files: map[string]*string{"d.yaml": &bucket}}, settingsOf(t, nil), newMemStore(t), "grpc-go")
+		ask(t, d, 2)
+		r := ask(t, d, 1) // the bucket is empty: refused there, not taken; ip counts as envoyproxy/ratelimit counts
+		if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT || remaining(r) != [2]uint32{2, 0} {
+			t.Errorf("a token bucket beside an envoyproxy counter: %v", r)
+		}
+	})
+	t.Run("--headers ietf", func(t *testing.T) {
+		set := settingsOf(t, nil)
+		set.compat.Headers = HeadersIETF
+		d := startScenario(t, sc, set, newMemStore(t), "grpc-go")
+		r := ask(t, d, 1)
+		var names []string
+		for _, h := range r.ResponseHeadersToAdd {
+			names = append(names, h.Key+": "+h.Value)
+		}
+		if got := strings.Join(names, "\n"); !strings.Contains(got, `RateLimit-Policy: "d.ip";q=5;w=60, "per_user";q=2;w=60`) || !strings.Contains(got, "RateLimit: ") {
+			t.Errorf("headers:\n%s", got)
+		}
+		// The rest stays envoyproxy/ratelimit's: no name for an unnamed limit.
+		if r.Statuses[0].CurrentLimit.Name != "" || r.Statuses[1].CurrentLimit.Name != "per_user" {
+			t.Errorf("names %q, %q", r.Statuses[0].CurrentLimit.Name, r.Statuses[1].CurrentLimit.Name)
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
