@@ -20,7 +20,7 @@ import (
 // table.
 type compatFlags struct {
 	compat, counting, reset, headers, headerNames string
-	keyPrefix, debugListen                        string
+	keyPrefix                                     string
 	jitter                                        time.Duration
 	shadow, quota, metadata, stopIncrement        bool
 	ignoreDotFiles, healthyWithConfig, env        bool
@@ -41,7 +41,6 @@ func (c *compatFlags) add(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.jitter, "expiration-jitter", 0, "with --counting each, a random time below this added to each counter's expiry (EXPIRATION_JITTER_MAX_SECONDS)")
 	fl.BoolVar(&c.ignoreDotFiles, "ignore-dotfiles", false, "with --compat envoyproxy, skip configuration files whose name starts with '.' (RUNTIME_IGNOREDOTFILES; Portero's own mode always does)")
 	fl.BoolVar(&c.healthyWithConfig, "healthy-with-config", false, "/healthcheck fails until a configuration with a domain is loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
-	fl.StringVar(&c.debugListen, "debug-listen", "off", "address of envoyproxy/ratelimit's debug port, serving /rlconfig (off to disable); loopback unless told otherwise")
 	fl.BoolVar(&c.env, "envoyproxy-env", false, "read envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, REDIS_URL, …) into these flags; on when portero runs as ratelimit, or when rls has no --config and RUNTIME_* is set")
 	fl.MarkHidden("envoyproxy-env")
 }
@@ -124,7 +123,7 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 		return o, false, fmt.Errorf("--envoyproxy-header-names %q: want three names, comma-separated", c.headerNames)
 	}
 	o.KeyPrefix, o.IgnoreDotFiles, o.QuotaMode = c.keyPrefix, c.ignoreDotFiles, c.quota
-	o.DebugListen, o.HealthyWithConfig = c.debugListen, c.healthyWithConfig
+	o.HealthyWithConfig = c.healthyWithConfig
 	if on {
 		reset := c.reset
 		if reset == "" {

@@ -67,15 +67,14 @@ func envoyproxyRuntime(t *testing.T, srv *redistest.Server, file string, extra .
 }
 
 // startRatelimit runs the binary as envoyproxy/ratelimit's image runs it
-// (/bin/ratelimit, no arguments) and returns its gRPC, HTTP and debug
-// addresses.
+// (/bin/ratelimit, no arguments) and returns its gRPC, HTTP and admin
+// (envoyproxy/ratelimit's debug port) addresses.
 func startRatelimit(t *testing.T, args ...string) (grpcAddr, httpAddr, debugAddr string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 	done := make(chan error, 1)
-	// No admin listener: its default port is one, and tests run side by side.
-	args = append([]string{"/bin/ratelimit", "--admin-listen", "off"}, args...)
+	args = append([]string{"/bin/ratelimit"}, args...)
 	go func() { done <- run(ctx, argsOf(args), out, errOut) }()
 	t.Cleanup(func() {
 		cancel()
@@ -88,7 +87,7 @@ func startRatelimit(t *testing.T, args ...string) (grpcAddr, httpAddr, debugAddr
 			t.Error("ratelimit did not stop")
 		}
 	})
-	re := regexp.MustCompile(`gRPC listening on grpc://(\S+) \(\S+\)\n[\s\S]*HTTP listening on http://(\S+)\n[\s\S]*debug listening on http://(\S+) `)
+	re := regexp.MustCompile(`gRPC listening on grpc://(\S+) \(\S+\)\n[\s\S]*HTTP listening on http://(\S+)\n[\s\S]*admin listening on http://(\S+) `)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {

@@ -141,15 +141,16 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	}
 
 	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
-	// Envoy reaches it from elsewhere. Its debug port serves pprof, so
-	// Portero keeps it on loopback unless DEBUG_HOST says otherwise.
+	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
+	// Portero's admin listener (pprof, /rlconfig, /metrics), kept on
+	// loopback unless DEBUG_HOST says otherwise.
 	set("http-listen", e.hostPort("HOST", "0.0.0.0", "PORT", 8080), "HOST", "PORT")
 	if uds := e.str("GRPC_UDS", ""); uds != "" {
 		set("grpc-listen", "unix:"+uds, "GRPC_UDS")
 	} else {
 		set("grpc-listen", e.hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
 	}
-	set("debug-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
+	set("admin-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
 	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour).String(), "GRPC_MAX_CONNECTION_AGE")
 	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour).String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
 	if e.boolean("GRPC_SERVER_USE_TLS", false) {

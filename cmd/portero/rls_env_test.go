@@ -36,7 +36,7 @@ func TestEnvoyproxyEnv(t *testing.T) {
 	}{
 		{"defaults", base, map[string]string{
 			"compat": "envoyproxy", "config": "/srv/runtime_data/current/ratelimit/config", "watch": "true", "ignore-dotfiles": "false",
-			"merge-domains": "false", "http-listen": "0.0.0.0:8080", "grpc-listen": "0.0.0.0:8081", "debug-listen": "127.0.0.1:6070",
+			"merge-domains": "false", "http-listen": "0.0.0.0:8080", "grpc-listen": "0.0.0.0:8081", "admin-listen": "127.0.0.1:6070",
 			"grpc-max-connection-age": "24h0m0s", "grpc-max-connection-age-grace": "1h0m0s", "log-level": "warn", "log-format": "text",
 			"store": "redis", "redis-url": "unix:///var/run/nutcracker/ratelimit.sock", "cache-key-prefix": "", "expiration-jitter": "5m0s",
 			"stop-increment-over-limit": "false", "shadow-mode": "false", "quota-mode": "false", "dynamic-metadata": "false",
@@ -49,7 +49,7 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"app directory", append(base, "RUNTIME_APPDIRECTORY", "limits", "RUNTIME_IGNOREDOTFILES", "true", "MERGE_DOMAIN_CONFIG", "true"),
 			map[string]string{"config": "/srv/runtime_data/current/ratelimit/limits", "ignore-dotfiles": "true", "merge-domains": "true"}},
 		{"listeners", append(base, "HOST", "127.0.0.1", "PORT", "9080", "GRPC_HOST", "::1", "GRPC_PORT", "9081", "DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "9070"),
-			map[string]string{"http-listen": "127.0.0.1:9080", "grpc-listen": "[::1]:9081", "debug-listen": "0.0.0.0:9070"}},
+			map[string]string{"http-listen": "127.0.0.1:9080", "grpc-listen": "[::1]:9081", "admin-listen": "0.0.0.0:9070"}},
 		{"unix socket", append(base, "GRPC_UDS", "/run/rls.sock"), map[string]string{"grpc-listen": "unix:/run/rls.sock"}},
 		{"connection age", append(base, "GRPC_MAX_CONNECTION_AGE", "30m", "GRPC_MAX_CONNECTION_AGE_GRACE", "90s"),
 			map[string]string{"grpc-max-connection-age": "30m0s", "grpc-max-connection-age-grace": "1m30s"}},

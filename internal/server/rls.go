@@ -140,8 +140,6 @@ type EnvoyproxyOptions struct {
 	// IgnoreDotFiles is its RUNTIME_IGNOREDOTFILES (under Compat); QuotaMode
 	// its QUOTA_MODE (every limit in quota_mode).
 	IgnoreDotFiles, QuotaMode bool
-	// DebugListen serves its debug port's /rlconfig ("" or "off": none).
-	DebugListen string
 	// HealthyWithConfig fails /healthcheck until a configuration with a
 	// domain is loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
@@ -271,9 +269,6 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if err := r.listen(svc, grpcListen, httpListen, adminListen); err != nil {
 		return err
 	}
-	if err := r.listenDebug(svc); err != nil {
-		return err
-	}
 	drain := 5 * time.Second
 	if o.DrainPeriod != nil {
 		drain = *o.DrainPeriod
@@ -370,30 +365,11 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		srv.RegisterOnShutdown(r.dash.Close) // its event streams would hold the shutdown
 		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: srv, TLS: tlsR,
 			Credentials: true, Auth: o.AdminToken != "" || tlsR != nil && tlsR.ClientAuth(),
-			Risk: "read the metrics, the configuration and profiles of the process", Note: "(dashboard /dashboard/, /metrics, /config, /debug/pprof/)"}); err != nil {
+			Risk: "read the metrics, the configuration and profiles of the process", Note: "(dashboard /dashboard/, /metrics, /config, /rlconfig, /debug/pprof/)"}); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// listenDebug binds envoyproxy/ratelimit's debug port when asked:
-// /rlconfig, and the list of endpoints at /.
-func (r *rlsServer) listenDebug(svc *lifecycle.Service) error {
-	addr := r.opts.Envoyproxy.DebugListen
-	if addr == "" || addr == "off" {
-		return nil
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/rlconfig", rls.ConfigHandler(r.compiler.Limits))
-	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "/rlconfig: print out the currently loaded configuration for debugging\n")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
-	_, err := svc.Listen(lifecycle.Listener{Name: "debug", Addr: addr, Server: srv,
-		Credentials: true, Risk: "read the configuration", Note: "(/rlconfig)"})
-	return err
 }
 
 // healthy is envoyproxy/ratelimit's /healthcheck: serving (not starting or
@@ -478,8 +454,10 @@ func (r *rlsServer) reload(why string) {
 }
 
 // adminRoutes adds rls's own admin endpoints: /config, the configuration
-// in use (envoyproxy/ratelimit's /rlconfig).
+// in use, and the same as envoyproxy/ratelimit's debug port prints it,
+// /rlconfig (its DEBUG_PORT is the admin listener).
 func (r *rlsServer) adminRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /rlconfig", rls.ConfigHandler(r.compiler.Limits))
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, req *http.Request) {
 		src := r.source.Load()
 		writeJSON(w, http.StatusOK, map[string]any{"source": r.opts.ConfigPath, "loaded_at": src.at.UTC().Format(time.RFC3339),
