@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -237,4 +238,98 @@ func TestCountingOption(t *testing.T) {
 	if e.Counting() != engine.AllOrNothing {
 		t.Errorf("default counting = %q", e.Counting())
 	}
+}
+
+// TestCountEachModel: random traces of requests (several hits, costs from
+// 0 to above the limits, shadow and quota rules, instants across windows)
+// decided under CountEach on the memory store and on a native counter,
+// against a model of envoyproxy/ratelimit's counting written out plainly.
+func TestCountEachModel(t *testing.T) {
+	type spec struct {
+		count         int64
+		w             time.Duration
+		shadow, quota bool
+	}
+	specs := []spec{{3, time.Second, false, false}, {10, time.Minute, false, false}, {0, time.Minute, false, false},
+		{4, time.Minute, true, false}, {2, time.Minute, false, true}, {5, time.Hour, false, true}}
+	for name, st := range countingStores(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, st, engine.Options{Counting: engine.CountEach})
+			rules := make([]*engine.Rule, len(specs))
+			for i, s := range specs {
+				rules[i] = fixedRule(t, fmt.Sprintf("r%d", i), s.count, s.w, s.shadow, s.quota)
+			}
+			model := map[string]uint64{}
+			r := rand.New(rand.NewPCG(7, uint64(len(name))))
+			at := 5 * time.Second
+			for step := 0; step < 3000; step++ {
+				at += time.Duration(r.IntN(400)) * time.Millisecond
+				n := 1 + r.IntN(4)
+				hits := make([]engine.Hit, n)
+				for j := range hits {
+					k := r.IntN(len(rules))
+					cost := int64(r.IntN(13))
+					hits[j] = engine.Hit{Rule: rules[k], Key: fmt.Sprintf("r%d|k%d", k, r.IntN(3)), Cost: cost, CheckOnly: cost == 0}
+				}
+				v := decide(t, e, at, hits...)
+				now := t0.Add(at).Unix()
+				// The model: each hit adds its cost to its counter, then
+				// compares; quota hits refuse together.
+				want := make([]string, n)
+				allowed, quotas, quotaOver := true, 0, 0
+				for j, h := range hits {
+					s := specs[ruleIndex(rules, h.Rule)]
+					w := int64(s.w / time.Second)
+					key := fmt.Sprintf("%s@%d", h.Key, now/w*w)
+					if !h.CheckOnly {
+						model[key] += uint64(h.Cost)
+					}
+					c := model[key]
+					over := c > uint64(s.count)
+					rem := int64(0)
+					if !over {
+						rem = s.count - int64(c)
+					}
+					out := "ok"
+					if over {
+						out = "over"
+					}
+					want[j] = fmt.Sprintf("%s/%d", out, rem)
+					switch {
+					case s.shadow:
+					case s.quota:
+						quotas++
+						if over {
+							quotaOver++
+						}
+					case over:
+						allowed = false
+					}
+				}
+				if quotas > 0 && quotas == quotaOver {
+					allowed = false
+				}
+				got := make([]string, n)
+				for j, res := range v.Results {
+					out := "ok"
+					if res.Outcome == engine.Refused || res.Outcome == engine.ShadowRefused {
+						out = "over"
+					}
+					got[j] = fmt.Sprintf("%s/%d", out, res.Decision.Remaining)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) || v.Allowed != allowed {
+					t.Fatalf("step %d at %v: %v: got %v allowed %v, want %v allowed %v", step, at, hits, got, v.Allowed, want, allowed)
+				}
+			}
+		})
+	}
+}
+
+func ruleIndex(rules []*engine.Rule, r *engine.Rule) int {
+	for i := range rules {
+		if rules[i] == r {
+			return i
+		}
+	}
+	return -1
 }
