@@ -4,7 +4,9 @@
 // verdict into the door's protocol. It alone owns:
 //
 //   - all-or-nothing across the hits of a request: when one enforced hit
-//     refuses, none is counted;
+//     refuses, none is counted (or, under Options.Counting CountEach,
+//     envoyproxy/ratelimit's counting: each hit on its own, refused or not);
+//   - quota rules (Rule.QuotaMode), which refuse only all together;
 //   - shadow rules: counted, reported, never refusing (a shadow refusal
 //     never changes what is counted under the enforced rules);
 //   - check-only hits: looked at (portero.Store.Peek), not counted;
