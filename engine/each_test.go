@@ -238,6 +238,14 @@ func TestCountingOption(t *testing.T) {
 	if e.Counting() != engine.AllOrNothing {
 		t.Errorf("default counting = %q", e.Counting())
 	}
+	// A lease is no counter: Admit refuses concurrency rules under
+	// CountEach instead of counting them as rate hits.
+	each := newEngine(t, st, engine.Options{Counting: engine.CountEach})
+	var v engine.Verdict
+	err := each.Admit(context.Background(), t0, []engine.Hit{{Rule: concRule(t, "conc", 2, false, false), Key: "k", Cost: 1}}, &v)
+	if err == nil || !strings.Contains(err.Error(), "CountEach") {
+		t.Errorf("Admit of a concurrency rule under CountEach = %v, want an error", err)
+	}
 }
 
 // TestCountEachModel: random traces of requests (several hits, costs from
