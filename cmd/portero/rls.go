@@ -69,6 +69,12 @@ func (t *tlsFlags) check() error {
 }
 
 func newRLSCmd() *cobra.Command {
+	cmd, _ := rlsCommand()
+	return cmd
+}
+
+// rlsCommand is `portero rls` and the flags it fills.
+func rlsCommand() (*cobra.Command, *rlsFlags) {
 	var f rlsFlags
 	cmd := &cobra.Command{
 		Use:   "rls",
@@ -145,7 +151,7 @@ flight get --grace to finish.`,
 	fl.DurationVar(&f.grace, "grace", server.DefaultRLSShutdownTimeout, "how long in-flight calls may finish on shutdown")
 	f.compat.add(fl)
 	f.logs.add(cmd)
-	return cmd
+	return cmd, &f
 }
 
 func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {

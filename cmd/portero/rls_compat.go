@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -25,6 +24,9 @@ type compatFlags struct {
 	shadow, quota, metadata, stopIncrement        bool
 	ignoreDotFiles, healthyWithConfig, env        bool
 	notes                                         []envNote // variables not honoured, from the environment
+	// fromEnv are the flags the environment set (the command line left
+	// them alone), each with the variables it came from.
+	fromEnv map[string]string
 }
 
 func (c *compatFlags) add(fl *pflag.FlagSet) {
@@ -57,7 +59,25 @@ func applyEnvoyproxyEnv(cmd *cobra.Command, c *compatFlags, lookup func(string) 
 		return usageErr(fmt.Errorf("envoyproxy/ratelimit's environment: %w", err))
 	}
 	c.env, c.notes = true, notes
-	return usageErr(applyEnv(cmd.Flags(), flags))
+	c.fromEnv, err = applyEnv(cmd.Flags(), flags)
+	return usageErr(err)
+}
+
+// misplaced is the error of a flag set where it does not apply (why says
+// where it does). The environment sets every setting envoyproxy/ratelimit
+// has, so one that came from it and changes no answer in this mode (a
+// counter's expiry jitter when nothing is counted its way, say) is
+// dropped instead: /bin/ratelimit --counting all-or-nothing must run.
+// One that would change an answer is an error naming its variable.
+func (c *compatFlags) misplaced(flag, why string, changesAnswers bool) error {
+	from, ok := c.fromEnv[flag]
+	if !ok {
+		return fmt.Errorf("--%s %s", flag, why)
+	}
+	if changesAnswers {
+		return fmt.Errorf("%s (--%s) %s", from, flag, why)
+	}
+	return nil
 }
 
 // options checks the flags and returns what they stand for, and whether
@@ -72,14 +92,22 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 	default:
 		return o, false, fmt.Errorf("--compat %q: want envoyproxy or off", c.compat)
 	}
-	for _, x := range []struct {
-		flag string
-		set  bool
-	}{{"reset", c.reset != ""}, {"shadow-mode", c.shadow}, {"dynamic-metadata", c.metadata},
-		{"cache-key-prefix", c.keyPrefix != ""}, {"ignore-dotfiles", c.ignoreDotFiles}} {
-		if x.set && !on {
-			return o, false, fmt.Errorf("--%s applies with --compat envoyproxy", x.flag)
+	if !on {
+		// What applies only to envoyproxy/ratelimit's answers; from the
+		// environment, what only names its files or keys is dropped.
+		for _, x := range []struct {
+			flag                string
+			set, changesAnswers bool
+		}{{"reset", c.reset != "", true}, {"shadow-mode", c.shadow, true}, {"dynamic-metadata", c.metadata, true},
+			{"cache-key-prefix", c.keyPrefix != "", false}, {"ignore-dotfiles", c.ignoreDotFiles, false}} {
+			if !x.set {
+				continue
+			}
+			if err := c.misplaced(x.flag, "applies with --compat envoyproxy", x.changesAnswers); err != nil {
+				return o, false, err
+			}
 		}
+		c.keyPrefix, c.ignoreDotFiles = "", false
 	}
 	switch c.counting {
 	case "":
@@ -94,13 +122,26 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 	default:
 		return o, false, fmt.Errorf("--counting %q: want all-or-nothing or each", c.counting)
 	}
-	if o.Counting != engine.CountEach && (c.stopIncrement || c.jitter != 0) {
-		return o, false, errors.New("--stop-increment-over-limit and --expiration-jitter apply with --counting each")
-	}
 	if c.jitter < 0 {
 		return o, false, fmt.Errorf("--expiration-jitter %v: must not be negative", c.jitter)
 	}
-	o.StopIncrementWhenOver, o.CounterJitter = c.stopIncrement, c.jitter
+	if o.Counting == engine.CountEach {
+		o.StopIncrementWhenOver, o.CounterJitter = c.stopIncrement, c.jitter
+	} else {
+		// All-or-nothing counts nothing over a limit and keeps no such
+		// counters: neither changes an answer there.
+		for _, x := range []struct {
+			flag string
+			set  bool
+		}{{"stop-increment-over-limit", c.stopIncrement}, {"expiration-jitter", c.jitter != 0}} {
+			if !x.set {
+				continue
+			}
+			if err := c.misplaced(x.flag, "applies with --counting each", false); err != nil {
+				return o, false, err
+			}
+		}
+	}
 	headers := rls.HeadersIETF
 	if on {
 		headers = rls.HeadersNone
@@ -113,14 +154,25 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 		headers = h
 	}
 	if noHeaderFlag {
+		if _, env := c.fromEnv["headers"]; !env && headers != rls.HeadersNone {
+			return o, false, fmt.Errorf("--no-headers and --headers %s: give one", c.headers)
+		}
 		headers = rls.HeadersNone
 	}
 	if headers == rls.HeadersEnvoyproxy && !on {
-		return o, false, errors.New("--headers envoyproxy applies with --compat envoyproxy")
+		if err := c.misplaced("headers", "envoyproxy applies with --compat envoyproxy", true); err != nil {
+			return o, false, err
+		}
 	}
 	names := strings.Split(c.headerNames, ",")
 	if len(names) != 3 {
 		return o, false, fmt.Errorf("--envoyproxy-header-names %q: want three names, comma-separated", c.headerNames)
+	}
+	for i, n := range names {
+		names[i] = strings.TrimSpace(n)
+		if err := checkHeaderName(names[i]); err != nil {
+			return o, false, fmt.Errorf("--envoyproxy-header-names: %w", err)
+		}
 	}
 	o.KeyPrefix, o.IgnoreDotFiles, o.QuotaMode = c.keyPrefix, c.ignoreDotFiles, c.quota
 	o.HealthyWithConfig = c.healthyWithConfig
@@ -133,9 +185,7 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 			return o, false, fmt.Errorf("--reset %q: want seconds or exact", c.reset)
 		}
 		o.Compat = &rls.Compat{ExactReset: reset == "exact", Headers: headers, ShadowMode: c.shadow, Metadata: c.metadata}
-		for i, n := range names {
-			o.Compat.HeaderNames[i] = strings.TrimSpace(n)
-		}
+		copy(o.Compat.HeaderNames[:], names)
 	}
 	return o, headers == rls.HeadersNone, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -24,7 +25,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/testenv"
 )
 
@@ -266,6 +270,79 @@ func TestRLSCompatFlags(t *testing.T) {
 		err := run(context.Background(), append([]string{"rls", "--config", "../../examples/envoy/config"}, args...), &out, &errOut)
 		if exitCode(err) != 2 {
 			t.Errorf("rls %v: exit %d (%v), want 2", args, exitCode(err), err)
+		}
+	}
+}
+
+// TestRatelimitFlagsOverEnv: under envoyproxy/ratelimit's environment each
+// of Portero's improvements is one flag on the command line (docs/envoy.md:
+// "/bin/ratelimit --counting all-or-nothing"), though the environment sets
+// settings that apply only to the mode the flag leaves (its expiry jitter,
+// a key prefix); an environment setting that would change an answer the
+// flag's mode cannot give is an error naming its variable.
+func TestRatelimitFlagsOverEnv(t *testing.T) {
+	base := []string{"RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit", "CACHE_KEY_PREFIX", "rl:",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true", "RUNTIME_IGNOREDOTFILES", "true"}
+	cases := []struct {
+		args []string
+		env  []string
+		// want: the counting, whether compat is on, its exact reset and
+		// headers, the key prefix; or an error mentioning err.
+		counting engine.Counting
+		compat   bool
+		exact    bool
+		headers  rls.HeaderStyle
+		prefix   string
+		err      string
+	}{
+		{args: nil, counting: engine.CountEach, compat: true, headers: rls.HeadersNone, prefix: "rl:"},
+		{args: []string{"--counting", "all-or-nothing"}, counting: engine.AllOrNothing, compat: true, headers: rls.HeadersNone, prefix: "rl:"},
+		{args: []string{"--reset", "exact"}, counting: engine.CountEach, compat: true, exact: true, headers: rls.HeadersNone, prefix: "rl:"},
+		{args: []string{"--headers", "ietf"}, counting: engine.CountEach, compat: true, headers: rls.HeadersIETF, prefix: "rl:"},
+		{args: []string{"--compat", "off"}, counting: engine.AllOrNothing, headers: rls.HeadersNone},
+		{args: []string{"--compat", "off", "--headers", "ietf"}, counting: engine.AllOrNothing, headers: rls.HeadersIETF},
+		{args: []string{"--compat", "off"}, env: []string{"SHADOW_MODE", "true"}, err: "SHADOW_MODE"},
+		{args: []string{"--compat", "off"}, env: []string{"RESPONSE_DYNAMIC_METADATA", "true"}, err: "RESPONSE_DYNAMIC_METADATA"},
+		{args: []string{"--compat", "off"}, env: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "true"}, err: "LIMIT_RESPONSE_HEADERS_ENABLED"},
+		{args: []string{"--compat", "off", "--headers", "ietf"}, env: []string{"LIMIT_RESPONSE_HEADERS_ENABLED", "true"}, counting: engine.AllOrNothing, headers: rls.HeadersIETF},
+		{args: []string{"--compat", "off", "--cache-key-prefix", "x:"}, err: "--cache-key-prefix"},
+		{args: []string{"--counting", "all-or-nothing", "--expiration-jitter", "1s"}, err: "--expiration-jitter"},
+		{args: []string{"--no-headers", "--headers", "ietf"}, err: "--no-headers"},
+		{args: []string{"--envoyproxy-header-names", "A, ,C"}, err: "not a header name"},
+	}
+	for _, c := range cases {
+		cmd, f := rlsCommand()
+		if err := cmd.ParseFlags(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := applyEnvoyproxyEnv(cmd, &f.compat, envOf(append(append([]string{}, base...), c.env...)...))
+		var o server.EnvoyproxyOptions
+		if err == nil {
+			o, _, err = f.compat.options(f.noHeaders)
+		}
+		where := fmt.Sprintf("/bin/ratelimit %v with %v", c.args, c.env)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: error %v, want one mentioning %s", where, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+			continue
+		}
+		headers := rls.HeadersNone
+		if o.Compat != nil {
+			headers = o.Compat.Headers
+		} else if _, noHeaders, _ := f.compat.options(f.noHeaders); !noHeaders {
+			headers = rls.HeadersIETF
+		}
+		got := fmt.Sprintf("counting %s compat %v exact %v headers %s prefix %q stop %v", o.Counting, o.Compat != nil,
+			o.Compat != nil && o.Compat.ExactReset, headers, o.KeyPrefix, o.StopIncrementWhenOver)
+		want := fmt.Sprintf("counting %s compat %v exact %v headers %s prefix %q stop %v", c.counting, c.compat, c.exact, c.headers, c.prefix,
+			c.counting == engine.CountEach)
+		if got != want {
+			t.Errorf("%s = %s, want %s", where, got, want)
 		}
 	}
 }

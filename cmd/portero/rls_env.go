@@ -229,8 +229,8 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	}
 	names := []string{e.str("LIMIT_LIMIT_HEADER", "RateLimit-Limit"), e.str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"), e.str("LIMIT_RESET_HEADER", "RateLimit-Reset")}
 	for i, n := range names {
-		if n == "" || strings.ContainsAny(n, ", \t\r\n:") {
-			e.fail([]string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}[i], fmt.Errorf("%q is not a header name", n))
+		if err := checkHeaderName(n); err != nil {
+			e.fail([]string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}[i], err)
 		}
 	}
 	set("envoyproxy-header-names", strings.Join(names, ","), "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER")
@@ -419,20 +419,31 @@ func (e *envReader) hostPort(hv, hdef, pv string, pdef int64) string {
 }
 
 // applyEnv sets every flag of fs that flags names and the command line did
-// not set: flags given on the command line win over the environment.
-func applyEnv(fs *pflag.FlagSet, flags []envFlag) error {
+// not set: flags given on the command line win over the environment. It
+// returns the flags it set, each with the variables it came from.
+func applyEnv(fs *pflag.FlagSet, flags []envFlag) (map[string]string, error) {
+	set := map[string]string{}
 	for _, f := range flags {
 		fl := fs.Lookup(f.Flag)
 		if fl == nil {
-			return fmt.Errorf("%s: portero rls has no --%s", f.From, f.Flag)
+			return nil, fmt.Errorf("%s: portero rls has no --%s", f.From, f.Flag)
 		}
 		if fl.Changed {
 			continue
 		}
 		if err := fs.Set(f.Flag, f.Value); err != nil {
-			return fmt.Errorf("%s: %w", f.From, err)
+			return nil, fmt.Errorf("%s: %w", f.From, err)
 		}
 		fl.Changed = false // still "not given on the command line"
+		set[f.Flag] = f.From
+	}
+	return set, nil
+}
+
+// checkHeaderName refuses what cannot be the name of a header field.
+func checkHeaderName(n string) error {
+	if n == "" || strings.ContainsAny(n, ", \t\r\n:") {
+		return fmt.Errorf("%q is not a header name", n)
 	}
 	return nil
 }
