@@ -90,6 +90,29 @@ var notHonoured = map[string]string{
 	"REDIS_PERSECOND_TIMEOUT":                      "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_PERSECOND",
+	// Settings of a backend and a configuration source Portero refuses
+	// (BACKEND_TYPE=memcache, CONFIG_TYPE=GRPC_XDS_SOTW): inert without them.
+	"MEMCACHE_MAX_IDLE_CONNS":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"MEMCACHE_SRV_REFRESH":                          "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"MEMCACHE_TLS":                                  "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"MEMCACHE_TLS_CACERT":                           "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"MEMCACHE_TLS_CLIENT_CERT":                      "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"MEMCACHE_TLS_CLIENT_KEY":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION":       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS":     "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":               "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_NODE_ID":                       "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_NODE_METADATA":                 "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":             "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_SERVER_TLS_SAN":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":           "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"XDS_CLIENT_BACKOFF_JITTER":                     "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":               "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":              "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
 }
 
 // refused are the variables Portero cannot honour and will not run
