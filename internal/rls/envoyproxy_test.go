@@ -468,3 +468,44 @@ descriptors:
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDumpConfig: /rlconfig prints what envoyproxy/ratelimit's
+// rateLimitDescriptor.dump prints: a line per descriptor with a
+// rate_limit, its own shadow_mode and quota_mode (not QUOTA_MODE's, which
+// applies at decision time there), unlimited ones with unit UNKNOWN, tree
+// by tree.
+func TestDumpConfig(t *testing.T) {
+	const file = `domain: d
+descriptors:
+  - key: a
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 3}
+    descriptors:
+      - key: b
+        value: x
+        quota_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 7, name: named}
+      - key: free
+        rate_limit: {unlimited: true}
+      - key: free2
+        rate_limit: {unlimited: true, requests_per_unit: 5}
+  - key: nolimit
+    descriptors:
+      - key: c
+        rate_limit: {unit: day, requests_per_unit: 1}
+`
+	want := "d.a: unit=SECOND requests_per_unit=3, shadow_mode: true, quota_mode: false\n" +
+		"d.a.b_x: unit=HOUR requests_per_unit=7, shadow_mode: false, quota_mode: true\n" +
+		"d.a.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" +
+		"d.a.free2: unit=UNKNOWN requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
+		"d.nolimit.c: unit=DAY requests_per_unit=1, shadow_mode: false, quota_mode: false\n"
+	for _, global := range []bool{false, true} {
+		cfg, err := envoyconf.Parse([]envoyconf.Source{{Name: "d.yaml", Data: []byte(file)}}, envoyconf.Options{Envoyproxy: true, QuotaMode: global})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := DumpConfig(cfg); got != want {
+			t.Errorf("QUOTA_MODE %v: DumpConfig =\n%s want\n%s", global, got, want)
+		}
+	}
+}

@@ -97,7 +97,7 @@ func DumpConfig(c *descriptor.Config) string {
 					unit = pb.RateLimitResponse_RateLimit_Unit(l.Unit).String()
 				}
 				fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
-					l.FullKey, unit, l.RequestsPerUnit, n.ShadowMode, l.Rule != nil && l.Rule.QuotaMode)
+					l.FullKey, unit, l.RequestsPerUnit, n.ShadowMode, n.QuotaMode)
 			}
 			walk(n.Children)
 		}
