@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/server"
 )
@@ -81,5 +83,40 @@ func TestRLSEnvoyproxy(t *testing.T) {
 	}
 	if code, b := getEP(t, r.admin+"/rlconfig"); code != 200 || b != "edge.ip: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\n" {
 		t.Errorf("/rlconfig = %d %q", code, b)
+	}
+}
+
+// TestRLSEnvoyproxyHealthRedis: /healthcheck is 500 until Redis has
+// answered once, then 200 "OK", and stays so when Redis goes away later
+// (envoyproxy/ratelimit's default, REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
+// unset: the failure policy answers meanwhile), under a failure policy
+// that keeps /readyz waiting for Redis and under one that does not.
+func TestRLSEnvoyproxyHealthRedis(t *testing.T) {
+	for _, policy := range []portero.FailurePolicy{portero.FailError, portero.FailAllow} {
+		t.Run(string(policy), func(t *testing.T) {
+			srv := redistest.Start(t)
+			srv.Kill()
+			r := startRLS(t, server.RLSOptions{Store: "redis", RedisURL: srv.URL(), OnStoreError: policy,
+				Envoyproxy: server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersNone}, Counting: engine.CountEach}})
+			if code, b := getEP(t, r.http+"/healthcheck"); code != 500 || b != "" {
+				t.Errorf("/healthcheck before Redis answered = %d %q, want 500 and nothing", code, b)
+			}
+			srv.Restart()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				code, b := getEP(t, r.http+"/healthcheck")
+				if code == 200 && b == "OK" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("/healthcheck after Redis started = %d %q, want 200 OK", code, b)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			srv.Kill()
+			if code, b := getEP(t, r.http+"/healthcheck"); code != 200 || b != "OK" {
+				t.Errorf("/healthcheck once Redis went away = %d %q, want 200 OK", code, b)
+			}
+		})
 	}
 }
