@@ -144,9 +144,11 @@ func (p *parser) jsonValue(v *yaml.Node, field string, depth int) any {
 		m := make(map[string]any, len(v.Content)/2)
 		for i := 0; i+1 < len(v.Content); i += 2 {
 			k := v.Content[i].Value
-			if _, dup := m[k]; dup {
-				continue // the first, as yaml.v2's map keeps it
+			if _, dup := m[k]; dup && !p.compat {
+				p.errorf(v.Content[i], join(field, k), "given twice")
+				continue
 			}
+			// Under Envoyproxy the last, as yaml.v2 keeps it.
 			m[k] = p.jsonValue(v.Content[i+1], join(field, k), depth+1)
 		}
 		return m

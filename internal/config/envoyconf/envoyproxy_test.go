@@ -221,3 +221,23 @@ descriptors:
 		}
 	}
 }
+
+// TestMetadataDuplicateKeys: a key given twice in metadata is its last
+// value under Options.Envoyproxy, as yaml.v2 decodes a mapping into the
+// map envoyproxy/ratelimit reads (nested mappings too), and an error in
+// Portero's own mode, as every key given twice is.
+func TestMetadataDuplicateKeys(t *testing.T) {
+	src := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n" +
+		"    metadata:\n      x: 1\n      x: 2\n      m: {a: first, a: last}\n"
+	cfg, err := Parse([]Source{{Name: "d.yaml", Data: []byte(src)}}, Options{Envoyproxy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Domain("d").Match(entries("k", "v")).Node.Metadata
+	if want := map[string]any{"x": 2.0, "m": map[string]any{"a": "last"}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metadata under Envoyproxy = %v, want %v", got, want)
+	}
+	if _, err := Parse([]Source{{Name: "d.yaml", Data: []byte(src)}}, Options{}); err == nil || !strings.Contains(err.Error(), "d.yaml:7") || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("metadata with a key given twice in Portero's mode: %v, want an error at d.yaml:7", err)
+	}
+}
