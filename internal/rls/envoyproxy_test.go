@@ -464,6 +464,18 @@ descriptors:
 		if r.Statuses[0].CurrentLimit.Name != "" || r.Statuses[1].CurrentLimit.Name != "per_user" {
 			t.Errorf("names %q, %q", r.Statuses[0].CurrentLimit.Name, r.Statuses[1].CurrentLimit.Name)
 		}
+		// A refusal tells the client when to come back: per_user's window
+		// ends in 54.75 s, Retry-After rounds up.
+		r = ask(t, d, 2)
+		var retry []string
+		for _, h := range r.ResponseHeadersToAdd {
+			if h.Key == "Retry-After" {
+				retry = append(retry, h.Value)
+			}
+		}
+		if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || strings.Join(retry, ",") != "55" {
+			t.Errorf("a refusal under --headers ietf: %s, Retry-After %q; want OVER_LIMIT and 55", r.OverallCode, retry)
+		}
 	})
 }
 
