@@ -173,6 +173,7 @@ func TestQuotaMode(t *testing.T) {
 			"refused: refused/0 refused/0",               // both out: refused
 			"refused: refused/0 not-counted/2 refused/0", // an enforced rule refuses: nothing counted
 			"refused: refused/0 not-counted/2",           // its one quota hit refuses
+			"refused: refused/0 not-counted/2",           // so does it check-only: nothing counted
 		}},
 		{engine.CountEach, []string{
 			"allowed: near-limit/0 allowed/1",
@@ -180,6 +181,7 @@ func TestQuotaMode(t *testing.T) {
 			"refused: refused/0 refused/0",
 			"refused: refused/0 allowed/1 refused/0",
 			"refused: refused/0 near-limit/0",
+			"refused: refused/0 refused/0",
 		}},
 	}
 	for _, c := range cases {
@@ -197,6 +199,7 @@ func TestQuotaMode(t *testing.T) {
 				{q(s1, "1a"), q(s2, "2a")},
 				{q(s1, "1b"), q(plain, "pb"), q(block, "full")},
 				{q(s1, "1b"), q(plain, "pb")},
+				{{Rule: s1, Key: "1b", CheckOnly: true}, q(plain, "pb")},
 			}
 			// Fill "full" first, outside the table.
 			decide(t, e, time.Second, q(block, "full"))
