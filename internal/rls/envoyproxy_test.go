@@ -521,3 +521,54 @@ descriptors:
 		}
 	}
 }
+
+// TestCounterJitter: EXPIRATION_JITTER_MAX_SECONDS (engine CounterJitter)
+// adds a random time below it to each Redis counter's expiry, as
+// envoyproxy/ratelimit does so that counters made together do not all
+// expire together; without it each lives one window.
+func TestCounterJitter(t *testing.T) {
+	srv := redistest.Start(t)
+	const file = "domain: j\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	sc := &scenario{Start: time.Unix(1_772_445_605, 250_000_000), Files: map[string]*string{"j.yaml": ptr(file)}}
+	for _, jitter := range []time.Duration{0, 300 * time.Second} {
+		if _, err := redistest.Do(srv.Addr(), "FLUSHALL"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := settingsOf(t, nil)
+		set.engine.CounterJitter = jitter
+		d := startScenario(t, sc, set, st, "grpc-go")
+		const n = 20
+		lo, hi, longer := int64(1<<62), int64(0), 0
+		for i := 0; i < n; i++ {
+			v := "v" + strconv.Itoa(i)
+			if _, err := d.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "j", Descriptors: []*commonv3.RateLimitDescriptor{
+				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: v}}}}}); err != nil {
+				t.Fatal(err)
+			}
+			reply, err := redistest.Do(srv.Addr(), "TTL", "j_k_"+v+"_1772445600")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ttl, err := strconv.ParseInt(reply, 10, 64)
+			if err != nil {
+				t.Fatalf("TTL %s: %q", v, reply)
+			}
+			lo, hi = min(lo, ttl), max(hi, ttl)
+			if ttl > 60 {
+				longer++
+			}
+		}
+		st.Close(context.Background())
+		switch {
+		case jitter == 0 && (lo < 59 || hi > 60):
+			t.Errorf("no jitter: TTLs from %d to %d s, want one minute", lo, hi)
+		case jitter > 0 && (lo < 59 || hi > 360 || longer < n/2):
+			// 20 draws below 300 s: fewer than 10 above 1 s has odds below 1e-20.
+			t.Errorf("jitter %v: TTLs from %d to %d s, %d of %d above a minute; want 59 to 360, most above", jitter, lo, hi, longer, n)
+		}
+	}
+}
