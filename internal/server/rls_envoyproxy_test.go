@@ -120,3 +120,29 @@ func TestRLSEnvoyproxyHealthRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestRLSEnvoyproxyDotFiles: under compatibility RunRLS reads dot files of
+// the directory, as envoyproxy/ratelimit's runtime loader does, unless
+// IgnoreDotFiles (its RUNTIME_IGNOREDOTFILES).
+func TestRLSEnvoyproxyDotFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, dom := range map[string]string{"edge.yaml": "edge", ".hidden.yaml": "hidden"} {
+		body := "domain: " + dom + "\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line := func(dom string) string {
+		return dom + ".ip: unit=HOUR requests_per_unit=1, shadow_mode: false, quota_mode: false\n"
+	}
+	for _, c := range []struct {
+		ignore bool
+		want   string
+	}{{false, line("edge") + line("hidden")}, {true, line("edge")}} {
+		r := startRLS(t, server.RLSOptions{ConfigPath: dir, Envoyproxy: server.EnvoyproxyOptions{
+			Compat: &rls.Compat{Headers: rls.HeadersNone}, Counting: engine.CountEach, IgnoreDotFiles: c.ignore}})
+		if code, b := getEP(t, r.admin+"/rlconfig"); code != 200 || b != c.want {
+			t.Errorf("IgnoreDotFiles %v: /rlconfig = %d %q, want %q", c.ignore, code, b, c.want)
+		}
+	}
+}
