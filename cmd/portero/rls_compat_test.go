@@ -346,3 +346,33 @@ func TestRatelimitFlagsOverEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestRatelimitEnvOptions: envoyproxy/ratelimit's answer settings in the
+// environment become the EnvoyproxyOptions RunRLS takes, each one.
+func TestRatelimitEnvOptions(t *testing.T) {
+	cmd, f := rlsCommand()
+	if err := cmd.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf("RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit", "SHADOW_MODE", "true", "RESPONSE_DYNAMIC_METADATA", "true",
+		"QUOTA_MODE", "true", "EXPIRATION_JITTER_MAX_SECONDS", "7", "CACHE_KEY_PREFIX", "p:", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true",
+		"RUNTIME_IGNOREDOTFILES", "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true", "LIMIT_RESPONSE_HEADERS_ENABLED", "true",
+		"LIMIT_LIMIT_HEADER", "X-L", "LIMIT_REMAINING_HEADER", "X-R", "LIMIT_RESET_HEADER", "X-T")
+	if err := applyEnvoyproxyEnv(cmd, &f.compat, env); err != nil {
+		t.Fatal(err)
+	}
+	o, noHeaders, err := f.compat.options(f.noHeaders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersEnvoyproxy, HeaderNames: [3]string{"X-L", "X-R", "X-T"}, ShadowMode: true, Metadata: true},
+		Counting: engine.CountEach, StopIncrementWhenOver: true, CounterJitter: 7 * time.Second, KeyPrefix: "p:", IgnoreDotFiles: true, QuotaMode: true,
+		HealthyWithConfig: true}
+	if o.Compat == nil || *o.Compat != *want.Compat || noHeaders {
+		t.Errorf("Compat = %+v (no headers %v), want %+v", o.Compat, noHeaders, want.Compat)
+	}
+	o.Compat, want.Compat = nil, nil
+	if o != want {
+		t.Errorf("options = %+v, want %+v", o, want)
+	}
+}

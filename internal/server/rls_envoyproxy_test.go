@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +147,90 @@ func TestRLSEnvoyproxyDotFiles(t *testing.T) {
 		if code, b := getEP(t, r.admin+"/rlconfig"); code != 200 || b != c.want {
 			t.Errorf("IgnoreDotFiles %v: /rlconfig = %d %q, want %q", c.ignore, code, b, c.want)
 		}
+	}
+}
+
+// TestRLSEnvoyproxyOptions: each of EnvoyproxyOptions reaches what it
+// sets, through RunRLS, on a real redis-server (the scenarios of
+// internal/rls build the service by hand): KeyPrefix names the Redis keys,
+// StopIncrementWhenOver leaves a counter alone when another goes over,
+// QuotaMode makes every limit a quota one, CounterJitter lengthens expiries,
+// Compat.Metadata fills dynamic_metadata and Compat.ShadowMode answers OK.
+func TestRLSEnvoyproxyOptions(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	const file = "domain: o\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {tier: gold}\n" +
+		"  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	if err := os.WriteFile(filepath.Join(dir, "o.yaml"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_772_445_605, 250_000_000) // window 1772445600
+	start := func(ep server.EnvoyproxyOptions) func(body string) (int, map[string]any) {
+		ep.Counting = engine.CountEach
+		r := startRLS(t, server.RLSOptions{ConfigPath: dir, Store: "redis", RedisURL: srv.URL(), Envoyproxy: ep,
+			Now: func() time.Time { return at }})
+		return func(body string) (int, map[string]any) {
+			t.Helper()
+			resp, err := http.Post(r.http+"/json", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var m map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+				t.Fatal(err)
+			}
+			return resp.StatusCode, m
+		}
+	}
+	redis := func(args ...string) string {
+		t.Helper()
+		v, err := redistest.Do(srv.Addr(), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	both := func(v string) string {
+		return `{"domain": "o", "descriptors": [{"entries": [{"key": "a", "value": "` + v + `"}]}, {"entries": [{"key": "b", "value": "` + v + `"}]}]}`
+	}
+	post := start(server.EnvoyproxyOptions{KeyPrefix: "pfx:", StopIncrementWhenOver: true, QuotaMode: true, CounterJitter: 300 * time.Second,
+		Compat: &rls.Compat{Headers: rls.HeadersNone, Metadata: true}})
+	if code, m := post(both("x")); code != 200 || fmt.Sprint(m["dynamicMetadata"].(map[string]any)["metadata"]) != "map[tier:gold]" {
+		t.Errorf("first call: %d %v, want 200 with the passed descriptor's metadata", code, m)
+	}
+	// a goes over: under QuotaMode one quota descriptor over does not refuse.
+	if code, m := post(both("x")); code != 200 || m["overallCode"] != "OK" {
+		t.Errorf("a over under QuotaMode: %d %v, want 200 OK", code, m)
+	}
+	// StopIncrementWhenOver: b was not counted when a went over; KeyPrefix
+	// starts both keys.
+	if a, b := redis("GET", "pfx:o_a_x_1772445600"), redis("GET", "pfx:o_b_x_1772445600"); a != "2" || b != "1" {
+		t.Errorf("counters a=%q b=%q, want 2 and 1", a, b)
+	}
+	if code, m := post(`{"domain": "o", "descriptors": [{"entries": [{"key": "a", "value": "x"}]}]}`); code != 429 {
+		t.Errorf("its only quota descriptor over: %d %v, want 429", code, m)
+	}
+	longer := 0
+	for i := 0; i < 10; i++ {
+		v := "j" + strconv.Itoa(i)
+		post(both(v))
+		if ttl, err := strconv.Atoi(redis("TTL", "pfx:o_b_"+v+"_1772445600")); err != nil || ttl > 360 || ttl < 59 {
+			t.Errorf("TTL of %s: %d (%v), want 59 to 360 s", v, ttl, err)
+		} else if ttl > 60 {
+			longer++
+		}
+	}
+	if longer < 5 {
+		t.Errorf("%d of 10 counters live longer than their minute, want most (CounterJitter 300 s)", longer)
+	}
+
+	shadow := start(server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersNone, ShadowMode: true}})
+	shadow(both("s"))
+	if code, m := shadow(both("s")); code != 200 || m["overallCode"] != "OK" || m["statuses"].([]any)[0].(map[string]any)["code"] != "OVER_LIMIT" {
+		t.Errorf("ShadowMode: %d %v, want 200 OK with a's status OVER_LIMIT", code, m)
+	}
+	if _, m := shadow(both("s")); m["dynamicMetadata"] != nil {
+		t.Errorf("dynamic_metadata without Metadata: %v", m["dynamicMetadata"])
 	}
 }
