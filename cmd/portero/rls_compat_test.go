@@ -376,3 +376,22 @@ func TestRatelimitEnvOptions(t *testing.T) {
 		t.Errorf("options = %+v, want %+v", o, want)
 	}
 }
+
+// TestRatelimitNoSubdirectory: without RUNTIME_SUBDIRECTORY
+// envoyproxy/ratelimit loads no file and serves with no domains: every
+// domain answers OK with no limit, and /healthcheck is OK (checked against
+// its service_cmd).
+func TestRatelimitNoSubdirectory(t *testing.T) {
+	srv := redistest.Start(t)
+	envoyproxyRuntime(t, srv, envoyBasic)
+	os.Unsetenv("RUNTIME_SUBDIRECTORY") // t.Setenv restores it
+	g, h, _ := startRatelimit(t)
+	got, err := ask(t, g, &pb.RateLimitRequest{Domain: "basic", Descriptors: []*pbDesc{{Entries: []*pbEntry{{Key: "block", Value: "x"}}}}})
+	want := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: []*pb.RateLimitResponse_DescriptorStatus{{Code: pb.RateLimitResponse_OK}}}
+	if err != nil || !proto.Equal(got, want) {
+		t.Errorf("with no subdirectory: %v, %v; want %v", got, err, want)
+	}
+	if code, body := getBody(t, "http://"+h+"/healthcheck"); code != 200 || body != "OK" {
+		t.Errorf("/healthcheck = %d %q, want 200 OK", code, body)
+	}
+}
