@@ -23,8 +23,6 @@ import (
 //   - duration_until_reset in whole seconds, as it rounds them (the
 //     window's length minus the Unix second's offset in it), unless
 //     ExactReset;
-//   - an unlimited descriptor's status is OK with limit_remaining
-//     2^32-1 and no current_limit;
 //   - headers as its LIMIT_RESPONSE_HEADERS_ENABLED writes them (Headers);
 //   - SHADOW_MODE (ShadowMode) and RESPONSE_DYNAMIC_METADATA (Metadata);
 //   - its errors: an empty domain or descriptor list, and no configuration
@@ -83,10 +81,9 @@ var envoyproxyHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", 
 // envoyproxy's errors, as its service answers them (a Go error, which
 // grpc-go sends as UNKNOWN).
 var (
-	errNoConfig       = status.Error(codes.Unknown, "no rate limit configuration loaded")
-	errEmptyDomain    = status.Error(codes.Unknown, "rate limit domain must not be empty")
-	errNoDescriptors  = status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
-	maxUint32Remained = int64(math.MaxUint32)
+	errNoConfig      = status.Error(codes.Unknown, "no rate limit configuration loaded")
+	errEmptyDomain   = status.Error(codes.Unknown, "rate limit domain must not be empty")
+	errNoDescriptors = status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
 )
 
 // compatRequestError is the error envoyproxy/ratelimit answers for a
@@ -110,9 +107,6 @@ func (s *Service) compatAnswer(a *answer, req *descriptor.Request, now time.Time
 	}
 	for i := range a.statuses {
 		st := &a.statuses[i]
-		if st.Unlimited {
-			st.Remaining = maxUint32Remained
-		}
 		if !c.ExactReset && st.ResetAfter > 0 {
 			st.ResetAfter = ceilSecond(st.ResetAfter)
 		}
