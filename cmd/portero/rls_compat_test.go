@@ -395,3 +395,30 @@ func TestRatelimitNoSubdirectory(t *testing.T) {
 		t.Errorf("/healthcheck = %d %q, want 200 OK", code, body)
 	}
 }
+
+// TestRatelimitSentinel: REDIS_TYPE=sentinel with REDIS_URL
+// "master,sentinel:port" counts on the master the sentinels name (the
+// failover itself: redisstore TestSentinelFailover).
+func TestRatelimitSentinel(t *testing.T) {
+	sn := redistest.StartSentinel(t, 1, 1)
+	envoyproxyRuntime(t, sn.Master, envoyBasic, "REDIS_TYPE", "sentinel", "REDIS_URL", sn.Name+","+sn.Addrs()[0])
+	g, _, _ := startRatelimit(t)
+	req := &pb.RateLimitRequest{Domain: "basic", Descriptors: []*pbDesc{{Entries: []*pbEntry{{Key: "block", Value: "s"}}}}}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := ask(t, g, req)
+		if err == nil {
+			if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("a blocked descriptor through the sentinels: %v", resp)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer through the sentinels: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if keys, err := redistest.Do(sn.Master.Addr(), "KEYS", "basic_block_s_*"); err != nil || keys == "" {
+		t.Errorf("the master holds %q (%v), want envoyproxy/ratelimit's counter", keys, err)
+	}
+}
