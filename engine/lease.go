@@ -90,6 +90,12 @@ func (e *Engine) Admit(ctx context.Context, now time.Time, hits []Hit, v *Verdic
 		v.Reset()
 		return errors.New("engine: the store keeps no leases (it is no portero.LeaseStore): concurrency rules cannot be admitted")
 	}
+	if e.counting == CountEach {
+		// envoyproxy/ratelimit has no concurrency limit, and CountEach
+		// counts each hit on its own, which a lease cannot be.
+		v.Reset()
+		return errors.New("engine: concurrency rules cannot be admitted under CountEach")
+	}
 	for i := range v.Results {
 		res := &v.Results[i]
 		if !res.Rule.IsConcurrency() {
