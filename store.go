@@ -87,3 +87,32 @@ type Adjuster interface {
 	// errors are otherwise those of AllowAll.
 	Adjust(ctx context.Context, now time.Time, adj []Adjustment) error
 }
+
+// Count is one operation on a plain counter of a clock-aligned window, as
+// envoyproxy/ratelimit keeps them (Redis INCRBY, then EXPIRE): Add is
+// added whatever the counter holds, and Value is what it holds after.
+type Count struct {
+	// Key names the counter without its window; the store adds the
+	// window's start (Unix seconds of the instant rounded down to a
+	// multiple of Window), so that a new window is a new counter.
+	Key string
+	// Window is the counter's window, a whole number of seconds.
+	Window time.Duration
+	// Add is added to the counter; 0 reads it.
+	Add uint64
+	// TTL is how long the counter lives after this operation (at least
+	// Window; envoyproxy/ratelimit adds a random jitter).
+	TTL time.Duration
+	// Value is the counter after the operation, set by Counter.Count.
+	Value uint64
+}
+
+// Counter is implemented by stores that keep plain counters natively
+// (store/redisstore, with envoyproxy/ratelimit's own keys). The engine
+// counts on any other store through its algorithms (see engine.CountEach).
+type Counter interface {
+	// Count applies counts in order at instant now (two on one key add
+	// up) and sets each one's Value. Errors are those of AllowAll: on an
+	// error no Value is meaningful (some counts may have been applied).
+	Count(ctx context.Context, now time.Time, counts []Count) error
+}

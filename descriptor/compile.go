@@ -22,6 +22,10 @@ type Descriptor struct {
 	// Hits is the descriptor's own hits_addend: nil when unset (the
 	// request's applies), 0 to check without counting.
 	Hits *uint64
+	// Negative is is_negative_hits, a refund: an error, except under
+	// Options.Envoyproxy, where it is ignored as envoyproxy/ratelimit
+	// ignores it (the hits are counted).
+	Negative bool
 }
 
 // Request is one ShouldRateLimit call without the protobuf types.
@@ -74,8 +78,21 @@ type Options struct {
 	// count: they are keys of the override's rule, bounded by the store's
 	// max_keys and expiring with its window. A store keeps every rule it
 	// was asked about, so a request with a new override beyond the cap is
-	// refused as invalid rather than growing memory.
+	// refused as invalid rather than growing memory (under Envoyproxy it is
+	// compiled afresh for that request instead, and kept by no one).
 	MaxOverrides int
+	// Envoyproxy compiles as envoyproxy/ratelimit: descriptors are matched
+	// on composite strings (Domain.MatchEnvoyproxy), store keys are its
+	// cache keys (EnvoyproxyKey with KeyPrefix, for the engine's
+	// CountEach counters), an unknown domain compiles into no hits, and
+	// requests are bounded only by what it bounds: their size (the gRPC
+	// server's message cap), a domain and at least one descriptor. A
+	// descriptor without entries, or with an empty key, matches nothing;
+	// a descriptor hits_addend may be up to 2^63-1.
+	Envoyproxy bool
+	// KeyPrefix starts every store key under Envoyproxy
+	// (envoyproxy/ratelimit's CACHE_KEY_PREFIX).
+	KeyPrefix string
 }
 
 // DefaultMaxOverrides is the default of Options.MaxOverrides: far more
@@ -166,7 +183,7 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 	}
 	cfg := c.limits.Load()
 	dom := cfg.Domain(req.Domain)
-	if dom == nil && !c.opts.AllowUnknownDomains {
+	if dom == nil && !c.opts.AllowUnknownDomains && !c.opts.Envoyproxy {
 		return &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %q (configured: %s)", req.Domain, strings.Join(cfg.Domains(), ", "))}
 	}
 	reqHits := int64(req.Hits)
@@ -184,6 +201,9 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 			if lim, err = c.override(req.Domain, d); err != nil {
 				return badRequest("descriptor %d: %v", i, err)
 			}
+		} else if dom != nil && c.opts.Envoyproxy {
+			m = dom.MatchEnvoyproxy(d.Entries)
+			lim = m.Limit
 		} else if dom != nil {
 			m = dom.Match(d.Entries)
 			lim = m.Limit
@@ -192,9 +212,14 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 		if lim == nil || lim.Unlimited {
 			continue
 		}
-		h := engine.Hit{Rule: lim.Rule, Key: StoreKey(req.Domain, d.Entries, m), Cost: reqHits}
+		h := engine.Hit{Rule: lim.Rule, Cost: reqHits}
+		if c.opts.Envoyproxy {
+			h.Key = EnvoyproxyKey(c.opts.KeyPrefix, req.Domain, d.Entries, m)
+		} else {
+			h.Key = StoreKey(req.Domain, d.Entries, m)
+		}
 		if d.Hits != nil {
-			h.Cost = int64(*d.Hits) // validated ≤ MaxUint32
+			h.Cost = int64(*d.Hits) // validated: ≤ MaxUint32, or ≤ MaxInt64 under Envoyproxy
 			h.CheckOnly = h.Cost == 0
 		}
 		p.Descriptors[i].Hit = len(p.Hits)
@@ -269,6 +294,12 @@ func (c *Compiler) override(domain string, d *Descriptor) (*Limit, error) {
 		return old, nil
 	}
 	if len(c.overrides) >= c.opts.MaxOverrides {
+		if c.opts.Envoyproxy {
+			// envoyproxy/ratelimit answers any override: this one is
+			// compiled for this request alone. Its counters are keys of
+			// the engine's counter rules, which no override adds to.
+			return l, nil
+		}
 		return nil, fmt.Errorf("limit override %d/%s: more than %d distinct limit overrides (domain, keys, requests_per_unit, unit) since start; each is a rule the store keeps", k.rpu, k.unit, c.opts.MaxOverrides)
 	}
 	c.overrides[k] = l
@@ -282,17 +313,23 @@ func (c *Compiler) validate(req *Request) error {
 	if req.Domain == "" {
 		return badRequest("domain is required")
 	}
-	if len(req.Domain) > c.opts.MaxValueLen {
-		return badRequest("domain longer than %d bytes", c.opts.MaxValueLen)
-	}
 	if len(req.Descriptors) == 0 {
 		return badRequest("at least one descriptor is required")
+	}
+	if c.opts.Envoyproxy {
+		return c.validateEnvoyproxy(req)
+	}
+	if len(req.Domain) > c.opts.MaxValueLen {
+		return badRequest("domain longer than %d bytes", c.opts.MaxValueLen)
 	}
 	if len(req.Descriptors) > c.opts.MaxDescriptors {
 		return badRequest("%d descriptors: at most %d per request", len(req.Descriptors), c.opts.MaxDescriptors)
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
+		if d.Negative {
+			return badRequest("descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
+		}
 		if len(d.Entries) == 0 {
 			return badRequest("descriptor %d: at least one entry is required", i)
 		}
@@ -312,6 +349,21 @@ func (c *Compiler) validate(req *Request) error {
 		}
 		if o := d.Override; o != nil && !o.Unit.Valid() {
 			return badRequest("descriptor %d: limit override: unit %d is not second, minute, hour, day, week, month or year", i, int32(o.Unit))
+		}
+	}
+	return nil
+}
+
+// validateEnvoyproxy checks what envoyproxy/ratelimit cannot answer either:
+// a hits_addend Redis cannot add, an override with no unit.
+func (c *Compiler) validateEnvoyproxy(req *Request) error {
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if d.Hits != nil && *d.Hits > math.MaxInt64 {
+			return badRequest("descriptor %d: hits_addend %d: at most %d", i, *d.Hits, int64(math.MaxInt64))
+		}
+		if o := d.Override; o != nil && !o.Unit.Valid() {
+			return badRequest("descriptor %d: limit override: unit %d is not second, minute, hour, day, month or year", i, int32(o.Unit))
 		}
 	}
 	return nil

@@ -119,6 +119,14 @@ type Node struct {
 	Limit *Limit
 	// ShadowMode counts requests but never refuses them.
 	ShadowMode bool
+	// QuotaMode (envoyproxy/ratelimit's quota_mode) refuses only when every
+	// quota descriptor of the request is over its limit.
+	QuotaMode bool
+	// Metadata is the node's metadata, with JSON's kinds of values
+	// (string, float64, bool, nil, []any, map[string]any): the Envoy door
+	// returns it in dynamic_metadata for descriptors that pass. Nil when
+	// none.
+	Metadata map[string]any
 	// DetailedMetric names the metrics of the node's limit by the
 	// request's values (Limit.DetailedMetric); ValueToMetric is accepted
 	// for compatibility and changes nothing.
@@ -133,8 +141,9 @@ type Node struct {
 	Line int
 
 	level  level
-	prefix string // the value before the first '*' (for fast rejection)
-	parts  []string
+	prefix string   // the value before the first '*' (for fast rejection)
+	parts  []string // the value split at its '*'s
+	cparts []string // Composite split at its '*'s (envoyproxy/ratelimit's matching)
 }
 
 // Composite returns the node's key, or key_value when it has a value, as
@@ -158,17 +167,38 @@ func (n *Node) Add(child *Node) (dup *Node) {
 	return nil
 }
 
-// level indexes the children of one node for matching.
+// AddEnvoyproxy adds child to n's next level with envoyproxy/ratelimit's
+// rule for duplicates: a child whose composite key (Composite: key, or
+// key_value) is already there, whatever its key and value, is a
+// duplicate, returned, and n is left unchanged.
+func (n *Node) AddEnvoyproxy(child *Node) (dup *Node) {
+	if d := n.level.composite[child.Composite()]; d != nil {
+		return d
+	}
+	n.level.add(child)
+	n.Children = append(n.Children, child)
+	return nil
+}
+
+// level indexes the children of one node for matching, both ways: by key
+// and value (Portero's matching) and by composite key_value string
+// (envoyproxy/ratelimit's, see MatchEnvoyproxy).
 type level struct {
 	exact     map[Entry]*Node
 	wildcards []*Node
 	keyOnly   map[string]*Node
+	composite map[string]*Node
 }
 
 func (l *level) add(d *Node) {
 	if l.exact == nil {
 		l.exact = map[Entry]*Node{}
 		l.keyOnly = map[string]*Node{}
+		l.composite = map[string]*Node{}
+	}
+	l.composite[d.Composite()] = d
+	if strings.Contains(d.Value, "*") {
+		d.cparts = strings.Split(d.Composite(), "*")
 	}
 	switch {
 	case d.Value == "":
@@ -259,6 +289,16 @@ func (d *Domain) Add(n *Node) (dup *Node) {
 	return nil
 }
 
+// AddEnvoyproxy is Node.AddEnvoyproxy for d's top level.
+func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) {
+	if x := d.root.composite[n.Composite()]; x != nil {
+		return x
+	}
+	d.root.add(n)
+	d.Nodes = append(d.Nodes, n)
+	return nil
+}
+
 // Match is the result of looking a request descriptor up.
 type Match struct {
 	// Node is the configuration node at the descriptor's last level; nil
@@ -308,6 +348,78 @@ func (d *Domain) Match(entries []Entry) Match {
 		lv = &n.level
 	}
 	return Match{}
+}
+
+// MatchEnvoyproxy looks entries up in d exactly as envoyproxy/ratelimit
+// does, on composite strings: at each level the child whose composite key
+// (key_value, see Node.Composite) is the entry's key + "_" + value, then
+// the first wildcard child (in order) whose composite pattern matches that
+// string, then the child whose composite key is the entry's key alone.
+// Where keys and values hold '_' this can match what Match does not: the
+// entry (a_b, c) matches the node (a, b_c), and (a_b, x) falls back to the
+// node (a, b). A shared wildcard (share_threshold) counts under its value
+// pattern, as there.
+func (d *Domain) MatchEnvoyproxy(entries []Entry) Match {
+	var m Match
+	lv := &d.root
+	for i, e := range entries {
+		full := e.Key + "_" + e.Value
+		n := lv.composite[full]
+		if n == nil {
+			for _, w := range lv.wildcards {
+				if globMatch(w.cparts, full) {
+					n = w
+					break
+				}
+			}
+			if n != nil && n.ShareThreshold {
+				if m.patterns == nil {
+					m.patterns = make([]string, len(entries))
+				}
+				m.patterns[i] = strings.TrimPrefix(n.Composite(), e.Key+"_")
+			}
+		}
+		if n == nil {
+			n = lv.composite[e.Key]
+		}
+		if n == nil {
+			return Match{}
+		}
+		if i == len(entries)-1 {
+			m.Node, m.Limit = n, n.Limit
+			return m
+		}
+		if len(n.Children) == 0 {
+			return Match{}
+		}
+		lv = &n.level
+	}
+	return Match{}
+}
+
+// EnvoyproxyKey returns envoyproxy/ratelimit's cache key of a descriptor
+// without its window: prefix (its CACHE_KEY_PREFIX), the domain, "_", then
+// key_value_ for each entry, an entry matched by a shared wildcard
+// contributing the pattern instead of its value. The engine's counters add
+// the window's start (portero.Count), which completes the key
+// envoyproxy/ratelimit writes to Redis.
+func EnvoyproxyKey(prefix, domain string, entries []Entry, m Match) string {
+	n := len(prefix) + len(domain) + 1
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	b := make([]byte, 0, n)
+	b = append(append(append(b, prefix...), domain...), '_')
+	for i, e := range entries {
+		b = append(append(b, e.Key...), '_')
+		if p, ok := m.Shared(i); ok {
+			b = append(b, p...)
+		} else {
+			b = append(b, e.Value...)
+		}
+		b = append(b, '_')
+	}
+	return string(b)
 }
 
 // Config is a loaded configuration: a set of domains. It is immutable once

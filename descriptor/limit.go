@@ -37,6 +37,9 @@ type Limit struct {
 	// the rule's header text. A RequestsPerUnit of 0 is a rule that admits
 	// nothing. Nil when Unlimited.
 	Rule *engine.Rule
+	// Metadata is the metadata of the node the limit belongs to (see
+	// Node.Metadata); nil when none, and for overrides.
+	Metadata map[string]any
 }
 
 // LimitSpec is what NewLimit compiles: the rate_limit as written, with
@@ -52,8 +55,13 @@ type LimitSpec struct {
 	Algorithm portero.Algorithm
 	// Burst is the extension's burst, for the buckets, GCRA and the queue.
 	Burst int64
-	// Shadow is the node's shadow_mode.
-	Shadow bool
+	// Shadow is the node's shadow_mode, QuotaMode its quota_mode.
+	Shadow, QuotaMode bool
+	// Envoyproxy accepts what envoyproxy/ratelimit accepts and Portero's
+	// own rules do not: a count per second above what Portero's algorithms
+	// count (the rule is then for the engine's CountEach alone), a name
+	// that cannot be an sf-string (announced percent-encoded).
+	Envoyproxy bool
 }
 
 // NewLimit compiles s. Errors say what is wrong in words a configuration
@@ -71,12 +79,17 @@ func NewLimit(s LimitSpec) (*Limit, error) {
 	if alg == "" {
 		alg = portero.FixedWindow
 	}
-	r := engine.Rule{Rule: portero.Rule{Name: l.PolicyName(), Algorithm: alg}, Shadow: s.Shadow}
+	r := engine.Rule{Rule: portero.Rule{Name: l.PolicyName(), Algorithm: alg}, Shadow: s.Shadow, QuotaMode: s.QuotaMode}
 	r.Limit.Window = s.Unit.Duration()
 	if s.RequestsPerUnit > 0 {
 		r.Limit.Count, r.Limit.Burst = int64(s.RequestsPerUnit), s.Burst
 	}
 	ann, err := header.Announce(&r)
+	if err != nil && s.Envoyproxy {
+		shown := r
+		shown.Name = percentEncode(r.Name)
+		ann, err = header.Announce(&shown)
+	}
 	if err != nil {
 		if s.Name == "" {
 			return nil, fmt.Errorf("%w; give the rate_limit a name", err)
@@ -85,7 +98,12 @@ func NewLimit(s LimitSpec) (*Limit, error) {
 	}
 	r.Announce = ann
 	if l.Rule, err = engine.NewRule(r); err != nil {
-		return nil, err
+		if !s.Envoyproxy || alg != portero.FixedWindow {
+			return nil, err
+		}
+		if l.Rule, err = engine.NewCountingRule(r); err != nil {
+			return nil, err
+		}
 	}
 	return l, nil
 }

@@ -4,7 +4,9 @@
 // verdict into the door's protocol. It alone owns:
 //
 //   - all-or-nothing across the hits of a request: when one enforced hit
-//     refuses, none is counted;
+//     refuses, none is counted (or, under Options.Counting CountEach,
+//     envoyproxy/ratelimit's counting: each hit on its own, refused or not);
+//   - quota rules (Rule.QuotaMode), which refuse only all together;
 //   - shadow rules: counted, reported, never refusing (a shadow refusal
 //     never changes what is counted under the enforced rules);
 //   - check-only hits: looked at (portero.Store.Peek), not counted;
@@ -85,6 +87,19 @@ type Options struct {
 	// client to wait (a slot usually comes back when a request ends, long
 	// before a lease would expire); 0 means DefaultLeaseRetryAfter.
 	LeaseRetryAfter time.Duration
+	// Counting is how the hits of a request are counted: AllOrNothing (the
+	// default when empty) or envoyproxy/ratelimit's CountEach.
+	Counting Counting
+	// StopIncrementWhenOver is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT under CountEach: when one hit
+	// of a request would go over its limit, only the hits that would go
+	// over are counted.
+	StopIncrementWhenOver bool
+	// CounterJitter, under CountEach, adds a random time below it to the
+	// life of each counter (envoyproxy/ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS), so that counters of one window do
+	// not all expire at once; 0 means none.
+	CounterJitter time.Duration
 }
 
 // Engine decides requests against a store. It is immutable and safe for
@@ -97,6 +112,10 @@ type Engine struct {
 	leaseRetry time.Duration
 	near       float64
 	local      *localStore // FailLocal only
+
+	counting     Counting
+	stopWhenOver bool
+	jitter       time.Duration
 }
 
 // New validates o and returns an engine.
@@ -134,6 +153,15 @@ func New(o Options) (*Engine, error) {
 	if !(o.NearLimit > 0 && o.NearLimit <= 1) {
 		return nil, fmt.Errorf("engine: near limit %v: want a share in (0, 1]", o.NearLimit)
 	}
+	if o.Counting == "" {
+		o.Counting = AllOrNothing
+	}
+	if !o.Counting.Valid() {
+		return nil, fmt.Errorf("engine: counting %q: want %s or %s", string(o.Counting), AllOrNothing, CountEach)
+	}
+	if o.CounterJitter < 0 {
+		return nil, fmt.Errorf("engine: counter jitter %v: must not be negative", o.CounterJitter)
+	}
 	if o.LeaseRetryAfter < 0 {
 		return nil, fmt.Errorf("engine: lease retry after %v: must not be negative", o.LeaseRetryAfter)
 	}
@@ -143,7 +171,8 @@ func New(o Options) (*Engine, error) {
 	if o.Leases == nil {
 		o.Leases, _ = o.Store.(portero.LeaseStore)
 	}
-	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: o.RetryAfterOnFailure, leaseRetry: o.LeaseRetryAfter, near: o.NearLimit}
+	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: o.RetryAfterOnFailure, leaseRetry: o.LeaseRetryAfter, near: o.NearLimit,
+		counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter}
 	if o.OnError == portero.FailLocal {
 		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
 		if err != nil {
@@ -163,6 +192,9 @@ func (e *Engine) Leases() portero.LeaseStore { return e.leases }
 
 // OnError returns the engine's failure policy.
 func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
+
+// Counting returns how the engine counts.
+func (e *Engine) Counting() Counting { return e.counting }
 
 // Decide decides hits at instant now, all-or-nothing, and writes the
 // verdict into v, which it resets first and whose memory it reuses. A
@@ -276,6 +308,9 @@ func (e *Engine) run(ctx context.Context, now time.Time, v *Verdict) error {
 
 // decide fills v.Results from st; it returns st's first error.
 func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
+	if e.counting == CountEach {
+		return e.decideEach(ctx, st, now, v)
+	}
 	refused := v.blocked // a concurrency rule refused (Admit): count nothing
 	// Hits that can never pass, and check-only hits: looked at, not counted.
 	for i := range v.Results {
@@ -299,7 +334,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 		case never:
 			d.Allowed, d.RetryAfter, d.Delay = false, 0, 0
 			res.Outcome = CanNeverPass
-			refused = refused || !r.Shadow
+			refused = refused || enforced(r)
 		case d.Allowed:
 			d.Delay = 0
 			res.Outcome = CheckOnly
@@ -307,10 +342,12 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 			res.Outcome = ShadowRefused
 		default:
 			res.Outcome = Refused
-			refused = true
+			refused = refused || !r.QuotaMode
 		}
 		res.Decision = d
 	}
+	// Every quota hit refused already: so is the request.
+	refused = refused || quotaExhausted(v, nil, nil)
 	if refused {
 		// The request is refused whatever the counted hits say: count
 		// nothing, but tell each where it stands.
@@ -337,15 +374,50 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 	} else if err := e.count(ctx, st, now, v); err != nil {
 		return err
 	}
+	e.verdict(v)
+	return nil
+}
+
+// verdict sets v.Allowed and v.Violated from the outcomes: the enforced
+// hits that refused, and the quota hits when every one of them refused.
+func (e *Engine) verdict(v *Verdict) {
 	v.Allowed = true
+	quotaOut := quotaExhausted(v, nil, nil)
 	for i := range v.Results {
 		res := &v.Results[i]
-		if !res.Rule.Shadow && (res.Outcome == Refused || res.Outcome == CanNeverPass) {
+		if (res.Outcome == Refused || res.Outcome == CanNeverPass) && !res.Rule.Shadow && (!res.Rule.QuotaMode || quotaOut) {
 			v.Violated = append(v.Violated, i)
 			v.Allowed = false
 		}
 	}
-	return nil
+}
+
+// enforced reports whether a refusal under r refuses the request by
+// itself: neither a shadow rule nor a quota rule.
+func enforced(r *Rule) bool { return !r.Shadow && !r.QuotaMode }
+
+// quotaExhausted reports whether v has quota hits and every one of them
+// refused: by its outcome, or, for the hits at the indexes of active, by
+// the store's decision in decs.
+func quotaExhausted(v *Verdict, active []int, decs []portero.Decision) bool {
+	n := 0
+	for i := range v.Results {
+		res := &v.Results[i]
+		if !res.Rule.QuotaMode || res.Rule.Shadow {
+			continue
+		}
+		n++
+		refused := res.Outcome == Refused || res.Outcome == CanNeverPass
+		for j, a := range active {
+			if a == i {
+				refused = !decs[j].Allowed
+			}
+		}
+		if !refused {
+			return false
+		}
+	}
+	return n > 0
 }
 
 // count decides the counted hits (those without an outcome yet) in one
@@ -377,13 +449,15 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		for j, i := range active {
 			v.Results[i].Decision = decs[j]
 			if !decs[j].Allowed {
-				if v.Results[i].Rule.Shadow {
-					shadowRefused = true
-				} else {
+				if enforced(v.Results[i].Rule) {
 					enforcedRefused = true
+				} else {
+					shadowRefused = true
 				}
 			}
 		}
+		// Quota hits refuse together or not at all.
+		enforcedRefused = enforcedRefused || shadowRefused && quotaExhausted(v, active, decs)
 		switch {
 		case enforcedRefused:
 			for _, i := range active {
@@ -413,6 +487,9 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		for _, i := range active {
 			if res := &v.Results[i]; !res.Decision.Allowed {
 				res.Outcome = ShadowRefused
+				if !res.Rule.Shadow {
+					res.Outcome = Refused // a quota hit: refused, the request not
+				}
 				continue
 			}
 			next = append(next, i)

@@ -20,6 +20,11 @@ type Rule struct {
 	// Shadow rules are counted and reported but never refuse: for dark
 	// launches.
 	Shadow bool
+	// QuotaMode rules (envoyproxy/ratelimit's quota_mode) refuse a request only
+	// when every quota hit of the request refuses it: a request may spend
+	// from whichever of several quotas still has some. A quota hit that
+	// refuses alone is Refused without refusing the request.
+	QuotaMode bool
 	// Unit is the quota unit of the RateLimit-Policy field (qu), such as
 	// "content-bytes" when the cost is the body size; empty means requests,
 	// the field's default, and is not announced.
@@ -122,6 +127,22 @@ func newConcurrencyRule(r Rule) (*Rule, error) {
 
 // IsConcurrency reports whether r is a concurrency limit (Rule.Concurrency).
 func (r *Rule) IsConcurrency() bool { return r.Concurrency.Max != 0 }
+
+// NewCountingRule returns r, a fixed window, compiled for CountEach alone:
+// any count per window of a whole number of seconds, as
+// envoyproxy/ratelimit accepts them (4294967295 per second, say, which is
+// more than Portero's algorithms count: NewRule refuses it). Decided under
+// AllOrNothing, such a rule is the store's error.
+func NewCountingRule(r Rule) (*Rule, error) {
+	if r.Algorithm != portero.FixedWindow {
+		return nil, fmt.Errorf("rule %q: %w: a counting rule is a %s, not %s", r.Name, portero.ErrInvalidLimit, portero.FixedWindow, r.Algorithm)
+	}
+	if w := r.Limit.Window; w < time.Second || w%time.Second != 0 || r.Limit.Count < 0 || r.Limit.IsCalendar() {
+		return nil, fmt.Errorf("rule %q: %w: %s: want a count per whole number of seconds", r.Name, portero.ErrInvalidLimit, r.Limit)
+	}
+	r.maxCost, r.compiled = r.Limit.Count, true
+	return &r, nil
+}
 
 func (r *Rule) admitsNothing() bool {
 	return r.Limit.Count == 0 && r.Limit.Burst == 0 && r.Limit.Rate == 0 && !r.Limit.IsCalendar()

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
@@ -23,9 +24,19 @@ import (
 func main() {
 	rls.SetGRPCLogger() // grpc-go's lines through the command's logger
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, argsOf(os.Args), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err))
+}
+
+// argsOf returns the command line of os.Args: as ratelimit (the name
+// envoyproxy/ratelimit's image runs, /bin/ratelimit), Portero is that
+// service, configured by its environment (portero rls --envoyproxy-env).
+func argsOf(osArgs []string) []string {
+	if len(osArgs) > 0 && filepath.Base(osArgs[0]) == "ratelimit" {
+		return append([]string{"rls", "--envoyproxy-env"}, osArgs[1:]...)
+	}
+	return osArgs[1:]
 }
 
 // run executes the command line args (without the program name), writing

@@ -17,6 +17,7 @@ import (
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/tlsreload"
+	"github.com/portero-rl/portero/store/redisstore"
 )
 
 // rlsFlags are the options of `portero rls`.
@@ -31,8 +32,9 @@ type rlsFlags struct {
 	adminTokenEnv                                string
 	httpTLS, adminTLS                            tlsFlags
 	mergeDomains, allowUnknown, watch, noHeaders bool
-	callTimeout, grace, drain                    time.Duration
+	callTimeout, grace, drain, redisTimeout      time.Duration
 	transport                                    *transportFlags
+	compat                                       compatFlags
 }
 
 // tlsFlags are one listener's --NAME-tls-cert, -key and -client-ca.
@@ -107,7 +109,12 @@ flight get --grace to finish.`,
   portero rls --config /srv/runtime_data/current/ratelimit/config --store redis --redis-url redis://localhost:6379
   portero rls --config limits.yaml --grpc-listen 10.0.0.5:8081 --http-listen off`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
-		RunE: func(cmd *cobra.Command, _ []string) error { return runRLS(cmd.Context(), cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnvoyproxyEnv(cmd, &f.compat, os.LookupEnv); err != nil {
+				return err
+			}
+			return runRLS(cmd.Context(), cmd, f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file or a directory of *.yaml/*.yml files (required)")
@@ -133,8 +140,10 @@ flight get --grace to finish.`,
 	fl.BoolVar(&f.watch, "watch", false, "reload when a configuration file changes (file notifications, and a poll every 2s for symlink swaps)")
 	fl.BoolVar(&f.noHeaders, "no-headers", false, "do not send RateLimit, RateLimit-Policy and Retry-After in response_headers_to_add")
 	fl.DurationVar(&f.callTimeout, "call-timeout", time.Second, "longest time one decision may take when the caller's deadline is later")
+	fl.DurationVar(&f.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with --store redis, longest time one Redis call may take (envoyproxy/ratelimit's REDIS_TIMEOUT)")
 	fl.DurationVar(&f.drain, "drain-period", config.DefaultDrainPeriod, "on SIGTERM, how long /readyz answers 503 (and gRPC health NOT_SERVING) before the listeners close (0 for none)")
 	fl.DurationVar(&f.grace, "grace", server.DefaultRLSShutdownTimeout, "how long in-flight calls may finish on shutdown")
+	f.compat.add(fl)
 	f.logs.add(cmd)
 	return cmd
 }
@@ -144,8 +153,15 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.config == "" {
+	for _, n := range f.compat.notes {
+		logger.Info("rls: envoyproxy/ratelimit setting not honoured", "var", n.Var, "why", n.Why)
+	}
+	if f.config == "" && !f.compat.env {
 		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
+	}
+	envoyproxy, noHeaders, err := f.compat.options(f.noHeaders)
+	if err != nil {
+		return usageErr(err)
 	}
 	onErr, err := portero.ParseFailurePolicy(f.onStoreError)
 	if err != nil {
@@ -189,7 +205,8 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		Store: f.store, RedisURL: f.redisURL,
 		OnStoreError: onErr, AuthOnStoreError: authOnErr, LocalShare: f.localShare, NearLimit: f.nearLimit,
 		ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, AuthDomain: f.defaultDom,
-		NoHeaders: f.noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
+		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
+		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
 		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch,
 		Stdout: cmd.OutOrStdout(), Logger: logger,

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
@@ -26,6 +27,10 @@ type answer struct {
 	statuses []descriptor.Status
 	fields   []hdr.Field
 	buf      []byte
+	// compat is the service's Compat when it answers as
+	// envoyproxy/ratelimit; metadata its dynamic_metadata.
+	compat   *Compat
+	metadata *structpb.Struct
 }
 
 // inlineStatuses is the number of descriptors a response holds without a
@@ -52,6 +57,7 @@ func (a *answer) release() {
 	// with the answer when the pool drops it. Clearing them here as well
 	// cost a tenth of BenchmarkEngineDecide.
 	a.statuses, a.fields, a.buf = a.statuses[:0], a.fields[:0], a.buf[:0]
+	a.compat, a.metadata = nil, nil
 	answerPool.Put(a)
 }
 
@@ -73,6 +79,11 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		ctx, cancel = context.WithTimeout(ctx, s.opts.CallTimeout)
 		defer cancel()
 	}
+	compat := s.opts.Compat
+	if compat != nil && s.compiler.Limits() == nil {
+		// The configuration failed at start-up and none has loaded since.
+		return nil, errNoConfig
+	}
 	a := answerPool.Get().(*answer)
 	obs := s.opts.Observer
 	if err := s.compiler.Compile(req, &a.plan); err != nil {
@@ -80,6 +91,9 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 			obs.Observe(req, &a.plan, &a.v, 0, err)
 		}
 		a.release()
+		if compat != nil {
+			return nil, compatRequestError(req, err)
+		}
 		var re *descriptor.RequestError
 		if errors.As(err, &re) && re.Kind == descriptor.NotFound {
 			return nil, status.Error(codes.NotFound, re.Msg)
@@ -126,7 +140,9 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 	for i := range a.plan.Descriptors {
 		a.statuses = append(a.statuses, a.plan.Status(i, &a.v, now))
 	}
-	if !s.opts.NoHeaders {
+	if compat != nil {
+		s.compatAnswer(a, req, now)
+	} else if !s.opts.NoHeaders {
 		a.fields, a.buf = writer.Append(a.fields, a.buf, &a.v)
 	}
 	return a, nil

@@ -57,6 +57,10 @@ import (
 // health status.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// HealthName is the name envoyproxy/ratelimit gives its gRPC health status,
+// which probes written for it ask about; both transports answer it.
+const HealthName = "ratelimit"
+
 // ServiceOptions tune the gRPC door. The zero value is the default.
 type ServiceOptions struct {
 	// CallTimeout bounds one call when the caller's own deadline (Envoy's
@@ -64,6 +68,9 @@ type ServiceOptions struct {
 	CallTimeout time.Duration
 	// NoHeaders leaves response_headers_to_add empty.
 	NoHeaders bool
+	// Compat, when set, answers as envoyproxy/ratelimit does (see Compat);
+	// NoHeaders then does not apply (Compat.Headers does).
+	Compat *Compat
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives store failures; nil means slog.Default().
@@ -176,10 +183,8 @@ func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*descriptor.Request,
 		if d == nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: empty", i)
 		}
-		if d.GetIsNegativeHits() {
-			return nil, errNegativeHits(i)
-		}
 		out := &req.Descriptors[i]
+		out.Negative = d.GetIsNegativeHits()
 		start := len(entries)
 		for _, e := range d.GetEntries() {
 			entries = append(entries, descriptor.Entry{Key: e.GetKey(), Value: e.GetValue()})
@@ -199,12 +204,6 @@ func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*descriptor.Request,
 		}
 	}
 	return req, nil
-}
-
-// errNegativeHits refuses descriptor i's is_negative_hits, on both
-// transports.
-func errNegativeHits(i int) error {
-	return status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (refunds) is not supported by Portero", i)
 }
 
 // responseBlock holds a protobuf response with up to inlineStatuses
@@ -245,7 +244,7 @@ func toProto(a *answer) *pb.RateLimitResponse {
 		if announced(st) {
 			l := st.Limit
 			cl := &limits[i]
-			cl.Name, cl.RequestsPerUnit, cl.Unit = l.PolicyName(), l.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(l.Unit)
+			cl.Name, cl.RequestsPerUnit, cl.Unit = a.limitName(l), l.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(l.Unit)
 			ps.CurrentLimit = cl
 			// As durationpb.New: whole seconds and the nanoseconds left.
 			d := &durs[i]
@@ -265,6 +264,7 @@ func toProto(a *answer) *pb.RateLimitResponse {
 		}
 		out.ResponseHeadersToAdd = hs
 	}
+	out.DynamicMetadata = a.metadata
 	return out
 }
 

@@ -35,7 +35,7 @@ func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 	if err := proto.Unmarshal(msg, &in); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "malformed HealthCheckRequest: %v", err)
 	}
-	if in.Service != "" && in.Service != ServiceName {
+	if in.Service != "" && in.Service != ServiceName && in.Service != HealthName {
 		return nil, status.Errorf(codes.NotFound, "unknown service %q", in.Service)
 	}
 	st := healthpb.HealthCheckResponse_SERVING
@@ -63,7 +63,7 @@ func (s *Service) shouldRateLimitWire(ctx context.Context, msg, out []byte) ([]b
 }
 
 // NewLeanServer returns an h2grpc server with ShouldRateLimit and the
-// health Check (SERVING for "" and ServiceName) registered, and the health
+// health Check (SERVING for "", ServiceName and HealthName) registered, and the health
 // state so that the caller can flip it on shutdown.
 func NewLeanServer(svc *Service, o h2grpc.Options) (*h2grpc.Server, *LeanHealth) {
 	srv := h2grpc.NewServer(o)

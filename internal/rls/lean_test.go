@@ -48,7 +48,7 @@ func TestLeanHealthGracefulStop(t *testing.T) {
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		return r.GetStatus(), err
 	}
-	for _, svc := range []string{"", ServiceName} {
+	for _, svc := range []string{"", ServiceName, HealthName} {
 		if st, err := check(svc); err != nil || st != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("Check(%q) = %v, %v; want SERVING", svc, st, err)
 		}

@@ -565,7 +565,7 @@ func TestHealthReflectionGracefulStop(t *testing.T) {
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	for _, svc := range []string{"", ServiceName} {
+	for _, svc := range []string{"", ServiceName, HealthName} {
 		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health %q = %v, %v", svc, r, err)

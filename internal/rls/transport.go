@@ -198,7 +198,7 @@ type Server struct {
 }
 
 // NewServer returns the server of svc with options o: ShouldRateLimit,
-// the gRPC health service (SERVING for "" and ServiceName) and, on
+// the gRPC health service (SERVING for "", ServiceName and HealthName) and, on
 // grpc-go, server reflection. It reads the TLS files now, so that a wrong
 // path or a bad key is an error at start-up naming the file.
 func NewServer(svc *Service, o ServerOptions) (*Server, error) {
@@ -263,6 +263,7 @@ func NewServer(svc *Service, o ServerOptions) (*Server, error) {
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(HealthName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	return s, nil

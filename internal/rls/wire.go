@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portero-rl/portero/descriptor"
 )
@@ -40,9 +41,10 @@ const (
 
 	wrapperValue = 1
 
-	respOverallCode = 1 // Code
-	respStatuses    = 2 // repeated DescriptorStatus
-	respHeaders     = 3 // repeated config.core.v3.HeaderValue
+	respOverallCode     = 1 // Code
+	respStatuses        = 2 // repeated DescriptorStatus
+	respHeaders         = 3 // repeated config.core.v3.HeaderValue
+	respDynamicMetadata = 6 // google.protobuf.Struct
 
 	statusCode               = 1 // Code
 	statusCurrentLimit       = 2 // RateLimit
@@ -118,9 +120,7 @@ func (rb *requestBlock) decode(msg []byte) (*descriptor.Request, error) {
 		k += m
 	}
 	for i := range req.Descriptors {
-		if d.negative[i] {
-			return nil, errNegativeHits(i)
-		}
+		req.Descriptors[i].Negative = d.negative[i]
 	}
 	return req, nil
 }
@@ -331,9 +331,13 @@ func appendResponse(b []byte, a *answer) []byte {
 	}
 	for i := range a.statuses {
 		st := &a.statuses[i]
+		name := ""
+		if st.Limit != nil {
+			name = a.limitName(st.Limit)
+		}
 		b = protowire.AppendTag(b, respStatuses, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(statusSize(st)))
-		b = appendStatus(b, st)
+		b = protowire.AppendVarint(b, uint64(statusSize(st, name)))
+		b = appendStatus(b, st, name)
 	}
 	for _, f := range a.fields {
 		v := len(f.Static) + f.End - f.Start
@@ -350,6 +354,15 @@ func appendResponse(b []byte, a *answer) []byte {
 			b = append(append(b, f.Static...), f.Bytes(a.buf)...)
 		}
 	}
+	if a.metadata != nil {
+		// Rare (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA): the
+		// generated type's own encoding.
+		m, err := proto.MarshalOptions{Deterministic: true}.Marshal(a.metadata)
+		if err == nil {
+			b = protowire.AppendTag(b, respDynamicMetadata, protowire.BytesType)
+			b = protowire.AppendBytes(b, m)
+		}
+	}
 	return b
 }
 
@@ -360,11 +373,11 @@ func statusFields(st *descriptor.Status) (remaining uint64, seconds int64, nanos
 	return
 }
 
-func statusSize(st *descriptor.Status) int {
+func statusSize(st *descriptor.Status, name string) int {
 	remaining, seconds, nanos := statusFields(st)
 	n := sizeVarint(statusCode, uint64(st.Code)) + sizeVarint(statusLimitRemaining, remaining)
 	if announced(st) {
-		ln := limitSize(st.Limit)
+		ln := limitSize(st.Limit, name)
 		n += protowire.SizeTag(statusCurrentLimit) + protowire.SizeBytes(ln)
 		dn := sizeVarint(durationSeconds, uint64(seconds)) + sizeVarint(durationNanos, uint64(int64(nanos)))
 		n += protowire.SizeTag(statusDurationUntilReset) + protowire.SizeBytes(dn)
@@ -372,22 +385,22 @@ func statusSize(st *descriptor.Status) int {
 	return n
 }
 
-func limitSize(l *descriptor.Limit) int {
+func limitSize(l *descriptor.Limit, name string) int {
 	return sizeVarint(limitRequestsPerUnit, uint64(l.RequestsPerUnit)) +
 		sizeVarint(limitUnit, uint64(int64(l.Unit))) +
-		sizeString(limitName, l.PolicyName())
+		sizeString(limitName, name)
 }
 
-func appendStatus(b []byte, st *descriptor.Status) []byte {
+func appendStatus(b []byte, st *descriptor.Status, name string) []byte {
 	remaining, seconds, nanos := statusFields(st)
 	b = appendVarint(b, statusCode, uint64(st.Code))
 	if announced(st) {
 		l := st.Limit
 		b = protowire.AppendTag(b, statusCurrentLimit, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(limitSize(l)))
+		b = protowire.AppendVarint(b, uint64(limitSize(l, name)))
 		b = appendVarint(b, limitRequestsPerUnit, uint64(l.RequestsPerUnit))
 		b = appendVarint(b, limitUnit, uint64(int64(l.Unit)))
-		b = appendString(b, limitName, l.PolicyName())
+		b = appendString(b, limitName, name)
 	}
 	b = appendVarint(b, statusLimitRemaining, remaining)
 	if announced(st) {

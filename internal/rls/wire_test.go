@@ -43,7 +43,7 @@ func viaWire(b []byte) (*descriptor.Request, error) {
 	}
 	out := &descriptor.Request{Domain: req.Domain, Hits: req.Hits, Descriptors: make([]descriptor.Descriptor, len(req.Descriptors))}
 	for i, d := range req.Descriptors {
-		out.Descriptors[i] = descriptor.Descriptor{Entries: append([]descriptor.Entry(nil), d.Entries...), Override: d.Override}
+		out.Descriptors[i] = descriptor.Descriptor{Entries: append([]descriptor.Entry(nil), d.Entries...), Override: d.Override, Negative: d.Negative}
 		if d.Hits != nil {
 			h := *d.Hits
 			out.Descriptors[i].Hits = &h
@@ -177,8 +177,13 @@ func TestWireDecodeEdgeCases(t *testing.T) {
 	if err != nil || *req.Descriptors[0].Hits != 7 || *req.Descriptors[0].Override != (descriptor.Override{RequestsPerUnit: 9, Unit: descriptor.Unit(typev3.RateLimitUnit_MINUTE)}) {
 		t.Fatalf("merged fields: %+v, %v", req.Descriptors, err)
 	}
-	if _, err := viaWire(cases["negative hits"]); err == nil {
-		t.Fatal("is_negative_hits accepted")
+	// is_negative_hits is decoded; the compiler refuses it (or, under
+	// envoyproxy/ratelimit's compatibility, ignores it).
+	if req, err := viaWire(cases["negative hits"]); err != nil || !req.Descriptors[0].Negative {
+		t.Fatalf("is_negative_hits: %+v, %v", req, err)
+	}
+	if req, err := viaWire(cases["negative hits cleared"]); err != nil || req.Descriptors[0].Negative {
+		t.Fatalf("is_negative_hits cleared: %+v, %v", req, err)
 	}
 }
 

@@ -109,6 +109,53 @@ type RLSOptions struct {
 	Logger *slog.Logger
 	// Now is the clock of the decisions; nil means time.Now.
 	Now func() time.Time
+
+	// RedisTimeout bounds each call of the Redis store
+	// (redisstore.DefaultTimeout when 0; envoyproxy/ratelimit's
+	// REDIS_TIMEOUT).
+	RedisTimeout time.Duration
+	// Envoyproxy is the compatibility with envoyproxy/ratelimit (`portero
+	// rls --compat envoyproxy` and its improvements' flags).
+	Envoyproxy EnvoyproxyOptions
+}
+
+// EnvoyproxyOptions make RunRLS answer as envoyproxy/ratelimit does (see
+// rls.Compat and docs/envoy.md), and bring Portero's improvements back one
+// at a time. The zero value is Portero's own answers.
+type EnvoyproxyOptions struct {
+	// Compat, when set, answers as envoyproxy/ratelimit does; it also reads
+	// the files as it does (envoyconf.Options.Envoyproxy), compiles with its
+	// keys and bounds (descriptor.Options.Envoyproxy), serves when the
+	// configuration fails at start-up (answering that none is loaded until
+	// one does), and takes an empty ConfigPath as no configuration.
+	Compat *rls.Compat
+	// Counting is the engines' counting: engine.CountEach is
+	// envoyproxy/ratelimit's (empty: engine.AllOrNothing);
+	// StopIncrementWhenOver and CounterJitter go with it.
+	Counting              engine.Counting
+	StopIncrementWhenOver bool
+	CounterJitter         time.Duration
+	// KeyPrefix is its CACHE_KEY_PREFIX (under Compat).
+	KeyPrefix string
+	// IgnoreDotFiles is its RUNTIME_IGNOREDOTFILES (under Compat); QuotaMode
+	// its QUOTA_MODE (every limit in quota_mode).
+	IgnoreDotFiles, QuotaMode bool
+	// HealthyWithConfig fails /healthcheck until a configuration with a
+	// domain is loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyWithConfig bool
+}
+
+func (e *EnvoyproxyOptions) load(merge bool) envoyconf.Options {
+	return envoyconf.Options{MergeDomains: merge, Envoyproxy: e.Compat != nil, IgnoreDotFiles: e.IgnoreDotFiles, QuotaMode: e.QuotaMode}
+}
+
+// loadRLSConfig loads the configuration at path; no path (under Compat,
+// envoyproxy/ratelimit without RUNTIME_SUBDIRECTORY) is one without domains.
+func loadRLSConfig(path string, opts envoyconf.Options) (*descriptor.Config, error) {
+	if path == "" {
+		return descriptor.NewConfig(nil, nil)
+	}
+	return envoyconf.Load(path, opts)
 }
 
 // ConfigError reports a configuration or a setting that cannot run (the
@@ -138,7 +185,8 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
-	if o.ConfigPath == "" {
+	compat := o.Envoyproxy.Compat != nil
+	if o.ConfigPath == "" && !compat {
 		return &ConfigError{errors.New("an envoyproxy/ratelimit configuration (a file or a directory) is required")}
 	}
 	grpcListen := listenAddr(o.GRPCListen, DefaultRLSGRPCListen)
@@ -159,16 +207,22 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	o.GRPC.ShutdownGrace = o.ShutdownTimeout
 	log := o.Logger
 	var watchPath string
-	if o.Watch {
+	if o.Watch && o.ConfigPath != "" {
 		watchPath = o.ConfigPath
 	}
 	svc := lifecycle.Start(lifecycle.Options{Name: "portero rls", Stdout: o.Stdout, Logger: log,
 		Watch: watchPath, WatchOptions: o.WatchOptions, Reload: o.Reload, Hurry: o.Hurry})
 	defer svc.Close()
 
-	limits, err := envoyconf.Load(o.ConfigPath, envoyconf.Options{MergeDomains: o.MergeDomains})
+	limits, err := loadRLSConfig(o.ConfigPath, o.Envoyproxy.load(o.MergeDomains))
 	if err != nil {
-		return &ConfigError{err}
+		if !compat {
+			return &ConfigError{err}
+		}
+		// As envoyproxy/ratelimit: serve anyway, answering that no
+		// configuration is loaded until one is.
+		log.Error("rls: the configuration does not load: answering with no configuration loaded until it does", "err", err)
+		limits = nil
 	}
 	store, err := openRLSStore(o, log)
 	if err != nil {
@@ -184,16 +238,23 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	// One compiler and one engine for gRPC and /v1/check (the same
 	// counters, the same failure policy), a second engine for /v1/auth's
 	// failure policy.
-	compiler := descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains})
-	eng, err := engine.New(engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit})
+	compiler := descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
+		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix})
+	ep := o.Envoyproxy
+	engOpts := engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit,
+		Counting: ep.Counting, StopIncrementWhenOver: ep.StopIncrementWhenOver, CounterJitter: ep.CounterJitter}
+	eng, err := engine.New(engOpts)
 	if err != nil {
 		return &ConfigError{err}
 	}
-	authEng, err := engine.New(engine.Options{Store: store, OnError: o.AuthOnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit})
+	engOpts.OnError = o.AuthOnStoreError
+	authEng, err := engine.New(engOpts)
 	if err != nil {
 		return &ConfigError{err}
 	}
-	log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()))
+	if limits != nil {
+		log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()), "envoyproxy_compat", compat)
+	}
 
 	r := &rlsServer{opts: o, log: log, compiler: compiler, engine: eng, authEngine: authEng, ready: svc.Readiness()}
 	r.redis, _ = store.(*redisstore.Store)
@@ -252,7 +313,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 	o := r.opts
 	if grpcListen != "off" {
 		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
-			Observer: r.metrics.observer("grpc")})
+			Observer: r.metrics.observer("grpc"), Compat: o.Envoyproxy.Compat})
 		srv, err := rls.NewServer(rsvc, o.GRPC)
 		if err != nil {
 			return &ConfigError{err}
@@ -277,7 +338,15 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		if err != nil {
 			return &ConfigError{fmt.Errorf("HTTP listener TLS: %w", err)}
 		}
-		srv := &http.Server{Handler: withProbes(h, r.ready), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		// envoyproxy/ratelimit's /json (its gRPC call in proto3 JSON) and
+		// /healthcheck beside the check API.
+		jsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
+			Observer: r.metrics.observer("http"), Compat: o.Envoyproxy.Compat})
+		mux := http.NewServeMux()
+		mux.Handle("/json", jsvc.JSONHandler())
+		mux.Handle("/healthcheck", rls.HealthHandler(r.healthy))
+		mux.Handle("/", h)
+		srv := &http.Server{Handler: withProbes(mux, r.ready), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
 		if _, err := svc.Listen(lifecycle.Listener{Name: "HTTP", Addr: httpListen, Server: srv, TLS: tlsR,
 			Credentials: true, Auth: tlsR != nil && tlsR.ClientAuth(), Risk: "spend and read any client's limits"}); err != nil {
@@ -296,11 +365,24 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		srv.RegisterOnShutdown(r.dash.Close) // its event streams would hold the shutdown
 		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: srv, TLS: tlsR,
 			Credentials: true, Auth: o.AdminToken != "" || tlsR != nil && tlsR.ClientAuth(),
-			Risk: "read the metrics, the configuration and profiles of the process", Note: "(dashboard /dashboard/, /metrics, /config, /debug/pprof/)"}); err != nil {
+			Risk: "read the metrics, the configuration and profiles of the process", Note: "(dashboard /dashboard/, /metrics, /config, /rlconfig, /debug/pprof/)"}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// healthy is envoyproxy/ratelimit's /healthcheck: serving (not starting or
+// draining), the store reached, and, with HealthyWithConfig, a
+// configuration with a domain loaded.
+func (r *rlsServer) healthy() bool {
+	if r.redis != nil && !r.redis.Connected() {
+		return false
+	}
+	if r.opts.Envoyproxy.HealthyWithConfig && len(r.compiler.Limits().Domains()) == 0 {
+		return false
+	}
+	return r.ready.Ready() == nil
 }
 
 // reloader returns the certificate reloader of a listener's TLS files,
@@ -357,7 +439,7 @@ func (r *rlsServer) readyCheck() error {
 func (r *rlsServer) reload(why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, err := envoyconf.Load(r.opts.ConfigPath, envoyconf.Options{MergeDomains: r.opts.MergeDomains})
+	c, err := loadRLSConfig(r.opts.ConfigPath, r.opts.Envoyproxy.load(r.opts.MergeDomains))
 	if err != nil {
 		r.metrics.reloads.WithLabelValues("error").Inc()
 		r.log.Error("rls: reload refused, keeping the running configuration", "why", why, "err", err)
@@ -372,8 +454,10 @@ func (r *rlsServer) reload(why string) {
 }
 
 // adminRoutes adds rls's own admin endpoints: /config, the configuration
-// in use (envoyproxy/ratelimit's /rlconfig).
+// in use, and the same as envoyproxy/ratelimit's debug port prints it,
+// /rlconfig (its DEBUG_PORT is the admin listener).
 func (r *rlsServer) adminRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /rlconfig", rls.ConfigHandler(r.compiler.Limits))
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, req *http.Request) {
 		src := r.source.Load()
 		writeJSON(w, http.StatusOK, map[string]any{"source": r.opts.ConfigPath, "loaded_at": src.at.UTC().Format(time.RFC3339),
@@ -392,7 +476,7 @@ func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
 		}
 		return memstore.New(memstore.Config{})
 	case "redis":
-		return redisstore.New(redisstore.Config{URL: o.RedisURL, Logger: log, DialInBackground: true})
+		return redisstore.New(redisstore.Config{URL: o.RedisURL, Logger: log, DialInBackground: true, Timeout: o.RedisTimeout})
 	}
 	return nil, &ConfigError{fmt.Errorf("store %q: want memory or redis", o.Store)}
 }

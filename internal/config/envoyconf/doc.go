@@ -23,10 +23,27 @@
 //
 // Every field of envoyproxy/ratelimit is accepted: domain; descriptors with
 // key, value (with '*' wildcards), rate_limit {unit, requests_per_unit,
-// unlimited, name, replaces}, shadow_mode, detailed_metric, value_to_metric
-// and share_threshold. Unknown fields are errors, as there. Units are
-// second, minute, hour, day, week, month (30 days) and year (365 days), in
-// any case.
+// unlimited, name, replaces}, shadow_mode, quota_mode, metadata,
+// detailed_metric, value_to_metric and share_threshold. Unknown fields are
+// errors, as there. Units are second, minute, hour, day, week, month (30
+// days) and year (365 days), in any case.
+//
+// # Its parser, exactly: Options.Envoyproxy
+//
+// By default the reading is Portero's: strict (a field in the wrong place,
+// a key given twice, a second YAML document are errors) and lenient where
+// that cannot mislead ("5" is 5). With Options.Envoyproxy it is
+// envoyproxy/ratelimit's, file for file (TestEnvoyproxyConfigTests holds
+// the cases, each checked against its own config check): every file of a
+// directory whatever its name (dot files unless IgnoreDotFiles), an empty
+// directory as no domains, the first document of a file, every key
+// checked against its set of known keys wherever it stands (a known key
+// out of place is then ignored), the last of a key given twice, YAML 1.1
+// scalars (yes/no booleans; a quoted number or boolean is an error),
+// descriptors that collide as key_value strings ((a, b_c) and (a_b, c))
+// refused, an unreadable unit beside unlimited ignored, any count per
+// second and any limit name. The one difference kept: rate_limit.portero,
+// which it refuses, is read.
 //
 // Portero adds one optional field, rate_limit.portero, that selects any
 // Portero algorithm for a descriptor:
@@ -42,7 +59,8 @@
 // A limit's name (rate_limit.name, or the node's full key when it has none)
 // is what RateLimit headers announce: a name that a Structured Field String
 // cannot carry (bytes outside printable ASCII) is a configuration error
-// asking for a rate_limit name.
+// asking for a rate_limit name (with Options.Envoyproxy it is announced
+// percent-encoded instead).
 //
 // Errors name the file, line, column and field.
 package envoyconf

@@ -232,7 +232,6 @@ func TestParseErrors(t *testing.T) {
 		{"queue", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {algorithm: leaky-queue}}\n", "x.yaml:4:75: descriptors[0].rate_limit.portero.algorithm: leaky-queue delays requests, which an Envoy rate limit service cannot do"},
 		{"burst on window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {burst: 5}}\n", "portero.burst: burst applies to token-bucket"},
 		{"share without wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n", "share_threshold: only valid with a wildcard"},
-		{"quota_mode", "domain: d\ndescriptors:\n  - {key: k, quota_mode: true}\n", "descriptors[0].quota_mode: not supported by Portero"},
 		{"not a list", "domain: d\ndescriptors: {key: k}\n", "x.yaml:2:14: descriptors: want a list of descriptors, found a mapping"},
 		{"bad yaml", "domain: d\ndescriptors:\n  - key: [\n", "x.yaml:3: invalid YAML"},
 		{"two docs", "domain: d\n---\ndomain: e\n", "more than one YAML document"},
@@ -336,25 +335,28 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(src))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse([]Source{{Name: "f.yaml", Data: data}}, Options{})
-		if err != nil {
-			if c != nil {
-				t.Fatal("config and error both non-nil")
+		for _, compat := range []bool{false, true} {
+			c, err := Parse([]Source{{Name: "f.yaml", Data: data}}, Options{Envoyproxy: compat})
+			if err != nil {
+				if c != nil {
+					t.Fatal("config and error both non-nil")
+				}
+				if !strings.HasPrefix(err.Error(), "f.yaml") {
+					t.Fatalf("error does not name the file: %v", err)
+				}
+				continue
 			}
-			if !strings.HasPrefix(err.Error(), "f.yaml") {
-				t.Fatalf("error does not name the file: %v", err)
+			for _, name := range c.Domains() {
+				d := c.Domain(name)
+				d.Match(entries("k", "v", "k", "v"))
+				d.MatchEnvoyproxy(entries("k", "v", "k", "v"))
+				walk(t, d.Nodes, 0, compat)
 			}
-			return
-		}
-		for _, name := range c.Domains() {
-			d := c.Domain(name)
-			d.Match(entries("k", "v", "k", "v"))
-			walk(t, d.Nodes, 0)
 		}
 	})
 }
 
-func walk(t *testing.T, ds []*descriptor.Node, depth int) {
+func walk(t *testing.T, ds []*descriptor.Node, depth int, compat bool) {
 	if depth > maxDepth+1 {
 		t.Fatalf("tree deeper than %d", maxDepth)
 	}
@@ -362,12 +364,14 @@ func walk(t *testing.T, ds []*descriptor.Node, depth int) {
 		if d.Key == "" {
 			t.Fatal("descriptor with empty key accepted")
 		}
-		if r := d.Limit; r != nil && !r.Unlimited && !r.Blocked() {
+		// envoyproxy/ratelimit's counts need not be ones Portero's
+		// algorithms can count (its CountEach counters count them).
+		if r := d.Limit; r != nil && !r.Unlimited && !r.Blocked() && !compat {
 			if err := r.Rule.Rule.Validate(); err != nil {
 				t.Fatalf("accepted an invalid rule: %v", err)
 			}
 		}
-		walk(t, d.Children, depth+1)
+		walk(t, d.Children, depth+1, compat)
 	}
 }
 

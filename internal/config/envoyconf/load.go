@@ -46,6 +46,23 @@ type Options struct {
 	// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true); by default a domain
 	// defined twice is an error.
 	MergeDomains bool
+	// Envoyproxy reads files exactly as envoyproxy/ratelimit does, accepting
+	// and refusing the same ones (see the package documentation): every
+	// file of a directory whatever its name, dot files too unless
+	// IgnoreDotFiles, an empty directory as no domains, the first YAML
+	// document of a file, its keys checked anywhere against its set of
+	// known keys (a known key in the wrong place is ignored), the last of
+	// a key given twice, its types (a quoted number or boolean is an
+	// error), composite key_value duplicates, an unknown unit beside
+	// unlimited ignored, any count per second and any name.
+	Envoyproxy bool
+	// IgnoreDotFiles skips files and directories whose name starts with
+	// '.' under Envoyproxy (envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES);
+	// without Envoyproxy they are always skipped.
+	IgnoreDotFiles bool
+	// QuotaMode makes every limit a quota_mode one (envoyproxy/ratelimit's
+	// QUOTA_MODE).
+	QuotaMode bool
 }
 
 // maxDepth bounds the nesting of descriptors (and fileerr.MaxSize one
@@ -87,14 +104,19 @@ func Load(path string, opts Options) (*descriptor.Config, error) {
 			if err != nil {
 				return err
 			}
-			if p != root && strings.HasPrefix(d.Name(), ".") {
+			if p != root && strings.HasPrefix(d.Name(), ".") && (!opts.Envoyproxy || opts.IgnoreDotFiles) {
 				if d.IsDir() {
 					return filepath.SkipDir
 				}
 				return nil
 			}
+			if d.IsDir() {
+				return nil
+			}
+			// envoyproxy/ratelimit (goruntime) reads every file of the
+			// directory; Portero, its YAML files.
 			ext := strings.ToLower(filepath.Ext(p))
-			if ext != ".yaml" && ext != ".yml" {
+			if ext != ".yaml" && ext != ".yml" && !opts.Envoyproxy {
 				return nil
 			}
 			// Follow symlinks to files (runtime directories are symlink swaps).
@@ -111,7 +133,7 @@ func Load(path string, opts Options) (*descriptor.Config, error) {
 			return nil, fmt.Errorf("envoy ratelimit config: %w", err)
 		}
 		sort.Strings(names)
-		if len(names) == 0 {
+		if len(names) == 0 && !opts.Envoyproxy {
 			return nil, fmt.Errorf("envoy ratelimit config: %s: no .yaml or .yml files", path)
 		}
 		for _, n := range names {
@@ -143,7 +165,7 @@ func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
 	var files []string
 	var errs []error
 	for _, src := range srcs {
-		p := &parser{file: src.Name}
+		p := &parser{file: src.Name, compat: opts.Envoyproxy, quota: opts.QuotaMode}
 		dom := p.file1(src.Data)
 		if len(p.errs) > 0 {
 			errs = append(errs, p.errs...)
@@ -156,8 +178,12 @@ func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
 					Msg: fmt.Sprintf("duplicate domain %q (also in %s); set merge-domains to combine them", dom.Name, strings.Join(old.Files, ", "))})
 				continue
 			}
+			add := old.Add
+			if opts.Envoyproxy {
+				add = old.AddEnvoyproxy
+			}
 			for _, d := range dom.Nodes {
-				if prev := old.Add(d); prev != nil {
+				if prev := add(d); prev != nil {
 					errs = append(errs, &Error{File: src.Name, Line: d.Line, Field: "descriptors",
 						Msg: fmt.Sprintf("duplicate descriptor %q in merged domain %q (first at %s:%d)", d.Composite(), dom.Name, prev.File, prev.Line)})
 				}
@@ -179,6 +205,8 @@ type parser struct {
 	errs                  []error
 	nodes                 int
 	domainLine, domainCol int
+	compat                bool // Options.Envoyproxy
+	quota                 bool // Options.QuotaMode
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -203,21 +231,34 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 		p.yamlError(err)
 		return nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, "", "more than one YAML document: one file holds one domain")
-		return nil
-	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
-		return nil
+	// envoyproxy/ratelimit reads the first document and ignores the rest.
+	if !p.compat {
+		var extra yaml.Node
+		if err := dec.Decode(&extra); err == nil {
+			p.errorf(&extra, "", "more than one YAML document: one file holds one domain")
+			return nil
+		} else if !errors.Is(err, io.EOF) {
+			p.yamlError(err)
+			return nil
+		}
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
+	if p.compat && root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		p.errorf(root, "domain", "config file cannot have empty domain")
+		return nil
+	}
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "the file must be a mapping with domain and descriptors")
 		return nil
+	}
+	if p.compat {
+		p.checkKeys(root, "", 0)
+		if len(p.errs) > 0 {
+			return nil
+		}
 	}
 	var name string
 	var descs *yaml.Node
@@ -237,7 +278,11 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 	}
 	dom := descriptor.NewDomain(name, p.file)
 	if descs != nil {
-		p.descriptors(descs, dom.Add, "descriptors", name, 1)
+		add := dom.Add
+		if p.compat {
+			add = dom.AddEnvoyproxy
+		}
+		p.descriptors(descs, add, "descriptors", name, 1)
 	}
 	if len(p.errs) > 0 {
 		return nil
@@ -277,7 +322,7 @@ func (p *parser) fields(n *yaml.Node, field string, f func(k string, kn, v *yaml
 			p.errorf(kn, field, "keys must be strings")
 			continue
 		}
-		if seen[kn.Value] {
+		if seen[kn.Value] && !p.compat { // envoyproxy/ratelimit takes the last
 			p.errorf(kn, join(field, kn.Value), "given twice")
 			continue
 		}
@@ -294,6 +339,9 @@ func deref(n *yaml.Node) *yaml.Node {
 }
 
 func (p *parser) unknown(kn *yaml.Node, field, k string) {
+	if p.compat {
+		return // checkKeys reported the unknown keys; a known one out of place is ignored, as there
+	}
 	p.errorf(kn, join(field, k), "unknown field")
 }
 
@@ -320,6 +368,9 @@ func kindName(n *yaml.Node) string {
 }
 
 func (p *parser) str(v *yaml.Node, field string) string {
+	if p.compat && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return "" // yaml.v2 leaves the string empty
+	}
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
 		p.errorf(v, field, "want a string, found %s", kindName(v))
 		return ""
@@ -328,6 +379,9 @@ func (p *parser) str(v *yaml.Node, field string) string {
 }
 
 func (p *parser) boolean(v *yaml.Node, field string) bool {
+	if p.compat {
+		return p.boolean11(v, field)
+	}
 	if v.Kind == yaml.ScalarNode {
 		switch strings.ToLower(v.Value) {
 		case "true", "yes", "on":
@@ -341,6 +395,9 @@ func (p *parser) boolean(v *yaml.Node, field string) bool {
 }
 
 func (p *parser) uint(v *yaml.Node, field string, max uint64) uint64 {
+	if p.compat {
+		return p.uint11(v, field, max)
+	}
 	if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
 		n, err := strconv.ParseUint(strings.ReplaceAll(v.Value, "_", ""), 0, 64)
 		if err == nil && n <= max {
@@ -408,8 +465,10 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 			d.ValueToMetric = p.boolean(v, f)
 		case "share_threshold":
 			d.ShareThreshold = p.boolean(v, f)
-		case "quota_mode", "metadata":
-			p.errorf(kn, f, "not supported by Portero (envoyproxy/ratelimit's %s has no equivalent yet); remove it", k)
+		case "quota_mode":
+			d.QuotaMode = p.boolean(v, f)
+		case "metadata":
+			d.Metadata = p.metadata(v, f)
 		default:
 			p.unknown(kn, field, k)
 		}
@@ -425,12 +484,17 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 	}
 	fullKey := parentKey + "." + d.Composite()
 	if rl != nil {
-		if d.Limit = p.rateLimit(rl, rlField, fullKey, d.ShadowMode); d.Limit != nil {
+		if d.Limit = p.rateLimit(rl, rlField, fullKey, d.ShadowMode, d.QuotaMode || p.quota); d.Limit != nil {
 			d.Limit.DetailedMetric = d.DetailedMetric
+			d.Limit.Metadata = d.Metadata
 		}
 	}
 	if children != nil {
-		p.descriptors(children, d.Add, join(field, "descriptors"), fullKey, depth+1)
+		add := d.Add
+		if p.compat {
+			add = d.AddEnvoyproxy
+		}
+		p.descriptors(children, add, join(field, "descriptors"), fullKey, depth+1)
 	}
 	if len(p.errs) > before {
 		return nil
@@ -438,11 +502,11 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 	return d
 }
 
-func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow bool) *descriptor.Limit {
+func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bool) *descriptor.Limit {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
-	r := &descriptor.LimitSpec{FullKey: fullKey, Shadow: shadow}
+	r := &descriptor.LimitSpec{FullKey: fullKey, Shadow: shadow, QuotaMode: quota, Envoyproxy: p.compat}
 	before := len(p.errs)
 	var unitNode, rpuNode *yaml.Node
 	alg := portero.FixedWindow
@@ -456,6 +520,12 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow bool) *de
 			s := p.str(v, f)
 			if len(p.errs) == before {
 				u, err := descriptor.ParseUnit(s)
+				if err != nil && p.compat && unlimitedIn(n) {
+					// envoyproxy/ratelimit ignores a unit it cannot read
+					// beside unlimited (and refuses one it can).
+					unitNode = nil
+					break
+				}
 				if err != nil {
 					p.errorf(v, f, "%v", err)
 				}
@@ -511,6 +581,20 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow bool) *de
 		return nil
 	}
 	return l
+}
+
+// unlimitedIn reports whether the rate_limit mapping n says unlimited: true.
+func unlimitedIn(n *yaml.Node) bool {
+	n = deref(n)
+	u := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "unlimited" {
+			v := deref(n.Content[i+1])
+			_, u = bool11[v.Value]
+			u = u && bool11[v.Value] && v.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0
+		}
+	}
+	return u
 }
 
 func (p *parser) replaces(n *yaml.Node, field string) []string {

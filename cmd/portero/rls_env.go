@@ -1,0 +1,438 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// This file maps envoyproxy/ratelimit's environment (the variables its
+// settings package reads, as a Helm chart or a manifest sets them) onto the
+// flags of `portero rls`: envoyproxyEnv is a function from the environment
+// to flag values, applied to the flags the command line did not set
+// (applyEnv). docs/envoy.md lists every variable, honoured or not, and why;
+// TestEnvoyproxyEnv holds the table.
+
+// envFlag is one flag value the environment sets, and the variables it
+// comes from (for errors and the start-up log).
+type envFlag struct{ Flag, Value, From string }
+
+// envNote is a variable Portero does not honour, and why.
+type envNote struct{ Var, Why string }
+
+// envoyproxyVars are the variables whose presence means "this deployment is
+// configured for envoyproxy/ratelimit" (see envoyproxyEnvSet).
+var envoyproxyVars = []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}
+
+// envoyproxyEnvSet reports whether lookup has any of the runtime-directory
+// variables that every envoyproxy/ratelimit deployment sets.
+func envoyproxyEnvSet(lookup func(string) (string, bool)) bool {
+	for _, v := range envoyproxyVars {
+		if _, ok := lookup(v); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// notHonoured are the variables Portero accepts and does not act on, with
+// the reason. Setting one is logged at start-up, never an error: none of
+// them changes an answer envoyproxy/ratelimit sends.
+var notHonoured = map[string]string{
+	"REDIS_POOL_SIZE":                              "rueidis multiplexes every call over one to four auto-pipelined connections; there is no pool to size",
+	"REDIS_PIPELINE_WINDOW":                        "rueidis pipelines automatically (the Redis store's MaxFlushDelay)",
+	"REDIS_PIPELINE_LIMIT":                         "rueidis pipelines automatically",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           "rueidis sends each cluster node its commands in parallel",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 "there is no pool",
+	"REDIS_STARTUP_INITIAL_INTERVAL":               "Portero starts at once and dials Redis in the background (100ms to 2s apart), answering by --on-store-error meanwhile",
+	"REDIS_STARTUP_MAX_INTERVAL":                   "see REDIS_STARTUP_INITIAL_INTERVAL",
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "see REDIS_STARTUP_INITIAL_INTERVAL",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
+	"LOCAL_CACHE_SIZE_IN_BYTES":                    "the over-limit cache only saves Redis round trips; answers are the same without it",
+	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
+	"USE_STATSD":                                   "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
+	"STATSD_HOST":                                  "see USE_STATSD",
+	"STATSD_PORT":                                  "see USE_STATSD",
+	"USE_DOG_STATSD":                               "see USE_STATSD",
+	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_STATSD",
+	"USE_PROMETHEUS":                               "see USE_STATSD",
+	"PROMETHEUS_ADDR":                              "see USE_STATSD",
+	"PROMETHEUS_PATH":                              "see USE_STATSD",
+	"PROMETHEUS_MAPPER_YAML":                       "see USE_STATSD",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_STATSD",
+	"EXTRA_TAGS":                                   "see USE_STATSD",
+	"STATS_FLUSH_INTERVAL":                         "see USE_STATSD",
+	"DISABLE_STATS":                                "see USE_STATSD",
+	"TRACING_ENABLED":                              "Portero has no OpenTelemetry tracing",
+	"TRACING_SERVICE_NAME":                         "see TRACING_ENABLED",
+	"TRACING_SERVICE_NAMESPACE":                    "see TRACING_ENABLED",
+	"TRACING_SERVICE_INSTANCE_ID":                  "see TRACING_ENABLED",
+	"TRACING_EXPORTER_PROTOCOL":                    "see TRACING_ENABLED",
+	"TRACING_SAMPLING_RATE":                        "see TRACING_ENABLED",
+	"REDIS_PERSECOND":                              "per-second limits count in the one Redis of REDIS_URL; the answers are the same",
+	"REDIS_PERSECOND_SOCKET_TYPE":                  "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_TYPE":                         "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_URL":                          "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_POOL_SIZE":                    "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_AUTH":                         "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_TLS":                          "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_SENTINEL_AUTH":                "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_PIPELINE_WINDOW":              "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_PIPELINE_LIMIT":               "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_TIMEOUT":                      "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_PERSECOND",
+}
+
+// refused are the variables Portero cannot honour and will not run
+// without: ignoring them would change what the service connects to or how
+// it checks certificates.
+var refused = map[string]string{
+	"REDIS_TLS_CLIENT_CERT":                "client certificates for Redis are not supported: use rediss:// with a password (REDIS_TLS, REDIS_AUTH)",
+	"REDIS_TLS_CLIENT_KEY":                 "client certificates for Redis are not supported",
+	"REDIS_TLS_CACERT":                     "a private CA for Redis is not supported: Portero verifies Redis's certificate against the system roots",
+	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "Portero always verifies Redis's certificate",
+	"MEMCACHE_HOST_PORT":                   "Memcache is not supported: use Redis or Portero's memory store",
+	"MEMCACHE_SRV":                         "Memcache is not supported",
+	"CONFIG_GRPC_XDS_SERVER_URL":           "configuration over xDS is not supported: use files (CONFIG_TYPE=FILE)",
+}
+
+// envoyproxyEnv returns the `portero rls` flags that envoyproxy/ratelimit's
+// environment (read through lookup) stands for, with envoyproxy/ratelimit's
+// defaults for the variables that are unset, and the variables it does not
+// honour. A value it cannot read, or a setting Portero cannot serve, is an
+// error naming the variable.
+func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, error) {
+	e := envReader{lookup: lookup}
+	var out []envFlag
+	set := func(flag, value string, from ...string) {
+		out = append(out, envFlag{Flag: flag, Value: value, From: strings.Join(from, ", ")})
+	}
+	set("compat", "envoyproxy", "RUNTIME_ROOT")
+
+	// The configuration: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
+	// watched (a symlink swap of the root, or files changing in the
+	// directory: Portero's watcher follows both, so RUNTIME_WATCH_ROOT needs
+	// no flag).
+	root := e.str("RUNTIME_ROOT", "/srv/runtime_data/current")
+	sub := e.str("RUNTIME_SUBDIRECTORY", "")
+	app := e.str("RUNTIME_APPDIRECTORY", "config")
+	e.boolean("RUNTIME_WATCH_ROOT", true)
+	if sub == "" {
+		// goruntime loads nothing without a subdirectory: envoyproxy/ratelimit
+		// then serves with no domains at all.
+		set("config", "", "RUNTIME_SUBDIRECTORY")
+	} else {
+		set("config", filepath.Join(root, sub, app), "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+	}
+	set("watch", "true", "RUNTIME_WATCH_ROOT")
+	set("ignore-dotfiles", strconv.FormatBool(e.boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
+	set("merge-domains", strconv.FormatBool(e.boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
+	if t := e.str("CONFIG_TYPE", "FILE"); !strings.EqualFold(t, "FILE") {
+		e.fail("CONFIG_TYPE", fmt.Errorf("%q: only FILE is supported (configuration over xDS is not)", t))
+	}
+
+	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
+	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
+	// Portero's admin listener (pprof, /rlconfig, /metrics), kept on
+	// loopback unless DEBUG_HOST says otherwise.
+	set("http-listen", e.hostPort("HOST", "0.0.0.0", "PORT", 8080), "HOST", "PORT")
+	if uds := e.str("GRPC_UDS", ""); uds != "" {
+		set("grpc-listen", "unix:"+uds, "GRPC_UDS")
+	} else {
+		set("grpc-listen", e.hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
+	}
+	set("admin-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
+	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour).String(), "GRPC_MAX_CONNECTION_AGE")
+	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour).String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
+	if e.boolean("GRPC_SERVER_USE_TLS", false) {
+		cert, key := e.str("GRPC_SERVER_TLS_CERT", ""), e.str("GRPC_SERVER_TLS_KEY", "")
+		if cert == "" || key == "" {
+			e.fail("GRPC_SERVER_USE_TLS", errors.New("needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
+		}
+		set("grpc-tls-cert", cert, "GRPC_SERVER_TLS_CERT")
+		set("grpc-tls-key", key, "GRPC_SERVER_TLS_KEY")
+		if ca := e.str("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
+			set("grpc-tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
+			if san := e.str("GRPC_CLIENT_TLS_SAN", ""); san != "" {
+				set("grpc-tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
+			}
+		}
+	}
+
+	// Logs: logrus's levels, case-insensitive.
+	switch lvl := strings.ToLower(e.str("LOG_LEVEL", "warn")); lvl {
+	case "trace", "debug":
+		set("log-level", "debug", "LOG_LEVEL")
+	case "info":
+		set("log-level", "info", "LOG_LEVEL")
+	case "warn", "warning":
+		set("log-level", "warn", "LOG_LEVEL")
+	case "error", "fatal", "panic":
+		set("log-level", "error", "LOG_LEVEL")
+	default:
+		e.fail("LOG_LEVEL", fmt.Errorf("%q: want trace, debug, info, warn, error, fatal or panic", lvl))
+	}
+	if strings.EqualFold(e.str("LOG_FORMAT", "text"), "json") {
+		set("log-format", "json", "LOG_FORMAT")
+	} else {
+		set("log-format", "text", "LOG_FORMAT")
+	}
+
+	// The store: Redis (BACKEND_TYPE=redis, the default) at REDIS_URL.
+	switch b := strings.ToLower(e.str("BACKEND_TYPE", "redis")); b {
+	case "redis", "":
+		u, err := redisURLFromEnv(e.str("REDIS_SOCKET_TYPE", "unix"), e.str("REDIS_TYPE", "SINGLE"),
+			e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), e.str("REDIS_AUTH", ""),
+			e.boolean("REDIS_TLS", false), e.str("REDIS_SENTINEL_AUTH", ""))
+		if err != nil {
+			e.fail("REDIS_URL", err)
+		}
+		set("store", "redis", "BACKEND_TYPE")
+		set("redis-url", u, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS", "REDIS_SENTINEL_AUTH")
+	case "memcache":
+		e.fail("BACKEND_TYPE", errors.New(`"memcache": Memcache is not supported; use redis, or Portero's memory store (portero rls --store memory)`))
+	default:
+		e.fail("BACKEND_TYPE", fmt.Errorf("%q: want redis", b))
+	}
+	// Each Redis call waits as long as there; so may a decision (Envoy's
+	// filter has its own deadline, 20ms by default).
+	rt := e.duration("REDIS_TIMEOUT", 10*time.Second).String()
+	set("redis-timeout", rt, "REDIS_TIMEOUT")
+	set("call-timeout", rt, "REDIS_TIMEOUT")
+	set("cache-key-prefix", e.str("CACHE_KEY_PREFIX", ""), "CACHE_KEY_PREFIX")
+	set("expiration-jitter", (time.Duration(e.integer("EXPIRATION_JITTER_MAX_SECONDS", 300, 0)) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
+	set("stop-increment-over-limit", strconv.FormatBool(e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	if near := e.float("NEAR_LIMIT_RATIO", 0.8); near > 0 && near <= 1 {
+		set("near-limit-ratio", strconv.FormatFloat(near, 'g', -1, 64), "NEAR_LIMIT_RATIO")
+	} else {
+		e.fail("NEAR_LIMIT_RATIO", fmt.Errorf("%v: want a share in (0, 1]", near))
+	}
+
+	// Answers.
+	set("shadow-mode", strconv.FormatBool(e.boolean("SHADOW_MODE", false)), "SHADOW_MODE")
+	set("quota-mode", strconv.FormatBool(e.boolean("QUOTA_MODE", false)), "QUOTA_MODE")
+	set("dynamic-metadata", strconv.FormatBool(e.boolean("RESPONSE_DYNAMIC_METADATA", false)), "RESPONSE_DYNAMIC_METADATA")
+	set("healthy-with-config", strconv.FormatBool(e.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)), "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	if e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+		set("headers", "envoyproxy", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	} else {
+		set("headers", "off", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	}
+	names := []string{e.str("LIMIT_LIMIT_HEADER", "RateLimit-Limit"), e.str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"), e.str("LIMIT_RESET_HEADER", "RateLimit-Reset")}
+	for i, n := range names {
+		if n == "" || strings.ContainsAny(n, ", \t\r\n:") {
+			e.fail([]string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}[i], fmt.Errorf("%q is not a header name", n))
+		}
+	}
+	set("envoyproxy-header-names", strings.Join(names, ","), "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER")
+
+	for v, why := range refused {
+		if x, ok := lookup(v); ok && x != "" {
+			e.fail(v, errors.New(why))
+		}
+	}
+	var notes []envNote
+	for v, why := range notHonoured {
+		if _, ok := lookup(v); ok {
+			notes = append(notes, envNote{Var: v, Why: why})
+		}
+	}
+	sort.Slice(notes, func(i, j int) bool { return notes[i].Var < notes[j].Var })
+	if len(e.errs) > 0 {
+		return nil, notes, errors.Join(e.errs...)
+	}
+	return out, notes, nil
+}
+
+// redisURLFromEnv builds the Redis store's URL from envoyproxy/ratelimit's
+// REDIS_SOCKET_TYPE (tcp or unix), REDIS_TYPE (single, cluster or
+// sentinel), REDIS_URL (host:port or a socket path; host:port,host:port…
+// for a cluster; master,host:port,… for sentinels), REDIS_AUTH (password
+// or user:password), REDIS_TLS and REDIS_SENTINEL_AUTH.
+func redisURLFromEnv(socket, typ, addr, auth string, useTLS bool, sentinelAuth string) (string, error) {
+	scheme := "redis"
+	if useTLS {
+		scheme = "rediss"
+	}
+	var user *url.Userinfo
+	if auth != "" {
+		if u, p, ok := strings.Cut(auth, ":"); ok {
+			user = url.UserPassword(u, p)
+		} else {
+			user = url.UserPassword("", auth)
+		}
+	}
+	hosts := strings.Split(addr, ",")
+	for i := range hosts {
+		hosts[i] = strings.TrimSpace(hosts[i])
+	}
+	switch strings.ToLower(typ) {
+	case "single", "":
+		if strings.EqualFold(socket, "unix") {
+			if useTLS {
+				return "", errors.New("REDIS_TLS over a unix socket is not supported")
+			}
+			u := url.URL{Scheme: "unix", User: user, Path: addr}
+			return u.String(), nil
+		}
+		if !strings.EqualFold(socket, "tcp") {
+			return "", fmt.Errorf("REDIS_SOCKET_TYPE %q: want tcp or unix", socket)
+		}
+		if len(hosts) != 1 {
+			return "", fmt.Errorf("%q: one host:port for REDIS_TYPE single", addr)
+		}
+		if err := checkHostPort(hosts[0]); err != nil {
+			return "", err
+		}
+		u := url.URL{Scheme: scheme, User: user, Host: hosts[0]}
+		return u.String(), nil
+	case "cluster":
+		for _, h := range hosts {
+			if err := checkHostPort(h); err != nil {
+				return "", err
+			}
+		}
+		// The Redis store finds a cluster by itself; the other seeds go in
+		// rueidis's addr parameters.
+		u := url.URL{Scheme: scheme, User: user, Host: hosts[0]}
+		q := url.Values{}
+		for _, h := range hosts[1:] {
+			q.Add("addr", h)
+		}
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	case "sentinel":
+		if len(hosts) < 2 || hosts[0] == "" {
+			return "", fmt.Errorf("%q: REDIS_TYPE sentinel wants master,host:port[,host:port…]", addr)
+		}
+		for _, h := range hosts[1:] {
+			if err := checkHostPort(h); err != nil {
+				return "", err
+			}
+		}
+		s := scheme + "-sentinel://"
+		if user != nil {
+			s += user.String() + "@"
+		}
+		s += strings.Join(hosts[1:], ",") + "/" + url.PathEscape(hosts[0])
+		if sentinelAuth != "" {
+			s += "?" + url.Values{"sentinel_password": {sentinelAuth}}.Encode()
+		}
+		return s, nil
+	}
+	return "", fmt.Errorf("REDIS_TYPE %q: want single, cluster or sentinel", typ)
+}
+
+func checkHostPort(hp string) error {
+	if _, port, err := net.SplitHostPort(hp); err != nil || port == "" {
+		return fmt.Errorf("%q: want host:port", hp)
+	}
+	return nil
+}
+
+// envReader reads variables with envconfig's syntax (what
+// envoyproxy/ratelimit's settings use) and collects the errors.
+type envReader struct {
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+func (e *envReader) fail(v string, err error) {
+	e.errs = append(e.errs, fmt.Errorf("%s: %w", v, err))
+}
+
+func (e *envReader) str(v, def string) string {
+	if x, ok := e.lookup(v); ok {
+		return x
+	}
+	return def
+}
+
+func (e *envReader) boolean(v string, def bool) bool {
+	x, ok := e.lookup(v)
+	if !ok || x == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(x)
+	if err != nil {
+		e.fail(v, fmt.Errorf("%q: want true or false", x))
+		return def
+	}
+	return b
+}
+
+func (e *envReader) integer(v string, def, min int64) int64 {
+	x, ok := e.lookup(v)
+	if !ok || x == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(x, 0, 64)
+	if err != nil || n < min {
+		e.fail(v, fmt.Errorf("%q: want a whole number from %d", x, min))
+		return def
+	}
+	return n
+}
+
+func (e *envReader) float(v string, def float64) float64 {
+	x, ok := e.lookup(v)
+	if !ok || x == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(x, 64)
+	if err != nil {
+		e.fail(v, fmt.Errorf("%q: want a number", x))
+		return def
+	}
+	return f
+}
+
+func (e *envReader) duration(v string, def time.Duration) time.Duration {
+	x, ok := e.lookup(v)
+	if !ok || x == "" {
+		return def
+	}
+	d, err := time.ParseDuration(x)
+	if err != nil {
+		e.fail(v, fmt.Errorf("%q: want a duration such as 24h or 30m", x))
+		return def
+	}
+	return d
+}
+
+func (e *envReader) hostPort(hv, hdef, pv string, pdef int64) string {
+	host := e.str(hv, hdef)
+	port := e.integer(pv, pdef, 0)
+	if port > 65535 {
+		e.fail(pv, fmt.Errorf("%d: not a port", port))
+	}
+	return net.JoinHostPort(host, strconv.FormatInt(port, 10))
+}
+
+// applyEnv sets every flag of fs that flags names and the command line did
+// not set: flags given on the command line win over the environment.
+func applyEnv(fs *pflag.FlagSet, flags []envFlag) error {
+	for _, f := range flags {
+		fl := fs.Lookup(f.Flag)
+		if fl == nil {
+			return fmt.Errorf("%s: portero rls has no --%s", f.From, f.Flag)
+		}
+		if fl.Changed {
+			continue
+		}
+		if err := fs.Set(f.Flag, f.Value); err != nil {
+			return fmt.Errorf("%s: %w", f.From, err)
+		}
+		fl.Changed = false // still "not given on the command line"
+	}
+	return nil
+}

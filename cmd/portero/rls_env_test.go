@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/portero-rl/portero/store/redisstore"
+)
+
+func envOf(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func flagMap(fs []envFlag) map[string]string {
+	m := map[string]string{}
+	for _, f := range fs {
+		m[f.Flag] = f.Value
+	}
+	return m
+}
+
+// TestEnvoyproxyEnv is the table of envoyproxy/ratelimit's environment
+// (as its settings package reads it, with its defaults) against the flags
+// of `portero rls` it stands for.
+func TestEnvoyproxyEnv(t *testing.T) {
+	base := []string{"RUNTIME_ROOT", "/srv/runtime_data/current", "RUNTIME_SUBDIRECTORY", "ratelimit"}
+	cases := []struct {
+		name string
+		env  []string
+		want map[string]string
+	}{
+		{"defaults", base, map[string]string{
+			"compat": "envoyproxy", "config": "/srv/runtime_data/current/ratelimit/config", "watch": "true", "ignore-dotfiles": "false",
+			"merge-domains": "false", "http-listen": "0.0.0.0:8080", "grpc-listen": "0.0.0.0:8081", "admin-listen": "127.0.0.1:6070",
+			"grpc-max-connection-age": "24h0m0s", "grpc-max-connection-age-grace": "1h0m0s", "log-level": "warn", "log-format": "text",
+			"store": "redis", "redis-url": "unix:///var/run/nutcracker/ratelimit.sock", "cache-key-prefix": "", "expiration-jitter": "5m0s",
+			"stop-increment-over-limit": "false", "shadow-mode": "false", "quota-mode": "false", "dynamic-metadata": "false",
+			"healthy-with-config": "false", "headers": "off", "envoyproxy-header-names": "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
+			"near-limit-ratio": "0.8", "redis-timeout": "10s", "call-timeout": "10s",
+		}},
+		{"near limit", append(base, "NEAR_LIMIT_RATIO", "0.5"), map[string]string{"near-limit-ratio": "0.5"}},
+		{"redis timeout", append(base, "REDIS_TIMEOUT", "250ms"), map[string]string{"redis-timeout": "250ms", "call-timeout": "250ms"}},
+		{"no subdirectory: no configuration", []string{"RUNTIME_ROOT", "/data"}, map[string]string{"config": ""}},
+		{"app directory", append(base, "RUNTIME_APPDIRECTORY", "limits", "RUNTIME_IGNOREDOTFILES", "true", "MERGE_DOMAIN_CONFIG", "true"),
+			map[string]string{"config": "/srv/runtime_data/current/ratelimit/limits", "ignore-dotfiles": "true", "merge-domains": "true"}},
+		{"listeners", append(base, "HOST", "127.0.0.1", "PORT", "9080", "GRPC_HOST", "::1", "GRPC_PORT", "9081", "DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "9070"),
+			map[string]string{"http-listen": "127.0.0.1:9080", "grpc-listen": "[::1]:9081", "admin-listen": "0.0.0.0:9070"}},
+		{"unix socket", append(base, "GRPC_UDS", "/run/rls.sock"), map[string]string{"grpc-listen": "unix:/run/rls.sock"}},
+		{"connection age", append(base, "GRPC_MAX_CONNECTION_AGE", "30m", "GRPC_MAX_CONNECTION_AGE_GRACE", "90s"),
+			map[string]string{"grpc-max-connection-age": "30m0s", "grpc-max-connection-age-grace": "1m30s"}},
+		{"tls", append(base, "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/tls/crt", "GRPC_SERVER_TLS_KEY", "/tls/key",
+			"GRPC_CLIENT_TLS_CACERT", "/tls/ca", "GRPC_CLIENT_TLS_SAN", "envoy.local"),
+			map[string]string{"grpc-tls-cert": "/tls/crt", "grpc-tls-key": "/tls/key", "grpc-tls-client-ca": "/tls/ca", "grpc-tls-client-san": "envoy.local"}},
+		{"tls off ignores the files", append(base, "GRPC_SERVER_TLS_CERT", "/tls/crt"), map[string]string{"grpc-tls-cert": "<unset>"}},
+		{"redis tcp", append(base, "REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "redis:6379"), map[string]string{"redis-url": "redis://redis:6379"}},
+		{"redis auth tls", append(base, "REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "redis.example:6380", "REDIS_AUTH", "p@ss/word", "REDIS_TLS", "true"),
+			map[string]string{"redis-url": "rediss://:p%40ss%2Fword@redis.example:6380"}},
+		{"redis user", append(base, "REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "redis:6379", "REDIS_AUTH", "app:secret"),
+			map[string]string{"redis-url": "redis://app:secret@redis:6379"}},
+		{"redis unix auth", append(base, "REDIS_URL", "/run/redis.sock", "REDIS_AUTH", "secret"),
+			map[string]string{"redis-url": "unix://:secret@/run/redis.sock"}},
+		{"redis cluster", append(base, "REDIS_SOCKET_TYPE", "tcp", "REDIS_TYPE", "cluster", "REDIS_URL", "a:7000, b:7001,c:7002"),
+			map[string]string{"redis-url": "redis://a:7000?addr=b%3A7001&addr=c%3A7002"}},
+		{"redis sentinel", append(base, "REDIS_SOCKET_TYPE", "tcp", "REDIS_TYPE", "SENTINEL", "REDIS_URL", "mymaster,s1:26379,s2:26379",
+			"REDIS_AUTH", "pw", "REDIS_SENTINEL_AUTH", "spw"),
+			map[string]string{"redis-url": "redis-sentinel://:pw@s1:26379,s2:26379/mymaster?sentinel_password=spw"}},
+		{"logs", append(base, "LOG_LEVEL", "DEBUG", "LOG_FORMAT", "JSON"), map[string]string{"log-level": "debug", "log-format": "json"}},
+		{"log trace", append(base, "LOG_LEVEL", "trace"), map[string]string{"log-level": "debug"}},
+		{"log fatal", append(base, "LOG_LEVEL", "fatal"), map[string]string{"log-level": "error"}},
+		{"answers", append(base, "SHADOW_MODE", "true", "QUOTA_MODE", "1", "RESPONSE_DYNAMIC_METADATA", "TRUE",
+			"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "t", "CACHE_KEY_PREFIX", "rl:", "EXPIRATION_JITTER_MAX_SECONDS", "0",
+			"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+			map[string]string{"shadow-mode": "true", "quota-mode": "true", "dynamic-metadata": "true", "stop-increment-over-limit": "true",
+				"cache-key-prefix": "rl:", "expiration-jitter": "0s", "healthy-with-config": "true"}},
+		{"headers", append(base, "LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_LIMIT_HEADER", "X-Limit", "LIMIT_REMAINING_HEADER", "X-Left",
+			"LIMIT_RESET_HEADER", "X-Reset"),
+			map[string]string{"headers": "envoyproxy", "envoyproxy-header-names": "X-Limit,X-Left,X-Reset"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _, err := envoyproxyEnv(envOf(c.env...))
+			if err != nil {
+				t.Fatalf("envoyproxyEnv(%v) error: %v", c.env, err)
+			}
+			m := flagMap(got)
+			for flag, want := range c.want {
+				v, ok := m[flag]
+				if !ok {
+					v = "<unset>"
+				}
+				if v != want {
+					t.Errorf("envoyproxyEnv(%v) --%s = %q, want %q", c.env, flag, v, want)
+				}
+			}
+			// Every Redis URL built is one the Redis store accepts.
+			if u, ok := m["redis-url"]; ok {
+				st, err := redisstore.New(redisstore.Config{URL: u, DialInBackground: true})
+				if err != nil {
+					t.Errorf("redisstore.New(%q): %v", u, err)
+				} else {
+					st.Close(context.Background())
+				}
+			}
+		})
+	}
+}
+
+// TestEnvoyproxyEnvErrors: values envoyproxy/ratelimit would not read, and
+// settings Portero cannot serve, are errors naming the variable.
+func TestEnvoyproxyEnvErrors(t *testing.T) {
+	base := []string{"RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit"}
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"LOG_LEVEL", "verbose"}, "LOG_LEVEL"},
+		{[]string{"SHADOW_MODE", "maybe"}, "SHADOW_MODE"},
+		{[]string{"PORT", "99999"}, "PORT"},
+		{[]string{"GRPC_PORT", "http"}, "GRPC_PORT"},
+		{[]string{"GRPC_MAX_CONNECTION_AGE", "1 day"}, "GRPC_MAX_CONNECTION_AGE"},
+		{[]string{"EXPIRATION_JITTER_MAX_SECONDS", "-1"}, "EXPIRATION_JITTER_MAX_SECONDS"},
+		{[]string{"NEAR_LIMIT_RATIO", "1.5"}, "NEAR_LIMIT_RATIO"},
+		{[]string{"REDIS_TIMEOUT", "ten"}, "REDIS_TIMEOUT"},
+		{[]string{"BACKEND_TYPE", "memcache"}, "Memcache is not supported"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, "CONFIG_TYPE"},
+		{[]string{"REDIS_TLS_CACERT", "/ca.pem"}, "REDIS_TLS_CACERT"},
+		{[]string{"GRPC_SERVER_USE_TLS", "true"}, "GRPC_SERVER_TLS_CERT"},
+		{[]string{"REDIS_TYPE", "ring"}, "REDIS_TYPE"},
+		{[]string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "nohostport"}, "host:port"},
+		{[]string{"REDIS_TYPE", "sentinel", "REDIS_URL", "onlymaster"}, "master,host:port"},
+		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_RESET_HEADER", "Bad Name"}, "LIMIT_RESET_HEADER"},
+	}
+	for _, c := range cases {
+		env := append(append([]string{}, base...), c.env...)
+		_, _, err := envoyproxyEnv(envOf(env...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("envoyproxyEnv(%v) error = %v, want one mentioning %q", c.env, err, c.want)
+		}
+	}
+}
+
+// TestEnvoyproxyEnvNotHonoured: a variable Portero does not act on is
+// reported with its reason, and is no error.
+func TestEnvoyproxyEnvNotHonoured(t *testing.T) {
+	_, notes, err := envoyproxyEnv(envOf("RUNTIME_SUBDIRECTORY", "rl", "REDIS_POOL_SIZE", "20", "USE_STATSD", "false", "LOCAL_CACHE_SIZE_IN_BYTES", "1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range notes {
+		if n.Why == "" {
+			t.Errorf("%s: no reason given", n.Var)
+		}
+		got = append(got, n.Var)
+	}
+	if want := "LOCAL_CACHE_SIZE_IN_BYTES,REDIS_POOL_SIZE,USE_STATSD"; strings.Join(got, ",") != want {
+		t.Errorf("notes = %v, want %s", got, want)
+	}
+}

@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/portero-rl/portero"
+)
+
+// Counting says how the engine counts the hits of one request.
+type Counting string
+
+const (
+	// AllOrNothing is Portero's counting, the default: the hits of a
+	// request are decided together and, when one enforced hit refuses,
+	// none is counted; a hit is admitted only when its whole cost fits.
+	AllOrNothing Counting = "all-or-nothing"
+	// CountEach is envoyproxy/ratelimit's counting: every fixed-window hit
+	// is counted on its own, whatever the others say, by adding its cost
+	// to a plain counter of the window and then comparing (Redis INCRBY,
+	// then "count > limit"), so that a refused request still consumes and
+	// a check-only hit (cost 0) exactly at its limit passes. Hits of other
+	// algorithms (Portero's extension) are each decided alone by their
+	// algorithm. The request is refused when an enforced hit is over its
+	// limit, or when every quota hit is. A counter is named by the hit's
+	// key alone and its window's length (envoyproxy/ratelimit's cache key,
+	// which names the domain and the descriptor's entries): hits of two
+	// rules on one key and window share it. A store that implements
+	// portero.Counter (store/redisstore) keeps the counters natively;
+	// on any other store (store/memstore) they are fixed windows of the
+	// store with a count no request reaches (at most 10^9 per second: a
+	// per-second limit above that never refuses there).
+	CountEach Counting = "each"
+)
+
+// Valid reports whether c is one of the countings, or empty (the default).
+func (c Counting) Valid() bool { return c == "" || c == AllOrNothing || c == CountEach }
+
+// decideEach is decide under CountEach.
+func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
+	counter, share := counterOf(st)
+	var cbuf [4]portero.Count
+	var ibuf [4]int
+	counts, of := cbuf[:0], ibuf[:0] // the counted hits and their indexes in v.Results
+	for i := range v.Results {
+		res := &v.Results[i]
+		r := res.Rule
+		if r.Algorithm != portero.FixedWindow || r.Limit.IsCalendar() {
+			if err := e.decideAlone(ctx, st, now, res); err != nil {
+				return err
+			}
+			continue
+		}
+		add := uint64(max(res.Cost, 0))
+		if res.CheckOnly {
+			add = 0
+		}
+		ttl := r.Limit.Window
+		if e.jitter > 0 {
+			ttl += rand.N(e.jitter)
+		}
+		counts = append(counts, portero.Count{Key: res.Key, Window: r.Limit.Window, Add: add, TTL: ttl})
+		of = append(of, i)
+	}
+	if len(counts) > 0 {
+		if e.stopWhenOver {
+			// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
+			// read every counter first; when a hit would go over its limit,
+			// only the hits that would go over are counted.
+			adds := make([]uint64, len(counts))
+			for j := range counts {
+				adds[j], counts[j].Add = counts[j].Add, 0
+			}
+			if err := counter.Count(ctx, now, counts); err != nil {
+				return err
+			}
+			over := make([]bool, len(counts))
+			any := false
+			for j, i := range of {
+				over[j] = counts[j].Value+adds[j] > threshold(v.Results[i].Rule, share)
+				any = any || over[j]
+			}
+			for j := range counts {
+				if !any || over[j] {
+					counts[j].Add = adds[j]
+				}
+			}
+		}
+		if err := counter.Count(ctx, now, counts); err != nil {
+			return err
+		}
+		for j, i := range of {
+			res := &v.Results[i]
+			l := threshold(res.Rule, share)
+			n := counts[j].Value
+			d := portero.Decision{Limit: int64(l), ResetAfter: windowRemainder(now, res.Rule.Limit.Window)}
+			switch {
+			case n > l:
+				d.RetryAfter = d.ResetAfter
+				res.Outcome = Refused
+				if res.Rule.Shadow {
+					res.Outcome = ShadowRefused
+				}
+			case res.CheckOnly:
+				d.Allowed, d.Remaining = true, int64(l-n)
+				res.Outcome = CheckOnly
+			default:
+				d.Allowed, d.Remaining = true, int64(l-n)
+				res.Outcome = Allowed
+				if float64(n) >= e.near*float64(l) {
+					res.Outcome = NearLimit
+				}
+			}
+			res.Decision = d
+		}
+	}
+	e.verdict(v)
+	return nil
+}
+
+// decideAlone decides a hit of a Portero algorithm under CountEach: on its
+// own, admitted only when its cost fits.
+func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Time, res *Result) error {
+	r := res.Rule
+	if r.maxCost == 0 || !res.CheckOnly && res.Cost > r.maxCost {
+		res.Outcome = CanNeverPass
+		return nil
+	}
+	if res.CheckOnly {
+		d, err := st.Peek(ctx, r.Rule, res.Key, now)
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Allowed:
+			untaken(&d, 1)
+			res.Outcome = CheckOnly
+		case r.Shadow:
+			res.Outcome = ShadowRefused
+		default:
+			res.Outcome = Refused
+		}
+		res.Decision = d
+		return nil
+	}
+	decs, err := st.AllowAll(ctx, now, []portero.Hit{{Rule: r.Rule, Key: res.Key, Cost: res.Cost}})
+	if err != nil {
+		return err
+	}
+	if len(decs) != 1 {
+		return fmt.Errorf("%w: the store returned %d decisions for 1 hit", portero.ErrStoreUnavailable, len(decs))
+	}
+	d := decs[0]
+	switch {
+	case !d.Allowed && r.Shadow:
+		res.Outcome = ShadowRefused
+	case !d.Allowed:
+		res.Outcome = Refused
+	case float64(d.Limit-d.Remaining) >= e.near*float64(d.Limit):
+		res.Outcome = NearLimit
+	default:
+		res.Outcome = Allowed
+	}
+	res.Decision = d
+	return nil
+}
+
+// threshold is the count above which a counted hit under r is over: the
+// rule's count, scaled down to this instance's share under FailLocal.
+func threshold(r *Rule, share float64) uint64 {
+	if share < 1 && r.Limit.Count > 0 {
+		return uint64(max(1, int64(math.Floor(float64(r.Limit.Count)*share))))
+	}
+	return uint64(max(r.Limit.Count, 0))
+}
+
+// counterOf returns the counters of st and the share of each limit they
+// may admit: the store's own when it keeps counters natively, the failure
+// policies' answers, or fixed windows of the store.
+func counterOf(st portero.Store) (portero.Counter, float64) {
+	switch s := st.(type) {
+	case portero.Counter:
+		return s, 1
+	case *localStore:
+		return storeCounter{s.mem}, s.share
+	}
+	return storeCounter{st}, 1
+}
+
+// storeCounter keeps plain counters in any portero.Store: a counter of
+// window W is a fixed window of W under a rule of its own (one per window
+// length) whose count no request reaches, so that every addition is
+// admitted and the decision's Remaining tells the count.
+type storeCounter struct{ st portero.Store }
+
+// counterCap is the count of a counter rule of window w: as high as the
+// stores allow (a count of at most one per nanosecond; the Redis store's
+// 2^50).
+func counterCap(w time.Duration) int64 { return min(int64(w), 1<<50) }
+
+func counterRule(w time.Duration) portero.Rule {
+	return portero.Rule{Name: "portero.counter." + w.String(), Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: counterCap(w), Window: w}}
+}
+
+func (c storeCounter) Count(ctx context.Context, now time.Time, counts []portero.Count) error {
+	var hbuf [4]portero.Hit
+	var ibuf [4]int
+	hits, of := hbuf[:0], ibuf[:0]
+	for i := range counts {
+		cn := &counts[i]
+		if cn.Add > 0 {
+			hits = append(hits, portero.Hit{Rule: counterRule(cn.Window), Key: cn.Key, Cost: int64(min(cn.Add, uint64(counterCap(cn.Window))))})
+			of = append(of, i)
+			continue
+		}
+		if added(counts[:i], cn) {
+			continue // read below, after the additions before it
+		}
+		// A read before any addition on its key: asked first, so that
+		// what this call adds later is not seen (as INCRBY 0 in a
+		// pipeline would not see it).
+		d, err := c.st.Peek(ctx, counterRule(cn.Window), cn.Key, now)
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			d.Remaining++ // Peek answers for one more
+		}
+		cn.Value = uint64(counterCap(cn.Window) - max(d.Remaining, 0))
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	decs, err := c.st.AllowAll(ctx, now, hits)
+	if err != nil {
+		return err
+	}
+	if len(decs) != len(hits) {
+		return fmt.Errorf("%w: the store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
+	}
+	if !allAllowed(decs) {
+		// A counter at its cap: count each one alone, and fill the ones
+		// that overflow, so that they stay over any limit.
+		if decs, err = c.oneByOne(ctx, now, hits); err != nil {
+			return err
+		}
+	}
+	for j, i := range of {
+		counts[i].Value = uint64(counterCap(counts[i].Window) - decs[j].Remaining)
+	}
+	// Reads after an addition on their key see the last one.
+	for i := range counts {
+		cn := &counts[i]
+		if cn.Add > 0 {
+			continue
+		}
+		for k := i - 1; k >= 0; k-- {
+			if p := &counts[k]; p.Add > 0 && p.Key == cn.Key && p.Window == cn.Window {
+				cn.Value = p.Value
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// added reports whether one of counts adds to c's counter.
+func added(counts []portero.Count, c *portero.Count) bool {
+	for i := range counts {
+		if counts[i].Add > 0 && counts[i].Key == c.Key && counts[i].Window == c.Window {
+			return true
+		}
+	}
+	return false
+}
+
+func allAllowed(decs []portero.Decision) bool {
+	for _, d := range decs {
+		if !d.Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// oneByOne counts hits one call each; a hit that does not fit takes what
+// is left, so that its counter stands at its cap.
+func (c storeCounter) oneByOne(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+	out := make([]portero.Decision, len(hits))
+	for i, h := range hits {
+		decs, err := c.st.AllowAll(ctx, now, []portero.Hit{h})
+		if err != nil {
+			return nil, err
+		}
+		d := decs[0]
+		if !d.Allowed && d.Remaining > 0 {
+			h.Cost = d.Remaining
+			if decs, err = c.st.AllowAll(ctx, now, []portero.Hit{h}); err != nil {
+				return nil, err
+			}
+			d = decs[0]
+		}
+		d.Remaining = max(d.Remaining, 0)
+		out[i] = d
+	}
+	return out, nil
+}
+
+// Count implements portero.Counter for the failure policies: FailAllow's
+// counters are empty, FailDeny's full.
+func (p policyStore) Count(_ context.Context, _ time.Time, counts []portero.Count) error {
+	for i := range counts {
+		counts[i].Value = 0
+		if !p.allow {
+			counts[i].Value = math.MaxUint64
+		}
+	}
+	return nil
+}
+
+// windowRemainder returns the time from now to the end of its
+// epoch-aligned window of length w.
+func windowRemainder(now time.Time, w time.Duration) time.Duration {
+	if w <= 0 {
+		return 0
+	}
+	ns := now.UnixNano() % int64(w)
+	if ns < 0 {
+		ns += int64(w)
+	}
+	return w - time.Duration(ns)
+}

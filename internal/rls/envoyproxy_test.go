@@ -1,0 +1,470 @@
+package rls
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/store/redisstore"
+)
+
+// The port of envoyproxy/ratelimit's integration scenarios: each file of
+// testdata/envoyproxy is a scenario (its configuration files, its
+// envoyproxy/ratelimit settings, and requests with the exact answers),
+// written for Portero from that project's test/integration,
+// integration-test scripts and service tests, and checked against a
+// running envoyproxy/ratelimit (docs/envoy.md says how). Every answer
+// must be protobuf-equal (proto.Equal on the whole RateLimitResponse),
+// at the scenario's instants on a controlled clock, on the memory store
+// and on Redis, on both gRPC transports and through /json.
+
+type scenario struct {
+	Start    time.Time           `yaml:"start"`
+	Env      map[string]string   `yaml:"env"`
+	Variants []map[string]string `yaml:"variants"`
+	Files    map[string]*string  `yaml:"files"`
+	Steps    []scenarioStep      `yaml:"steps"`
+}
+
+type scenarioStep struct {
+	At      string             `yaml:"at"`
+	Note    string             `yaml:"note"`
+	Files   map[string]*string `yaml:"files"`
+	Request any                `yaml:"request"`
+	Times   int                `yaml:"times"`
+	// GRPCOnly steps are not sent through /json (a field the API
+	// envoyproxy/ratelimit builds with lacks, which its /json refuses).
+	GRPCOnly bool `yaml:"grpc_only"`
+	Response any  `yaml:"response"`
+	Error    *struct {
+		Code    string `yaml:"code"`
+		Message string `yaml:"message"`
+	} `yaml:"error"`
+}
+
+// compatSettings are the envoyproxy/ratelimit settings a scenario may set,
+// as the service, the compiler and the engine take them (cmd/portero maps
+// the same variables onto its flags).
+type compatSettings struct {
+	compat   Compat
+	compile  descriptor.Options
+	engine   engine.Options
+	load     envoyconf.Options
+	prefixed bool
+}
+
+func settingsOf(t *testing.T, env map[string]string) compatSettings {
+	t.Helper()
+	s := compatSettings{
+		compat:  Compat{Headers: HeadersNone},
+		compile: descriptor.Options{Envoyproxy: true},
+		engine:  engine.Options{Counting: engine.CountEach, OnError: portero.FailError},
+		load:    envoyconf.Options{Envoyproxy: true},
+	}
+	on := func(k string) bool {
+		b, err := strconv.ParseBool(env[k])
+		if err != nil {
+			t.Fatalf("%s=%q: %v", k, env[k], err)
+		}
+		return b
+	}
+	for k, v := range env {
+		switch k {
+		case "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT":
+			s.engine.StopIncrementWhenOver = on(k)
+		case "CACHE_KEY_PREFIX":
+			s.compile.KeyPrefix = v
+		case "LOCAL_CACHE_SIZE_IN_BYTES":
+			// Only spares Redis calls: the answers are the same.
+		case "SHADOW_MODE":
+			s.compat.ShadowMode = on(k)
+		case "QUOTA_MODE":
+			s.load.QuotaMode = on(k)
+		case "MERGE_DOMAIN_CONFIG":
+			s.load.MergeDomains = on(k)
+		case "RESPONSE_DYNAMIC_METADATA":
+			s.compat.Metadata = on(k)
+		case "LIMIT_RESPONSE_HEADERS_ENABLED":
+			if on(k) {
+				s.compat.Headers = HeadersEnvoyproxy
+			}
+		case "LIMIT_LIMIT_HEADER":
+			s.compat.HeaderNames[0] = v
+		case "LIMIT_REMAINING_HEADER":
+			s.compat.HeaderNames[1] = v
+		case "LIMIT_RESET_HEADER":
+			s.compat.HeaderNames[2] = v
+		default:
+			t.Fatalf("scenario setting %s: not known to this test", k)
+		}
+	}
+	return s
+}
+
+// scenarioDoor is one run of a scenario: a service over a store, served on
+// a real gRPC server of one transport and through /json.
+type scenarioDoor struct {
+	dir      string
+	clock    *clock
+	compiler *descriptor.Compiler
+	load     envoyconf.Options
+	client   pb.RateLimitServiceClient
+	json     string // the /json URL
+}
+
+func (d *scenarioDoor) reload(t *testing.T) {
+	t.Helper()
+	c, err := envoyconf.Load(d.dir, d.load)
+	if err != nil {
+		t.Logf("reload refused (the running configuration stays): %v", err)
+		return
+	}
+	d.compiler.SetLimits(c)
+}
+
+func writeScenarioFiles(t *testing.T, dir string, files map[string]*string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if content == nil {
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.WriteFile(p, []byte(*content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func startScenario(t *testing.T, sc *scenario, set compatSettings, st portero.Store, transport string) *scenarioDoor {
+	t.Helper()
+	d := &scenarioDoor{dir: t.TempDir(), clock: &clock{now: sc.Start}, load: set.load}
+	writeScenarioFiles(t, d.dir, sc.Files)
+	set.engine.Store = st
+	eng, err := engine.New(set.engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.compiler = descriptor.NewCompiler(nil, set.compile)
+	d.reload(t) // a configuration that fails leaves none loaded
+	compat := set.compat
+	svc := NewService(d.compiler, eng, ServiceOptions{Compat: &compat, Now: d.clock.Now})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, lis, svc, ServerOptions{Transport: Transport(transport), ShutdownGrace: time.Second})
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(svc.JSONHandler())
+	t.Cleanup(func() {
+		hs.Close()
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	d.client, d.json = pb.NewRateLimitServiceClient(conn), hs.URL+"/json"
+	return d
+}
+
+// toJSON turns a YAML value of a scenario into JSON for protojson.
+func toJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func loadScenarios(t *testing.T) map[string]*scenario {
+	t.Helper()
+	paths, err := filepath.Glob("testdata/envoyproxy/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	out := map[string]*scenario{}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sc scenario
+		if err := yaml.Unmarshal(data, &sc); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".yaml")] = &sc
+	}
+	return out
+}
+
+// TestEnvoyproxyScenarios runs every scenario, in each of its variants,
+// on the memory store and on a real redis-server, over both gRPC
+// transports and through /json: every answer protobuf-equal to
+// envoyproxy/ratelimit's.
+func TestEnvoyproxyScenarios(t *testing.T) {
+	scenarios := loadScenarios(t)
+	names := make([]string, 0, len(scenarios))
+	for n := range scenarios {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	srv := redistest.Start(t)
+	stores := map[string]func(t *testing.T) portero.Store{
+		"memory": func(t *testing.T) portero.Store { return newMemStore(t) },
+		"redis": func(t *testing.T) portero.Store {
+			if _, err := redistest.Do(srv.Addr(), "FLUSHALL"); err != nil {
+				t.Fatal(err)
+			}
+			st, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close(context.Background()) })
+			return st
+		},
+	}
+	checked := 0
+	for _, storeName := range []string{"memory", "redis"} {
+		t.Run(storeName, func(t *testing.T) {
+			for _, name := range names {
+				sc := scenarios[name]
+				variants := sc.Variants
+				if len(variants) == 0 {
+					variants = []map[string]string{{}}
+				}
+				for vi, v := range variants {
+					env := map[string]string{}
+					for k, x := range sc.Env {
+						env[k] = x
+					}
+					for k, x := range v {
+						env[k] = x
+					}
+					for _, via := range []string{"grpc-go", "lean", "json"} {
+						t.Run(name+"/"+strconv.Itoa(vi)+"/"+via, func(t *testing.T) {
+							tr := via
+							if via == "json" {
+								tr = "grpc-go"
+							}
+							d := startScenario(t, sc, settingsOf(t, env), stores[storeName](t), tr)
+							checked += runScenario(t, sc, d, via == "json")
+						})
+					}
+				}
+			}
+		})
+	}
+	if checked < 2000 {
+		t.Errorf("%d answers checked: the scenarios went missing", checked)
+	}
+}
+
+// runScenario plays sc against d, over gRPC or through /json, and returns
+// the number of answers checked.
+func runScenario(t *testing.T, sc *scenario, d *scenarioDoor, viaJSON bool) int {
+	t.Helper()
+	checked := 0
+	at := time.Duration(0)
+	for i, step := range sc.Steps {
+		if step.At != "" {
+			x, err := time.ParseDuration(step.At)
+			if err != nil {
+				t.Fatalf("step %d: at %q: %v", i, step.At, err)
+			}
+			at = x
+		}
+		d.clock.mu.Lock()
+		d.clock.now = sc.Start.Add(at)
+		d.clock.mu.Unlock()
+		if step.Files != nil {
+			writeScenarioFiles(t, d.dir, step.Files)
+			d.reload(t)
+			continue
+		}
+		raw := toJSON(t, step.Request)
+		var req pb.RateLimitRequest
+		protoErr := protojson.Unmarshal(raw, &req)
+		var want *pb.RateLimitResponse
+		if step.Response != nil {
+			want = new(pb.RateLimitResponse)
+			if err := protojson.Unmarshal(toJSON(t, step.Response), want); err != nil {
+				t.Fatalf("step %d: response: %v", i, err)
+			}
+		}
+		where := "step " + strconv.Itoa(i) + " (" + step.Note + ")"
+		if step.GRPCOnly && viaJSON {
+			continue
+		}
+		if protoErr != nil && (step.Error == nil || !viaJSON) {
+			// Not a RateLimitRequest at all (an enum value Envoy's
+			// protocol lacks): only /json can carry it, to be refused.
+			if step.Error == nil {
+				t.Fatalf("%s: request: %v", where, protoErr)
+			}
+			continue
+		}
+		for k := 0; k < max(step.Times, 1); k++ {
+			checked++
+			if viaJSON {
+				checkJSON(t, where, d.json, raw, want, step.Error != nil)
+				continue
+			}
+			resp, err := d.client.ShouldRateLimit(context.Background(), &req)
+			switch {
+			case step.Error != nil:
+				st := status.Convert(err)
+				if err == nil || st.Code().String() != step.Error.Code || step.Error.Message != "" && st.Message() != step.Error.Message {
+					t.Errorf("%s: %s: error %v, want %s: %q", where, raw, err, step.Error.Code, step.Error.Message)
+				}
+			case err != nil:
+				t.Errorf("%s: %s: %v", where, raw, err)
+			case !proto.Equal(resp, want):
+				t.Errorf("%s: %s:\n got  %s\n want %s", where, raw, protojson.Format(resp), protojson.Format(want))
+			}
+		}
+	}
+	return checked
+}
+
+// checkJSON posts raw to /json: when bad, the answer must be 400 "Bad
+// Request", as envoyproxy/ratelimit answers every error there; otherwise
+// want, with 200, or 429 when it is OVER_LIMIT.
+func checkJSON(t *testing.T, where, url string, raw []byte, want *pb.RateLimitResponse, bad bool) {
+	t.Helper()
+	r, err := http.Post(url, "application/json", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	if bad {
+		if r.StatusCode != http.StatusBadRequest || string(body) != "Bad Request\n" {
+			t.Errorf("%s: /json %s = %d %q, want 400 \"Bad Request\\n\"", where, raw, r.StatusCode, body)
+		}
+		return
+	}
+	code := http.StatusOK
+	if want.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		code = http.StatusTooManyRequests
+	}
+	var got pb.RateLimitResponse
+	if err := protojson.Unmarshal(body, &got); err != nil || r.StatusCode != code || r.Header.Get("Content-Type") != "application/json" || !proto.Equal(&got, want) {
+		t.Errorf("%s: /json %s = %d %s %s (%v), want %d %s", where, raw, r.StatusCode, r.Header.Get("Content-Type"), body, err, code, protojson.Format(want))
+	}
+}
+
+// TestCompatImprovements: each of Portero's improvements is one setting
+// away from the compatibility mode, and changes only what it says.
+func TestCompatImprovements(t *testing.T) {
+	const file = `domain: d
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: user
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}
+`
+	sc := &scenario{Start: time.Unix(1_772_445_605, 250_000_000), Files: map[string]*string{"d.yaml": ptr(file)}}
+	ask := func(t *testing.T, d *scenarioDoor, hits uint32) *pb.RateLimitResponse {
+		t.Helper()
+		resp, err := d.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", HitsAddend: hits, Descriptors: []*commonv3.RateLimitDescriptor{
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "ip", Value: "1"}}}, {Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	remaining := func(r *pb.RateLimitResponse) [2]uint32 {
+		return [2]uint32{r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining}
+	}
+	t.Run("compat", func(t *testing.T) {
+		d := startScenario(t, sc, settingsOf(t, nil), newMemStore(t), "grpc-go")
+		ask(t, d, 3) // user over: 3 > 2, refused, both counted
+		if got := remaining(ask(t, d, 1)); got != [2]uint32{1, 0} {
+			t.Errorf("after a refused request: remaining %v, want [1 0] (it consumed)", got)
+		}
+	})
+	t.Run("--counting all-or-nothing", func(t *testing.T) {
+		set := settingsOf(t, nil)
+		set.engine.Counting = engine.AllOrNothing
+		d := startScenario(t, sc, set, newMemStore(t), "grpc-go")
+		if r := ask(t, d, 3); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("3 hits on 2: %v", r)
+		}
+		if got := remaining(ask(t, d, 1)); got != [2]uint32{4, 1} {
+			t.Errorf("after a refused request: remaining %v, want [4 1] (it counted nothing)", got)
+		}
+	})
+	t.Run("--reset exact", func(t *testing.T) {
+		set := settingsOf(t, nil)
+		set.compat.ExactReset = true
+		d := startScenario(t, sc, set, newMemStore(t), "grpc-go")
+		if got, want := ask(t, d, 1).Statuses[0].DurationUntilReset.AsDuration(), 54750*time.Millisecond; got != want {
+			t.Errorf("duration_until_reset = %v, want %v", got, want)
+		}
+	})
+	t.Run("rate_limit.portero", func(t *testing.T) {
+		bucket := strings.Replace(file, "{name: per_user, unit: minute, requests_per_unit: 2}",
+			"{name: per_user, unit: minute, requests_per_unit: 2, portero: {algorithm: token-bucket}}", 1)
+		d := startScenario(t, &scenario{Start: sc.Start, Files: map[string]*string{"d.yaml": &bucket}}, settingsOf(t, nil), newMemStore(t), "grpc-go")
+		ask(t, d, 2)
+		r := ask(t, d, 1) // the bucket is empty: refused there, not taken; ip counts as envoyproxy/ratelimit counts
+		if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT || remaining(r) != [2]uint32{2, 0} {
+			t.Errorf("a token bucket beside an envoyproxy counter: %v", r)
+		}
+	})
+	t.Run("--headers ietf", func(t *testing.T) {
+		set := settingsOf(t, nil)
+		set.compat.Headers = HeadersIETF
+		d := startScenario(t, sc, set, newMemStore(t), "grpc-go")
+		r := ask(t, d, 1)
+		var names []string
+		for _, h := range r.ResponseHeadersToAdd {
+			names = append(names, h.Key+": "+h.Value)
+		}
+		if got := strings.Join(names, "\n"); !strings.Contains(got, `RateLimit-Policy: "d.ip";q=5;w=60, "per_user";q=2;w=60`) || !strings.Contains(got, "RateLimit: ") {
+			t.Errorf("headers:\n%s", got)
+		}
+		// The rest stays envoyproxy/ratelimit's: no name for an unnamed limit.
+		if r.Statuses[0].CurrentLimit.Name != "" || r.Statuses[1].CurrentLimit.Name != "per_user" {
+			t.Errorf("names %q, %q", r.Statuses[0].CurrentLimit.Name, r.Statuses[1].CurrentLimit.Name)
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,109 @@
+package rls
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/portero-rl/portero/descriptor"
+)
+
+// envoyproxy/ratelimit's HTTP endpoints: POST /json (the rate limit call
+// in proto3 JSON, for clients without gRPC), /healthcheck on the HTTP port,
+// and /rlconfig, the loaded configuration, on its debug port.
+
+// maxJSONBody bounds a /json request: the gRPC server's message cap.
+const maxJSONBody = DefaultMaxRecvMsgSize
+
+// JSONHandler serves envoyproxy/ratelimit's /json: the body is a
+// RateLimitRequest in proto3 JSON, the answer the RateLimitResponse in
+// proto3 JSON with status 200, or 429 when it is OVER_LIMIT; a body that
+// does not decode, or a call that fails, is 400 with "Bad Request", as
+// there (any method; a body larger than the gRPC message cap is 400 too).
+func (s *Service) JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if err != nil {
+			s.opts.Logger.Debug("rls: /json: body", "err", err)
+			badRequest(w)
+			return
+		}
+		var req pb.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			s.opts.Logger.Debug("rls: /json: not a RateLimitRequest", "err", err)
+			badRequest(w)
+			return
+		}
+		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			s.opts.Logger.Debug("rls: /json", "err", err)
+			badRequest(w)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		w.Write(out)
+	})
+}
+
+func badRequest(w http.ResponseWriter) {
+	http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+}
+
+// HealthHandler serves envoyproxy/ratelimit's /healthcheck: 200 "OK"
+// while healthy() says so, 500 with no body otherwise.
+func HealthHandler(healthy func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !healthy() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "OK")
+	})
+}
+
+// ConfigHandler serves envoyproxy/ratelimit's /rlconfig: one line per
+// limit of the configuration limits() returns ("FULL_KEY: unit=SECOND
+// requests_per_unit=10, shadow_mode: false, quota_mode: false"), domain by
+// domain in name order and each tree in file order (envoyproxy/ratelimit
+// prints them in Go's map order); nothing when no configuration is loaded.
+func ConfigHandler(limits func() *descriptor.Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, DumpConfig(limits()))
+	})
+}
+
+// DumpConfig formats c as envoyproxy/ratelimit's /rlconfig does.
+func DumpConfig(c *descriptor.Config) string {
+	var b strings.Builder
+	var walk func(nodes []*descriptor.Node)
+	walk = func(nodes []*descriptor.Node) {
+		for _, n := range nodes {
+			if l := n.Limit; l != nil {
+				unit := "UNKNOWN"
+				if !l.Unlimited {
+					unit = pb.RateLimitResponse_RateLimit_Unit(l.Unit).String()
+				}
+				fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+					l.FullKey, unit, l.RequestsPerUnit, n.ShadowMode, l.Rule != nil && l.Rule.QuotaMode)
+			}
+			walk(n.Children)
+		}
+	}
+	for _, name := range c.Domains() {
+		walk(c.Domain(name).Nodes)
+	}
+	return b.String()
+}
