@@ -366,17 +366,13 @@ func (p *parser) gatewayModel(f *File, c *Config, rules []policy.Rule, seen map[
 		}
 		if pl.Quota != "" {
 			qpath := append(path, "quota")
-			l, err := portero.ParseLimit(pl.Quota)
-			switch {
-			case err != nil:
+			// A quota is a calendar period: 500000/d is the calendar day
+			// here, and 1000/24h an error (portero.ParseQuota).
+			if l, err := portero.ParseQuota(pl.Quota); err != nil {
 				p.errorf(qpath, "%s: %s", pl.Quota, limitMessage(err, pl.Quota))
-			case !l.IsCalendar():
-				p.errorf(qpath, "%s: a quota is per calendar day, week or month, such as 500000/day or 100000/month", pl.Quota)
-			default:
-				if rn := "plan/" + pn + "/quota"; name(rn, qpath) {
-					out = append(out, policy.Rule{Name: rn, Match: match, Key: policy.MustParseKey(key), Algorithm: portero.FixedWindow, Limit: l})
-					g.Levels[rn] = "quota"
-				}
+			} else if rn := "plan/" + pn + "/quota"; name(rn, qpath) {
+				out = append(out, policy.Rule{Name: rn, Match: match, Key: policy.MustParseKey(key), Algorithm: portero.FixedWindow, Limit: l})
+				g.Levels[rn] = "quota"
 			}
 		}
 	}
