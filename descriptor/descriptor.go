@@ -354,7 +354,7 @@ func (d *Domain) Add(n *Node) (dup *Node) {
 
 // AddEnvoyproxy is Node.AddEnvoyproxy for d's top level.
 func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) {
-	if x := d.root.composite[n.Composite()]; x != nil {
+	if x := d.root.findComposite(n); x != nil {
 		return x
 	}
 	d.root.add(n)

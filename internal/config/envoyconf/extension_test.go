@@ -230,3 +230,32 @@ func TestExtensionLeavesCompatAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateAddressNodes: two descriptors with one key and the same
+// lists are duplicates in both modes, at the top level and below.
+func TestDuplicateAddressNodes(t *testing.T) {
+	const file = `domain: d
+descriptors:
+  - {key: k, portero: {addresses: [10.0.0.0/8]}}
+  - {key: k, portero: {addresses: [10.0.0.0/8]}}
+  - {key: k}
+  - key: p
+    descriptors:
+      - {key: k, portero: {not_addresses: ["::1"]}}
+      - {key: k, portero: {not_addresses: ["::1"]}}
+`
+	for _, compat := range []bool{false, true} {
+		_, err := Parse([]Source{{Name: "x.yaml", Data: []byte(file)}}, Options{Envoyproxy: compat})
+		for _, want := range []string{
+			`x.yaml:4:5: descriptors[1]: duplicate descriptor "k_[10.0.0.0/8]" at this level (first at line 3)`,
+			`x.yaml:9:9: descriptors[3].descriptors[1]: duplicate descriptor "k_![::1]" at this level (first at line 8)`,
+		} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("compat %v: %v, want %q", compat, err, want)
+			}
+		}
+		if err != nil && strings.Count(err.Error(), "\n") != 1 {
+			t.Errorf("compat %v: %v, want exactly two errors", compat, err)
+		}
+	}
+}
