@@ -18,7 +18,8 @@
 // A request descriptor is an ordered list of (key, value) entries. Entry i
 // is looked up at level i of the domain's tree: first the node with that key
 // and exactly that value, then the nodes with that key and a wildcard value
-// in file order, then the node with that key and no value. A limit applies
+// or address lists (Node.Addresses, Portero's extension) in file order,
+// then the node with that key and no value. A limit applies
 // only when it sits at the level of the descriptor's last entry: a
 // two-entry descriptor never matches a one-level rule, and a one-entry
 // descriptor never matches a rule nested deeper.

@@ -259,3 +259,30 @@ descriptors:
 		}
 	}
 }
+
+// TestPlanAsDescriptors parses docs/envoy.md's usage plan written as
+// descriptors (API keys identified in Envoy, the id sent as a value): the
+// throttle and the calendar quota per client id.
+func TestPlanAsDescriptors(t *testing.T) {
+	const file = `domain: api
+descriptors:
+- key: plan
+  value: gold
+  descriptors:
+    - key: client_id
+      rate_limit: {name: gold, unit: second, requests_per_unit: 300}
+    - key: client_quota
+      rate_limit: {name: gold-quota, unit: day, requests_per_unit: 500000, portero: {calendar: true}}
+`
+	c, err := Parse([]Source{{Name: "api.yaml", Data: []byte(file)}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domain("api")
+	if l := d.Match(entries("plan", "gold", "client_id", "c1")).Limit; l == nil || l.Rule.Limit != portero.PerSecond(300) {
+		t.Errorf("throttle = %+v", l)
+	}
+	if l := d.Match(entries("plan", "gold", "client_quota", "c1")).Limit; l == nil || l.Rule.Limit != portero.PerDay(500000) {
+		t.Errorf("quota = %+v", l)
+	}
+}
