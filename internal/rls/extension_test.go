@@ -202,40 +202,44 @@ func TestAddressMatchOverGRPC(t *testing.T) {
 func TestLookBackOverGRPC(t *testing.T) {
 	for name, newStore := range extensionStores(t) {
 		t.Run(name, func(t *testing.T) {
-			e := startExtension(t, "grpc-go", newStore(t), t0)
-			ip := desc("waf", "192.0.2.1")
-			for i := range 10 {
-				resp := e.call(t, "gw", 1, ip)
-				if st := resp.Statuses[0]; resp.OverallCode != pb.RateLimitResponse_OK || st.LimitRemaining != uint32(9-i) {
-					t.Fatalf("request %d: %v remaining %d", i+1, resp.OverallCode, st.LimitRemaining)
-				}
-				if i == 0 {
-					if st := resp.Statuses[0]; st.CurrentLimit.GetName() != "per-ip-1min" || st.CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_UNKNOWN || st.CurrentLimit.GetRequestsPerUnit() != 10 {
-						t.Fatalf("current_limit = %v", st.CurrentLimit)
-					}
-					if got, want := header(resp, "RateLimit-Policy"), `"per-ip-1min";q=10;w=60`; got != want {
-						t.Errorf("RateLimit-Policy = %q, want %q", got, want)
-					}
-				}
-				e.clock.Add(5 * time.Second)
-			}
-			// t0+50s: the window [t0-10s, t0+50s] holds 10.
-			resp := e.call(t, "gw", 1, ip)
-			if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-				t.Fatalf("11th request: %v", resp.OverallCode)
-			}
-			if got := header(resp, "Retry-After"); got != "10" {
-				t.Errorf("Retry-After = %q, want 10 (the first request leaves the window at t0+60s)", got)
-			}
-			e.clock.Add(10*time.Second - time.Nanosecond)
-			if resp := e.call(t, "gw", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-				t.Fatalf("a nanosecond before the first leaves: %v", resp.OverallCode)
-			}
-			e.clock.Add(time.Nanosecond)
-			if resp := e.call(t, "gw", 1, ip); resp.OverallCode != pb.RateLimitResponse_OK {
-				t.Fatalf("once the first left the window: %v", resp.OverallCode)
-			}
+			forEachTransport(t, func(t *testing.T, transport string) { lookBack(t, startExtension(t, transport, newStore(t), t0)) })
 		})
+	}
+}
+
+func lookBack(t *testing.T, e *env) {
+	t.Helper()
+	ip := desc("waf", "192.0.2.1")
+	for i := range 10 {
+		resp := e.call(t, "gw", 1, ip)
+		if st := resp.Statuses[0]; resp.OverallCode != pb.RateLimitResponse_OK || st.LimitRemaining != uint32(9-i) {
+			t.Fatalf("request %d: %v remaining %d", i+1, resp.OverallCode, st.LimitRemaining)
+		}
+		if i == 0 {
+			if st := resp.Statuses[0]; st.CurrentLimit.GetName() != "per-ip-1min" || st.CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_UNKNOWN || st.CurrentLimit.GetRequestsPerUnit() != 10 {
+				t.Fatalf("current_limit = %v", st.CurrentLimit)
+			}
+			if got, want := header(resp, "RateLimit-Policy"), `"per-ip-1min";q=10;w=60`; got != want {
+				t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+			}
+		}
+		e.clock.Add(5 * time.Second)
+	}
+	// t0+50s: the window [t0-10s, t0+50s] holds 10.
+	resp := e.call(t, "gw", 1, ip)
+	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("11th request: %v", resp.OverallCode)
+	}
+	if got := header(resp, "Retry-After"); got != "10" {
+		t.Errorf("Retry-After = %q, want 10 (the first request leaves the window at t0+60s)", got)
+	}
+	e.clock.Add(10*time.Second - time.Nanosecond)
+	if resp := e.call(t, "gw", 1, ip); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a nanosecond before the first leaves: %v", resp.OverallCode)
+	}
+	e.clock.Add(time.Nanosecond)
+	if resp := e.call(t, "gw", 1, ip); resp.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("once the first left the window: %v", resp.OverallCode)
 	}
 }
 
@@ -263,7 +267,12 @@ func TestExtensionCompatOverGRPC(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk := &clock{now: before}
-			svc := NewService(descriptor.NewCompiler(c, descriptor.Options{Envoyproxy: true}), eng, ServiceOptions{Compat: &Compat{Headers: HeadersNone}, Now: clk.Now})
+			// With envoyproxy/ratelimit's three headers (its
+			// LIMIT_RESPONSE_HEADERS_ENABLED), whose reset it computes from
+			// the unit: the extension's limits have none of its units' epoch
+			// windows, so theirs is the time to the period's end, or until
+			// the look-back window is whole.
+			svc := NewService(descriptor.NewCompiler(c, descriptor.Options{Envoyproxy: true}), eng, ServiceOptions{Compat: &Compat{Headers: HeadersEnvoyproxy}, Now: clk.Now})
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -290,8 +299,16 @@ func TestExtensionCompatOverGRPC(t *testing.T) {
 					t.Fatalf("request %d: %v remaining %d reset %v limit %v", i, resp.OverallCode, q.LimitRemaining, q.DurationUntilReset.AsDuration(), q.CurrentLimit)
 				}
 			}
-			if resp := e.call(t, "gw", 1, key); resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			resp := e.call(t, "gw", 1, key)
+			if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("4th request: %v", resp.OverallCode)
+			}
+			if got := header(resp, "RateLimit-Reset"); got != "30" || header(resp, "RateLimit-Limit") != "3" {
+				t.Errorf("quota: RateLimit-Limit %q, RateLimit-Reset %q; want 3 and 30 (to Madrid's midnight)", header(resp, "RateLimit-Limit"), got)
+			}
+			// A look-back window: the reset is when it is whole again.
+			if resp := e.call(t, "gw", 1, desc("waf", "192.0.2.1")); resp.OverallCode != pb.RateLimitResponse_OK || header(resp, "RateLimit-Reset") != "60" || header(resp, "RateLimit-Remaining") != "9" {
+				t.Errorf("look-back: %v, RateLimit-Remaining %q, RateLimit-Reset %q; want OK, 9, 60", resp.OverallCode, header(resp, "RateLimit-Remaining"), header(resp, "RateLimit-Reset"))
 			}
 			clk.Add(30 * time.Second)
 			if resp := e.call(t, "gw", 1, key); resp.OverallCode != pb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
@@ -303,7 +320,7 @@ func TestExtensionCompatOverGRPC(t *testing.T) {
 					t.Fatalf("abusive %s: %v, want OK %v", ip, resp.OverallCode, want)
 				}
 			}
-			resp := e.call(t, "gw", 1, desc("remote_address", "2001:db8:100::1"))
+			resp = e.call(t, "gw", 1, desc("remote_address", "2001:db8:100::1"))
 			if st := resp.Statuses[0]; resp.OverallCode != pb.RateLimitResponse_OK || st.LimitRemaining != math.MaxUint32 {
 				t.Fatalf("monitoring: %v remaining %d", resp.OverallCode, st.LimitRemaining)
 			}
