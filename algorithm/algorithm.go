@@ -54,6 +54,17 @@ type Decider interface {
 	Limit() portero.Limit
 }
 
+// A WordDecider is a Decider whose state is one word: State.B is always
+// zero (GCRA and the leaky queue). A store may keep that word alone and
+// update it with one compare-and-swap instead of a lock, since the word is
+// the whole state.
+type WordDecider interface {
+	Decider
+	// DecideWord is Decide for the state State{A: a}: it returns the new
+	// word and the decision. A refusal returns a unchanged.
+	DecideWord(a int64, found bool, now, cost int64) (int64, portero.Decision)
+}
+
 // CheckCost reports whether cost is acceptable for a rule whose largest
 // admissible cost is maxCost: errors wrap portero.ErrInvalidCost or
 // portero.ErrCostExceedsLimit.

@@ -482,3 +482,51 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// The one-word algorithms are WordDeciders, the others are not; DecideWord
+// decides as Decide does, and a refusal leaves the word as it was (a store
+// that updates the word with a compare-and-swap writes nothing then).
+func TestWordDeciders(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, alg := range portero.Algorithms {
+		if alg == portero.SlidingLog {
+			continue
+		}
+		l := portero.Limit{Count: 5, Window: time.Second, Burst: 3}
+		dec, err := algorithm.New(alg, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, ok := dec.(algorithm.WordDecider)
+		if want := alg == portero.GCRA || alg == portero.LeakyQueue; ok != want {
+			t.Errorf("%s: WordDecider %v, want %v", alg, ok, want)
+		}
+		if !ok {
+			continue
+		}
+		var a int64
+		found := false
+		now := int64(1_700_000_000) * 1e9
+		refusals := 0
+		for i := range 2000 {
+			now += int64(r.IntN(600)-150) * 1e6 // sometimes back
+			cost := 1 + r.Int64N(l.Capacity())
+			s, d := dec.Decide(algorithm.State{A: a}, found, now, cost)
+			na, dw := w.DecideWord(a, found, now, cost)
+			if dw != d || na != s.A || s.B != 0 {
+				t.Fatalf("%s step %d: DecideWord(%d, %v, %d, %d) = %d, %+v; Decide = %+v, %+v", alg, i, a, found, now, cost, na, dw, s, d)
+			}
+			if !d.Allowed {
+				refusals++
+				if found && na != a {
+					t.Fatalf("%s step %d: a refusal changed the word from %d to %d", alg, i, a, na)
+				}
+				continue
+			}
+			a, found = na, true
+		}
+		if refusals == 0 {
+			t.Errorf("%s: no refusal in the trace", alg)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package algorithm
 
 import (
+	"time"
+
 	"github.com/portero-rl/portero"
 )
 
@@ -18,6 +20,9 @@ func newBucket(l portero.Limit) bucket {
 	t := int64(l.Interval())
 	return bucket{limit: l, capacity: l.Capacity(), interval: t, tau: l.Capacity() * t}
 }
+
+// quo returns x/T for 0 ≤ x (Go's division; 0 or less for a negative x).
+func (b *bucket) quo(x int64) int64 { return x / b.interval }
 
 // MaxCost implements Decider: the capacity B.
 func (b *bucket) MaxCost() int64 { return b.capacity }
@@ -117,25 +122,30 @@ func newGCRA(l portero.Limit) *GCRA { return &GCRA{newBucket(l)} }
 
 // Decide implements Decider.
 func (a *GCRA) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
-	tat := now
-	if found && s.A > now {
-		tat = s.A
+	tat, d := a.DecideWord(s.A, found, now, cost)
+	return State{A: tat}, d
+}
+
+// DecideWord implements WordDecider: the state is the TAT. It is kept
+// small enough for the compiler to inline where the store calls it on a
+// *GCRA.
+func (a *GCRA) DecideWord(tat int64, found bool, now, cost int64) (int64, portero.Decision) {
+	if !found || tat < now {
+		tat = now
 	}
-	need := cost * a.interval
-	d := portero.Decision{Limit: a.capacity}
-	// level = tat − now; compare without forming tat + need, which could
+	// The level tat − now, and the highest level at which a request of
+	// this cost fits: comparing them never forms tat + need, which could
 	// overflow near the end of time.
-	if tat-now <= a.tau-need {
-		tat += need
-		d.Allowed = true
-	} else {
-		d.RetryAfter = dur(tat - now - (a.tau - need))
+	need := cost * a.interval
+	level, room := tat-now, a.tau-need
+	retry := max(0, level-room) // 0 exactly when it fits
+	if retry == 0 {
+		level += need
 	}
 	// After a clock step back the level can exceed the bucket: nothing
 	// remains, it does not go below zero.
-	d.Remaining = max(0, (a.tau-(tat-now))/a.interval)
-	d.ResetAfter = dur(tat - now)
-	return State{A: tat}, d
+	return now + level, portero.Decision{Allowed: retry == 0, Limit: a.capacity, Remaining: max(0, (a.tau-level)/a.interval),
+		RetryAfter: time.Duration(retry), ResetAfter: time.Duration(level)}
 }
 
 // Expiry implements Decider: the TAT.
@@ -154,28 +164,38 @@ func newLeakyQueue(l portero.Limit) *LeakyQueue { return &LeakyQueue{newBucket(l
 
 // Decide implements Decider.
 func (a *LeakyQueue) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
-	last := now
-	if found && s.A > now {
-		last = s.A
+	last, d := a.DecideWord(s.A, found, now, cost)
+	return State{A: last}, d
+}
+
+// DecideWord implements WordDecider: the state is the last departure.
+func (a *LeakyQueue) DecideWord(last int64, found bool, now, cost int64) (int64, portero.Decision) {
+	if !found || last < now {
+		last = now
 	}
 	// Places taken: requests whose departure is still ahead of now; one that
 	// departs exactly now has left.
-	taken := (last - now + a.interval - 1) / a.interval
+	taken := a.quo(last - now + a.interval - 1)
 	d := portero.Decision{Limit: a.capacity}
 	if taken+cost <= a.capacity {
 		last += cost * a.interval
 		taken += cost
 		d.Allowed = true
-		d.Delay = dur(last - now)
+		d.Delay = time.Duration(last - now)
 	} else {
 		// Wait until only capacity−cost places are taken:
 		// last − (now+δ) ≤ (capacity−cost)·T.
 		d.RetryAfter = dur(last - now - (a.capacity-cost)*a.interval)
 	}
-	d.Remaining = max(0, a.capacity-taken) // taken can exceed it after a clock step back
-	d.ResetAfter = dur(last - now)
-	return State{A: last}, d
+	d.Remaining = max(0, a.capacity-taken)   // taken can exceed it after a clock step back
+	d.ResetAfter = time.Duration(last - now) // ≥ 0: last ≥ now
+	return last, d
 }
 
 // Expiry implements Decider: the last departure.
 func (a *LeakyQueue) Expiry(s State) int64 { return s.A }
+
+var (
+	_ WordDecider = (*GCRA)(nil)
+	_ WordDecider = (*LeakyQueue)(nil)
+)

@@ -56,8 +56,8 @@ var ctx = context.Background()
 func subjects() []subject {
 	porteroRule := portero.Rule{Name: "bench", Algorithm: portero.GCRA,
 		Limit: portero.Limit{Count: perSecond, Window: time.Second, Burst: burst}}
-	newPortero := func(tb testing.TB) (*memstore.Limiter, func()) {
-		s, err := memstore.New(memstore.Config{})
+	newPortero := func(tb testing.TB, cfg memstore.Config) (*memstore.Limiter, func()) {
+		s, err := memstore.New(cfg)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -68,15 +68,25 @@ func subjects() []subject {
 		return l, func() { s.Close(ctx) }
 	}
 	return []subject{
+		{"noop-now", func(testing.TB) (allowFunc, func()) {
+			return func(k string, now time.Time) bool { return len(k) > 0 && k[0] != 0 && now.UnixNano() > 0 }, func() {}
+		}},
 		{"portero-now", func(tb testing.TB) (allowFunc, func()) {
-			l, done := newPortero(tb)
+			l, done := newPortero(tb, memstore.Config{})
 			return func(k string, now time.Time) bool {
 				d, _ := l.AllowN(ctx, k, now, 1)
 				return d.Allowed
 			}, done
 		}},
 		{"portero-clock", func(tb testing.TB) (allowFunc, func()) {
-			l, done := newPortero(tb)
+			l, done := newPortero(tb, memstore.Config{})
+			return func(k string, _ time.Time) bool {
+				d, _ := l.Allow(ctx, k)
+				return d.Allowed
+			}, done
+		}},
+		{"portero-coarse", func(tb testing.TB) (allowFunc, func()) {
+			l, done := newPortero(tb, memstore.Config{ClockResolution: time.Millisecond})
 			return func(k string, _ time.Time) bool {
 				d, _ := l.Allow(ctx, k)
 				return d.Allowed
@@ -240,6 +250,8 @@ func BenchmarkHotKey(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			allow, done := startHot(b, s)
 			defer done()
+			callgrindToggle()
+			defer callgrindToggle()
 			if !s.takesNow() {
 				for range b.N {
 					allow("hot", time.Time{})
@@ -285,8 +297,14 @@ func BenchmarkRandomKeys(b *testing.B) {
 			for _, k := range ks {
 				allow(k, time.Now())
 			}
+			// The setup's garbage is collected before the clock starts:
+			// a collection running during the loop (marking the million
+			// keys) would slow whichever subject it falls on.
+			runtime.GC()
 			b.ReportAllocs()
 			b.ResetTimer()
+			callgrindToggle()
+			defer callgrindToggle()
 			if !s.takesNow() {
 				for i := range b.N {
 					allow(ks[order[i&(len(order)-1)]], time.Time{})
@@ -307,7 +325,7 @@ func BenchmarkRandomKeys(b *testing.B) {
 func BenchmarkMemoryPerKey(b *testing.B) {
 	ks, _ := keys()
 	for _, s := range subjects() {
-		if strings.HasSuffix(s.name, "-clock") {
+		if strings.HasSuffix(s.name, "-clock") || strings.HasSuffix(s.name, "-coarse") {
 			continue // the same structure as the -now form
 		}
 		b.Run(s.name, func(b *testing.B) {
@@ -330,6 +348,42 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 			}
 			b.ReportMetric(perKey, "B/key")
 		})
+	}
+}
+
+// BenchmarkAlgorithms: one hot key, one goroutine, for every algorithm of
+// the memory store, with the instant passed in (now, AllowN, a quarter of
+// a microsecond later each time) and with the store's clock (clock, Allow).
+// scripts/bench-ir.sh counts its instructions per decision.
+func BenchmarkAlgorithms(b *testing.B) {
+	for _, a := range portero.Algorithms {
+		for _, form := range []string{"now", "clock"} {
+			b.Run(string(a)+"/"+form, func(b *testing.B) {
+				s, err := memstore.New(memstore.Config{SweepInterval: -1}) // no goroutine to switch to
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close(ctx)
+				l, err := s.Limiter(portero.Rule{Algorithm: a, Limit: portero.Limit{Count: perSecond, Window: time.Second, Burst: burst}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.AllowN(ctx, "hot", base, 1)
+				b.ReportAllocs()
+				b.ResetTimer()
+				callgrindToggle()
+				defer callgrindToggle()
+				if form == "clock" {
+					for range b.N {
+						l.Allow(ctx, "hot")
+					}
+					return
+				}
+				for i := range b.N {
+					l.AllowN(ctx, "hot", base.Add(time.Duration(i)*250), 1)
+				}
+			})
+		}
 	}
 }
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# bench-gateway.sh measures the throughput of `portero serve` (memory store)
-# against a bare httputil.ReverseProxy on the same upstream, and nginx
-# limit_req when nginx is installed, all on 127.0.0.1. Results go to
-# docs/benchmarks-gateway.md by hand; this script prints a Markdown table.
+# bench-gateway.sh measures `portero serve` (memory store) beside nginx
+# (proxy_pass + limit_req), a bare httputil.ReverseProxy, a bare net/http
+# handler sending the bytes of Portero's 429 and the upstream alone, all on
+# 127.0.0.1, in the same interleaved rounds, so that every ratio it prints
+# comes from one run. It prints Markdown (command, machine, medians, every
+# round's figures, the ratios) and keeps a copy beside the raw outputs;
+# docs/benchmarks-gateway.md's tables are pasted from it.
 #
 #   DURATION   seconds of load per run (default 10)
 #   CONNS      connections (default 64)
@@ -15,8 +18,9 @@
 #              adds the subjects base-pass and base-refuse, interleaved with
 #              the others, so that before/after numbers share the same load
 #   RESULTS    where the raw outputs are kept (default bench/results/gateway)
-#   SUBJECTS   space-separated subset of: upstream proxy portero-pass
-#              portero-refuse nginx-pass nginx-refuse (default: all)
+#   SUBJECTS   space-separated subset of: upstream bare-429 proxy
+#              proxy-nopool portero-pass portero-refuse nginx-pass
+#              nginx-refuse (default: all but proxy-nopool)
 #
 # Besides requests/s, every run reports the CPU time the subject's own
 # processes spent per request (from /proc/PID/stat): on a machine shared with
@@ -24,8 +28,13 @@
 # much less.
 #
 # The subjects:
-#   upstream        the upstream alone (Go net/http answering "ok")
+#   upstream        the upstream alone (a bare Go net/http handler answering "ok")
+#   bare-429        a bare net/http handler answering every request with the
+#                   status, headers and body portero-refuse sends (fetched
+#                   from it at start): the yardstick of a refusal's CPU
 #   proxy           bare httputil.ReverseProxy → upstream, configured like the gateway
+#   proxy-nopool    the same without the copy-buffer pool (ReverseProxy's
+#                   default: a new 32 KiB buffer per request)
 #   portero-pass    portero serve → upstream, the default policy's shape with
 #                   limits that admit the traffic (every request passes 3 rules)
 #   portero-refuse  the same with a per-client limit of 1/h: every request is refused
@@ -35,12 +44,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
+# The command as given, for the report.
+cmd_env=""
+for v in DURATION CONNS THREADS ROUNDS LOADGEN SUBJECTS; do
+	if [ -n "${!v:-}" ]; then cmd_env+="$v=\"${!v}\" "; fi
+done
+if [ -n "${BASELINE:-}" ]; then cmd_env+="BASELINE=<older portero> "; fi
+
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 RESULTS=${RESULTS:-bench/results/gateway}
-SUBJECTS=${SUBJECTS:-upstream proxy portero-pass portero-refuse nginx-pass nginx-refuse}
+SUBJECTS=${SUBJECTS:-upstream bare-429 proxy portero-pass portero-refuse nginx-pass nginx-refuse}
 if [ -z "${LOADGEN:-}" ]; then
 	if command -v wrk >/dev/null; then LOADGEN=wrk; else LOADGEN=go; fi
 fi
@@ -85,13 +101,24 @@ start() {
 }
 
 declare -A url proc # proc: the pids whose CPU time a subject costs
-start upstream "$tmp/harness" upstream -listen 127.0.0.1:0
+# Go subjects run with GODEBUG=gctrace=1: each run also reports the
+# collections it saw and their CPU per request (the trace's "ms cpu" sums).
+trace="env GODEBUG=gctrace=1"
+# Every Go subject gets what portero serve sets itself, a 64 MiB floor under
+# the heap target (internal/server heapFloor), so that the bare handlers and
+# proxies are no worse off than Portero: for a process whose live heap stays
+# small, GOGC=off with a 64 MiB memory limit is that floor.
+floor="GOGC=off GOMEMLIMIT=64MiB"
+start upstream $trace $floor "$tmp/harness" upstream -listen 127.0.0.1:0
 up=$addr
 url[upstream]=http://$up/
 proc[upstream]=$pid
-start proxy "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
+start proxy $trace $floor "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
 url[proxy]=http://$addr/
 proc[proxy]=$pid
+start proxy-nopool $trace $floor "$tmp/harness" proxy -buffer-pool=false -listen 127.0.0.1:0 -upstream "http://$up"
+url[proxy-nopool]=http://$addr/
+proc[proxy-nopool]=$pid
 
 portero_config() { # $1: per-client limit
 	cat <<EOF
@@ -124,17 +151,17 @@ EOF
 }
 portero_config "10000000/s burst 10000000" >"$tmp/pass.yaml"
 portero_config "1/h" >"$tmp/refuse.yaml"
-start portero-pass "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+start portero-pass $trace "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
 url[portero-pass]=http://$addr/
 proc[portero-pass]=$pid
-start portero-refuse "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+start portero-refuse $trace "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
 url[portero-refuse]=http://$addr/
 proc[portero-refuse]=$pid
 if [ -n "${BASELINE:-}" ]; then
-	start base-pass "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+	start base-pass $trace "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
 	url[base-pass]=http://$addr/
 	proc[base-pass]=$pid
-	start base-refuse "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+	start base-refuse $trace "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
 	url[base-refuse]=http://$addr/
 	proc[base-refuse]=$pid
 	case " $SUBJECTS " in *" base-pass "*) ;; *) SUBJECTS="$SUBJECTS base-pass base-refuse" ;; esac
@@ -211,13 +238,24 @@ hz=$(getconf CLK_TCK)
 for s in portero-refuse base-refuse nginx-refuse; do
 	[ -n "${url[$s]:-}" ] && curl -s -o /dev/null "${url[$s]}" || true
 done
+start bare-429 $trace $floor "$tmp/harness" refusal -listen 127.0.0.1:0 -from "${url[portero-refuse]}"
+url[bare-429]=http://$addr/
+proc[bare-429]=$pid
+
+# gclines SUBJECT: the gctrace lines its stderr holds so far (0 for nginx).
+gclines() {
+	if [ -f "$tmp/$1.err" ]; then grep -c '^gc ' "$tmp/$1.err" || true; else echo 0; fi
+}
 
 # load SUBJECT OUT: one run; prints requests/s, p50 latency, non-2xx
-# count, and the CPU time the subject's own processes spent per request, in
+# count, the CPU time the subject's own processes spent per request, in
 # µs (for proxy and portero this excludes the upstream; it is the figure
-# that other load on a shared machine disturbs least).
+# that other load on a shared machine disturbs least), and for Go subjects
+# the collections during the run and their CPU per request, in µs ("-" for
+# nginx).
 load() {
-	local u=${url[$1]} out=$2 rps p50 non2xx total ticks0 ticks1
+	local u=${url[$1]} out=$2 rps p50 non2xx total ticks0 ticks1 gc0
+	gc0=$(gclines "$1")
 	# shellcheck disable=SC2086 # proc holds several pids for nginx
 	ticks0=$(cputicks ${proc[$1]})
 	if [ "$LOADGEN" = wrk ]; then
@@ -237,38 +275,102 @@ load() {
 	fi
 	# shellcheck disable=SC2086
 	ticks1=$(cputicks ${proc[$1]})
-	local cpu
+	local cpu gc="- -"
 	cpu=$(awk -v t=$((ticks1 - ticks0)) -v hz="$hz" -v n="$total" 'BEGIN { printf "%.1f", (n > 0 ? t / hz * 1e6 / n : 0) }')
-	echo "$rps $p50 ${non2xx:-0} $cpu"
+	if [ -f "$tmp/$1.err" ]; then
+		gc=$(grep '^gc ' "$tmp/$1.err" | tail -n +$((gc0 + 1)) | awk -v n="$total" '{
+			sub(/ ms cpu.*/, ""); c = $NF; gsub(/[+\/]/, " ", c); k = split(c, x, " ")
+			for (i = 1; i <= k; i++) ms += x[i]
+			cnt++
+		} END { printf "%d %.2f", cnt, (n > 0 ? ms * 1000 / n : 0) }')
+	fi
+	echo "$rps $p50 ${non2xx:-0} $cpu $gc"
 }
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-declare -A runs
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+declare -A runs # runs[SUBJECT,ROUND]="rps p50 non2xx cpu"
 for round in $(seq "$ROUNDS"); do
 	for s in $SUBJECTS; do
 		[ -n "${url[$s]:-}" ] || continue
 		r=$(load "$s" "$RESULTS/$stamp-$s-$round.txt")
 		echo "round $round $s: $r" >&2
-		runs[$s]+="$r"$'\n'
+		runs[$s,$round]=$r
 	done
 done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-proxy_rps=$(printf '%s' "${runs[proxy]:-}" | awk '{print $1}' | median)
-proxy_cpu=$(printf '%s' "${runs[proxy]:-}" | awk '{print $4}' | median)
-echo "| subject | requests/s (median of $ROUNDS) | all runs | vs bare proxy | p50 latency (median) | non-2xx | CPU µs/request (median) | vs bare proxy |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|"
-for s in $SUBJECTS; do
-	[ -n "${runs[$s]:-}" ] || continue
-	rps=$(printf '%s' "${runs[$s]}" | awk '{print $1}' | median)
-	all=$(printf '%s' "${runs[$s]}" | awk '{printf "%s%.0f", (NR>1?" / ":""), $1}')
-	p50=$(printf '%s' "${runs[$s]}" | awk '{print $2}' | sort | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-	non=$(printf '%s' "${runs[$s]}" | awk '{s+=$3} END {print s}')
-	ratio=$(awk -v a="$rps" -v b="$proxy_rps" 'BEGIN { if (b > 0) printf "%+.1f%%", (a/b-1)*100; else print "-" }')
-	cpu=$(printf '%s' "${runs[$s]}" | awk '{print $4}' | median)
-	cratio=$(awk -v a="$cpu" -v b="$proxy_cpu" 'BEGIN { if (b > 0) printf "%+.1f%%", (a/b-1)*100; else print "-" }')
-	printf '| %s | %.0f | %s | %s | %s | %s | %s | %s |\n' "$s" "$rps" "$all" "$ratio" "$p50" "$non" "$cpu" "$cratio"
-done
-echo
-echo "load: $LOADGEN, $CONNS connections, ${DURATION}s per run, $ROUNDS interleaved rounds; $(nproc) cores; $(uname -srm)"
-echo "raw outputs: $RESULTS/$stamp-*"
+# col SUBJECT N: the Nth figure of every round of SUBJECT, one a line.
+col() {
+	local r
+	for r in $(seq "$ROUNDS"); do
+		if [ -n "${runs[$1,$r]:-}" ]; then echo "${runs[$1,$r]}" | awk -v n="$2" '{print $n}'; fi
+	done
+}
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }
+joined() { awk -v f="$1" '{printf "%s" f, (NR>1?" / ":""), $1}'; }
+# ratio A B N: per round, figure N of A over figure N of B; prints the
+# median of the rounds' ratios, then every round's.
+ratio() {
+	local r a b list=""
+	for r in $(seq "$ROUNDS"); do
+		[ -n "${runs[$1,$r]:-}" ] && [ -n "${runs[$2,$r]:-}" ] || continue
+		a=$(echo "${runs[$1,$r]}" | awk -v n="$3" '{print $n}')
+		b=$(echo "${runs[$2,$r]}" | awk -v n="$3" '{print $n}')
+		list+=$(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')$'\n'
+	done
+	[ -n "$list" ] || return 0
+	printf '%s %s' "$(printf '%s' "$list" | median)" "$(printf '%s' "$list" | joined %s)"
+}
+
+report() {
+	local cmd=$cmd_env
+	echo "### Run $stamp"
+	echo
+	echo "Command: \`${cmd}scripts/bench-gateway.sh\` ($LOADGEN, $CONNS connections, $THREADS threads, ${DURATION}s per run, $ROUNDS interleaved rounds)."
+	echo
+	local nv="" wv=""
+	if [ -n "$NGINX" ]; then nv=", $("$NGINX" -v 2>&1 | sed 's/.*version: //' || true)"; fi
+	if command -v wrk >/dev/null; then wv=", $( (wrk -v 2>&1 || true) | awk 'NR==1 {print $1, $2}')"; fi
+	echo "Machine: $(nproc) cores ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), $(uname -sr), $(go version | awk '{print $3}')$nv$wv; load average $load_before before, $load_after after."
+	echo
+	echo "| subject | requests/s (median) | every round | p50 latency (median) | non-2xx | CPU µs/request (median) | every round | collections per run (median) | GC CPU µs/request (median) |"
+	echo "|---|---:|---|---:|---:|---:|---|---:|---:|"
+	local s
+	for s in $SUBJECTS; do
+		[ -n "${runs[$s,1]:-}" ] || continue
+		printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$s" \
+			"$(col "$s" 1 | median)" "$(col "$s" 1 | joined %.0f)" "$(col "$s" 2 | sort | median)" \
+			"$(col "$s" 3 | awk '{t+=$1} END {print t}')" "$(col "$s" 4 | median)" "$(col "$s" 4 | joined %s)" \
+			"$(col "$s" 5 | median)" "$(col "$s" 6 | median)"
+	done
+	echo
+	echo "| ratio (per round, then the median) | target | median | every round |"
+	echo "|---|---|---:|---|"
+	local line a b n what target
+	while IFS='|' read -r a b n what target; do
+		line=$(ratio "$a" "$b" "$n")
+		[ -n "$line" ] || continue
+		echo "| $what | $target | ${line%% *} | ${line#* } |"
+	done <<'EOF'
+portero-pass|nginx-pass|1|portero-pass / nginx-pass, requests/s|≥ 0.5
+portero-pass|nginx-pass|4|portero-pass / nginx-pass, CPU per request|
+portero-pass|proxy|1|portero-pass / proxy, requests/s|
+portero-pass|proxy|4|portero-pass / proxy, CPU per request|
+proxy|nginx-pass|4|proxy / nginx-pass, CPU per request|
+proxy-nopool|proxy|4|proxy-nopool / proxy, CPU per request|
+proxy-nopool|proxy|1|proxy-nopool / proxy, requests/s|
+portero-refuse|bare-429|4|portero-refuse / bare-429, CPU per request|≤ 1.3
+portero-refuse|bare-429|1|portero-refuse / bare-429, requests/s|
+portero-refuse|nginx-refuse|1|portero-refuse / nginx-refuse, requests/s|
+portero-refuse|nginx-refuse|4|portero-refuse / nginx-refuse, CPU per request|
+bare-429|upstream|4|bare-429 / upstream ("ok"), CPU per request|
+portero-pass|base-pass|4|portero-pass / base-pass (older build), CPU per request|
+portero-pass|base-pass|1|portero-pass / base-pass (older build), requests/s|
+portero-refuse|base-refuse|4|portero-refuse / base-refuse (older build), CPU per request|
+portero-refuse|base-refuse|1|portero-refuse / base-refuse (older build), requests/s|
+EOF
+	echo
+	echo "Raw outputs: \`$RESULTS/$stamp-*\`."
+}
+report | tee "$RESULTS/$stamp.md"

@@ -5,6 +5,11 @@
 //	gateway upstream -listen ADDR            the upstream: Go net/http answering "ok"
 //	gateway proxy -listen ADDR -upstream URL a bare httputil.ReverseProxy, configured
 //	                                         as the Portero gateway configures its own
+//	                                         (-buffer-pool=false: without its copy-buffer pool)
+//	gateway refusal -listen ADDR -from URL   a bare net/http handler answering every
+//	                                         request with the bytes of the 429 that URL
+//	                                         (a refusing Portero) sends: the yardstick
+//	                                         of the refusal's CPU
 //	gateway load -url URL -c 64 -d 10s       a closed-loop load generator (when wrk
 //	                                         is not installed): requests/s, latency
 //	                                         percentiles, status counts
@@ -44,7 +49,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gateway upstream|proxy|load|decide [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gateway upstream|proxy|refusal|load|decide|freeport [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,6 +60,8 @@ func main() {
 		err = runUpstream(ctx, args)
 	case "proxy":
 		err = runProxy(ctx, args)
+	case "refusal":
+		err = runRefusal(ctx, args)
 	case "load":
 		err = runLoad(ctx, args, os.Stdout)
 	case "decide":
@@ -117,6 +124,7 @@ func runProxy(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address")
 	upstream := fs.String("upstream", "", "upstream URL")
+	pool := fs.Bool("buffer-pool", true, "reuse the response copy buffers, as the gateway does (false: a new 32 KiB buffer per request, ReverseProxy's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -131,6 +139,7 @@ func runProxy(ctx context.Context, args []string) error {
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -139,7 +148,84 @@ func runProxy(ctx context.Context, args []string) error {
 		},
 		Transport: transport,
 	}
+	if *pool {
+		rp.BufferPool = &copyBuffers{}
+	}
 	return serve(ctx, *listen, rp)
+}
+
+// copyBuffers is the gateway's ReverseProxy.BufferPool (internal/gateway
+// copyBuffers), repeated here since the harness cannot import it.
+type copyBuffers struct{ pool sync.Pool }
+
+const copyBufferSize = 32 << 10
+
+func (c *copyBuffers) Get() []byte {
+	if b, ok := c.pool.Get().(*[copyBufferSize]byte); ok {
+		return b[:]
+	}
+	return new([copyBufferSize]byte)[:]
+}
+
+func (c *copyBuffers) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		c.pool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
+}
+
+// runRefusal asks -from (a Portero that refuses every request) for one
+// refusal and then answers every request with its status, headers and body
+// from a bare net/http handler: the least a Go server can spend on sending
+// those bytes. net/http adds Date itself, as it does for Portero.
+func runRefusal(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("refusal", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address")
+	from := fs.String("from", "", "URL of a refusing Portero")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	status, header, body, err := fetchRefusal(*from)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, *listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		for k, v := range header {
+			h[k] = v
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}))
+}
+
+// fetchRefusal GETs u until it answers 429 (at most 10 times) and returns
+// that answer, without the headers net/http sets by itself.
+func fetchRefusal(u string) (int, http.Header, []byte, error) {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Host == "" {
+		return 0, nil, nil, fmt.Errorf("-from %q: want a URL", u)
+	}
+	if ip := net.ParseIP(pu.Hostname()); ip == nil || !ip.IsLoopback() {
+		return 0, nil, nil, fmt.Errorf("-from %q: the benchmark stays on loopback", u)
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}, Timeout: 5 * time.Second}
+	for range 10 {
+		resp, err := client.Get(u)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			h := resp.Header.Clone()
+			h.Del("Date")
+			return resp.StatusCode, h, body, nil
+		}
+	}
+	return 0, nil, nil, fmt.Errorf("%s answered no 429 in 10 requests", u)
 }
 
 // runLoad keeps c connections busy for d, each sending the next request as

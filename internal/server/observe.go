@@ -191,7 +191,12 @@ func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Dura
 			now := o.now()
 			o.refused.add(res.Rule.Name, res.Key, false, now)
 			// Sampled per rule: a flood of refusals is a few lines a
-			// second, each saying how many it stands for.
+			// second, each saying how many it stands for. The level is
+			// asked first: at one that drops the line, every refusal
+			// would otherwise pay the sampler's lock for nothing.
+			if !o.log.Enabled(r.Context(), slog.LevelInfo) {
+				break
+			}
 			if ok, n := o.sample.Allow(res.Rule.Name, now); ok {
 				o.log.Info("refused", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
 					"retry_after", res.Decision.RetryAfter, "suppressed", n)
@@ -199,6 +204,9 @@ func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Dura
 		case engine.ShadowRefused:
 			now := o.now()
 			o.refused.add(res.Rule.Name, res.Key, true, now)
+			if !o.log.Enabled(r.Context(), slog.LevelInfo) {
+				break
+			}
 			if ok, n := o.sample.Allow(res.Rule.Name+" (shadow)", now); ok {
 				o.log.Info("shadow rule would refuse", "rule", res.Rule.Name, "key", res.Key, "method", r.Method, "path", r.URL.Path,
 					"suppressed", n)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/internal/checkapi"
+	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/testenv"
@@ -292,6 +296,94 @@ func TestRLSReadiness(t *testing.T) {
 				OnStoreError: tt.policy})
 			if code, _, body := get(t, r.http+"/readyz"); code != tt.code {
 				t.Errorf("/readyz = %d %q, want %d", code, body, tt.code)
+			}
+		})
+	}
+}
+
+// TestRLSStartWithRedisDown is issue 10's point 5 for `portero rls`, as
+// TestStartWithRedisDown is for serve: with a real redis-server's address
+// and nothing answering there, rls starts, says so in its log, answers
+// gRPC and /v1/check by --on-store-error (and is not ready only under
+// deny), and counts in Redis by itself once Redis answers. Without
+// DialInBackground, RunRLS failed at the start.
+func TestRLSStartWithRedisDown(t *testing.T) {
+	for _, tt := range []struct {
+		policy  portero.FailurePolicy
+		allowed bool // a decision while Redis is down
+		ready   bool // /readyz while Redis is down
+	}{
+		{portero.FailAllow, true, true},
+		{portero.FailDeny, false, false},
+		{portero.FailLocal, true, true},
+	} {
+		t.Run(string(tt.policy), func(t *testing.T) {
+			srv := redistest.Start(t)
+			srv.Kill() // its address, nothing answering
+			path := filepath.Join(t.TempDir(), "limits.yaml")
+			writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+			r := startRLS(t, server.RLSOptions{ConfigPath: path, Store: "redis", RedisURL: srv.URL(), OnStoreError: tt.policy})
+			if !strings.Contains(r.logs.String(), "redis does not answer yet") {
+				t.Errorf("the log does not say Redis is down:\n%s", r.logs)
+			}
+			if code, _, body := get(t, r.http+"/readyz"); (code == 200) != tt.ready {
+				t.Errorf("/readyz while Redis is down = %d %q, want ready %v", code, body, tt.ready)
+			}
+			ask := func(ip string) checkapi.CheckResponse {
+				t.Helper()
+				resp, err := http.Post(r.http+"/v1/check", "application/json",
+					strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"`+ip+`"}]}]}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var out checkapi.CheckResponse
+				if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+					t.Fatalf("/v1/check = %d, %v", resp.StatusCode, err)
+				}
+				return out
+			}
+			if out := ask("10.0.0.1"); out.Allowed != tt.allowed || out.Degraded == "" {
+				t.Errorf("/v1/check while Redis is down = %+v, want allowed %v by the failure policy (degraded)", out, tt.allowed)
+			}
+			c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			a, err := c.ShouldRateLimit(context.Background(), &descriptor.Request{Domain: "edge",
+				Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "remote_address", Value: "10.0.0.2"}}}}})
+			if err != nil || (a.Code == descriptor.OK) != tt.allowed {
+				t.Errorf("gRPC while Redis is down = %+v, %v; want allowed %v", a, err, tt.allowed)
+			}
+
+			srv.Restart()
+			// Redis counts once the store has connected: the first decision
+			// that leaves a key there, then exactly the limit.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				ask("10.0.0.3")
+				if n, _ := redistest.Do(srv.Addr(), "DBSIZE"); n != "0" && n != "" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis counts nothing 20 s after it started:\n%s", r.logs)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			var got []bool
+			for range 4 {
+				out := ask("10.0.0.4")
+				if out.Degraded != "" {
+					t.Errorf("after Redis answers, a degraded answer: %+v", out)
+				}
+				got = append(got, out.Allowed)
+			}
+			if fmt.Sprint(got) != "[true true true false]" {
+				t.Errorf("after Redis answers, four checks = %v, want [true true true false] (3/hour counted in Redis)", got)
+			}
+			if code, _, body := get(t, r.http+"/readyz"); code != 200 {
+				t.Errorf("/readyz with Redis up = %d %q", code, body)
 			}
 		})
 	}

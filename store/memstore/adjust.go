@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/portero-rl/portero"
@@ -57,16 +58,28 @@ func (t *table) adjust(key string, now, at, delta int64) {
 		t.log.Charge(l, now, delta)
 		return
 	}
+	a, i := sh.find(h)
+	if i >= 0 && t.word != nil {
+		// Under the lock a one-word state is not retired, but lock-free
+		// decisions may change it meanwhile: adjust what was read, by
+		// compare-and-swap, as decideLocked does.
+		for {
+			v := atomic.LoadUint64(&a.w[i+1])
+			st, changed, _ := algorithm.AdjustState(t.dec, algorithm.State{A: int64(v)}, true, now, at, delta) // checked by Adjust
+			if !changed || atomic.CompareAndSwapUint64(&a.w[i+1], v, uint64(word(st.A))) {
+				return
+			}
+		}
+	}
 	var st algorithm.State
-	i := sh.find(h)
 	if i >= 0 {
-		st = sh.slots[i].s
+		st = a.state(i)
 	}
 	st, changed, _ := algorithm.AdjustState(t.dec, st, i >= 0, now, at, delta) // checked by Adjust
 	switch {
 	case !changed:
 	case i >= 0:
-		sh.slots[i].s = st
+		a.set(i, st)
 	default:
 		sh.insert(h, st, now, t.dec)
 	}

@@ -43,8 +43,8 @@ func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.
 	}
 	var st algorithm.State
 	found := false
-	if i := sh.find(h); i >= 0 {
-		st, found = sh.slots[i].s, true
+	if a, i := sh.find(h); i >= 0 {
+		st, found = a.state(i), true
 	}
 	_, d := t.dec.Decide(st, found, ns, 1) // the new state is dropped
 	return d, nil
@@ -72,8 +72,8 @@ func (s *Store) Reset(_ context.Context, rule portero.Rule, key string) error {
 		delete(sh.logs, h)
 		return nil
 	}
-	if i := sh.find(h); i >= 0 {
-		sh.deleteAt(i) // backward shift: the keys probing past i stay found
+	if a, i := sh.find(h); i >= 0 {
+		sh.deleteAt(a, i)
 	}
 	return nil
 }

@@ -2,15 +2,28 @@
 // process: a sharded store with bounded memory, safe for concurrent use.
 //
 // A Store holds any number of rules. Each rule (the whole portero.Rule
-// value: name, algorithm and limit) has its own table, split into shards
-// with one mutex each. A key is found by a 64-bit hash (hash/maphash, with a
-// random seed per rule); the high bits pick the shard and the low bits the
-// slot in the shard's open-addressing table (linear probing, backward-shift
-// deletion, no tombstones). A slot is 24 bytes, the hash and the
-// algorithm's two-word state, and the tables grow between 10/16 and 13/16
-// full, so a key of a fixed-size algorithm costs 30 to 38 bytes. The sliding
-// log keeps a map of logs per shard instead, 8 bytes per admitted request
-// plus about 100 bytes per key.
+// value: name, algorithm and limit) has its own table, split into shards of
+// one cache line each, with a mutex. A key is found by a 64-bit hash
+// (hash/maphash, with a random seed per rule); the high bits pick the shard
+// and the low bits where the probe starts in the shard's open-addressing
+// array (linear probing). A slot holds the hash and the algorithm's state:
+// 16 bytes, four to a cache line, for GCRA and the leaky queue, whose state
+// is one word (probes start at a line's first slot), 24 bytes for the
+// others. The arrays are rebuilt when keys and tombstones pass 13/16 of the
+// slots, to 10/16 keys, so a key costs 20 to 26 bytes (one-word state) or 30
+// to 38 bytes. The sliding log keeps a map of logs per shard instead, 8
+// bytes per admitted request plus about 100 bytes per key.
+//
+// # Decisions without a lock
+//
+// For GCRA and the leaky queue a decision on a key the array holds is one
+// compare-and-swap of the key's state word: no lock, and nothing written on
+// a refusal. It is exact because a slot of an array belongs to one key for
+// the array's life (a dropped key leaves a tombstone, not a slot for the
+// next key) and whoever deletes a key or moves it to a new array holds the
+// shard's lock and first swaps the word for a marker that sends a
+// concurrent decision to the lock (see table.go). The other algorithms, new
+// keys, eviction, sweeping and AllowAll calls of several hits take the lock.
 //
 // # Hash collisions
 //
@@ -49,8 +62,12 @@
 // algorithms create no capacity (see package algorithm). The forms that
 // read the clock, and the sweeper, read Config.Now, by default the wall time
 // at New advanced by the monotonic clock (one clock read instead of two, and
-// immune to steps of the wall clock). A program that drives the store with
-// a virtual clock should set Now to that clock or turn the sweeper off.
+// immune to steps of the wall clock). Config.ClockResolution makes that
+// clock coarse, an atomic load refreshed by a goroutine, for programs whose
+// decisions are so many that the clock read counts; its error is bounded
+// by the resolution plus the scheduler's delay, and only ever towards an
+// earlier instant. A program that drives the store with a virtual clock
+// should set Now to that clock or turn the sweeper off.
 package memstore
 
 import (
@@ -73,7 +90,8 @@ import (
 // Defaults for the zero Config.
 const (
 	// DefaultMaxKeys is the default cap on the keys of each rule: 2²⁰, about
-	// 38 MB at most per rule for the fixed-size algorithms.
+	// 40 MB at most per rule for the fixed-size algorithms (27 MB for GCRA
+	// and the leaky queue).
 	DefaultMaxKeys = 1 << 20
 	// DefaultSweepInterval is the default time between sweeps.
 	DefaultSweepInterval = time.Minute
@@ -99,17 +117,33 @@ type Config struct {
 	// elapsed since, which costs one clock read instead of time.Now's two
 	// and never goes back (it does not follow steps of the wall clock).
 	Now func() time.Time
+	// ClockResolution, when positive, makes the store's own clock coarse:
+	// a goroutine of the store (which Close stops) reads the monotonic
+	// clock every ClockResolution while decisions use it, and the forms
+	// that read the clock take that reading, an atomic load instead of a
+	// clock read. Their instant is then behind the monotonic clock by up to
+	// ClockResolution, plus however late the runtime runs that goroutine
+	// (on a machine whose CPUs are all busy, the scheduler's delay), never
+	// ahead of it and never going back: decisions are those of a slightly
+	// earlier instant, RetryAfter and Delay longer by at most that lag.
+	// After a hundred readings that no decision used the goroutine sleeps,
+	// and the clock is read at each decision until it has woken. 0 reads
+	// the clock at each decision. It needs Now nil.
+	ClockResolution time.Duration
 }
 
 // Store is an in-memory portero.Store. Create it with New; it is safe for
 // concurrent use. It owns a sweeper goroutine (unless Config.SweepInterval
-// is negative), which Close stops; after Close every method returns an
-// error wrapping portero.ErrClosed.
+// is negative) and, with Config.ClockResolution, a clock goroutine, which
+// Close stops; after Close every method returns an error wrapping
+// portero.ErrClosed.
 type Store struct {
 	shardBits uint
 	perShard  int
-	now       func() time.Time
-	start     time.Time // with a monotonic reading
+	custom    func() time.Time // Config.Now; nil for the store's own clock
+	start     time.Time        // with a monotonic reading
+	startNS   int64            // start in Unix ns
+	coarse    *coarseClock     // Config.ClockResolution; nil reads the clock
 	interval  time.Duration
 
 	tables sync.Map   // portero.Rule → *table
@@ -134,6 +168,12 @@ func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("memstore: max keys %d: must not be negative", cfg.MaxKeys)
 	}
+	if cfg.ClockResolution < 0 {
+		return nil, fmt.Errorf("memstore: clock resolution %v: must not be negative", cfg.ClockResolution)
+	}
+	if cfg.ClockResolution > 0 && cfg.Now != nil {
+		return nil, fmt.Errorf("memstore: clock resolution %v: applies to the store's own clock, not to Config.Now", cfg.ClockResolution)
+	}
 	shards := cfg.Shards
 	if shards == 0 {
 		shards = 4 * runtime.GOMAXPROCS(0)
@@ -149,14 +189,17 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		shardBits: shardBits,
 		perShard:  maxKeys >> shardBits,
-		now:       cfg.Now,
+		custom:    cfg.Now,
 		start:     time.Now(),
 		interval:  cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	if cfg.Now == nil {
-		s.now = s.monotonic
+	s.startNS = s.start.UnixNano()
+	if res := cfg.ClockResolution; res > 0 {
+		s.coarse = &coarseClock{wake: make(chan struct{}, 1), done: make(chan struct{})}
+		s.coarse.ns.Store(s.startNS)
+		go s.refresh(res)
 	}
 	if s.interval > 0 {
 		go s.sweeper()
@@ -166,17 +209,18 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Now returns the instant by the store's clock (Config.Now), the one that
-// Allow and Wait use. Pass it to AllowN or AllowAll to mix the two forms.
-func (s *Store) Now() time.Time { return s.now() }
-
-func (s *Store) monotonic() time.Time { return s.start.Add(time.Since(s.start)) }
+// Now returns the instant by the store's clock (Config.Now, or the store's
+// own, coarse with Config.ClockResolution), the one that Allow and Wait
+// use. Pass it to AllowN or AllowAll to mix the two forms.
+func (s *Store) Now() time.Time { return s.clockTime() }
 
 // table is one rule's state: its algorithm and its shards.
 type table struct {
 	id     uint64 // order in which AllowAll locks shards
 	rule   portero.Rule
 	dec    algorithm.Decider     // fixed-size algorithms
+	word   algorithm.WordDecider // dec, when its state is one word
+	gcra   *algorithm.GCRA       // dec, when it is GCRA: called directly, so inlined
 	log    *algorithm.SlidingLog // sliding log
 	max    int64                 // largest cost
 	seed   maphash.Seed
@@ -207,12 +251,18 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 			return nil, fmt.Errorf("rule %q: %w", rule.Name, err)
 		}
 		t.dec, t.max = d, d.MaxCost()
+		t.word, _ = d.(algorithm.WordDecider)
+		t.gcra, _ = d.(*algorithm.GCRA)
 	}
 	t.shards = make([]shard, 1<<s.shardBits)
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.max = s.perShard
 		sh.rnd = maphash.Comparable(t.seed, i) | 1
+		sh.stride = 3
+		if t.word != nil {
+			sh.stride = 2
+		}
 		if t.log != nil {
 			sh.logs = map[uint64]*algorithm.Log{}
 		}
@@ -284,10 +334,12 @@ func (s *Store) Close(ctx context.Context) error {
 	if !first {
 		return errClosed
 	}
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		return fmt.Errorf("memstore: close: %w", ctx.Err())
+	for _, done := range []chan struct{}{s.done, s.clockDone()} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("memstore: close: %w", ctx.Err())
+		}
 	}
 	s.tables.Clear()
 	return nil
@@ -303,7 +355,7 @@ func (s *Store) sweeper() {
 		case <-s.stop:
 			return
 		case <-tick.C:
-			s.Sweep(s.now())
+			s.Sweep(s.clockTime())
 		}
 	}
 }
@@ -316,8 +368,11 @@ const sweepChunk = 1024
 // that dropping it changes no decision), and the keys whose concurrency
 // leases have all expired, and returns how many keys it dropped. The background sweeper calls it with Config.Now; a program that
 // turned the sweeper off may call it itself. It locks one shard at a time:
-// for the fixed-size algorithms, sweepChunk slots at a time; for a sliding
-// log, the shard's whole map of logs at once.
+// for the fixed-size algorithms, sweepChunk slots at a time, and once more
+// to rebuild an array left more than a quarter tombstones (as long as an
+// insert that grows it); for a sliding log, the shard's whole map of logs
+// at once. Decisions of GCRA and the leaky queue on known keys go on
+// meanwhile: they take no lock.
 func (s *Store) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	dropped := 0
@@ -338,7 +393,8 @@ func (s *Store) Sweep(now time.Time) int {
 			}
 			for from := 0; ; from += sweepChunk {
 				sh.mu.Lock()
-				if from >= len(sh.slots) {
+				a := sh.tab.Load()
+				if a == nil || from >= a.size() {
 					sh.mu.Unlock()
 					break
 				}
@@ -359,12 +415,28 @@ func (s *Store) Sweep(now time.Time) int {
 // earlier ones of the call would leave; when the call is refused the
 // decisions of the hits that would have passed alone still say Allowed.
 // ctx is not consulted: a decision waits for nothing but the shard locks.
-func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
+func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
 	if len(hits) == 0 {
 		return []portero.Decision{}, nil
+	}
+	if len(hits) == 1 {
+		// One hit is one decision: Limiter.AllowN's, lock-free where it can be.
+		h := hits[0]
+		t, err := s.table(h.Rule)
+		if err != nil {
+			return nil, err
+		}
+		if h.Cost <= 0 || h.Cost > t.max {
+			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, algorithm.CheckCost(h.Cost, t.max))
+		}
+		d, err := (&Limiter{t: t}).AllowN(ctx, h.Key, now, h.Cost)
+		if err != nil {
+			return nil, err
+		}
+		return []portero.Decision{d}, nil
 	}
 	var buf [4]pending
 	work := buf[:0]
@@ -437,9 +509,23 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 		}
 		out[i], all = d, all && d.Allowed
 	}
+	// Write the states found in the arrays first (the one-word ones taken
+	// are given back, committed or as they were): an insert below may
+	// rebuild an array, which would leave their slot indices pointing into
+	// the old one, and must not copy a retired word.
+	for i := range work {
+		p := &work[i]
+		switch {
+		case p.a == nil:
+		case all && p.cost > 0:
+			p.a.set(p.i, p.s)
+		case p.taken:
+			p.a.set(p.i, algorithm.State{A: p.orig})
+		}
+	}
 	if all {
 		for i := range work {
-			if p := &work[i]; p.cost > 0 {
+			if p := &work[i]; p.cost > 0 && p.a == nil {
 				p.commit(ns)
 			}
 		}
@@ -456,6 +542,12 @@ type pending struct {
 	found bool
 	log   *algorithm.Log // sliding log: the log (possibly new)
 	cost  int64          // admitted so far in this call on this (rule, key)
+	// A one-word state found is taken for the call (its word retired, so
+	// that lock-free decisions wait for the lock) and set again at the end.
+	a     *array
+	i     int
+	taken bool
+	orig  int64 // the word as it was
 }
 
 func (p *pending) load() {
@@ -465,11 +557,22 @@ func (p *pending) load() {
 		}
 		return
 	}
-	if i := p.sh.find(p.h); i >= 0 {
-		p.s, p.found = p.sh.slots[i].s, true
+	a, i := p.sh.find(p.h)
+	if i < 0 {
+		return
 	}
+	p.found, p.a, p.i = true, a, i
+	if p.t.word == nil {
+		p.s = a.state(i)
+		return
+	}
+	// Under the lock the word is not retired; the swap makes every
+	// compare-and-swap begun before it fail.
+	p.orig = int64(atomic.SwapUint64(&a.w[i+1], retiredWord))
+	p.s, p.taken = algorithm.State{A: p.orig}, true
 }
 
+// commit records a sliding log's units or inserts a new key's state.
 func (p *pending) commit(now int64) {
 	if p.t.log != nil {
 		p.t.log.Record(p.log, now, p.cost)
@@ -479,10 +582,6 @@ func (p *pending) commit(now int64) {
 			}
 			p.sh.logs[p.h] = p.log
 		}
-		return
-	}
-	if i := p.sh.find(p.h); i >= 0 {
-		p.sh.slots[i].s = p.s
 		return
 	}
 	p.sh.insert(p.h, p.s, now, p.t.dec)

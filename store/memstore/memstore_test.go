@@ -1,9 +1,11 @@
 package memstore_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,6 +164,15 @@ func TestAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per decision on an existing key, want 0", a, n)
 		}
 	}
+	// The forms that read the clock, exact and coarse.
+	coarse := newStore(t, memstore.Config{ClockResolution: time.Millisecond})
+	for name, st := range map[string]*memstore.Store{"exact": s, "coarse": coarse} {
+		l := limiter(t, st, portero.Rule{Name: "clock", Algorithm: portero.GCRA, Limit: portero.PerSecond(1000)})
+		l.Allow(ctx, "hot")
+		if n := testing.AllocsPerRun(1000, func() { l.Allow(ctx, "hot") }); n != 0 {
+			t.Errorf("Allow with the %s clock: %v allocations per decision, want 0", name, n)
+		}
+	}
 	// AllowAll allocates the decisions it returns, and nothing else for a
 	// call of up to four hits on existing keys.
 	r1 := portero.Rule{Name: "one", Algorithm: portero.GCRA, Limit: portero.PerSecond(1000)}
@@ -182,45 +193,267 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// Concurrent decisions on one key lose no update: exactly the limit passes.
+// Concurrent decisions on one key lose no update: exactly the limit passes,
+// for a lock-free (GCRA, leaky queue) and a locked algorithm beside a
+// sliding log, with all-or-nothing calls of both rules in both orders.
 func TestConcurrentExact(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, memstore.Config{})
-	r1 := portero.Rule{Name: "one", Algorithm: portero.FixedWindow, Limit: portero.PerHour(1000)}
-	r2 := portero.Rule{Name: "two", Algorithm: portero.SlidingLog, Limit: portero.PerHour(1500)}
-	l := limiter(t, s, r1)
-	now := storetest.Base
-	var allowed, allowedAll atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 300 {
-				if g%2 == 0 {
-					if d, err := l.AllowN(ctx, "k", now, 1); err == nil && d.Allowed {
-						allowed.Add(1)
+	for _, a := range []portero.Algorithm{portero.FixedWindow, portero.GCRA, portero.LeakyQueue, portero.TokenBucket} {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{})
+			r1 := portero.Rule{Name: "one", Algorithm: a, Limit: portero.PerHour(1000)}
+			r2 := portero.Rule{Name: "two", Algorithm: portero.SlidingLog, Limit: portero.PerHour(1500)}
+			l := limiter(t, s, r1)
+			now := storetest.Base
+			var allowed, allowedAll atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{}) // all at once, so that they race
+			for g := range 8 {
+				wg.Go(func() {
+					<-start
+					for i := range 300 {
+						if g%2 == 0 {
+							if d, err := l.AllowN(ctx, "k", now, 1); err == nil && d.Allowed {
+								allowed.Add(1)
+							}
+							continue
+						}
+						// Both orders of the same two rules: a deadlock would hang.
+						hits := []portero.Hit{{Rule: r1, Key: "k", Cost: 1}, {Rule: r2, Key: "k", Cost: 1}}
+						if i%2 == 0 {
+							hits[0], hits[1] = hits[1], hits[0]
+						}
+						ds, err := s.AllowAll(ctx, now, hits)
+						if err == nil && ds[0].Allowed && ds[1].Allowed {
+							allowedAll.Add(1)
+						}
 					}
-					continue
+				})
+			}
+			close(start)
+			wg.Wait()
+			if got := allowed.Load() + allowedAll.Load(); got != 1000 {
+				t.Errorf("admitted %d on a limit of 1000", got)
+			}
+			// The sliding log counted only the admitted pairs.
+			d, err := s.AllowAll(ctx, now, []portero.Hit{{Rule: r2, Key: "k", Cost: 1}})
+			if err != nil || d[0].Remaining != 1500-allowedAll.Load()-1 {
+				t.Errorf("sliding log after %d admitted pairs: %+v, %v", allowedAll.Load(), d, err)
+			}
+		})
+	}
+}
+
+// Many goroutines deciding on one key at the same instant get, between
+// them, exactly the decisions the Reference makes for as many requests one
+// after the other (requests alike at one instant decide the same in any
+// order, so the multisets must be equal), round after round, for every
+// algorithm, through Limiter.AllowN and one-hit AllowAll calls.
+func TestConcurrentOneKeyMatchesReference(t *testing.T) {
+	ctx := context.Background()
+	const goroutines, perRound = 8, 25
+	for _, a := range portero.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{})
+			ref := storetest.NewReference()
+			r := portero.Rule{Algorithm: a, Limit: portero.Limit{Count: 120, Window: time.Second, Burst: 90}}
+			l := limiter(t, s, r)
+			hits := []portero.Hit{{Rule: r, Key: "k", Cost: 1}}
+			at := storetest.Base
+			for round, step := range []time.Duration{0, 137 * time.Millisecond, 1200 * time.Millisecond, 5 * time.Millisecond, 300 * time.Millisecond, -400 * time.Millisecond, 2 * time.Second} {
+				at = at.Add(step)
+				var mu sync.Mutex
+				var got []portero.Decision
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for g := range goroutines {
+					wg.Go(func() {
+						<-start
+						mine := make([]portero.Decision, 0, perRound)
+						for range perRound {
+							var d portero.Decision
+							var err error
+							if g%2 == 0 {
+								d, err = l.AllowN(ctx, "k", at, 1)
+							} else {
+								var ds []portero.Decision
+								if ds, err = s.AllowAll(ctx, at, hits); err == nil {
+									d = ds[0]
+								}
+							}
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							mine = append(mine, d)
+						}
+						mu.Lock()
+						got = append(got, mine...)
+						mu.Unlock()
+					})
 				}
-				// Both orders of the same two rules: a deadlock would hang.
-				hits := []portero.Hit{{Rule: r1, Key: "k", Cost: 1}, {Rule: r2, Key: "k", Cost: 1}}
-				if i%2 == 0 {
-					hits[0], hits[1] = hits[1], hits[0]
+				close(start)
+				wg.Wait()
+				var want []portero.Decision
+				for range goroutines * perRound {
+					ds, err := ref.AllowAll(ctx, at, hits)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, ds[0])
 				}
-				ds, err := s.AllowAll(ctx, now, hits)
-				if err == nil && ds[0].Allowed && ds[1].Allowed {
-					allowedAll.Add(1)
+				sortDecisions(got)
+				sortDecisions(want)
+				if !slices.Equal(got, want) {
+					t.Fatalf("round %d at %v: the decisions differ from the Reference's:\ngot  %v\nwant %v", round, at.Sub(storetest.Base), got, want)
 				}
 			}
 		})
 	}
-	wg.Wait()
-	if got := allowed.Load() + allowedAll.Load(); got != 1000 {
-		t.Errorf("admitted %d on a limit of 1000", got)
+}
+
+// Charges (Adjust) racing with decisions on one key at one instant lose
+// nothing: with half the goroutines deciding and half charging, the key
+// ends where the Reference ends after as many decisions and charges one
+// after the other (all admitted: they stay within the limit), and the
+// next decisions agree. For GCRA the decisions swap the word without the
+// lock while Adjust changes it under the lock; an Adjust that stored its
+// word instead of swapping it would lose the decisions that raced with it.
+func TestConcurrentAdjustMatchesReference(t *testing.T) {
+	ctx := context.Background()
+	// Rounds on fresh keys: a lost update needs a decision to land between
+	// Adjust's read and its write, which one round of 40,000 calls misses
+	// now and then.
+	const goroutines, perGoroutine, rounds = 8, 5000, 6
+	for _, a := range []portero.Algorithm{portero.GCRA, portero.TokenBucket, portero.FixedWindow, portero.SlidingCounter} {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{})
+			ref := storetest.NewReference()
+			r := portero.Rule{Name: "adj", Algorithm: a, Limit: portero.PerHour(goroutines*perGoroutine + 100)}
+			l := limiter(t, s, r)
+			now := storetest.Base
+			for round := range rounds {
+				key := fmt.Sprint("k", round)
+				charge := []portero.Adjustment{{Rule: r, Key: key, Delta: 1, At: now}}
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for g := range goroutines {
+					wg.Go(func() {
+						<-start
+						for range perGoroutine {
+							if g%2 == 0 {
+								if d, err := l.AllowN(ctx, key, now, 1); err != nil || !d.Allowed {
+									t.Errorf("AllowN within the limit = %+v, %v", d, err)
+									return
+								}
+							} else if err := s.Adjust(ctx, now, charge); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					})
+				}
+				close(start)
+				wg.Wait()
+				hits := []portero.Hit{{Rule: r, Key: key, Cost: 1}}
+				for i := range goroutines * perGoroutine {
+					if i%2 == 0 {
+						if _, err := ref.AllowAll(ctx, now, hits); err != nil {
+							t.Fatal(err)
+						}
+					} else if err := ref.Adjust(ctx, now, charge); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The 100 left, then a refusal.
+				for _, cost := range []int64{100, 1} {
+					got, err := l.AllowN(ctx, key, now, cost)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, err := ref.AllowAll(ctx, now, []portero.Hit{{Rule: r, Key: key, Cost: cost}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got != want[0] {
+						t.Fatalf("round %d: AllowN(cost %d) after %d decisions and charges = %+v, want %+v", round, cost, goroutines*perGoroutine, got, want[0])
+					}
+				}
+			}
+		})
 	}
-	// The sliding log counted only the admitted pairs.
-	d, err := s.AllowAll(ctx, now, []portero.Hit{{Rule: r2, Key: "k", Cost: 1}})
-	if err != nil || d[0].Remaining != 1500-allowedAll.Load()-1 {
-		t.Errorf("sliding log after %d admitted pairs: %+v, %v", allowedAll.Load(), d, err)
+}
+
+func sortDecisions(ds []portero.Decision) {
+	slices.SortFunc(ds, func(a, b portero.Decision) int {
+		return cmp.Or(cmp.Compare(a.Remaining, b.Remaining), cmp.Compare(a.Delay, b.Delay), cmp.Compare(a.RetryAfter, b.RetryAfter),
+			cmp.Compare(a.ResetAfter, b.ResetAfter), cmp.Compare(btoi(a.Allowed), btoi(b.Allowed)))
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Lock-free decisions on known keys stay exact while another goroutine
+// makes their shard's array be rebuilt over and over (new keys at the cap:
+// an eviction and a tombstone each), sweeps and resets keys beside them:
+// each hammered key admits exactly its burst at one instant. A rebuild that
+// copied a state word without retiring it would lose the swaps that land
+// on the old copy, and this test fails.
+func TestLockFreeDuringRebuilds(t *testing.T) {
+	ctx := context.Background()
+	for _, a := range []portero.Algorithm{portero.GCRA, portero.LeakyQueue} {
+		t.Run(string(a), func(t *testing.T) {
+			s := newStore(t, memstore.Config{Shards: 1, MaxKeys: 64, SweepInterval: -1})
+			const hot, limit = 16, 3000
+			r := portero.Rule{Algorithm: a, Limit: portero.Limit{Count: limit, Window: time.Hour}}
+			l := limiter(t, s, r)
+			now := storetest.Base
+			var admitted [hot]atomic.Int64
+			for k := range hot { // two each: less room than any new key, so never evicted
+				for range 2 {
+					if d, _ := l.AllowN(ctx, fmt.Sprint("hot", k), now, 1); d.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 3 {
+				wg.Go(func() {
+					<-start
+					for i := range 2 * limit * hot / 3 {
+						k := (g + i) % hot
+						if d, err := l.AllowN(ctx, fmt.Sprint("hot", k), now, 1); err == nil && d.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				})
+			}
+			wg.Go(func() {
+				<-start
+				for i := range 20_000 {
+					l.AllowN(ctx, fmt.Sprint("new", i), now, 1)
+					if i%500 == 0 {
+						s.Sweep(now)
+					}
+					if i%7 == 0 {
+						s.Reset(ctx, r, fmt.Sprint("new", i-3))
+					}
+				}
+			})
+			close(start)
+			wg.Wait()
+			for k := range hot {
+				if got := admitted[k].Load(); got != limit {
+					t.Errorf("hot%d: admitted %d, want %d", k, got, limit)
+				}
+			}
+		})
 	}
 }
 
@@ -478,5 +711,25 @@ func TestExpiredDroppedOnInsert(t *testing.T) {
 	}
 	if d, _ := l.AllowN(ctx, "limited", t1, 6); d.Allowed || d.Remaining != 5 {
 		t.Errorf("the key with state was dropped: cost 6 with 5 tokens = %+v", d)
+	}
+}
+
+// An AllowAll call that inserts a new key can rebuild the shard's array;
+// the states it found for the call's other keys must still be written to
+// the new array. Every call here pairs a new key with a known one (in that
+// order, so the insert comes first) in a one-shard store, for a two-word and a one-word algorithm, and must decide
+// as the Reference does.
+func TestAllowAllAcrossRebuilds(t *testing.T) {
+	for _, a := range []portero.Algorithm{portero.TokenBucket, portero.GCRA, portero.FixedWindowAnchored} {
+		t.Run(string(a), func(t *testing.T) {
+			r := portero.Rule{Algorithm: a, Limit: portero.Limit{Count: 150, Window: time.Hour}}
+			var trace []storetest.Trace
+			for i := range 300 {
+				trace = append(trace, storetest.Trace{At: time.Duration(i) * time.Millisecond, Hits: []portero.Hit{
+					{Rule: r, Key: fmt.Sprint("new", i), Cost: 1}, {Rule: r, Key: "old", Cost: 1},
+				}})
+			}
+			storetest.CompareTrace(t, newStore(t, memstore.Config{Shards: 1, SweepInterval: -1}), storetest.NewReference(), trace)
+		})
 	}
 }

@@ -1,8 +1,9 @@
 // Package redisstore keeps Portero's counters in Redis, so that every
 // instance of a service shares one limit. It implements portero.Store with
-// the same decisions as the memory store: each algorithm is a Lua script
-// (embedded, run by hash with EVALSHA and reloaded transparently on
-// NOSCRIPT) that reads the state, decides and writes it back in one atomic
+// the same decisions as the memory store: each algorithm is Lua (embedded,
+// loaded as one function library and called with FCALL where Redis has
+// functions, else run by hash with EVALSHA; reloaded transparently when
+// missing) that reads the state, decides and writes it back in one atomic
 // step, and sets the key's expiry in the same step.
 //
 // # Clock
@@ -51,8 +52,9 @@
 //
 // # Cost
 //
-// A call of one hit, the common case, runs the algorithm's one-hit script:
-// one GET, the decision, one SET with the expiry when admitted. Calls of
+// A call of one hit, the common case, runs the one-hit driver: one GET, the
+// decision, one SET with the expiry when admitted; with the server's clock
+// it sends only the four arguments that vary (see scripts.go). Calls of
 // several hits, and the sliding log, run the multi-hit driver. One-hit
 // calls that queue up while two others are in flight are sent together, up
 // to Config.Batch of them, in one script that decides each exactly as the

@@ -13,6 +13,7 @@
 -- offset does not matter); 9, 10, 11 the rule's p1, p2, p3 as for the
 -- drivers (for a calendar quota, the periods around the store's clock).
 
+begin(ARGV)
 local AGE = tonumber(ARGV[8])
 local AT_S, AT_N = tadd(NOW_S, NOW_N, -AGE)
 

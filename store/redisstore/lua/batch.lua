@@ -1,4 +1,4 @@
--- The driver of a batch of independent one-hit calls, which the store
+-- batch is the driver of a batch of independent one-hit calls, which the store
 -- coalesces when callers queue up behind calls in flight (never the sliding
 -- log). Each hit is decided exactly as one.lua decides it, in order, so a
 -- later hit on a key sees what an earlier one wrote; a refusal of one hit
@@ -12,34 +12,37 @@
 -- the stored state in the last three, -1 failed: the store runs that hit
 -- again alone for its error), remaining, retry-after, reset-after, delay,
 -- and a, b, c.
-local caller = ARGV[1] ~= 'server'
-local out = { NOW_S, NOW_N }
-if caller then out[1], out[2] = 0, 0 end
-local n = 2
-for i = 1, #KEYS do
-  local o = 5 + (i - 1) * 7
-  local key = KEYS[i]
-  if caller then NOW_S, NOW_N = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]) end
-  local f = ALG[ARGV[o + 3]]
-  local raw = false
-  if f then raw = redis.pcall('GET', key) end
-  if f == nil or (type(raw) == 'table' and raw.err) or (raw and #raw ~= STATE_LEN) then
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = -1, 0, 0, 0, 0, 0, 0, 0
-  else
-    local a, b, c
-    if raw then a, b, c = struct.unpack('ddd', raw) end
-    local allowed, rem, retry, reset, delay, ttl, na, nb, nc = f(tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 4]), a, b, c)
-    if retry < 0 then retry = 0 end
-    if reset < 0 then reset = 0 end
-    if allowed then
-      save(key, ttl, na, nb, nc)
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 1, rem, 0, reset, delay, 0, 0, 0
-    elseif raw then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 2, rem, retry, reset, 0, a, b, c
+local function batch(KEYS, ARGV)
+  begin(ARGV)
+  local caller = ARGV[1] ~= 'server'
+  local out = { NOW_S, NOW_N }
+  if caller then out[1], out[2] = 0, 0 end
+  local n = 2
+  for i = 1, #KEYS do
+    local o = 5 + (i - 1) * 7
+    local key = KEYS[i]
+    if caller then NOW_S, NOW_N = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]) end
+    local f = ALG[ARGV[o + 3]]
+    local raw = false
+    if f then raw = redis.pcall('GET', key) end
+    if f == nil or (type(raw) == 'table' and raw.err) or (raw and #raw ~= STATE_LEN) then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = -1, 0, 0, 0, 0, 0, 0, 0
     else
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 0, rem, retry, reset, 0, 0, 0, 0
+      local a, b, c
+      if raw then a, b, c = struct.unpack('ddd', raw) end
+      local allowed, rem, retry, reset, delay, ttl, na, nb, nc = f(param(ARGV[o + 5]), param(ARGV[o + 6]), ARGV[o + 7], num(ARGV[o + 4]), a, b, c)
+      if retry < 0 then retry = 0 end
+      if reset < 0 then reset = 0 end
+      if allowed then
+        save(key, ttl, na, nb, nc)
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 1, rem, 0, reset, delay, 0, 0, 0
+      elseif raw then
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 2, rem, retry, reset, 0, a, b, c
+      else
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 0, rem, retry, reset, 0, 0, 0, 0
+      end
     end
+    n = n + 8
   end
-  n = n + 8
+  return out
 end
-return out

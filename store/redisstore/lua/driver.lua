@@ -1,4 +1,4 @@
--- The driver of a call of several hits (and of any call of the sliding
+-- all is the driver of a call of several hits (and of any call of the sliding
 -- log): decide every hit in order, then commit all of them or none.
 --
 -- KEYS[i] is the key of hit i. ARGV:
@@ -14,7 +14,7 @@
 -- wrong type, say) makes the reply an error "ERR portero hit I: MESSAGE".
 -- A later hit on a key sees the state an earlier allowed hit of the call
 -- left (pend), as storetest.Reference defines.
-local function main()
+local function decide_all(KEYS, ARGV)
   local commit = ARGV[4] == '1'
   local out = { 0 }
   local commits = {}
@@ -28,7 +28,7 @@ local function main()
       error({ hit = i, msg = 'algorithm ' .. tostring(name) .. ' is not in this script' })
     end
     local key = KEYS[i]
-    local p1, p2, p3, cost = tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 2])
+    local p1, p2, p3, cost = param(ARGV[o + 3]), param(ARGV[o + 4]), ARGV[o + 5], num(ARGV[o + 2])
     local allowed, rem, retry, reset, delay
     if LOGS[name] then
       local d, ns, c = f(i, key, p1, p2, p3, cost, pend[key])
@@ -81,9 +81,12 @@ local function main()
   return out
 end
 
-local ok, res = pcall(main)
-if ok then return res end
-if type(res) == 'table' and res.hit then
-  return redis.error_reply('ERR portero hit ' .. res.hit .. ': ' .. tostring(res.msg))
+local function all(KEYS, ARGV)
+  begin(ARGV)
+  local ok, res = pcall(decide_all, KEYS, ARGV)
+  if ok then return res end
+  if type(res) == 'table' and res.hit then
+    return redis.error_reply('ERR portero hit ' .. res.hit .. ': ' .. tostring(res.msg))
+  end
+  return redis.error_reply('ERR portero script: ' .. tostring(res))
 end
-return redis.error_reply('ERR portero script: ' .. tostring(res))

@@ -4,7 +4,9 @@
 --
 -- Every algorithm but the sliding log is a function of (p1, p2, p3, cost,
 -- a, b, c), the rule's parameters, the cost and the state (a == nil for no
--- state), that returns allowed, remaining, retry-after, reset-after, delay
+-- state); p1, p2 and the cost are numbers, p3 the string ARGV holds, since
+-- only the leaky queue reads it and each tonumber is a strtod in Redis. It
+-- returns allowed, remaining, retry-after, reset-after, delay
 -- (ns; the drivers clamp them at 0), the TTL of the new state in ns and the
 -- new state a, b, c. It reads the instant from NOW_S, NOW_N and touches no
 -- key: the driver reads and writes.

@@ -15,6 +15,7 @@
 -- the delay of the other algorithms, is the time left in the period
 -- (Decision.PeriodLeft).
 ALG['fixed-window-calendar'] = function(limit, x0, spans, cost, se, sc)
+  spans = param(spans) -- p3 comes as a string (see fixed_window.lua)
   local d1 = spans % 4194304
   local x1 = x0 + d1
   local x2 = x1 + (spans - d1) / 4194304

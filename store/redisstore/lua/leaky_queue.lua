@@ -1,7 +1,8 @@
 -- leaky-queue: the leaky bucket as a queue of cap places drained one per T;
 -- an admitted request departs after Delay. State: a, b = departure of the
 -- last queued request (s, ns). Mirrors algorithm.LeakyQueue.
-ALG['leaky-queue'] = function(t, tau, cap, cost, ls, ln)
+ALG['leaky-queue'] = function(t, _, cap, cost, ls, ln)
+  cap = param(cap) -- p3 comes as a string (see fixed_window.lua)
   local gap = 0
   if ls ~= nil then gap = tsub(ls, ln, NOW_S, NOW_N) end
   if gap <= 0 then ls, ln, gap = NOW_S, NOW_N, 0 end

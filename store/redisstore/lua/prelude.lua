@@ -1,8 +1,12 @@
--- Portero's Redis scripts. store/redisstore assembles each script from this
--- prelude, one file per algorithm and a driver: one.lua for a call of one
--- hit (the common case: no loop, no tables, no closures per hit) or
--- driver.lua for several hits, all or none. Inputs come only through KEYS
--- and ARGV (see the drivers).
+-- Portero's Redis scripts. store/redisstore assembles them from this
+-- prelude, one file per algorithm and the drivers, each a function of
+-- (KEYS, ARGV): one.lua for a call of one hit (the common case: no loop, no
+-- tables but its reply), driver.lua for several hits, all or none, and
+-- batch.lua for a batch of one-hit calls. Where Redis has functions (7.0
+-- and later) all of it is one library, loaded once, whose drivers are
+-- called with FCALL: the helpers below are then made once, not at every
+-- call as in a script run with EVALSHA, which is what older servers get.
+-- Inputs come only through KEYS and ARGV (see the drivers).
 --
 -- Lua numbers are IEEE doubles: integers are exact only below 2^53, and a
 -- Unix time in nanoseconds (~1.7e18) is not. So an instant is kept as two
@@ -113,19 +117,46 @@ tdiv = function(s, n, w)
   return q1 * E9 + q2, r2
 end
 
--- The instant of this call, (NOW_S, NOW_N), and the TTL floor in ms; set
--- by the driver before any algorithm runs, from ARGV 1-3 and 5:
+-- The instant of this call, (NOW_S, NOW_N), and the TTL floor in ms, set by
+-- begin before any algorithm runs.
+local NOW_S, NOW_N, MIN_TTL = 0, 0, 0
+
+-- begin sets them from ARGV 1-3 and 5 (every driver's first five):
 --   1 clock: "server" reads Redis TIME (microseconds); "caller" takes 2, 3
 --   2, 3 the caller's instant: whole seconds and nanoseconds (0 <= n < 1e9)
 --   5 the TTL floor in ms (0 with the server clock)
-local NOW_S, NOW_N, MIN_TTL = 0, 0, 0
-if ARGV[1] == 'server' then
-  local t = redis.call('TIME')
-  NOW_S, NOW_N = tonumber(t[1]), tonumber(t[2]) * 1000
-else
-  NOW_S, NOW_N = tonumber(ARGV[2]), tonumber(ARGV[3])
+-- A string compare spares the common "0" a tonumber (a strtod in Redis).
+local function begin(ARGV)
+  if ARGV[1] == 'server' then
+    local t = redis.call('TIME')
+    NOW_S, NOW_N = tonumber(t[1]), tonumber(t[2]) * 1000
+  else
+    NOW_S, NOW_N = tonumber(ARGV[2]), tonumber(ARGV[3])
+  end
+  MIN_TTL = 0
+  if ARGV[5] ~= '0' then MIN_TTL = tonumber(ARGV[5]) end
 end
-MIN_TTL = tonumber(ARGV[5])
+
+-- num is tonumber, without the strtod for the common cost "1".
+local function num(s)
+  if s == '1' then return 1 end
+  return tonumber(s)
+end
+
+-- param is tonumber for a rule's parameters (p1, p2, p3), which repeat from
+-- call to call: in the library, which lives from one call to the next, a
+-- table lookup (Lua strings are interned) instead of a strtod. At most 1024
+-- are kept, then the table starts afresh.
+local PARAMS, NPARAMS = {}, 0
+local function param(s)
+  local v = PARAMS[s]
+  if v == nil then
+    v = tonumber(s)
+    if NPARAMS >= 1024 then PARAMS, NPARAMS = {}, 0 end
+    PARAMS[s], NPARAMS = v, NPARAMS + 1
+  end
+  return v
+end
 
 -- The state of every algorithm but the sliding log is three exact numbers
 -- a, b, c, stored as a 24-byte string of packed doubles (struct.pack 'ddd')

@@ -51,13 +51,38 @@ local function sc_retry(w, limit, prev, cur, elapsed, cost)
   return hi
 end
 
--- sc_remaining counts the cost-1 requests that would still pass.
+-- sc_reset is sc_retry(w, limit, prev, cur, elapsed, limit), the wait until
+-- the whole limit is back, for cur >= 1 (always so after an admission),
+-- without sc_retry's calls, which cost more than the rest of a decision:
+-- the estimate stays at least cur in this window, so the limit comes back
+-- in the next, at the first x (ns into it) where cur*(1 - x/w) + (limit-1)
+-- < limit (prev is then cur, and cur 0), or at the start of the one after
+-- (x = w). A guess, then a few steps of the same comparison; when rounding
+-- moved the boundary further (a huge limit), sc_retry's bisection.
+local function sc_reset(w, limit, prev, cur, elapsed)
+  local l1 = limit - 1
+  local x = math.ceil(w - w / cur)
+  if x < 0 then x = 0 elseif x > w then x = w end
+  for _ = 1, 4 do
+    if x < w and not (cur * (1 - x / w) + l1 < limit) then
+      x = x + 1
+    elseif x > 0 and cur * (1 - (x - 1) / w) + l1 < limit then
+      x = x - 1
+    else
+      return w - elapsed + x
+    end
+  end
+  return sc_retry(w, limit, prev, cur, elapsed, limit)
+end
+
+-- sc_remaining counts the cost-1 requests that would still pass: those n
+-- with est + (n-1) < limit (sc_admits, written out).
 local function sc_remaining(est, limit)
   local room = limit - est
   if not (room > 0) then return 0 end
   local n = math.ceil(room)
-  while n > 0 and not sc_admits(est, n, limit) do n = n - 1 end
-  while sc_admits(est, n + 1, limit) do n = n + 1 end
+  while n > 0 and not (est + (n - 1) < limit) do n = n - 1 end
+  while est + n < limit do n = n + 1 end
   return n
 end
 
@@ -86,7 +111,9 @@ ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
   end
   -- The whole limit is back when a request of cost L would pass
   -- (estimate < 1): sooner than the TTL, which waits for 0.
-  if not sc_admits(est, limit, limit) then
+  if cur >= 1 then
+    reset = sc_reset(w, limit, prev, cur, elapsed) + lag
+  elseif not sc_admits(est, limit, limit) then
     reset = sc_retry(w, limit, prev, cur, elapsed, limit) + lag
   end
   -- The key may go once the estimate is below 1: a fraction of one

@@ -48,6 +48,7 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
     n = card - 2
   end
   local off, realoff = 0, 0
+  local offstr -- off formatted, once (string.format costs about as much as a command)
   if n > 0 then
     realoff = tsub(NOW_S, NOW_N, bs, bn)
     off = realoff
@@ -59,12 +60,13 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
     if latest <= off - w then removed = removed - 1 end -- "~" went too
     n = n - removed
     latest = off
-    redis.call('ZADD', key, fmt(off), '~')
+    offstr = fmt(off)
+    redis.call('ZADD', key, offstr, '~')
   end
   local fresh = n == 0
   if fresh then
     -- An empty log equals no log: start a new base at now.
-    bs, bn, off, realoff = NOW_S, NOW_N, 0, 0
+    bs, bn, off, realoff, offstr = NOW_S, NOW_N, 0, 0, nil
   elseif off > SL_REBASE then
     -- Move the base to the oldest entry so offsets stay far below 2^53.
     local ttl = redis.call('PTTL', key)
@@ -79,7 +81,7 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
       if sc == last then j = j + 1 else last, j = sc, 0 end
       redis.call('ZADD', key, fmt(sc), fmt(sc) .. ':' .. j)
     end
-    off, realoff = off - shift, realoff - shift
+    off, realoff, offstr = off - shift, realoff - shift, nil
     redis.call('ZADD', key, fmt(off), '~')
     if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
   end
@@ -131,9 +133,18 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', '-inf')
       redis.call('ZADD', key, '-inf', '#' .. fmt(bs) .. ':' .. fmt(bn))
     end
-    local score = fmt(off)
-    local j = redis.call('ZCOUNT', key, score, score)
-    if tonumber(redis.call('ZSCORE', key, '~')) == off then j = j - 1 end
+    local score = offstr or fmt(off)
+    -- j counts the units logged at off already, "~" aside. Alone on the
+    -- key (no pending units) that is none in a fresh log, and otherwise
+    -- ZCOUNT less "~", which deciding moved to off; after earlier hits of
+    -- the call, which may have logged at off, ask.
+    local j = 0
+    if pending > 0 then
+      j = redis.call('ZCOUNT', key, score, score)
+      if tonumber(redis.call('ZSCORE', key, '~')) == off then j = j - 1 end
+    elseif not fresh then
+      j = redis.call('ZCOUNT', key, score, score) - 1
+    end
     local i = 0
     while i < cost do -- in batches, since unpack has a limit
       local args = {}
@@ -142,9 +153,12 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
         args[#args + 1] = score .. ':' .. fmt(j + i)
         i = i + 1
       end
+      if i == cost then -- the latest instant, with the last batch
+        args[#args + 1] = score
+        args[#args + 1] = '~'
+      end
       redis.call('ZADD', key, unpack(args))
     end
-    redis.call('ZADD', key, score, '~')
     expire(key, ttl)
   end
 end
