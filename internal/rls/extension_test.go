@@ -327,3 +327,48 @@ func TestExtensionCompatOverGRPC(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarQuotaServerClock: on Redis with its own clock (the default of
+// portero rls --store redis), a calendar quota at the Envoy door counts in
+// the period Redis's clock falls in. The zone is one whose local midnight
+// is hours away, so that the real clock cannot cross it during the test.
+func TestCalendarQuotaServerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	now := time.Now()
+	zone := ""
+	for _, z := range []string{"UTC", "Asia/Tokyo", "America/New_York", "Europe/Madrid"} {
+		loc, err := time.LoadLocation(z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := now.In(loc).Hour(); h >= 2 && h < 22 {
+			zone = z
+			break
+		}
+	}
+	if zone == "" {
+		t.Fatal("no zone far from its midnight")
+	}
+	cfg := "domain: gw\ndescriptors:\n  - key: api_key\n    rate_limit: {name: daily, unit: day, requests_per_unit: 3, portero: {calendar: true, tz: " + zone + "}}\n"
+	c, err := envoyconf.Parse([]envoyconf.Source{{Name: "gw.yaml", Data: []byte(cfg)}}, envoyconf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, setup{store: st, limits: c, transport: "grpc-go"})
+	e.clock.Add(now.Sub(e.clock.Now()))
+	_, end := portero.PerDay(3).WithZone(zone).PeriodAt(now)
+	for i := 1; i <= 4; i++ {
+		resp := e.call(t, "gw", 1, desc("api_key", "k"))
+		if want := i <= 3; (resp.OverallCode == pb.RateLimitResponse_OK) != want {
+			t.Fatalf("request %d in %s: %v", i, zone, resp.OverallCode)
+		}
+		if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != end.Sub(now) {
+			t.Fatalf("request %d: duration_until_reset %v, want %v (to midnight in %s)", i, got, end.Sub(now), zone)
+		}
+	}
+}
