@@ -235,6 +235,22 @@ func formatOffset(d time.Duration) string {
 	return string(b)
 }
 
+// ParseQuota reads a calendar quota, as a usage plan's quota is written:
+// ParseLimit's COUNT/day, /week or /month [offset D] [tz ZONE], with "d"
+// the calendar day as well ("500000/d" is "500000/day"). A limit over a
+// window of fixed length ("10/h", "1000/24h") is an error wrapping
+// ErrInvalidLimit.
+func ParseQuota(s string) (Limit, error) {
+	l, err := parse(s, true)
+	if err == nil && !l.IsCalendar() {
+		err = fmt.Errorf("%w: %q: a quota is per calendar day, week or month, such as 500000/day, 500000/d or 100000/month", ErrInvalidLimit, s)
+	}
+	if err != nil {
+		return Limit{}, err
+	}
+	return l, nil
+}
+
 // parsePeriod reads the window of ParseLimit as a calendar period: "day",
 // "week" or "month" (the words AWS usage plans use) are one; a count or a
 // plural of them ("2days", "weeks") is an error, since a calendar has no

@@ -193,12 +193,18 @@ var unitNames = func() map[string]time.Duration {
 //
 // such as "500000/day", "10/week offset 6d" or "100000/month tz
 // Europe/Madrid" (see Limit.Period, Limit.Offset, Limit.Zone): "day" is the
-// calendar day, "d" a window of 24 hours, and a count or plural of the
-// calendar words ("2days") is an error. Words are case insensitive, ZONE is
+// calendar day; "d" is a window of 24 hours, except before "offset" or
+// "tz", where it is the calendar day ("500000/d tz Europe/Madrid" is
+// "500000/day tz Europe/Madrid"); a count or plural of the calendar words
+// ("2days") is an error. Words are case insensitive, ZONE is
 // not. The result is validated; errors wrap ErrInvalidLimit and quote the
-// input.
+// input. ParseQuota reads a quota, where "d" is always the calendar day.
 func ParseLimit(s string) (Limit, error) {
-	l, err := parseLimit(s)
+	return parse(s, false)
+}
+
+func parse(s string, calendarDay bool) (Limit, error) {
+	l, err := parseLimit(s, calendarDay)
 	if err != nil {
 		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, err)
 	}
@@ -222,7 +228,20 @@ type limitError string
 
 func (e limitError) Error() string { return string(e) }
 
-func parseLimit(s string) (Limit, error) {
+// calendarWords reports whether the words after a limit's COUNT/WINDOW
+// give a time zone or an offset, which only a calendar period takes.
+func calendarWords(rest []string) bool {
+	for i := 0; i < len(rest); i += 2 {
+		if rest[i] == "tz" || rest[i] == "offset" {
+			return true
+		}
+	}
+	return false
+}
+
+// parseLimit reads s; calendarDay reads a window of "d" as the calendar
+// day (ParseQuota).
+func parseLimit(s string, calendarDay bool) (Limit, error) {
 	// Words are case insensitive, but a zone name is not (Europe/Madrid):
 	// raw keeps the fields as written. Lowering changes no space, so the
 	// two have the same fields.
@@ -252,7 +271,14 @@ func parseLimit(s string) (Limit, error) {
 		return Limit{}, err
 	}
 	if l.Period == "" {
-		if l.Window, err = parseWindow(window); err != nil {
+		// "d" is a window of 24 hours, as it was before calendar quotas;
+		// where only a calendar day can be meant (with tz or offset, or
+		// read as a quota) it is the calendar day, so N/d, N/week and
+		// N/month all name calendar periods without changing what an
+		// existing N/d decides.
+		if window == "d" && (calendarDay || calendarWords(rest)) {
+			l.Period = Daily
+		} else if l.Window, err = parseWindow(window); err != nil {
 			return Limit{}, err
 		}
 	}

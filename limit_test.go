@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,10 @@ func TestParseLimit(t *testing.T) {
 		{"1/2s rate 0.5", portero.Limit{Count: 1, Window: 2 * time.Second, Rate: 0.5}},
 		{"10/1m30s", portero.Limit{Count: 10, Window: 90 * time.Second}},
 		{"1/2d", portero.Limit{Count: 1, Window: 48 * time.Hour}},
+		// "d" before tz or offset can only be the calendar day.
+		{"500000/d tz Europe/Madrid", portero.PerDay(500000).WithZone("Europe/Madrid")},
+		{"10/D OFFSET 6h", portero.PerDay(10).WithOffset(6 * time.Hour)},
+		{"10 / d offset 6h tz UTC", portero.PerDay(10).WithZone("UTC").WithOffset(6 * time.Hour)},
 	}
 	for _, tt := range tests {
 		got, err := portero.ParseLimit(tt.in)
@@ -138,7 +143,9 @@ func TestParseLimitErrors(t *testing.T) {
 		{"10/days", "a calendar period is one day"},
 		{"10/2day", "a calendar period is one day"},
 		{"10/3months", "write /month"},
-		{"10/d tz Europe/Madrid", "tz needs a calendar period"},
+		{"10/2d tz Europe/Madrid", "tz needs a calendar period"},
+		{"10/d burst 5 tz UTC", "no burst or rate"},
+		{"10/d tz", "needs a value"},
 		{"10/24h offset 6h", "offset needs a calendar period"},
 		{"10/day tz Nowhere/Else", "zone \"Nowhere/Else\""},
 		{"10/day tz europe/madrid", "zone \"europe/madrid\""},
@@ -237,6 +244,103 @@ func FuzzParseLimit(f *testing.F) {
 			t.Fatalf("round trip of %q via %q = %+v, %v; want %+v", s, l.String(), again, err, l)
 		}
 	})
+}
+
+// TestParseQuota reads every spelling of a calendar quota, "d" as the
+// calendar day, and refuses a window of fixed length.
+func TestParseQuota(t *testing.T) {
+	madrid := portero.PerDay(500000).WithZone("Europe/Madrid")
+	for in, want := range map[string]portero.Limit{
+		"500000/day":                            portero.PerDay(500000),
+		"500000/d":                              portero.PerDay(500000),
+		"500000/D":                              portero.PerDay(500000),
+		"500000 / d":                            portero.PerDay(500000),
+		"500000/DAY":                            portero.PerDay(500000),
+		"500000/d tz Europe/Madrid":             madrid,
+		"500000/day tz Europe/Madrid":           madrid,
+		"10/d offset 6h":                        portero.PerDay(10).WithOffset(6 * time.Hour),
+		"10/week":                               portero.PerWeek(10),
+		"10/Week offset 6d tz America/New_York": portero.PerWeek(10).WithOffset(6 * 24 * time.Hour).WithZone("America/New_York"),
+		"100000/month":                          portero.PerMonth(100000),
+		"100000/month offset 14d9h tz Europe/Madrid": portero.PerMonth(100000).WithOffset(14*24*time.Hour + 9*time.Hour).WithZone("Europe/Madrid"),
+	} {
+		got, err := portero.ParseQuota(in)
+		if err != nil || got != want {
+			t.Errorf("ParseQuota(%q) = %+v, %v; want %+v", in, got, err, want)
+			continue
+		}
+		if again, err := portero.ParseQuota(got.String()); err != nil || again != got {
+			t.Errorf("ParseQuota(%q.String() = %q) = %+v, %v; want %+v", in, got.String(), again, err, got)
+		}
+	}
+	// ParseLimit keeps "d" a 24-hour window where it stands alone.
+	if l, err := portero.ParseLimit("500000/d"); err != nil || l.IsCalendar() || l.Window != 24*time.Hour {
+		t.Errorf("ParseLimit(500000/d) = %+v, %v; want a window of 24 hours", l, err)
+	}
+	for _, tt := range []struct{ in, mention string }{
+		{"1000/24h", "a quota is per calendar day, week or month"},
+		{"10/h", "a quota is per calendar day, week or month"},
+		{"10/2d", "a quota is per calendar day, week or month"},
+		{"10/s burst 20", "a quota is per calendar day, week or month"},
+		{"", "empty"},
+		{"0/d", "count 0"},
+		{"10/days", "a calendar period is one day"},
+		{"10/d burst 5", "no burst or rate"},
+		{"10/d rate 1", "no burst or rate"},
+		{"10/d tz Nowhere/Else", "zone \"Nowhere/Else\""},
+		{"10/d offset 1d", "less than 1d"},
+		{"10/2d tz UTC", "tz needs a calendar period"},
+	} {
+		l, err := portero.ParseQuota(tt.in)
+		if err == nil {
+			t.Errorf("ParseQuota(%q) = %+v, want an error mentioning %q", tt.in, l, tt.mention)
+			continue
+		}
+		if !errors.Is(err, portero.ErrInvalidLimit) || !strings.Contains(err.Error(), tt.mention) || !strings.Contains(err.Error(), strconv.Quote(tt.in)) {
+			t.Errorf("ParseQuota(%q) error %q, want it to wrap ErrInvalidLimit, quote the input and mention %q", tt.in, err, tt.mention)
+		}
+	}
+}
+
+func FuzzParseQuota(f *testing.F) {
+	for _, s := range []string{"500000/day", "500000/d", "5/d tz Europe/Madrid", "10/week offset 6d tz America/New_York", "1000/24h", "10/h", "1/d burst 2", "x/d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := portero.ParseQuota(s)
+		l, lerr := portero.ParseLimit(s)
+		if err != nil {
+			if !errors.Is(err, portero.ErrInvalidLimit) {
+				t.Fatalf("ParseQuota(%q) error %v does not wrap ErrInvalidLimit", s, err)
+			}
+			if lerr == nil && l.IsCalendar() {
+				t.Fatalf("ParseQuota(%q) error %v, but ParseLimit reads the calendar quota %v", s, err, l)
+			}
+			return
+		}
+		if !q.IsCalendar() || q.Validate() != nil {
+			t.Fatalf("ParseQuota(%q) = %+v: not a valid calendar quota", s, q)
+		}
+		if lerr == nil && l.IsCalendar() && l != q {
+			t.Fatalf("ParseQuota(%q) = %+v, ParseLimit %+v", s, q, l)
+		}
+		if again, err := portero.ParseQuota(q.String()); err != nil || again != q {
+			t.Fatalf("round trip of %q via %q = %+v, %v; want %+v", s, q.String(), again, err, q)
+		}
+	})
+}
+
+func ExampleParseQuota() {
+	q, err := portero.ParseQuota("500000/d tz Europe/Madrid")
+	if err != nil {
+		panic(err)
+	}
+	_, err = portero.ParseQuota("1000/24h")
+	fmt.Println(q, q.Period)
+	fmt.Println(err)
+	// Output:
+	// 500000/day tz Europe/Madrid day
+	// invalid limit: "1000/24h": a quota is per calendar day, week or month, such as 500000/day, 500000/d or 100000/month
 }
 
 func ExampleParseLimit() {

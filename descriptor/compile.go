@@ -428,7 +428,8 @@ type Status struct {
 	Remaining int64
 	// ResetAfter is duration_until_reset: for envoyproxy/ratelimit's fixed
 	// windows the time to the end of the current window (also when nothing
-	// is counted yet), otherwise the time until the limit is whole again.
+	// is counted yet), for a calendar quota the time to the end of its
+	// period, otherwise the time until the limit is whole again.
 	ResetAfter time.Duration
 	// RetryAfter is, when Code is OverLimit and the request can pass
 	// later, the time after which it could; 0 for a cost that can never
@@ -454,7 +455,11 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 	st.Remaining = max(d.Remaining, 0)
 	st.Counted = (res.Outcome == engine.Allowed || res.Outcome == engine.NearLimit) &&
 		(res.Failure == "" || res.Failure == portero.FailLocal)
-	if res.Rule.Algorithm == portero.FixedWindow {
+	if lim := res.Rule.Limit; lim.IsCalendar() {
+		// A quota's window is its calendar period: the time to its end.
+		_, end := lim.PeriodAt(now)
+		st.ResetAfter = max(end.Sub(now), 0)
+	} else if res.Rule.Algorithm == portero.FixedWindow {
 		st.ResetAfter = windowRemainder(now, res.Rule.Limit.Window)
 	} else {
 		st.ResetAfter = max(d.ResetAfter, d.RetryAfter)

@@ -18,7 +18,8 @@
 // A request descriptor is an ordered list of (key, value) entries. Entry i
 // is looked up at level i of the domain's tree: first the node with that key
 // and exactly that value, then the nodes with that key and a wildcard value
-// in file order, then the node with that key and no value. A limit applies
+// or address lists (Node.Addresses, Portero's extension) in file order,
+// then the node with that key and no value. A limit applies
 // only when it sits at the level of the descriptor's last entry: a
 // two-entry descriptor never matches a one-level rule, and a one-entry
 // descriptor never matches a rule nested deeper.
@@ -38,6 +39,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/portero-rl/portero/clientip"
+	"github.com/portero-rl/portero/policy"
 )
 
 // Unit is the time unit of a rate limit, numbered as in Envoy's
@@ -131,9 +135,21 @@ type Node struct {
 	// request's values (Limit.DetailedMetric); ValueToMetric is accepted
 	// for compatibility and changes nothing.
 	DetailedMetric, ValueToMetric bool
-	// ShareThreshold makes every value that matches a wildcard share one
-	// counter, instead of one counter per value.
+	// ShareThreshold makes every value that matches a wildcard (or an
+	// address node's addresses) share one counter, instead of one counter
+	// per value.
 	ShareThreshold bool
+	// Addresses and NotAddresses, Portero's extension (a descriptor's
+	// portero: {addresses, not_addresses}), make the node match, in place
+	// of a Value, the entries with its Key whose value is an IP address
+	// (as clientip.ParseHop reads it: an IPv4-mapped address as IPv4) in
+	// Addresses, when given, and not in NotAddresses, when given; a value
+	// that is no address matches neither. Such a node is tried with the
+	// wildcards, in file order. AddressText names it (Composite) as the
+	// file wrote the lists: "[monitoring]", "![10.0.0.0/8]",
+	// "[10.0.0.0/8]![10.1.0.0/16]". Nil, nil and empty on other nodes.
+	Addresses, NotAddresses *policy.AddrSet
+	AddressText             string
 	// Children are the next level, in the order they were added.
 	Children []*Node
 	// File and Line locate the node in its file.
@@ -149,10 +165,26 @@ type Node struct {
 // Composite returns the node's key, or key_value when it has a value, as
 // envoyproxy/ratelimit names it.
 func (n *Node) Composite() string {
+	if n.AddressText != "" {
+		return n.Key + "_" + n.AddressText
+	}
 	if n.Value == "" {
 		return n.Key
 	}
 	return n.Key + "_" + n.Value
+}
+
+// isAddress reports whether n matches by address (Node.Addresses).
+func (n *Node) isAddress() bool { return n.AddressText != "" }
+
+// matchesAddress reports whether v, an entry's value, is an address n's
+// lists select.
+func (n *Node) matchesAddress(v string) bool {
+	a, ok := clientip.ParseHop(v)
+	if !ok {
+		return false
+	}
+	return (n.Addresses == nil || n.Addresses.Contains(a)) && (n.NotAddresses == nil || !n.NotAddresses.Contains(a))
 }
 
 // Add adds child to n's next level. When n already has a child with the
@@ -172,7 +204,7 @@ func (n *Node) Add(child *Node) (dup *Node) {
 // key_value) is already there, whatever its key and value, is a
 // duplicate, returned, and n is left unchanged.
 func (n *Node) AddEnvoyproxy(child *Node) (dup *Node) {
-	if d := n.level.composite[child.Composite()]; d != nil {
+	if d := n.level.findComposite(child); d != nil {
 		return d
 	}
 	n.level.add(child)
@@ -184,10 +216,12 @@ func (n *Node) AddEnvoyproxy(child *Node) (dup *Node) {
 // and value (Portero's matching) and by composite key_value string
 // (envoyproxy/ratelimit's, see MatchEnvoyproxy).
 type level struct {
-	exact     map[Entry]*Node
+	exact map[Entry]*Node
+	// wildcards are the nodes with a wildcard value and the address
+	// nodes, in the order they were added.
 	wildcards []*Node
 	keyOnly   map[string]*Node
-	composite map[string]*Node
+	composite map[string]*Node // no address node: its name is no entry's
 }
 
 func (l *level) add(d *Node) {
@@ -195,6 +229,10 @@ func (l *level) add(d *Node) {
 		l.exact = map[Entry]*Node{}
 		l.keyOnly = map[string]*Node{}
 		l.composite = map[string]*Node{}
+	}
+	if d.isAddress() {
+		l.wildcards = append(l.wildcards, d)
+		return
 	}
 	l.composite[d.Composite()] = d
 	if strings.Contains(d.Value, "*") {
@@ -212,8 +250,26 @@ func (l *level) add(d *Node) {
 	}
 }
 
-// findSame returns the node of l with d's key and value, or nil.
+// findComposite returns the node of l with d's composite name, or nil:
+// envoyproxy/ratelimit's duplicates.
+func (l *level) findComposite(d *Node) *Node {
+	if d.isAddress() {
+		return l.findSame(d)
+	}
+	return l.composite[d.Composite()]
+}
+
+// findSame returns the node of l with d's key and value (or addresses), or
+// nil.
 func (l *level) findSame(d *Node) *Node {
+	if d.isAddress() {
+		for _, w := range l.wildcards {
+			if w.Key == d.Key && w.AddressText == d.AddressText {
+				return w
+			}
+		}
+		return nil
+	}
 	if d.Value == "" {
 		return l.keyOnly[d.Key]
 	}
@@ -233,11 +289,19 @@ func (l *level) find(e Entry) *Node {
 		return d
 	}
 	for _, d := range l.wildcards {
-		if d.Key == e.Key && globMatch(d.parts, e.Value) {
+		if d.Key == e.Key && d.matches(e.Value) {
 			return d
 		}
 	}
 	return l.keyOnly[e.Key]
+}
+
+// matches reports whether v matches n, a wildcard or an address node.
+func (n *Node) matches(v string) bool {
+	if n.isAddress() {
+		return n.matchesAddress(v)
+	}
+	return globMatch(n.parts, v)
 }
 
 // globMatch reports whether v matches the pattern split at its '*'s: each
@@ -291,7 +355,7 @@ func (d *Domain) Add(n *Node) (dup *Node) {
 
 // AddEnvoyproxy is Node.AddEnvoyproxy for d's top level.
 func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) {
-	if x := d.root.composite[n.Composite()]; x != nil {
+	if x := d.root.findComposite(n); x != nil {
 		return x
 	}
 	d.root.add(n)
@@ -332,11 +396,11 @@ func (d *Domain) Match(entries []Entry) Match {
 		if n == nil {
 			return Match{}
 		}
-		if n.ShareThreshold && n.parts != nil {
+		if n.ShareThreshold && (n.parts != nil || n.isAddress()) {
 			if m.patterns == nil {
 				m.patterns = make([]string, len(entries))
 			}
-			m.patterns[i] = n.Value
+			m.patterns[i] = n.Value + n.AddressText
 		}
 		if i == len(entries)-1 {
 			m.Node, m.Limit = n, n.Limit
@@ -367,7 +431,7 @@ func (d *Domain) MatchEnvoyproxy(entries []Entry) Match {
 		n := lv.composite[full]
 		if n == nil {
 			for _, w := range lv.wildcards {
-				if globMatch(w.cparts, full) {
+				if w.isAddress() && w.Key == e.Key && w.matchesAddress(e.Value) || !w.isAddress() && globMatch(w.cparts, full) {
 					n = w
 					break
 				}

@@ -3,6 +3,7 @@ package descriptor
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
@@ -18,7 +19,8 @@ type Limit struct {
 	// the domain and, for every level, key or key_value, joined by ".".
 	FullKey string
 	// Unit and RequestsPerUnit are the limit as written; both zero when
-	// Unlimited.
+	// Unlimited. A look-back limit (LimitSpec.LookBack) has the unit
+	// UnitUnknown: Envoy's units have no 5 minutes.
 	Unit            Unit
 	RequestsPerUnit uint32
 	// Unlimited answers OK without counting.
@@ -57,6 +59,17 @@ type LimitSpec struct {
 	Burst int64
 	// Shadow is the node's shadow_mode, QuotaMode its quota_mode.
 	Shadow, QuotaMode bool
+	// Calendar, when it is a calendar limit (portero.Limit.IsCalendar),
+	// is what the engine counts instead of RequestsPerUnit per Unit: a
+	// quota per calendar day, week or month in a time zone, with an
+	// offset (the extension's calendar: true). Its Count is
+	// RequestsPerUnit and its period the Unit (day, week or month), so
+	// that Envoy is told the limit as written.
+	Calendar portero.Limit
+	// LookBack, when set, is the window of a look-back limit (the
+	// extension's look_back, policy.LookBackLimit): RequestsPerUnit over
+	// the last LookBack, whatever the Unit (UnitUnknown then).
+	LookBack time.Duration
 	// Envoyproxy accepts what envoyproxy/ratelimit accepts and Portero's
 	// own rules do not: a count per second above what Portero's algorithms
 	// count (the rule is then for the engine's CountEach alone), a name
@@ -72,7 +85,7 @@ func NewLimit(s LimitSpec) (*Limit, error) {
 	if s.Unlimited {
 		return l, nil
 	}
-	if !s.Unit.Valid() {
+	if !s.Unit.Valid() && s.LookBack == 0 {
 		return nil, fmt.Errorf("invalid unit %d", int32(s.Unit))
 	}
 	alg := s.Algorithm
@@ -81,7 +94,16 @@ func NewLimit(s LimitSpec) (*Limit, error) {
 	}
 	r := engine.Rule{Rule: portero.Rule{Name: l.PolicyName(), Algorithm: alg}, Shadow: s.Shadow, QuotaMode: s.QuotaMode}
 	r.Limit.Window = s.Unit.Duration()
-	if s.RequestsPerUnit > 0 {
+	switch {
+	case s.Calendar.IsCalendar():
+		if s.Calendar.Count != int64(s.RequestsPerUnit) || s.Unit.Duration() != s.Calendar.Period.Nominal() {
+			return nil, fmt.Errorf("calendar quota %v is not %d per %s", s.Calendar, s.RequestsPerUnit, s.Unit)
+		}
+		r.Limit = s.Calendar
+	case s.LookBack > 0:
+		l.Unit = UnitUnknown
+		r.Limit = portero.Limit{Count: int64(s.RequestsPerUnit), Window: s.LookBack, Burst: s.Burst}
+	case s.RequestsPerUnit > 0:
 		r.Limit.Count, r.Limit.Burst = int64(s.RequestsPerUnit), s.Burst
 	}
 	ann, err := header.Announce(&r)

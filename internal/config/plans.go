@@ -146,9 +146,9 @@ const (
 	DefaultKeyHeader      = "X-API-Key"
 	DefaultLimitsEndpoint = "/v1/limits"
 	// DefaultRateWindow is WAF's default evaluation window.
-	DefaultRateWindow = 300 * time.Second
+	DefaultRateWindow = policy.DefaultLookBack
 	// MinRateLimit is WAF's smallest limit per window.
-	MinRateLimit = 10
+	MinRateLimit = policy.MinLookBackLimit
 	// MaxRateKeys is WAF's most custom aggregation keys.
 	MaxRateKeys = 5
 )
@@ -159,9 +159,6 @@ const (
 	IdentityAPIKey = "api_key"
 	IdentityPlan   = "plan"
 )
-
-// rateWindows are WAF's evaluation windows.
-var rateWindows = []time.Duration{60 * time.Second, 120 * time.Second, 300 * time.Second, 600 * time.Second}
 
 // addressLists reads address_lists into p.lists.
 func (p *parser) addressLists(f *File) {
@@ -366,17 +363,13 @@ func (p *parser) gatewayModel(f *File, c *Config, rules []policy.Rule, seen map[
 		}
 		if pl.Quota != "" {
 			qpath := append(path, "quota")
-			l, err := portero.ParseLimit(pl.Quota)
-			switch {
-			case err != nil:
+			// A quota is a calendar period: 500000/d is the calendar day
+			// here, and 1000/24h an error (portero.ParseQuota).
+			if l, err := portero.ParseQuota(pl.Quota); err != nil {
 				p.errorf(qpath, "%s: %s", pl.Quota, limitMessage(err, pl.Quota))
-			case !l.IsCalendar():
-				p.errorf(qpath, "%s: a quota is per calendar day, week or month, such as 500000/day or 100000/month", pl.Quota)
-			default:
-				if rn := "plan/" + pn + "/quota"; name(rn, qpath) {
-					out = append(out, policy.Rule{Name: rn, Match: match, Key: policy.MustParseKey(key), Algorithm: portero.FixedWindow, Limit: l})
-					g.Levels[rn] = "quota"
-				}
+			} else if rn := "plan/" + pn + "/quota"; name(rn, qpath) {
+				out = append(out, policy.Rule{Name: rn, Match: match, Key: policy.MustParseKey(key), Algorithm: portero.FixedWindow, Limit: l})
+				g.Levels[rn] = "quota"
 			}
 		}
 	}
@@ -538,19 +531,14 @@ func (p *parser) rateRule(rr RateRule, path []any, c *Config) (policy.Rule, bool
 	if err := policy.ValidName(rr.Name); err != nil {
 		bad("name", "%v", err)
 	}
-	if rr.Limit < MinRateLimit {
-		bad("limit", "%d: at least %d requests per window", rr.Limit, MinRateLimit)
+	window, err := policy.ParseLookBack(rr.Window)
+	if err != nil {
+		bad("window", "%v", err)
+		window = DefaultRateWindow
 	}
-	window := DefaultRateWindow
-	if rr.Window != "" {
-		d, err := time.ParseDuration(rr.Window)
-		if err != nil || !containsDur(rateWindows, d) {
-			bad("window", "%q: want 60s, 120s, 300s (the default) or 600s", rr.Window)
-		} else {
-			window = d
-		}
+	if r.Limit, err = policy.LookBackLimit(rr.Limit, window); err != nil {
+		bad("limit", "%v", err)
 	}
-	r.Limit = portero.Limit{Count: rr.Limit, Window: window}
 	if rr.Algorithm != "" {
 		a, err := portero.ParseAlgorithm(rr.Algorithm)
 		if err != nil {
@@ -620,15 +608,6 @@ func (p *parser) rateRule(rr RateRule, path []any, c *Config) (policy.Rule, bool
 		}
 	}
 	return r, ok
-}
-
-func containsDur(list []time.Duration, d time.Duration) bool {
-	for _, x := range list {
-		if x == d {
-			return true
-		}
-	}
-	return false
 }
 
 // matchGiven reports whether m selects anything less than every request.

@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/policy"
@@ -106,7 +108,7 @@ limits_endpoint: v1/limits
 		"portero.yaml:10:7: levels.methods[0]: burst 500 is more than levels.stages[0] (prod) allows (350, portero.yaml:8:7)",
 		"portero.yaml:11:27: levels.methods[1].stage: \"staging\": a method level names one of levels.stages (have prod)",
 		"portero.yaml:13:9: plans.gold: rate 2000/s is more than levels.global allows (1000/s, portero.yaml:6:11)",
-		"portero.yaml:13:29: plans.gold.quota: 10/h: a quota is per calendar day, week or month",
+		"portero.yaml:13:29: plans.gold.quota: 10/h: invalid limit: a quota is per calendar day, week or month",
 		"portero.yaml:14:10: plans.empty: a plan needs a throttle",
 		"keys.yaml:2:19: keys[0].plan: \"nope\": no such plan (have empty, gold)",
 		"keys.yaml:3:33: keys[1].sha256: \"xyz\": want the 64 hexadecimal digits of a SHA-256",
@@ -136,5 +138,40 @@ func TestKeysFileNeedsPlans(t *testing.T) {
 	_, err = config.Parse("p.yaml", []byte("upstreams: {api: {url: \"http://127.0.0.1:3000\"}}\nroutes: [{upstream: api}]\nrules: [{name: global, key: global, limit: 10/s}]\nlevels: {global: {rate: 5}}\n"))
 	if err == nil || !strings.Contains(err.Error(), `levels.global: compiles to rule "global", a name rules[0] already uses`) {
 		t.Errorf("a level named as a rule: %v", err)
+	}
+}
+
+// TestPlanQuota reads a plan's quota as a calendar period (portero.ParseQuota):
+// 500000/d is the calendar day there, as 500000/day, with or without a
+// zone; a window of fixed length is refused at its line.
+func TestPlanQuota(t *testing.T) {
+	const head = "upstreams: {api: {url: \"http://127.0.0.1:3000\"}}\nroutes: [{upstream: api}]\napi_keys: {keys: [{id: a, plan: gold, sha256: " +
+		"0000000000000000000000000000000000000000000000000000000000000000}]}\nplans:\n  gold:\n    rate: 10\n    quota: "
+	for quota, want := range map[string]portero.Limit{
+		"500000/d":                  portero.PerDay(500000),
+		"500000/day":                portero.PerDay(500000),
+		"500000/d tz Europe/Madrid": portero.PerDay(500000).WithZone("Europe/Madrid"),
+		"100000/month offset 14d":   portero.PerMonth(100000).WithOffset(14 * 24 * time.Hour),
+	} {
+		c, err := config.Parse("p.yaml", []byte(head+quota+"\n"))
+		if err != nil {
+			t.Errorf("quota %q: %v", quota, err)
+			continue
+		}
+		r := c.Policy.Rule("plan/gold/quota")
+		if r == nil || r.Limit != want || r.Algorithm != portero.FixedWindow {
+			t.Errorf("quota %q compiles to %+v, want a fixed window of %v", quota, r, want)
+		}
+	}
+	for quota, want := range map[string]string{
+		"1000/24h": "p.yaml:7:12: plans.gold.quota: 1000/24h: invalid limit: a quota is per calendar day, week or month, such as 500000/day, 500000/d or 100000/month",
+		"10/2d":    "p.yaml:7:12: plans.gold.quota: 10/2d: invalid limit: a quota is per calendar day, week or month",
+		"10/days":  "p.yaml:7:12: plans.gold.quota: 10/days: invalid limit: window \"days\": a calendar period is one day",
+		"0/d":      "p.yaml:7:12: plans.gold.quota: 0/d: invalid limit: count 0",
+	} {
+		_, err := config.Parse("p.yaml", []byte(head+quota+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("quota %q: error %v, want %q", quota, err, want)
+		}
 	}
 }

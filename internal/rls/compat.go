@@ -154,8 +154,16 @@ func appendEnvoyproxyHeaders(fields []hdr.Field, buf []byte, sts []descriptor.St
 		return fields, buf
 	}
 	st := &sts[pick]
-	w := int64(st.Limit.Unit.Duration() / time.Second)
-	reset := w - floorMod(now.Unix(), w)
+	var reset int64
+	if r := st.Limit.Rule; r != nil && (r.Limit.IsCalendar() || !st.Limit.Unit.Valid()) {
+		// Portero's extension: a calendar quota's period or a look-back
+		// window has no epoch-aligned unit (and a look-back's unit is
+		// UNKNOWN, 0 s): the reset is the status's own.
+		reset = hdr.CeilSeconds(st.ResetAfter)
+	} else {
+		w := int64(st.Limit.Unit.Duration() / time.Second)
+		reset = w - floorMod(now.Unix(), w)
+	}
 	for k, v := range []int64{int64(st.Limit.RequestsPerUnit), max(st.Remaining, 0), reset} {
 		start := len(buf)
 		buf = strconv.AppendInt(buf, v, 10)

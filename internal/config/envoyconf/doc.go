@@ -56,6 +56,18 @@
 // Without it a limit is envoyproxy/ratelimit's clock-aligned fixed window:
 // portero.FixedWindow with Window = unit and Count = requests_per_unit.
 //
+// The same key carries what the gateway model (docs/plans.md) gives this
+// door (extension.go, docs/envoy.md): rate_limit.portero's calendar: true,
+// tz and offset make a limit a calendar quota per day, week or month
+// (read by portero.ParseQuota); its look_back (60s, 120s, 300s or 600s, a
+// limit of at least 10, validated by policy.ParseLookBack and
+// LookBackLimit as the gateway's rate_rules are) a look-back window
+// counted by the sliding log; the file's portero.address_lists and a
+// descriptor's portero: {addresses, not_addresses} match an entry's value
+// by address or CIDR (descriptor.Node.Addresses). envoyproxy/ratelimit
+// refuses the key portero anywhere, so no file it accepts reads
+// differently; inside it the reading is strict in both modes.
+//
 // A limit's name (rate_limit.name, or the node's full key when it has none)
 // is what RateLimit headers announce: a name that a Structured Field String
 // cannot carry (bytes outside printable ASCII) is a configuration error

@@ -325,6 +325,8 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true}}\n  - {key: k, value: 'a*b', rate_limit: {unit: hour, requests_per_unit: 3, replaces: [{name: n}]}}\n",
 		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5, portero: {algorithm: gcra, burst: 9}}}\n",
 		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5, portero: {algorithm: leaky-queue}}}\n",
+		"domain: d\nportero: {address_lists: {m: [10.0.0.0/8, '::1']}}\ndescriptors:\n  - {key: k, share_threshold: true, portero: {addresses: [m], not_addresses: [10.1.0.0/16]}, rate_limit: {unit: day, requests_per_unit: 5, portero: {calendar: true, tz: Europe/Madrid, offset: 6h}}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {requests_per_unit: 50, portero: {look_back: 120s, algorithm: sliding-counter}}}\n",
 		"domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors: [{key: c, rate_limit: {unit: week, requests_per_unit: 1}}]\n",
 		"domain: d\ndescriptors:\n  - {key: k}\n  - {key: k}\n  - {key: '', valeu: x, quota_mode: true}\n",
 		"domain: d\ndescriptors: {key: k}\nfoo: 1\n",

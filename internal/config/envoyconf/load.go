@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -202,6 +203,7 @@ func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
 
 type parser struct {
 	file                  string
+	lists                 map[string][]netip.Prefix // portero.address_lists
 	errs                  []error
 	nodes                 int
 	domainLine, domainCol int
@@ -269,6 +271,8 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 			p.domainLine, p.domainCol = v.Line, v.Column
 		case "descriptors":
 			descs = v
+		case "portero":
+			p.fileExtension(v, "portero")
 		default:
 			p.unknown(kn, "", k)
 		}
@@ -440,7 +444,7 @@ func (p *parser) descriptors(n *yaml.Node, add func(*descriptor.Node) *descripto
 
 func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *descriptor.Node {
 	d := &descriptor.Node{File: p.file, Line: n.Line}
-	var rl, children *yaml.Node
+	var rl, children, addrs *yaml.Node
 	var rlField string
 	before := len(p.errs)
 	p.fields(n, field, func(k string, kn, v *yaml.Node) {
@@ -469,18 +473,23 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 			d.QuotaMode = p.boolean(v, f)
 		case "metadata":
 			d.Metadata = p.metadata(v, f)
+		case "portero":
+			addrs = v
 		default:
 			p.unknown(kn, field, k)
 		}
 	})
+	if addrs != nil && len(p.errs) == before {
+		p.addresses(d, addrs, join(field, "portero"))
+	}
 	if n.Kind == yaml.MappingNode && d.Key == "" && len(p.errs) == before {
 		p.errorf(n, join(field, "key"), "missing key")
 	}
 	if len(p.errs) > before {
 		return nil
 	}
-	if d.ShareThreshold && !strings.Contains(d.Value, "*") {
-		p.errorf(n, join(field, "share_threshold"), "only valid with a wildcard value (containing '*')")
+	if d.ShareThreshold && !strings.Contains(d.Value, "*") && d.AddressText == "" {
+		p.errorf(n, join(field, "share_threshold"), "only valid with a wildcard value (containing '*') or addresses (portero.addresses)")
 	}
 	fullKey := parentKey + "." + d.Composite()
 	if rl != nil {
@@ -509,8 +518,6 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 	r := &descriptor.LimitSpec{FullKey: fullKey, Shadow: shadow, QuotaMode: quota, Envoyproxy: p.compat}
 	before := len(p.errs)
 	var unitNode, rpuNode *yaml.Node
-	alg := portero.FixedWindow
-	var burst int64
 	var ext *yaml.Node
 	p.fields(n, field, func(k string, kn, v *yaml.Node) {
 		f := join(field, k)
@@ -549,17 +556,17 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 	if len(p.errs) > before {
 		return nil
 	}
+	var x extension
 	if ext != nil {
-		alg, burst = p.extension(ext, join(field, "portero"))
-		if burst > 0 && isWindow(alg) {
-			p.errorf(ext, join(field, "portero.burst"), "burst applies to token-bucket, leaky-meter, gcra and leaky-queue, not to %s", alg)
-		}
+		x = p.extension(ext, join(field, "portero"))
 	}
 	switch {
 	case r.Unlimited && unitNode != nil:
 		p.errorf(unitNode, join(field, "unit"), "should not be given when unlimited is true")
 	case r.Unlimited && ext != nil:
 		p.errorf(ext, join(field, "portero"), "should not be given when unlimited is true")
+	case !r.Unlimited && x.lookBack != nil && x.calendar == nil:
+		p.lookBack(r, &x, unitNode, rpuNode, n, field)
 	case !r.Unlimited && unitNode == nil:
 		p.errorf(n, join(field, "unit"), "missing unit: want second, minute, hour, day, week, month or year")
 	case !r.Unlimited && rpuNode == nil:
@@ -571,10 +578,22 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 			p.errorf(n, join(field, "replaces"), "a limit cannot replace itself (%q)", name)
 		}
 	}
+	if x.alg == "" {
+		x.alg = portero.FixedWindow
+		if x.lookBack != nil {
+			x.alg = portero.SlidingLog // exact, as the gateway's rate_rules
+		}
+	}
+	if x.calendar != nil && len(p.errs) == before {
+		p.calendar(r, &x, unitNode, rpuNode, n, field)
+	}
+	if x.burst > 0 && isWindow(x.alg) {
+		p.errorf(x.burstNode, join(field, "portero.burst"), "burst applies to token-bucket, leaky-meter, gcra and leaky-queue, not to %s", x.alg)
+	}
 	if len(p.errs) > before {
 		return nil
 	}
-	r.Algorithm, r.Burst = alg, burst
+	r.Algorithm, r.Burst = x.alg, x.burst
 	l, err := descriptor.NewLimit(*r)
 	if err != nil {
 		p.errorf(n, field, "%v", err)
@@ -628,37 +647,4 @@ func isWindow(a portero.Algorithm) bool {
 		return true
 	}
 	return false
-}
-
-// extension reads rate_limit.portero: {algorithm, burst}.
-func (p *parser) extension(n *yaml.Node, field string) (portero.Algorithm, int64) {
-	alg := portero.FixedWindow
-	var burst int64
-	p.fields(n, field, func(k string, kn, v *yaml.Node) {
-		f := join(field, k)
-		switch k {
-		case "algorithm":
-			s := p.str(v, f)
-			if s == "" {
-				return
-			}
-			a, err := portero.ParseAlgorithm(s)
-			if err != nil {
-				p.errorf(v, f, "%v", err)
-				return
-			}
-			if a == portero.LeakyQueue {
-				// An RLS answer is OK or OVER_LIMIT now: accepting a queue
-				// would admit at once what it should delay.
-				p.errorf(v, f, "leaky-queue delays requests, which an Envoy rate limit service cannot do (it answers at once); use leaky-meter or gcra for the same admissions without the delay")
-				return
-			}
-			alg = a
-		case "burst":
-			burst = int64(p.uint(v, f, math.MaxUint32))
-		default:
-			p.unknown(kn, field, k)
-		}
-	})
-	return alg, burst
 }

@@ -1,0 +1,318 @@
+package envoyconf
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
+	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/policy"
+)
+
+// Portero's extension of envoyproxy/ratelimit's format: the key portero,
+// which envoyproxy/ratelimit refuses wherever it stands (so a file that
+// uses it is Portero's alone, and no file it accepts reads differently),
+// in three places:
+//
+//   - the file: portero: {address_lists: {NAME: [CIDR, ...]}};
+//   - a descriptor: portero: {addresses: [...], not_addresses: [...]},
+//     matching by address in place of a value (descriptor.Node.Addresses);
+//   - a rate_limit: portero: {algorithm, burst, calendar, tz, offset,
+//     look_back}.
+//
+// Inside it the reading is strict in both modes: an unknown key is an
+// error, since no envoyproxy/ratelimit file has one to keep.
+
+// extension is a rate_limit's portero, as read.
+type extension struct {
+	alg                portero.Algorithm // empty: the default
+	burst              int64
+	burstNode          *yaml.Node
+	calendar           *yaml.Node // calendar: true
+	tz, offset         string
+	tzNode, offsetNode *yaml.Node
+	lookBack           *yaml.Node
+	lookBackText       string
+}
+
+// strictUnknown reports an unknown key inside the extension, in both modes.
+func (p *parser) strictUnknown(kn *yaml.Node, field, k, known string) {
+	p.errorf(kn, join(field, k), "unknown field (Portero's extension has %s)", known)
+}
+
+// extension reads rate_limit.portero.
+func (p *parser) extension(n *yaml.Node, field string) extension {
+	var x extension
+	p.fields(n, field, func(k string, kn, v *yaml.Node) {
+		f := join(field, k)
+		switch k {
+		case "algorithm":
+			s := p.str(v, f)
+			if s == "" {
+				return
+			}
+			a, err := portero.ParseAlgorithm(s)
+			if err != nil {
+				p.errorf(v, f, "%v", err)
+				return
+			}
+			if a == portero.LeakyQueue {
+				// An RLS answer is OK or OVER_LIMIT now: accepting a queue
+				// would admit at once what it should delay.
+				p.errorf(v, f, "leaky-queue delays requests, which an Envoy rate limit service cannot do (it answers at once); use leaky-meter or gcra for the same admissions without the delay")
+				return
+			}
+			x.alg = a
+		case "burst":
+			x.burst, x.burstNode = int64(p.uint(v, f, math.MaxUint32)), v
+		case "calendar":
+			if p.boolean(v, f) {
+				x.calendar = v
+			}
+		case "tz":
+			x.tz, x.tzNode = p.str(v, f), v
+		case "offset":
+			x.offset, x.offsetNode = p.str(v, f), v
+		case "look_back":
+			x.lookBackText, x.lookBack = p.str(v, f), v
+		default:
+			p.strictUnknown(kn, field, k, "algorithm, burst, calendar, tz, offset and look_back")
+		}
+	})
+	if x.calendar == nil {
+		for _, o := range []struct {
+			n    *yaml.Node
+			name string
+		}{{x.tzNode, "tz"}, {x.offsetNode, "offset"}} {
+			if o.n != nil {
+				p.errorf(o.n, join(field, o.name), "%s is for a calendar quota: add calendar: true (with unit day, week or month)", o.name)
+			}
+		}
+	}
+	if x.calendar != nil && x.lookBack != nil {
+		p.errorf(x.lookBack, join(field, "look_back"), "a limit is a calendar quota (calendar: true) or a look-back window, not both")
+	}
+	return x
+}
+
+// calendar makes r a calendar quota: requests_per_unit per calendar day,
+// week or month (unit), in tz, shifted by offset, read by
+// portero.ParseQuota, the parser of every Portero quota.
+func (p *parser) calendar(r *descriptor.LimitSpec, x *extension, unitNode, rpuNode, n *yaml.Node, field string) {
+	ext := join(field, "portero")
+	var period portero.Period
+	switch r.Unit {
+	case descriptor.Day:
+		period = portero.Daily
+	case descriptor.Week:
+		period = portero.Weekly
+	case descriptor.Month:
+		period = portero.Monthly
+	default:
+		p.errorf(unitNode, join(field, "unit"), "%s: a calendar quota is per day, week or month (calendar: true)", r.Unit)
+		return
+	}
+	if x.alg != portero.FixedWindow {
+		p.errorf(x.calendar, join(ext, "calendar"), "a calendar quota is counted by fixed-window on the calendar, not %s", x.alg)
+		return
+	}
+	if r.RequestsPerUnit == 0 {
+		at := rpuNode
+		if at == nil {
+			at = n
+		}
+		p.errorf(at, join(field, "requests_per_unit"), "a calendar quota needs a positive requests_per_unit (0 refuses everything: drop calendar)")
+		return
+	}
+	// Each part alone first, so that an error names its field; one word
+	// each, so that neither can add words to the other.
+	base := "1/" + string(period)
+	for _, o := range []struct {
+		v    string
+		n    *yaml.Node
+		name string
+	}{{x.tz, x.tzNode, "tz"}, {x.offset, x.offsetNode, "offset"}} {
+		if o.n == nil {
+			continue
+		}
+		if o.v == "" || len(strings.Fields(o.v)) != 1 {
+			p.errorf(o.n, join(ext, o.name), "%q: want one word, such as %s", o.v, map[string]string{"tz": "Europe/Madrid", "offset": "6h"}[o.name])
+			return
+		}
+		if _, err := portero.ParseQuota(base + " " + o.name + " " + o.v); err != nil {
+			p.errorf(o.n, join(ext, o.name), "%s", quotaMessage(err))
+			return
+		}
+	}
+	q := fmt.Sprintf("%d/%s", r.RequestsPerUnit, period)
+	if x.offset != "" {
+		q += " offset " + x.offset
+	}
+	if x.tz != "" {
+		q += " tz " + x.tz
+	}
+	l, err := portero.ParseQuota(q)
+	if err != nil {
+		p.errorf(x.calendar, join(ext, "calendar"), "%s", quotaMessage(err))
+		return
+	}
+	r.Calendar = l
+}
+
+// quotaMessage is a ParseQuota error without the composed text it quotes
+// and the "invalid limit" the field's error already says.
+func quotaMessage(err error) string {
+	msg := err.Error()
+	for range 2 { // either comes first
+		msg = strings.TrimPrefix(msg, portero.ErrInvalidLimit.Error()+": ")
+		if i := strings.Index(msg, "\": "); strings.HasPrefix(msg, "\"") && i > 0 {
+			msg = msg[i+3:]
+		}
+	}
+	return msg
+}
+
+// lookBack makes r a look-back limit: requests_per_unit over the last
+// look_back, validated as the gateway's rate_rules are
+// (policy.ParseLookBack, policy.LookBackLimit).
+func (p *parser) lookBack(r *descriptor.LimitSpec, x *extension, unitNode, rpuNode, n *yaml.Node, field string) {
+	if unitNode != nil {
+		p.errorf(unitNode, join(field, "unit"), "look_back is the window: leave unit out (requests_per_unit requests over the last look_back)")
+		return
+	}
+	w, err := policy.ParseLookBack(x.lookBackText)
+	if err != nil {
+		p.errorf(x.lookBack, join(field, "portero.look_back"), "%v", err)
+		return
+	}
+	if _, err := policy.LookBackLimit(int64(r.RequestsPerUnit), w); err != nil {
+		at := rpuNode
+		if at == nil {
+			at = n
+		}
+		p.errorf(at, join(field, "requests_per_unit"), "%v (look_back)", err)
+		return
+	}
+	r.LookBack = w
+}
+
+// fileExtension reads the file's portero: {address_lists}.
+func (p *parser) fileExtension(n *yaml.Node, field string) {
+	p.fields(n, field, func(k string, kn, v *yaml.Node) {
+		f := join(field, k)
+		if k != "address_lists" {
+			p.strictUnknown(kn, field, k, "address_lists")
+			return
+		}
+		if v.Kind != yaml.MappingNode {
+			p.errorf(v, f, "want a mapping of names to lists of addresses and CIDRs, found %s", kindName(v))
+			return
+		}
+		p.lists = map[string][]netip.Prefix{}
+		p.fields(v, f, func(name string, kn, list *yaml.Node) {
+			lf := join(f, name)
+			if err := policy.ValidName(name); err != nil {
+				p.errorf(kn, lf, "%v", err)
+				return
+			}
+			var out []netip.Prefix
+			for i, item := range p.strList(list, lf) {
+				pfx, err := clientip.ParsePrefixes([]string{item.Value})
+				if err != nil {
+					p.errorf(item, fmt.Sprintf("%s[%d]", lf, i), "%v", err)
+					continue
+				}
+				out = append(out, pfx...)
+			}
+			p.lists[name] = out
+		})
+	})
+}
+
+// strList reads a list of strings.
+func (p *parser) strList(n *yaml.Node, field string) []*yaml.Node {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, field, "want a list, found %s", kindName(n))
+		return nil
+	}
+	var out []*yaml.Node
+	for i, item := range n.Content {
+		item = deref(item)
+		if p.str(item, fmt.Sprintf("%s[%d]", field, i)); item.Kind == yaml.ScalarNode && item.Tag != "!!null" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// addresses reads a descriptor's portero: {addresses, not_addresses}
+// into d.
+func (p *parser) addresses(d *descriptor.Node, n *yaml.Node, field string) {
+	var in, out string // the lists as written, for the node's name
+	p.fields(n, field, func(k string, kn, v *yaml.Node) {
+		f := join(field, k)
+		var set **policy.AddrSet
+		text := &in
+		switch k {
+		case "addresses":
+			set = &d.Addresses
+		case "not_addresses":
+			set, text = &d.NotAddresses, &out
+		default:
+			p.strictUnknown(kn, field, k, "addresses and not_addresses")
+			return
+		}
+		items := p.strList(v, f)
+		if len(items) == 0 {
+			p.errorf(v, f, "want at least one address list, address or CIDR")
+			return
+		}
+		var all []netip.Prefix
+		names := make([]string, 0, len(items))
+		for i, item := range items {
+			names = append(names, item.Value)
+			if l, ok := p.lists[item.Value]; ok {
+				all = append(all, l...)
+				continue
+			}
+			pfx, err := clientip.ParsePrefixes([]string{item.Value})
+			if err != nil {
+				have := make([]string, 0, len(p.lists))
+				for name := range p.lists {
+					have = append(have, name)
+				}
+				sort.Strings(have)
+				h := strings.Join(have, ", ")
+				if h == "" {
+					h = "none under portero.address_lists"
+				}
+				p.errorf(item, fmt.Sprintf("%s[%d]", f, i), "%q: neither an address list (have %s) nor an address or CIDR", item.Value, h)
+				continue
+			}
+			all = append(all, pfx...)
+		}
+		s, err := policy.NewAddrSet(all)
+		if err != nil {
+			p.errorf(v, f, "%v", err)
+			return
+		}
+		*set, *text = s, "["+strings.Join(names, ",")+"]"
+	})
+	if in == "" && out == "" {
+		return
+	}
+	if d.Value != "" {
+		p.errorf(n, field, "a descriptor matches a value or addresses, not both (value %q)", d.Value)
+		return
+	}
+	if out != "" {
+		out = "!" + out
+	}
+	d.AddressText = in + out
+}
