@@ -4,7 +4,8 @@
 // A Store holds any number of rules. Each rule (the whole portero.Rule
 // value: name, algorithm and limit) has its own table, split into shards of
 // one cache line each, with a mutex. A key is found by a 64-bit hash
-// (hash/maphash, with a random seed per rule); the high bits pick the shard
+// (with random seeds per rule: inline for keys of up to 16 bytes, the Go
+// runtime's wyhash mixing, hash/maphash for longer ones); the high bits pick the shard
 // and the low bits where the probe starts in the shard's open-addressing
 // array (linear probing). A slot holds the hash and the algorithm's state:
 // 16 bytes, four to a cache line, for GCRA and the leaky queue, whose state
@@ -224,6 +225,7 @@ type table struct {
 	log    *algorithm.SlidingLog // sliding log
 	max    int64                 // largest cost
 	seed   maphash.Seed
+	k0, k1 uint64 // seeds of strHash for short keys
 	shift  uint   // 64 − shard bits
 	mask   uint64 // shards − 1
 	shards []shard
@@ -239,6 +241,7 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 		return nil, err
 	}
 	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, mask: 1<<s.shardBits - 1, store: s}
+	t.k0, t.k1 = maphash.Comparable(t.seed, -1), maphash.Comparable(t.seed, -2)
 	if rule.Algorithm == portero.SlidingLog {
 		l, err := algorithm.NewSlidingLog(rule.Limit)
 		if err != nil {
@@ -280,8 +283,47 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 
 // hash returns key's hash under t. Its lowest bit is always set, so that 0
 // can mark an empty slot; the 63 bits left make a collision among a million
-// keys about as likely as one in 10⁷ (n²/2⁶⁴).
-func (t *table) hash(key string) uint64 { return maphash.String(t.seed, key) | 1 }
+// keys about as likely as one in 10⁷ (n²/2⁶⁴). It is one call, so that it
+// inlines.
+func (t *table) hash(key string) uint64 { return strHash(key, t.k0, t.k1, t.seed) | 1 }
+
+// strHash hashes s under the seeds k0 and k1, or seed for a string of more
+// than 16 bytes. A short string (an IPv4 address, a short id) is hashed
+// inline with the Go runtime's own string hash for machines without AES
+// (wyhash's mixing: two 64-bit words of the key, each xored with a seed,
+// multiplied to 128 bits and folded, then once more with the length), which
+// the runtime relies on against hash flooding there; a longer one with
+// hash/maphash, whose calls cost about 40 instructions more.
+func strHash(s string, k0, k1 uint64, seed maphash.Seed) uint64 {
+	var a, b uint64
+	switch n := len(s); {
+	case n > 16:
+		return maphash.String(seed, s)
+	case n >= 8:
+		a, b = le64(s), le64(s[n-8:])
+	case n >= 4:
+		a, b = le32(s), le32(s[n-4:])
+	case n > 0:
+		a = uint64(s[0])<<16 | uint64(s[n>>1])<<8 | uint64(s[n-1])
+	}
+	return mix(0x1d8e4e27c47d124f^uint64(len(s)), mix(a^k1, b^k0))
+}
+
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint64 {
+	_ = s[3]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
+}
 
 func (t *table) shard(h uint64) *shard { return &t.shards[h>>t.shift&t.mask] }
 
