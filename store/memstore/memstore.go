@@ -325,7 +325,10 @@ func le32(s string) uint64 {
 	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
 }
 
-func (t *table) shard(h uint64) *shard { return &t.shards[h>>t.shift&t.mask] }
+// shard returns h's shard. The shift is masked to 63 (a shift of 64, for
+// one shard, becomes 0, which the mask then zeroes) so that it compiles to
+// one instruction.
+func (t *table) shard(h uint64) *shard { return &t.shards[h>>(t.shift&63)&t.mask] }
 
 // Limiter returns the limiter for rule, which shares the store's state for
 // that rule (two Limiters for equal rules decide for the same keys). The
