@@ -3,11 +3,10 @@
 //
 // A Store holds any number of rules. Each rule (the whole portero.Rule
 // value: name, algorithm and limit) has its own table, split into shards of
-// one cache line each, with a mutex. A key is found by a 64-bit hash
-// (with random seeds per rule: inline for keys of up to 16 bytes, the Go
-// runtime's wyhash mixing, hash/maphash for longer ones); the high bits pick the shard
-// and the low bits where the probe starts in the shard's open-addressing
-// array (linear probing). A slot holds the hash and the algorithm's state:
+// one cache line each, with a mutex. A key is found by a 64-bit hash (the
+// Go runtime's wyhash mixing, with random seeds per rule); the high bits
+// pick the shard and the low bits where the probe starts in the shard's
+// open-addressing array (linear probing). A slot holds the hash and the algorithm's state:
 // 16 bytes, four to a cache line, for GCRA and the leaky queue, whose state
 // is one word (probes start at a line's first slot), 24 bytes for the
 // others. The arrays are rebuilt when keys and tombstones pass 13/16 of the
@@ -225,9 +224,9 @@ type table struct {
 	log    *algorithm.SlidingLog // sliding log
 	max    int64                 // largest cost
 	seed   maphash.Seed
-	k0, k1 uint64 // seeds of strHash for short keys
-	shift  uint   // 64 − shard bits
-	mask   uint64 // shards − 1
+	k      [4]uint64 // seeds of strHash
+	shift  uint      // 64 − shard bits
+	mask   uint64    // shards − 1
 	shards []shard
 	store  *Store
 }
@@ -241,7 +240,9 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 		return nil, err
 	}
 	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, mask: 1<<s.shardBits - 1, store: s}
-	t.k0, t.k1 = maphash.Comparable(t.seed, -1), maphash.Comparable(t.seed, -2)
+	for i := range t.k {
+		t.k[i] = maphash.Comparable(t.seed, -1-i)
+	}
 	if rule.Algorithm == portero.SlidingLog {
 		l, err := algorithm.NewSlidingLog(rule.Limit)
 		if err != nil {
@@ -285,20 +286,34 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 // can mark an empty slot; the 63 bits left make a collision among a million
 // keys about as likely as one in 10⁷ (n²/2⁶⁴). It is one call, so that it
 // inlines.
-func (t *table) hash(key string) uint64 { return strHash(key, t.k0, t.k1, t.seed) | 1 }
+func (t *table) hash(key string) uint64 { return strHash(key, &t.k) | 1 }
 
-// strHash hashes s under the seeds k0 and k1, or seed for a string of more
-// than 16 bytes. A short string (an IPv4 address, a short id) is hashed
-// inline with the Go runtime's own string hash for machines without AES
-// (wyhash's mixing: two 64-bit words of the key, each xored with a seed,
-// multiplied to 128 bits and folded, then once more with the length), which
-// the runtime relies on against hash flooding there; a longer one with
-// hash/maphash, whose calls cost about 40 instructions more.
-func strHash(s string, k0, k1 uint64, seed maphash.Seed) uint64 {
+// strHash hashes s under the seeds k with the Go runtime's own string hash
+// for machines without AES (runtime/hash64.go, after wyhash: 64-bit words of
+// the key, each xored with a seed, multiplied to 128 bits and folded, then
+// once more with the length), which the runtime relies on against hash
+// flooding there. It calls nothing, so it needs no stack frame: about 40
+// instructions fewer than hash/maphash's three calls for a short key.
+func strHash(s string, k *[4]uint64) uint64 {
 	var a, b uint64
-	switch n := len(s); {
+	seed, n := k[0], len(s)
+	switch {
 	case n > 16:
-		return maphash.String(seed, s)
+		p := s
+		if n > 48 {
+			seed1, seed2 := seed, seed
+			for ; len(p) > 48; p = p[48:] {
+				seed = mix(le64(p)^k[1], le64(p[8:])^seed)
+				seed1 = mix(le64(p[16:])^k[2], le64(p[24:])^seed1)
+				seed2 = mix(le64(p[32:])^k[3], le64(p[40:])^seed2)
+			}
+			seed ^= seed1 ^ seed2
+		}
+		for ; len(p) > 16; p = p[16:] {
+			seed = mix(le64(p)^k[1], le64(p[8:])^seed)
+		}
+		// The last 16 bytes, which may overlap those hashed above.
+		a, b = le64(s[n-16:]), le64(s[n-8:])
 	case n >= 8:
 		a, b = le64(s), le64(s[n-8:])
 	case n >= 4:
@@ -306,7 +321,7 @@ func strHash(s string, k0, k1 uint64, seed maphash.Seed) uint64 {
 	case n > 0:
 		a = uint64(s[0])<<16 | uint64(s[n>>1])<<8 | uint64(s[n-1])
 	}
-	return mix(0x1d8e4e27c47d124f^uint64(len(s)), mix(a^k1, b^k0))
+	return mix(0x1d8e4e27c47d124f^uint64(n), mix(a^k[1], b^seed))
 }
 
 func mix(a, b uint64) uint64 {
