@@ -126,10 +126,21 @@ func (a *GCRA) Decide(s State, found bool, now, cost int64) (State, portero.Deci
 	return State{A: tat}, d
 }
 
-// DecideWord implements WordDecider: the state is the TAT. It is kept
-// small enough for the compiler to inline where the store calls it on a
-// *GCRA.
+// DecideWord implements WordDecider: the state is the TAT. It is Next and
+// Decision, both small enough for the compiler to inline.
 func (a *GCRA) DecideWord(tat int64, found bool, now, cost int64) (int64, portero.Decision) {
+	next, retry := a.Next(tat, found, now, cost)
+	return next, a.Decision(next-now, retry)
+}
+
+// Next is DecideWord without the Decision: it returns the new TAT and how
+// long the request would have to wait to fit, in ns, 0 exactly when it is
+// admitted (a refusal returns max(tat, now), which is tat unless the TAT
+// had passed). A store that keeps the TAT in a word it swaps uses it to
+// decide with scalars only and builds the Decision once, with Decision
+// (a Decision is too large for the compiler to keep in registers, so every
+// copy of one costs a dozen moves).
+func (a *GCRA) Next(tat int64, found bool, now, cost int64) (next, retry int64) {
 	if !found || tat < now {
 		tat = now
 	}
@@ -138,13 +149,24 @@ func (a *GCRA) DecideWord(tat int64, found bool, now, cost int64) (int64, porter
 	// overflow near the end of time.
 	need := cost * a.interval
 	level, room := tat-now, a.tau-need
-	retry := max(0, level-room) // 0 exactly when it fits
+	retry = max(0, level-room) // 0 exactly when it fits
 	if retry == 0 {
 		level += need
 	}
-	// After a clock step back the level can exceed the bucket: nothing
-	// remains, it does not go below zero.
-	return now + level, portero.Decision{Allowed: retry == 0, Limit: a.capacity, Remaining: max(0, (a.tau-level)/a.interval),
+	return now + level, retry
+}
+
+// Decision returns the decision whose Next left the level next − now and
+// the wait retry.
+func (a *GCRA) Decision(level, retry int64) portero.Decision {
+	// Less than one interval of room (every refusal of cost 1, and after a
+	// clock step back a level above the bucket) leaves nothing: no
+	// division, the slowest instruction of the decision.
+	var remaining int64
+	if r := a.tau - level; r >= a.interval {
+		remaining = int64(uint64(r) / uint64(a.interval))
+	}
+	return portero.Decision{Allowed: retry == 0, Limit: a.capacity, Remaining: remaining,
 		RetryAfter: time.Duration(retry), ResetAfter: time.Duration(level)}
 }
 

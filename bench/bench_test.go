@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,6 +284,73 @@ func BenchmarkHotKeyParallel(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkParallelFloor: where the time of BenchmarkHotKeyParallel/portero-now
+// goes, two goroutines (-cpu 2) on the same GCRA limiter. one-key is that
+// benchmark (an eighth of the decisions admitted, each one a compare-and-swap
+// that takes the slot's cache line from the other core, which then reads it
+// back); refused is one key that admits nothing (a read-only line, shared by
+// both cores); key-each gives each goroutine its own key (no line shared).
+// shared-add and own-add are the machine's own: an atomic add on one word by
+// both goroutines (the line moves on every add) or on a word each. A
+// decision that admits must write its key's word, so one-key can be no
+// cheaper than refused plus the line's moves on its admissions.
+func BenchmarkParallelFloor(b *testing.B) {
+	gcra := func(count int64, each bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			s, err := memstore.New(memstore.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(ctx)
+			l, err := s.Limiter(portero.Rule{Name: "floor", Algorithm: portero.GCRA,
+				Limit: portero.Limit{Count: count, Window: time.Second, Burst: burst}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var goroutines, admitted atomic.Int64
+			for _, k := range []string{"hot", "hot-1"} {
+				l.AllowN(ctx, k, base, 1)
+			}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				key := "hot"
+				if each && goroutines.Add(1) == 2 {
+					key = "hot-1"
+				}
+				i, n := 0, int64(0)
+				for pb.Next() {
+					i++
+					if d, _ := l.AllowN(ctx, key, base.Add(time.Duration(i)*250), 1); d.Allowed {
+						n++
+					}
+				}
+				admitted.Add(n)
+			})
+			b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/op")
+		}
+	}
+	add := func(shared bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			var words [16]atomic.Uint64 // two lines
+			var goroutines atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				w := &words[0]
+				if !shared && goroutines.Add(1) == 2 {
+					w = &words[8]
+				}
+				for pb.Next() {
+					w.Add(1)
+				}
+			})
+		}
+	}
+	b.Run("one-key", gcra(perSecond, false))
+	b.Run("refused", gcra(1, false))
+	b.Run("key-each", gcra(perSecond, true))
+	b.Run("shared-add", add(true))
+	b.Run("own-add", add(false))
 }
 
 // BenchmarkRandomKeys: a million keys, all known to the limiter, picked at

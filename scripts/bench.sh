@@ -327,11 +327,13 @@ than the absolute times; run \`make bench\` on a quiet machine before quoting
 a number.
 
 What the design can and cannot reach: a decision of GCRA or the leaky queue
-on a known key is one maphash of the key (about 65 instructions with the
-function calls of hash/maphash), one atomic load of the slot's hash and
-state, the algorithm (inlined for GCRA), and one compare-and-swap when the
-request is admitted (a refusal writes nothing); \`noop-now\` above is what
-the benchmark's loop and call cost by themselves. The other algorithms take
+on a known key is one hash of the key (about 40 instructions, a call that
+makes no other), one atomic load of the slot's hash and state, the
+algorithm (inlined for GCRA), and one compare-and-swap when the request is
+admitted (a refusal writes nothing); \`noop-now\` above is what the
+benchmark's loop and call cost by themselves. Where the rest goes, and what
+each step of issue 16 bought, is in "Why the memory store costs what it
+costs" below. The other algorithms take
 the shard's mutex (a compare-and-swap and an atomic add) around the same
 steps. Reading the clock costs about 20 ns on this VM (\`Clock\` is two
 reads), as much as the rest of the decision, which is why the exact clock
@@ -366,8 +368,10 @@ the other; with the coarse clock they overlap, which is why
   and nothing for the garbage collector to scan (the slots hold no
   pointers). The sliding log keeps a map of logs instead: 8 bytes per admitted
   request plus about 100 per key.
-- **Per decision.** A decision on a known key hashes the key (hash/maphash)
-  and, for GCRA and the leaky queue, updates the slot with one
+- **Per decision.** A decision on a known key hashes the key (the Go
+  runtime's own string hash for machines without AES, wyhash's mixing, with
+  four random seeds per rule, in the store itself: \`strHash\`) and, for GCRA
+  and the leaky queue, updates the slot with one
   compare-and-swap, without a lock: a slot belongs to one key for its
   array's life, and whoever deletes or moves a key (under the lock) first
   swaps its word for a marker that sends decisions to the lock, so a swap
@@ -376,10 +380,81 @@ the other; with the coarse clock they overlap, which is why
   monotonic clock read (the store's clock is the wall time at \`New\`
   advanced by the monotonic clock), or an atomic load with
   \`Config.ClockResolution\`.
+- **Where a hot-key decision's instructions go.** \`BenchmarkHotKey/portero-now\`
+  counts 341.5 instructions per decision (callgrind, collected in the timed
+  loop only, as \`scripts/bench-ir.sh\` does), 393 before the steps below;
+  \`noop-now\`, the loop with \`time.Time.Add\` and the call, is 106 of them, and
+  Portero's closure adds a few (it passes a context and drops a Decision).
+  Of the rest: about 38 hash the key (\`strHash\`, a call that makes none, so
+  it has no stack frame), 11 are \`time.Time.UnixNano\`, 10 check the cost and
+  that the store is open, about 40 find the slot (the shard from the hash's
+  high bits, the shard's array, the probe: three loads that depend on each
+  other), about 40 are GCRA itself (inlined), and the 76 counted on
+  \`AllowN\`'s own lines are its frame (about 300 bytes, for the locked path),
+  the registers saved around the hash's call, and, some 35 of them, the
+  price of the interface's shape: a \`portero.Decision\` has eight fields,
+  more than the compiler keeps in registers, so \`AllowN\` zeroes its result
+  in memory on entry, builds the Decision in memory, copies it to the result
+  and loads that into the eight result registers. The admitting quarter of
+  the decisions adds the compare-and-swap.
+- **What each step bought** (issue 16, after the lock-free decision). Each
+  step was measured by instructions as above and by timing rounds of
+  \`-test.bench 'HotKey\$/portero-now\$' -test.cpu 2\`, the test binary (\`go
+  test -c\` in \`bench/\`) of the step run alternately with the one before,
+  five rounds, medians; timings on this shared VM drift by about 1 ns
+  between runs, so a step is compared only with its neighbour in the same
+  rounds:
+
+  | step | instructions | ns |
+  |---|---:|---:|
+  | GCRA decides with scalars (\`algorithm.GCRA.Next\`: the new TAT and the wait, 0 when admitted) and builds its Decision once (\`GCRA.Decision\`), instead of copying one out of \`DecideWord\` into a local and from there to the result | 392.6 → 378.5 | 25.35 → 23.45 |
+  | keys of up to 16 bytes hashed in the store instead of by \`hash/maphash\` (\`maphash.String\` → \`rthashString\` → \`runtime.memhash\` → \`aeshashbody\`: three calls for 64 instructions on a 3-byte key) | 378.5 → 358.4 | 24.12 → 22.94 |
+  | \`Remaining\` divides only when at least one interval of room is left (never on a refusal of cost 1), and unsigned (no check for −1) | 358.4 → 352.5 | 23.08 → 22.49 |
+  | the shard's shift masked to 63 (one shift; for one shard 64 becomes 0, which the mask zeroes) | 352.5 → 347.1 | within the noise |
+  | every key length hashed by the same function, which then calls nothing and needs no frame (16- and 48-byte blocks as the runtime's; \`hash/maphash\` keeps only the seeds) | 347.1 → 341.5 | 21.80 → 21.91 |
+
+  The last step is kept for long keys (API keys): the hash alone
+  (a throwaway benchmark) takes 2.8 against 4.2 ns at 36 bytes and 6.4
+  against 13.2 at 200 for \`maphash.String\`. Together, against
+  \`xrate-syncmap-now\` in the same rounds (six, \`HotKey\$/(portero-now|xrate-syncmap-now)\$\`,
+  the build before these steps and after): 28.3 → 22.4 ns against 46.8 and
+  45.6, 2.04× (\`make bench\` at d1e5359 measured 25.6 against 45.4, 1.77×). Tried and
+  dropped: building the Decision literal in \`AllowN\` itself, from a
+  \`GCRA.Remaining\`, saved 3 instructions (352.5 → 349.4) for a second place
+  that knows what GCRA's Decision holds; a probe specialised for 16-byte
+  slots (the home group as a shift, one bounds check for the hash and state
+  through a subslice) went to 356.7 (the subslice stopped it inlining), 348.5
+  without the subslice. What is left is the interface (a \`time.Time\` in, a
+  Decision and an error out) and dependent loads; a 2× lead with the instant
+  passed in is therefore about where this design ends.
+- **A parallel hot key.** With the instant passed in, \`HotKeyParallel/portero-now\`
+  admits an eighth of its decisions (each goroutine's instant advances
+  250 ns a decision, the rule admits one per µs), far more admissions per
+  second of real time than the rule would allow on a real clock. An
+  admission must write the key's word, so the slot's cache line moves to the
+  admitting core and, at the other core's next read, back: two transfers per
+  admission that no exact decision on one shared word avoids. A refusal
+  already writes nothing (the line stays shared by both cores), and an
+  admission always changes the word (the TAT moves by cost·T ≥ 1 ns), so
+  skipping the swap when the word would not change never applies; the only
+  cheaper design would split a key's budget into per-core shares, which is
+  not exact (one core refuses while the other has room). \`BenchmarkParallelFloor\`
+  (\`-cpu 2\`, five runs, medians) separates the parts: the one key 17.1 ns a
+  decision, the same key refusing everything 10.4, a key per goroutine 10.9,
+  one goroutine (\`HotKey\`) 21.9; the machine's atomic add on one word shared
+  by both cores 8.1 against 2.6 on a word each. So the line's moves cost the
+  one key about 6.7 ns a decision, some 50 ns of wall time per admission,
+  and in a throwaway count a quarter to a third of the admissions lost the
+  swap to the other core once and decided again. That run is the machine at
+  its best: on this VM the two vCPUs are at times far apart, and the
+  \`HotKeyParallel/portero-now\` rounds of this work then measured 32 to 37 ns
+  (0.7× one goroutine) while a key per goroutine still halved; the target "no worse than one
+  goroutine" holds in the first placement (17.1 against 21.9, 1.28×) and
+  not in the second.
 - **Hash collisions.** Two keys whose hashes agree (63 bits tell them apart)
   share one state: each is limited as if the other's requests were its own,
   stricter, never looser. Among n keys the chance that any two collide is about
-  n²/2⁶⁴, 5·10⁻⁸ at a million keys; the hash seed is random per store and rule.
+  n²/2⁶⁴, 5·10⁻⁸ at a million keys; the hash seeds are random per store and rule.
 - **Bounded memory.** \`Config.MaxKeys\` (default 2²⁰) caps the keys of each
   rule. When a shard is at its share, a new key first drops any expired state
   among 16 entries looked at (8 where the key goes, 8 from a random place),

@@ -53,36 +53,34 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 	h := t.hash(key)
 	sh := t.shard(h)
 	if t.word != nil {
-		if a := sh.tab.Load(); a != nil {
-			w := a.w
-			for i := a.home(h); ; {
-				x := atomic.LoadUint64(&w[i])
-				if x == h {
-					for {
-						v := int64(atomic.LoadUint64(&w[i+1]))
-						if v == retired {
-							break // deleted, moved or taken by AllowAll: ask under the lock
-						}
-						var nv int64
-						var d portero.Decision
-						if t.gcra != nil {
-							nv, d = t.gcra.DecideWord(v, true, ns, cost) // inlined
-						} else {
-							nv, d = t.word.DecideWord(v, true, ns, cost)
-						}
-						// A refusal writes nothing; a failed swap lost a
-						// race with another decision on the key: decide again.
-						if !d.Allowed || atomic.CompareAndSwapUint64(&w[i+1], uint64(v), uint64(word(nv))) {
-							return d, nil
-						}
+		if p := sh.stateWord(h); p != nil {
+			// A refusal writes nothing; a failed swap lost a race with
+			// another decision on the key: decide again. A word that is
+			// retired (the key deleted, moved or taken by AllowAll) sends
+			// the decision to the lock.
+			if g := t.gcra; g != nil {
+				// Scalars only until the Decision is returned (see
+				// algorithm.GCRA.Next).
+				for {
+					v := int64(atomic.LoadUint64(p))
+					if v == retired {
+						break
 					}
-					break
+					nv, retry := g.Next(v, true, ns, cost)
+					if retry != 0 || atomic.CompareAndSwapUint64(p, uint64(v), uint64(word(nv))) {
+						return g.Decision(nv-ns, retry), nil
+					}
 				}
-				if x == empty {
-					break
-				}
-				if i += 2; i == len(w) {
-					i = 0
+			} else {
+				for {
+					v := int64(atomic.LoadUint64(p))
+					if v == retired {
+						break
+					}
+					nv, d := t.word.DecideWord(v, true, ns, cost)
+					if !d.Allowed || atomic.CompareAndSwapUint64(p, uint64(v), uint64(word(nv))) {
+						return d, nil
+					}
 				}
 			}
 		}

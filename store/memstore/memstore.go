@@ -3,10 +3,10 @@
 //
 // A Store holds any number of rules. Each rule (the whole portero.Rule
 // value: name, algorithm and limit) has its own table, split into shards of
-// one cache line each, with a mutex. A key is found by a 64-bit hash
-// (hash/maphash, with a random seed per rule); the high bits pick the shard
-// and the low bits where the probe starts in the shard's open-addressing
-// array (linear probing). A slot holds the hash and the algorithm's state:
+// one cache line each, with a mutex. A key is found by a 64-bit hash (the
+// Go runtime's wyhash mixing, with random seeds per rule); the high bits
+// pick the shard and the low bits where the probe starts in the shard's
+// open-addressing array (linear probing). A slot holds the hash and the algorithm's state:
 // 16 bytes, four to a cache line, for GCRA and the leaky queue, whose state
 // is one word (probes start at a line's first slot), 24 bytes for the
 // others. The arrays are rebuilt when keys and tombstones pass 13/16 of the
@@ -224,8 +224,9 @@ type table struct {
 	log    *algorithm.SlidingLog // sliding log
 	max    int64                 // largest cost
 	seed   maphash.Seed
-	shift  uint   // 64 − shard bits
-	mask   uint64 // shards − 1
+	k      [4]uint64 // seeds of strHash
+	shift  uint      // 64 − shard bits
+	mask   uint64    // shards − 1
 	shards []shard
 	store  *Store
 }
@@ -239,6 +240,9 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 		return nil, err
 	}
 	t := &table{rule: rule, seed: maphash.MakeSeed(), shift: 64 - s.shardBits, mask: 1<<s.shardBits - 1, store: s}
+	for i := range t.k {
+		t.k[i] = maphash.Comparable(t.seed, -1-i)
+	}
 	if rule.Algorithm == portero.SlidingLog {
 		l, err := algorithm.NewSlidingLog(rule.Limit)
 		if err != nil {
@@ -280,10 +284,66 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 
 // hash returns key's hash under t. Its lowest bit is always set, so that 0
 // can mark an empty slot; the 63 bits left make a collision among a million
-// keys about as likely as one in 10⁷ (n²/2⁶⁴).
-func (t *table) hash(key string) uint64 { return maphash.String(t.seed, key) | 1 }
+// keys about as likely as one in 10⁷ (n²/2⁶⁴). It is one call, so that it
+// inlines.
+func (t *table) hash(key string) uint64 { return strHash(key, &t.k) | 1 }
 
-func (t *table) shard(h uint64) *shard { return &t.shards[h>>t.shift&t.mask] }
+// strHash hashes s under the seeds k with the Go runtime's own string hash
+// for machines without AES (runtime/hash64.go, after wyhash: 64-bit words of
+// the key, each xored with a seed, multiplied to 128 bits and folded, then
+// once more with the length), which the runtime relies on against hash
+// flooding there. It calls nothing, so it needs no stack frame: about 40
+// instructions fewer than hash/maphash's three calls for a short key.
+func strHash(s string, k *[4]uint64) uint64 {
+	var a, b uint64
+	seed, n := k[0], len(s)
+	switch {
+	case n > 16:
+		p := s
+		if n > 48 {
+			seed1, seed2 := seed, seed
+			for ; len(p) > 48; p = p[48:] {
+				seed = mix(le64(p)^k[1], le64(p[8:])^seed)
+				seed1 = mix(le64(p[16:])^k[2], le64(p[24:])^seed1)
+				seed2 = mix(le64(p[32:])^k[3], le64(p[40:])^seed2)
+			}
+			seed ^= seed1 ^ seed2
+		}
+		for ; len(p) > 16; p = p[16:] {
+			seed = mix(le64(p)^k[1], le64(p[8:])^seed)
+		}
+		// The last 16 bytes, which may overlap those hashed above.
+		a, b = le64(s[n-16:]), le64(s[n-8:])
+	case n >= 8:
+		a, b = le64(s), le64(s[n-8:])
+	case n >= 4:
+		a, b = le32(s), le32(s[n-4:])
+	case n > 0:
+		a = uint64(s[0])<<16 | uint64(s[n>>1])<<8 | uint64(s[n-1])
+	}
+	return mix(0x1d8e4e27c47d124f^uint64(n), mix(a^k[1], b^seed))
+}
+
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint64 {
+	_ = s[3]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
+}
+
+// shard returns h's shard. The shift is masked to 63 (a shift of 64, for
+// one shard, becomes 0, which the mask then zeroes) so that it compiles to
+// one instruction.
+func (t *table) shard(h uint64) *shard { return &t.shards[h>>(t.shift&63)&t.mask] }
 
 // Limiter returns the limiter for rule, which shares the store's state for
 // that rule (two Limiters for equal rules decide for the same keys). The

@@ -136,6 +136,28 @@ type shard struct {
 	stride int // words per slot of tab
 }
 
+// stateWord returns the state word of h's slot in the current array of a
+// shard of one-word slots, or nil, without the lock: what a lock-free
+// decision swaps.
+func (sh *shard) stateWord(h uint64) *uint64 {
+	a := sh.tab.Load()
+	if a == nil {
+		return nil
+	}
+	w := a.w
+	for i := a.home(h); ; {
+		switch atomic.LoadUint64(&w[i]) {
+		case h:
+			return &w[i+1]
+		case empty:
+			return nil
+		}
+		if i += 2; i == len(w) {
+			i = 0
+		}
+	}
+}
+
 // find returns h's slot in the current array and its index, or -1. The
 // shard is locked.
 func (sh *shard) find(h uint64) (*array, int) {

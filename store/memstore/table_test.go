@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -106,6 +107,59 @@ func TestEvictPrefersExpiredThenMostRoom(t *testing.T) {
 	for _, h := range []uint64{1<<40 | 1, 3<<40 | 1, 5<<40 | 1, 6<<40 | 1} {
 		if _, i := sh.find(h); i < 0 {
 			t.Errorf("%x evicted", h)
+		}
+	}
+}
+
+// strHash tells apart keys that differ in one byte or in length, at every
+// length around its cases (1–3, 4–7, 8–16 bytes, 16-byte blocks past 16,
+// 48-byte blocks past 48, with the last 16 bytes overlapping), and spreads
+// structured keys (IPv4 addresses) evenly over the bits that pick a shard
+// (the high ones) and a home slot (the low 32).
+func TestStrHash(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var k [4]uint64
+	for i := range k {
+		k[i] = r.Uint64()
+	}
+	seen := map[uint64]string{}
+	add := func(s string) {
+		h := strHash(s, &k)
+		if o, ok := seen[h]; ok && o != s {
+			t.Fatalf("strHash(%q) = strHash(%q) = %#x", s, o, h)
+		}
+		seen[h] = s
+	}
+	const text = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	for n := range 121 {
+		base := []byte(text[:n])
+		add(string(base))
+		for i := range n {
+			for _, c := range []byte{0, '!', 0xff} {
+				b := append([]byte(nil), base...)
+				b[i] = c
+				add(string(b))
+			}
+		}
+		add(string(append(base, 0))) // a trailing zero byte is not the shorter key
+	}
+	const keys, buckets = 1 << 16, 64
+	var hi, lo [buckets]int
+	for i := range keys {
+		h := strHash(fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255), &k)
+		hi[h>>58]++
+		lo[uint32(h)>>26]++
+	}
+	for _, c := range [...]struct {
+		name string
+		n    *[buckets]int
+	}{{"high 6 bits", &hi}, {"bits 26-31", &lo}} {
+		for b, n := range c.n {
+			// Expected 1024 each; a uniform hash strays by more than
+			// 200 (6 standard deviations) about once in 10⁷ runs.
+			if n < keys/buckets-200 || n > keys/buckets+200 {
+				t.Errorf("%s: bucket %d has %d of %d keys, want about %d", c.name, b, n, keys, keys/buckets)
+			}
 		}
 	}
 }
