@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +45,9 @@ type checkFlags struct {
 	hits                        uint32
 	json                        bool
 	timeout                     time.Duration
+	// TLS to the server (grpcs://, https://): CA file, client certificate
+	// and key files, and the name to verify.
+	tlsCA, tlsCert, tlsKey, tlsServerName string
 }
 
 func newCheckCmd() *cobra.Command {
@@ -54,7 +60,11 @@ The request counts like any other (use hits_addend 0 in a descriptor, written
 key=value;hits=0, to look without counting).
 
 --server is grpc://host:port (Envoy's rate limit service; the default,
-grpc://127.0.0.1:8081) or http://host:port (Portero's POST /v1/check).
+grpc://127.0.0.1:8081) or http://host:port (Portero's POST /v1/check), or
+grpcs:// and https:// for the same over TLS. Over TLS the server's
+certificate is checked against --tls-ca (the system's CAs without it) for
+the server's host name (or --tls-server-name); --tls-cert and --tls-key
+present a client certificate to a server that requires one (mTLS).
 Each --descriptor is a comma-separated list of key=value entries, in order;
 append ;hits=N to set that descriptor's own hits_addend and
 ;limit=N/unit for a limit override.
@@ -72,7 +82,8 @@ The exit status is 0 when allowed, 1 when over the limit, 2 for a usage
 error and 3 when no answer came (the server unreachable or failing).`,
 		Example: `  portero check --domain edge --descriptor remote_address=10.0.0.1
   portero check --server http://127.0.0.1:8082 --domain edge --descriptor api_key=k1,plan=gold --hits 5
-  portero check --domain edge -d remote_address=10.0.0.1 --json`,
+  portero check --domain edge -d remote_address=10.0.0.1 --json
+  portero check --server grpcs://rls.internal:8081 --tls-ca ca.pem --tls-cert me.pem --tls-key me-key.pem --domain edge -d remote_address=10.0.0.1`,
 		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return checkFailed(doCheck(cmd, f))
@@ -87,18 +98,65 @@ error and 3 when no answer came (the server unreachable or failing).`,
 	fl.StringVar(&f.key, "key", "", "the key to count under --policy")
 	fl.BoolVar(&f.json, "json", false, "print the answer as /v1/check's JSON")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA certificates that sign the server's certificate (grpcs://, https://; default: the system's)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate chain, for a server that requires one (with --tls-key)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fl.StringVar(&f.tlsServerName, "tls-server-name", "", "the name the server's certificate must carry (default: --server's host)")
 	return cmd
+}
+
+// tlsConfig is the client TLS configuration of f's --tls-* flags; an
+// unreadable or invalid file is a usage error naming its flag.
+func (f *checkFlags) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.tlsServerName}
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("--tls-ca: %w", err))
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, usageErr(fmt.Errorf("--tls-ca %s: no PEM certificate in it", f.tlsCA))
+		}
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, usageErr(errors.New("--tls-cert and --tls-key go together"))
+	}
+	if f.tlsCert != "" {
+		c, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.tlsCert, f.tlsKey, err))
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	return cfg, nil
+}
+
+// usesTLS reports whether any --tls-* flag is set.
+func (f *checkFlags) usesTLS() bool {
+	return f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" || f.tlsServerName != ""
 }
 
 // doCheck sends the one check of f and prints the answer.
 func doCheck(cmd *cobra.Command, f checkFlags) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
+	secure := strings.HasPrefix(f.server, "grpcs://") || strings.HasPrefix(f.server, "https://")
+	if f.usesTLS() && !secure {
+		return usageErr(fmt.Errorf("--tls-* flags need a TLS server (--server grpcs://host:port or https://host:port), not %q", f.server))
+	}
+	var tc *tls.Config
+	if secure {
+		var err error
+		if tc, err = f.tlsConfig(); err != nil {
+			return err
+		}
+	}
 	if f.policy != "" {
 		if !strings.HasPrefix(f.server, "http") {
 			return usageErr(errors.New("--policy needs an HTTP server (--server http://host:port)"))
 		}
-		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, &checkapi.CheckRequest{Policy: f.policy, Key: &f.key, Cost: costPtr(f.hits)}, f.json)
+		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, tc, &checkapi.CheckRequest{Policy: f.policy, Key: &f.key, Cost: costPtr(f.hits)}, f.json)
 	}
 	if f.domain == "" || len(f.descs) == 0 {
 		return usageErr(errors.New("give --domain and at least one --descriptor (or --policy and --key)"))
@@ -113,11 +171,12 @@ func doCheck(cmd *cobra.Command, f checkFlags) error {
 	}
 	switch {
 	case strings.HasPrefix(f.server, "http://") || strings.HasPrefix(f.server, "https://"):
-		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, toCheckRequest(req), f.json)
-	case strings.HasPrefix(f.server, "grpc://"):
-		return checkGRPC(ctx, cmd.OutOrStdout(), strings.TrimPrefix(f.server, "grpc://"), req, f.json)
+		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, tc, toCheckRequest(req), f.json)
+	case strings.HasPrefix(f.server, "grpc://"), strings.HasPrefix(f.server, "grpcs://"):
+		_, target, _ := strings.Cut(f.server, "://")
+		return checkGRPC(ctx, cmd.OutOrStdout(), target, tc, req, f.json)
 	}
-	return usageErr(fmt.Errorf("--server %q: want grpc://host:port or http://host:port", f.server))
+	return usageErr(fmt.Errorf("--server %q: want grpc://host:port, grpcs://host:port, http://host:port or https://host:port", f.server))
 }
 
 func costPtr(h uint32) *int64 {
@@ -181,8 +240,15 @@ func toCheckRequest(r *descriptor.Request) *checkapi.CheckRequest {
 	return out
 }
 
-func checkGRPC(ctx context.Context, w io.Writer, target string, req *descriptor.Request, asJSON bool) error {
-	c, err := rls.Dial(target)
+// checkGRPC asks target over gRPC, in plaintext or, with tc, over TLS.
+func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, req *descriptor.Request, asJSON bool) error {
+	var c *rls.Client
+	var err error
+	if tc != nil {
+		c, err = rls.DialTLS(target, tc)
+	} else {
+		c, err = rls.Dial(target)
+	}
 	if err != nil {
 		return err
 	}
@@ -266,14 +332,21 @@ func answerJSON(req *descriptor.Request, a *rls.Answer) checkapi.CheckResponse {
 	return out
 }
 
-func checkHTTP(ctx context.Context, w io.Writer, server string, req *checkapi.CheckRequest, asJSON bool) error {
+// checkHTTP asks server's POST /v1/check; tc, when not nil, is the TLS
+// configuration of an https:// server.
+func checkHTTP(ctx context.Context, w io.Writer, server string, tc *tls.Config, req *checkapi.CheckRequest, asJSON bool) error {
 	body, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(server, "/")+"/v1/check", bytes.NewReader(body))
 	if err != nil {
 		return usageErr(err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(hr)
+	client := http.DefaultClient
+	if tc != nil {
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
+		defer client.CloseIdleConnections()
+	}
+	resp, err := client.Do(hr)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 			t.Error("portero rls did not stop")
 		}
 	})
-	re := regexp.MustCompile(`gRPC listening on grpc://(\S+) \(\S+\)\n[\s\S]*HTTP listening on http://(\S+)\n`)
+	re := regexp.MustCompile(`gRPC listening on grpcs?://(\S+) \(\S+\)\n[\s\S]*HTTP listening on https?://(\S+)\n`)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {

@@ -2,12 +2,14 @@ package rls
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -15,8 +17,9 @@ import (
 )
 
 // Client asks a running rate limit service (Portero or
-// envoyproxy/ratelimit) over gRPC, in plaintext, as Envoy does. It is safe
-// for concurrent use; Close releases the connection.
+// envoyproxy/ratelimit) over gRPC, in plaintext as Envoy does by default
+// (Dial) or over TLS (DialTLS). It is safe for concurrent use; Close
+// releases the connection.
 type Client struct {
 	conn *grpc.ClientConn
 	rls  pb.RateLimitServiceClient
@@ -25,7 +28,19 @@ type Client struct {
 // Dial returns a client for target (host:port, or any gRPC target such as
 // dns:///name:8081). It does not connect until the first call.
 func Dial(target string) (*Client, error) {
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dial(target, insecure.NewCredentials())
+}
+
+// DialTLS is Dial over TLS with cfg: the server's certificate checked
+// against cfg.RootCAs (the system's when nil) for cfg.ServerName (the
+// target's host when empty), and cfg.Certificates presented when the
+// server asks for a client certificate (mTLS).
+func DialTLS(target string, cfg *tls.Config) (*Client, error) {
+	return dial(target, credentials.NewTLS(cfg))
+}
+
+func dial(target string, creds credentials.TransportCredentials) (*Client, error) {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
