@@ -460,7 +460,7 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 		_, end := lim.PeriodAt(now)
 		st.ResetAfter = max(end.Sub(now), 0)
 	} else if res.Rule.Algorithm == portero.FixedWindow {
-		st.ResetAfter = windowRemainder(now, res.Rule.Limit.Window)
+		st.ResetAfter = engine.WindowRemainder(now, res.Rule.Limit.Window)
 	} else {
 		st.ResetAfter = max(d.ResetAfter, d.RetryAfter)
 	}
@@ -475,19 +475,6 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 		st.Code = OverLimit
 	}
 	return st
-}
-
-// windowRemainder returns the time from now to the end of its epoch-aligned
-// window of length w.
-func windowRemainder(now time.Time, w time.Duration) time.Duration {
-	if w <= 0 {
-		return 0
-	}
-	ns := now.UnixNano() % int64(w)
-	if ns < 0 {
-		ns += int64(w)
-	}
-	return w - time.Duration(ns)
 }
 
 // Observer is told what became of every request a door compiled and

@@ -96,7 +96,7 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 			res := &v.Results[i]
 			l := threshold(res.Rule, share)
 			n := counts[j].Value
-			d := portero.Decision{Limit: int64(l), ResetAfter: windowRemainder(now, res.Rule.Limit.Window)}
+			d := portero.Decision{Limit: int64(l), ResetAfter: WindowRemainder(now, res.Rule.Limit.Window)}
 			switch {
 			case n > l:
 				d.RetryAfter = d.ResetAfter
@@ -321,9 +321,11 @@ func (p policyStore) Count(_ context.Context, _ time.Time, counts []portero.Coun
 	return nil
 }
 
-// windowRemainder returns the time from now to the end of its
-// epoch-aligned window of length w.
-func windowRemainder(now time.Time, w time.Duration) time.Duration {
+// WindowRemainder returns the time from now to the end of its
+// epoch-aligned window of length w (0 for no window): the reset of
+// envoyproxy/ratelimit's counters, which the descriptor compiler reports
+// too.
+func WindowRemainder(now time.Time, w time.Duration) time.Duration {
 	if w <= 0 {
 		return 0
 	}
