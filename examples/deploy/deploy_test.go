@@ -218,21 +218,36 @@ func TestDockerfile(t *testing.T) {
 	args = append(args, "--listen", gw, "--admin-listen", admin)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "PORTERO_ADMIN_TOKEN=deploy-test")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitStatus(t, "http://"+gw+"/readyz", 200, exited, &stderr)
+	exited, stderr := start(t, cmd)
+	waitStatus(t, "http://"+gw+"/readyz", 200, exited, stderr)
 	if code := status(t, "http://"+gw+"/healthz"); code != 200 {
 		t.Errorf("/healthz = %d, want 200", code)
 	}
 	if code := status(t, "http://"+admin+"/metrics"); code != http.StatusUnauthorized {
 		t.Errorf("admin /metrics without the token = %d, want 401", code)
 	}
+	stop(t, cmd, exited, stderr)
+}
+
+// start starts cmd with its standard error kept, killed at the end of the
+// test; exited receives what Wait returns.
+func start(t *testing.T, cmd *exec.Cmd) (exited <-chan error, stderr *bytes.Buffer) {
+	t.Helper()
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return done, stderr
+}
+
+// stop sends cmd SIGTERM and fails the test unless it exits cleanly
+// within a minute.
+func stop(t *testing.T, cmd *exec.Cmd, exited <-chan error, stderr *bytes.Buffer) {
+	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

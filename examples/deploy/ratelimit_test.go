@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -9,9 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/portero-rl/portero/internal/redistest"
 )
@@ -52,16 +49,9 @@ func TestRatelimitName(t *testing.T) {
 	cmd.Env = []string{"RUNTIME_ROOT=" + rt, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(), "DEBUG_PORT=" + port(),
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr(), "USE_STATSD=false", "LOG_LEVEL=warn"}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	exited, stderr := start(t, cmd)
 	base := "http://127.0.0.1:" + httpPort
-	waitStatus(t, base+"/healthcheck", 200, exited, &stderr)
+	waitStatus(t, base+"/healthcheck", 200, exited, stderr)
 	body := `{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`
 	for i, want := range []int{200, 200, 429} {
 		r, err := http.Post(base+"/json", "application/json", strings.NewReader(body))
@@ -74,15 +64,5 @@ func TestRatelimitName(t *testing.T) {
 			t.Errorf("/json call %d = %d %s, want %d", i, r.StatusCode, b, want)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("still running 60 s after SIGTERM\n%s", stderr.String())
-	}
+	stop(t, cmd, exited, stderr)
 }
