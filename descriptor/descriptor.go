@@ -190,26 +190,14 @@ func (n *Node) matchesAddress(v string) bool {
 // Add adds child to n's next level. When n already has a child with the
 // same key and value, Add returns it and leaves n unchanged; otherwise it
 // returns nil.
-func (n *Node) Add(child *Node) (dup *Node) {
-	if d := n.level.findSame(child); d != nil {
-		return d
-	}
-	n.level.add(child)
-	n.Children = append(n.Children, child)
-	return nil
-}
+func (n *Node) Add(child *Node) (dup *Node) { return n.level.insert(&n.Children, child, false) }
 
 // AddEnvoyproxy adds child to n's next level with envoyproxy/ratelimit's
 // rule for duplicates: a child whose composite key (Composite: key, or
 // key_value) is already there, whatever its key and value, is a
 // duplicate, returned, and n is left unchanged.
 func (n *Node) AddEnvoyproxy(child *Node) (dup *Node) {
-	if d := n.level.findComposite(child); d != nil {
-		return d
-	}
-	n.level.add(child)
-	n.Children = append(n.Children, child)
-	return nil
+	return n.level.insert(&n.Children, child, true)
 }
 
 // level indexes the children of one node for matching, both ways: by key
@@ -248,6 +236,23 @@ func (l *level) add(d *Node) {
 	default:
 		l.exact[Entry{d.Key, d.Value}] = d
 	}
+}
+
+// insert adds d to l and to list, the same level's nodes in order, unless
+// l already has its duplicate (by key and value, or by composite name with
+// envoyproxy's rule), which it returns instead.
+func (l *level) insert(list *[]*Node, d *Node, envoyproxy bool) (dup *Node) {
+	if envoyproxy {
+		dup = l.findComposite(d)
+	} else {
+		dup = l.findSame(d)
+	}
+	if dup != nil {
+		return dup
+	}
+	l.add(d)
+	*list = append(*list, d)
+	return nil
 }
 
 // findComposite returns the node of l with d's composite name, or nil:
@@ -344,24 +349,10 @@ func NewDomain(name, file string) *Domain {
 // Add adds n to d's top level. When d already has a node with the same key
 // and value, Add returns it and leaves d unchanged; otherwise it returns
 // nil.
-func (d *Domain) Add(n *Node) (dup *Node) {
-	if x := d.root.findSame(n); x != nil {
-		return x
-	}
-	d.root.add(n)
-	d.Nodes = append(d.Nodes, n)
-	return nil
-}
+func (d *Domain) Add(n *Node) (dup *Node) { return d.root.insert(&d.Nodes, n, false) }
 
 // AddEnvoyproxy is Node.AddEnvoyproxy for d's top level.
-func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) {
-	if x := d.root.findComposite(n); x != nil {
-		return x
-	}
-	d.root.add(n)
-	d.Nodes = append(d.Nodes, n)
-	return nil
-}
+func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) { return d.root.insert(&d.Nodes, n, true) }
 
 // Match is the result of looking a request descriptor up.
 type Match struct {
