@@ -159,7 +159,10 @@ type Node struct {
 	level  level
 	prefix string   // the value before the first '*' (for fast rejection)
 	parts  []string // the value split at its '*'s
-	cparts []string // Composite split at its '*'s (envoyproxy/ratelimit's matching)
+	// composite is Composite(), and cparts it split at its '*'s, built
+	// when the node is added (envoyproxy/ratelimit's matching).
+	composite string
+	cparts    []string
 }
 
 // Composite returns the node's key, or key_value when it has a value, as
@@ -222,9 +225,10 @@ func (l *level) add(d *Node) {
 		l.wildcards = append(l.wildcards, d)
 		return
 	}
-	l.composite[d.Composite()] = d
+	d.composite = d.Composite()
+	l.composite[d.composite] = d
 	if strings.Contains(d.Value, "*") {
-		d.cparts = strings.Split(d.Composite(), "*")
+		d.cparts = strings.Split(d.composite, "*")
 	}
 	switch {
 	case d.Value == "":
@@ -289,16 +293,45 @@ func (l *level) findSame(d *Node) *Node {
 	return l.exact[Entry{d.Key, d.Value}]
 }
 
-func (l *level) find(e Entry) *Node {
+// find returns the node of l entry e selects with Portero's rules (exact
+// value, then the first wildcard or address node, then key only) and, when
+// that node shares one counter (share_threshold) among the values its
+// pattern matches, the pattern; nil when none.
+func (l *level) find(e Entry) (n *Node, shared string) {
 	if d := l.exact[e]; d != nil {
-		return d
+		return d, ""
 	}
 	for _, d := range l.wildcards {
 		if d.Key == e.Key && d.matches(e.Value) {
-			return d
+			if d.ShareThreshold {
+				shared = d.Value + d.AddressText
+			}
+			return d, shared
 		}
 	}
-	return l.keyOnly[e.Key]
+	return l.keyOnly[e.Key], ""
+}
+
+// findEnvoyproxy is find with envoyproxy/ratelimit's rules, on composite
+// strings (see Domain.MatchEnvoyproxy); a shared pattern is the node's
+// composite pattern less the entry's key and '_'.
+func (l *level) findEnvoyproxy(e Entry) (n *Node, shared string) {
+	full := e.Key + "_" + e.Value
+	if d := l.composite[full]; d != nil {
+		return d, ""
+	}
+	for _, w := range l.wildcards {
+		if w.isAddress() && w.Key == e.Key && w.matchesAddress(e.Value) || !w.isAddress() && globMatch(w.cparts, full) {
+			if w.ShareThreshold {
+				shared = w.AddressText
+				if !w.isAddress() {
+					shared = strings.TrimPrefix(w.composite, e.Key+"_")
+				}
+			}
+			return w, shared
+		}
+	}
+	return l.composite[e.Key], ""
 }
 
 // matches reports whether v matches n, a wildcard or an address node.
@@ -379,31 +412,7 @@ func (m Match) Shared(i int) (string, bool) {
 // Match looks entries up in d, level by level, with envoyproxy/ratelimit's
 // rules (exact value, then wildcard in file order, then key only; the limit
 // must sit at the level of the last entry).
-func (d *Domain) Match(entries []Entry) Match {
-	var m Match
-	lv := &d.root
-	for i, e := range entries {
-		n := lv.find(e)
-		if n == nil {
-			return Match{}
-		}
-		if n.ShareThreshold && (n.parts != nil || n.isAddress()) {
-			if m.patterns == nil {
-				m.patterns = make([]string, len(entries))
-			}
-			m.patterns[i] = n.Value + n.AddressText
-		}
-		if i == len(entries)-1 {
-			m.Node, m.Limit = n, n.Limit
-			return m
-		}
-		if len(n.Children) == 0 {
-			return Match{}
-		}
-		lv = &n.level
-	}
-	return Match{}
-}
+func (d *Domain) Match(entries []Entry) Match { return d.match(entries, false) }
 
 // MatchEnvoyproxy looks entries up in d exactly as envoyproxy/ratelimit
 // does, on composite strings: at each level the child whose composite key
@@ -414,31 +423,28 @@ func (d *Domain) Match(entries []Entry) Match {
 // entry (a_b, c) matches the node (a, b_c), and (a_b, x) falls back to the
 // node (a, b). A shared wildcard (share_threshold) counts under its value
 // pattern, as there.
-func (d *Domain) MatchEnvoyproxy(entries []Entry) Match {
+func (d *Domain) MatchEnvoyproxy(entries []Entry) Match { return d.match(entries, true) }
+
+// match is Match, or MatchEnvoyproxy when envoyproxy is set.
+func (d *Domain) match(entries []Entry, envoyproxy bool) Match {
 	var m Match
 	lv := &d.root
 	for i, e := range entries {
-		full := e.Key + "_" + e.Value
-		n := lv.composite[full]
-		if n == nil {
-			for _, w := range lv.wildcards {
-				if w.isAddress() && w.Key == e.Key && w.matchesAddress(e.Value) || !w.isAddress() && globMatch(w.cparts, full) {
-					n = w
-					break
-				}
-			}
-			if n != nil && n.ShareThreshold {
-				if m.patterns == nil {
-					m.patterns = make([]string, len(entries))
-				}
-				m.patterns[i] = strings.TrimPrefix(n.Composite(), e.Key+"_")
-			}
-		}
-		if n == nil {
-			n = lv.composite[e.Key]
+		var n *Node
+		var shared string
+		if envoyproxy {
+			n, shared = lv.findEnvoyproxy(e)
+		} else {
+			n, shared = lv.find(e)
 		}
 		if n == nil {
 			return Match{}
+		}
+		if shared != "" {
+			if m.patterns == nil {
+				m.patterns = make([]string, len(entries))
+			}
+			m.patterns[i] = shared
 		}
 		if i == len(entries)-1 {
 			m.Node, m.Limit = n, n.Limit

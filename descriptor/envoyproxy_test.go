@@ -203,3 +203,29 @@ func TestNewLimitEnvoyproxy(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchEnvoyproxyAllocs: matching allocates only the shared patterns'
+// slice, and nothing without share_threshold: the composite names are
+// built when the configuration loads, not per request.
+func TestMatchEnvoyproxyAllocs(t *testing.T) {
+	d := envoyDomain(t,
+		&descriptor.Node{Key: "files", Value: "files/*", ShareThreshold: true, Limit: lim(t, "files", 10)},
+		&descriptor.Node{Key: "wild", Value: "foo*", Limit: lim(t, "wild", 20)},
+	)
+	for _, c := range []struct {
+		entries []descriptor.Entry
+		want    float64
+	}{
+		{entries("files", "files/a.pdf"), 1},
+		{entries("wild", "foo1"), 0},
+	} {
+		var m descriptor.Match
+		got := testing.AllocsPerRun(100, func() { m = d.MatchEnvoyproxy(c.entries) })
+		if m.Limit == nil {
+			t.Fatalf("MatchEnvoyproxy(%v): no limit", c.entries)
+		}
+		if got != c.want {
+			t.Errorf("allocations of MatchEnvoyproxy(%v) = %v, want %v", c.entries, got, c.want)
+		}
+	}
+}
