@@ -156,9 +156,8 @@ type Node struct {
 	File string
 	Line int
 
-	level  level
-	prefix string   // the value before the first '*' (for fast rejection)
-	parts  []string // the value split at its '*'s
+	level level
+	parts []string // the value split at its '*'s
 	// composite is Composite(), and cparts it split at its '*'s, built
 	// when the node is added (envoyproxy/ratelimit's matching).
 	composite string
@@ -235,7 +234,6 @@ func (l *level) add(d *Node) {
 		l.keyOnly[d.Key] = d
 	case strings.Contains(d.Value, "*"):
 		d.parts = strings.Split(d.Value, "*")
-		d.prefix = d.parts[0]
 		l.wildcards = append(l.wildcards, d)
 	default:
 		l.exact[Entry{d.Key, d.Value}] = d
