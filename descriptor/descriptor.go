@@ -467,18 +467,23 @@ func EnvoyproxyKey(prefix, domain string, entries []Entry, m Match) string {
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
-	b := make([]byte, 0, n)
-	b = append(append(append(b, prefix...), domain...), '_')
+	// A Builder: its String is the key without a copy (one allocation).
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(prefix)
+	b.WriteString(domain)
+	b.WriteByte('_')
 	for i, e := range entries {
-		b = append(append(b, e.Key...), '_')
+		b.WriteString(e.Key)
+		b.WriteByte('_')
 		if p, ok := m.Shared(i); ok {
-			b = append(b, p...)
+			b.WriteString(p)
 		} else {
-			b = append(b, e.Value...)
+			b.WriteString(e.Value)
 		}
-		b = append(b, '_')
+		b.WriteByte('_')
 	}
-	return string(b)
+	return b.String()
 }
 
 // Config is a loaded configuration: a set of domains. It is immutable once
@@ -570,31 +575,36 @@ func StoreKey(domain string, entries []Entry, m Match) string {
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
-	b := make([]byte, 0, n)
-	b = appendEscaped(b, domain)
+	var b strings.Builder // one allocation, as in EnvoyproxyKey
+	b.Grow(n)
+	writeEscaped(&b, domain)
 	for i, e := range entries {
-		b = append(b, '|')
-		b = appendEscaped(b, e.Key)
-		b = append(b, '=')
+		b.WriteByte('|')
+		writeEscaped(&b, e.Key)
+		b.WriteByte('=')
 		if p, ok := m.Shared(i); ok {
 			// A pattern is marked with a leading '*' that no escaped
 			// value can produce unescaped, so it never collides with a value.
-			b = append(b, '\\', '*')
-			b = appendEscaped(b, p)
+			b.WriteString(`\*`)
+			writeEscaped(&b, p)
 			continue
 		}
-		b = appendEscaped(b, e.Value)
+		writeEscaped(&b, e.Value)
 	}
-	return string(b)
+	return b.String()
 }
 
-func appendEscaped(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '|' || c == '=' || c == '\\' {
-			b = append(b, '\\')
+// writeEscaped writes s with a backslash before each '|', '=' and backslash.
+func writeEscaped(b *strings.Builder, s string) {
+	for {
+		i := strings.IndexAny(s, `|=\`)
+		if i < 0 {
+			b.WriteString(s)
+			return
 		}
-		b = append(b, c)
+		b.WriteString(s[:i])
+		b.WriteByte('\\')
+		b.WriteByte(s[i])
+		s = s[i+1:]
 	}
-	return b
 }
