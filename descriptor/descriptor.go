@@ -156,10 +156,12 @@ type Node struct {
 	File string
 	Line int
 
-	level  level
-	prefix string   // the value before the first '*' (for fast rejection)
-	parts  []string // the value split at its '*'s
-	cparts []string // Composite split at its '*'s (envoyproxy/ratelimit's matching)
+	level level
+	parts []string // the value split at its '*'s
+	// composite is Composite(), and cparts it split at its '*'s, built
+	// when the node is added (envoyproxy/ratelimit's matching).
+	composite string
+	cparts    []string
 }
 
 // Composite returns the node's key, or key_value when it has a value, as
@@ -190,26 +192,14 @@ func (n *Node) matchesAddress(v string) bool {
 // Add adds child to n's next level. When n already has a child with the
 // same key and value, Add returns it and leaves n unchanged; otherwise it
 // returns nil.
-func (n *Node) Add(child *Node) (dup *Node) {
-	if d := n.level.findSame(child); d != nil {
-		return d
-	}
-	n.level.add(child)
-	n.Children = append(n.Children, child)
-	return nil
-}
+func (n *Node) Add(child *Node) (dup *Node) { return n.level.insert(&n.Children, child, false) }
 
 // AddEnvoyproxy adds child to n's next level with envoyproxy/ratelimit's
 // rule for duplicates: a child whose composite key (Composite: key, or
 // key_value) is already there, whatever its key and value, is a
 // duplicate, returned, and n is left unchanged.
 func (n *Node) AddEnvoyproxy(child *Node) (dup *Node) {
-	if d := n.level.findComposite(child); d != nil {
-		return d
-	}
-	n.level.add(child)
-	n.Children = append(n.Children, child)
-	return nil
+	return n.level.insert(&n.Children, child, true)
 }
 
 // level indexes the children of one node for matching, both ways: by key
@@ -234,20 +224,37 @@ func (l *level) add(d *Node) {
 		l.wildcards = append(l.wildcards, d)
 		return
 	}
-	l.composite[d.Composite()] = d
+	d.composite = d.Composite()
+	l.composite[d.composite] = d
 	if strings.Contains(d.Value, "*") {
-		d.cparts = strings.Split(d.Composite(), "*")
+		d.cparts = strings.Split(d.composite, "*")
 	}
 	switch {
 	case d.Value == "":
 		l.keyOnly[d.Key] = d
 	case strings.Contains(d.Value, "*"):
 		d.parts = strings.Split(d.Value, "*")
-		d.prefix = d.parts[0]
 		l.wildcards = append(l.wildcards, d)
 	default:
 		l.exact[Entry{d.Key, d.Value}] = d
 	}
+}
+
+// insert adds d to l and to list, the same level's nodes in order, unless
+// l already has its duplicate (by key and value, or by composite name with
+// envoyproxy's rule), which it returns instead.
+func (l *level) insert(list *[]*Node, d *Node, envoyproxy bool) (dup *Node) {
+	if envoyproxy {
+		dup = l.findComposite(d)
+	} else {
+		dup = l.findSame(d)
+	}
+	if dup != nil {
+		return dup
+	}
+	l.add(d)
+	*list = append(*list, d)
+	return nil
 }
 
 // findComposite returns the node of l with d's composite name, or nil:
@@ -284,16 +291,45 @@ func (l *level) findSame(d *Node) *Node {
 	return l.exact[Entry{d.Key, d.Value}]
 }
 
-func (l *level) find(e Entry) *Node {
+// find returns the node of l entry e selects with Portero's rules (exact
+// value, then the first wildcard or address node, then key only) and, when
+// that node shares one counter (share_threshold) among the values its
+// pattern matches, the pattern; nil when none.
+func (l *level) find(e Entry) (n *Node, shared string) {
 	if d := l.exact[e]; d != nil {
-		return d
+		return d, ""
 	}
 	for _, d := range l.wildcards {
 		if d.Key == e.Key && d.matches(e.Value) {
-			return d
+			if d.ShareThreshold {
+				shared = d.Value + d.AddressText
+			}
+			return d, shared
 		}
 	}
-	return l.keyOnly[e.Key]
+	return l.keyOnly[e.Key], ""
+}
+
+// findEnvoyproxy is find with envoyproxy/ratelimit's rules, on composite
+// strings (see Domain.MatchEnvoyproxy); a shared pattern is the node's
+// composite pattern less the entry's key and '_'.
+func (l *level) findEnvoyproxy(e Entry) (n *Node, shared string) {
+	full := e.Key + "_" + e.Value
+	if d := l.composite[full]; d != nil {
+		return d, ""
+	}
+	for _, w := range l.wildcards {
+		if w.isAddress() && w.Key == e.Key && w.matchesAddress(e.Value) || !w.isAddress() && globMatch(w.cparts, full) {
+			if w.ShareThreshold {
+				shared = w.AddressText
+				if !w.isAddress() {
+					shared = strings.TrimPrefix(w.composite, e.Key+"_")
+				}
+			}
+			return w, shared
+		}
+	}
+	return l.composite[e.Key], ""
 }
 
 // matches reports whether v matches n, a wildcard or an address node.
@@ -344,24 +380,10 @@ func NewDomain(name, file string) *Domain {
 // Add adds n to d's top level. When d already has a node with the same key
 // and value, Add returns it and leaves d unchanged; otherwise it returns
 // nil.
-func (d *Domain) Add(n *Node) (dup *Node) {
-	if x := d.root.findSame(n); x != nil {
-		return x
-	}
-	d.root.add(n)
-	d.Nodes = append(d.Nodes, n)
-	return nil
-}
+func (d *Domain) Add(n *Node) (dup *Node) { return d.root.insert(&d.Nodes, n, false) }
 
 // AddEnvoyproxy is Node.AddEnvoyproxy for d's top level.
-func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) {
-	if x := d.root.findComposite(n); x != nil {
-		return x
-	}
-	d.root.add(n)
-	d.Nodes = append(d.Nodes, n)
-	return nil
-}
+func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) { return d.root.insert(&d.Nodes, n, true) }
 
 // Match is the result of looking a request descriptor up.
 type Match struct {
@@ -388,31 +410,7 @@ func (m Match) Shared(i int) (string, bool) {
 // Match looks entries up in d, level by level, with envoyproxy/ratelimit's
 // rules (exact value, then wildcard in file order, then key only; the limit
 // must sit at the level of the last entry).
-func (d *Domain) Match(entries []Entry) Match {
-	var m Match
-	lv := &d.root
-	for i, e := range entries {
-		n := lv.find(e)
-		if n == nil {
-			return Match{}
-		}
-		if n.ShareThreshold && (n.parts != nil || n.isAddress()) {
-			if m.patterns == nil {
-				m.patterns = make([]string, len(entries))
-			}
-			m.patterns[i] = n.Value + n.AddressText
-		}
-		if i == len(entries)-1 {
-			m.Node, m.Limit = n, n.Limit
-			return m
-		}
-		if len(n.Children) == 0 {
-			return Match{}
-		}
-		lv = &n.level
-	}
-	return Match{}
-}
+func (d *Domain) Match(entries []Entry) Match { return d.match(entries, false) }
 
 // MatchEnvoyproxy looks entries up in d exactly as envoyproxy/ratelimit
 // does, on composite strings: at each level the child whose composite key
@@ -423,31 +421,28 @@ func (d *Domain) Match(entries []Entry) Match {
 // entry (a_b, c) matches the node (a, b_c), and (a_b, x) falls back to the
 // node (a, b). A shared wildcard (share_threshold) counts under its value
 // pattern, as there.
-func (d *Domain) MatchEnvoyproxy(entries []Entry) Match {
+func (d *Domain) MatchEnvoyproxy(entries []Entry) Match { return d.match(entries, true) }
+
+// match is Match, or MatchEnvoyproxy when envoyproxy is set.
+func (d *Domain) match(entries []Entry, envoyproxy bool) Match {
 	var m Match
 	lv := &d.root
 	for i, e := range entries {
-		full := e.Key + "_" + e.Value
-		n := lv.composite[full]
-		if n == nil {
-			for _, w := range lv.wildcards {
-				if w.isAddress() && w.Key == e.Key && w.matchesAddress(e.Value) || !w.isAddress() && globMatch(w.cparts, full) {
-					n = w
-					break
-				}
-			}
-			if n != nil && n.ShareThreshold {
-				if m.patterns == nil {
-					m.patterns = make([]string, len(entries))
-				}
-				m.patterns[i] = strings.TrimPrefix(n.Composite(), e.Key+"_")
-			}
-		}
-		if n == nil {
-			n = lv.composite[e.Key]
+		var n *Node
+		var shared string
+		if envoyproxy {
+			n, shared = lv.findEnvoyproxy(e)
+		} else {
+			n, shared = lv.find(e)
 		}
 		if n == nil {
 			return Match{}
+		}
+		if shared != "" {
+			if m.patterns == nil {
+				m.patterns = make([]string, len(entries))
+			}
+			m.patterns[i] = shared
 		}
 		if i == len(entries)-1 {
 			m.Node, m.Limit = n, n.Limit
@@ -472,18 +467,23 @@ func EnvoyproxyKey(prefix, domain string, entries []Entry, m Match) string {
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
-	b := make([]byte, 0, n)
-	b = append(append(append(b, prefix...), domain...), '_')
+	// A Builder: its String is the key without a copy (one allocation).
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(prefix)
+	b.WriteString(domain)
+	b.WriteByte('_')
 	for i, e := range entries {
-		b = append(append(b, e.Key...), '_')
+		b.WriteString(e.Key)
+		b.WriteByte('_')
 		if p, ok := m.Shared(i); ok {
-			b = append(b, p...)
+			b.WriteString(p)
 		} else {
-			b = append(b, e.Value...)
+			b.WriteString(e.Value)
 		}
-		b = append(b, '_')
+		b.WriteByte('_')
 	}
-	return string(b)
+	return b.String()
 }
 
 // Config is a loaded configuration: a set of domains. It is immutable once
@@ -575,31 +575,36 @@ func StoreKey(domain string, entries []Entry, m Match) string {
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
-	b := make([]byte, 0, n)
-	b = appendEscaped(b, domain)
+	var b strings.Builder // one allocation, as in EnvoyproxyKey
+	b.Grow(n)
+	writeEscaped(&b, domain)
 	for i, e := range entries {
-		b = append(b, '|')
-		b = appendEscaped(b, e.Key)
-		b = append(b, '=')
+		b.WriteByte('|')
+		writeEscaped(&b, e.Key)
+		b.WriteByte('=')
 		if p, ok := m.Shared(i); ok {
 			// A pattern is marked with a leading '*' that no escaped
 			// value can produce unescaped, so it never collides with a value.
-			b = append(b, '\\', '*')
-			b = appendEscaped(b, p)
+			b.WriteString(`\*`)
+			writeEscaped(&b, p)
 			continue
 		}
-		b = appendEscaped(b, e.Value)
+		writeEscaped(&b, e.Value)
 	}
-	return string(b)
+	return b.String()
 }
 
-func appendEscaped(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '|' || c == '=' || c == '\\' {
-			b = append(b, '\\')
+// writeEscaped writes s with a backslash before each '|', '=' and backslash.
+func writeEscaped(b *strings.Builder, s string) {
+	for {
+		i := strings.IndexAny(s, `|=\`)
+		if i < 0 {
+			b.WriteString(s)
+			return
 		}
-		b = append(b, c)
+		b.WriteString(s[:i])
+		b.WriteByte('\\')
+		b.WriteByte(s[i])
+		s = s[i+1:]
 	}
-	return b
 }

@@ -203,3 +203,68 @@ func TestNewLimitEnvoyproxy(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchEnvoyproxyAllocs: matching allocates only the shared patterns'
+// slice, and nothing without share_threshold: the composite names are
+// built when the configuration loads, not per request.
+func TestMatchEnvoyproxyAllocs(t *testing.T) {
+	d := envoyDomain(t,
+		&descriptor.Node{Key: "files", Value: "files/*", ShareThreshold: true, Limit: lim(t, "files", 10)},
+		&descriptor.Node{Key: "wild", Value: "foo*", Limit: lim(t, "wild", 20)},
+	)
+	for _, c := range []struct {
+		entries []descriptor.Entry
+		want    float64
+	}{
+		{entries("files", "files/a.pdf"), 1},
+		{entries("wild", "foo1"), 0},
+	} {
+		var m descriptor.Match
+		got := testing.AllocsPerRun(100, func() { m = d.MatchEnvoyproxy(c.entries) })
+		if m.Limit == nil {
+			t.Fatalf("MatchEnvoyproxy(%v): no limit", c.entries)
+		}
+		if got != c.want {
+			t.Errorf("allocations of MatchEnvoyproxy(%v) = %v, want %v", c.entries, got, c.want)
+		}
+	}
+}
+
+// TestKeyAllocs: a store key is built in one allocation, the key itself
+// (one per counted descriptor on the decision path).
+func TestKeyAllocs(t *testing.T) {
+	es := entries("remote_address", "10.0.0.1", "path", "/a/b/c") // over 32 bytes: not on the stack
+	var m descriptor.Match
+	for _, c := range []struct {
+		name string
+		f    func() string
+	}{
+		{"StoreKey", func() string { return descriptor.StoreKey("edge", es, m) }},
+		{"EnvoyproxyKey", func() string { return descriptor.EnvoyproxyKey("prefix:", "edge", es, m) }},
+	} {
+		var k string
+		if got := testing.AllocsPerRun(100, func() { k = c.f() }); got != 1 {
+			t.Errorf("allocations of %s = %v (key %q), want 1", c.name, got, k)
+		}
+	}
+}
+
+// TestStoreKeyForm: the exact keys, escapes and shared patterns included
+// (they name counters in Redis: a change would lose them on upgrade).
+func TestStoreKeyForm(t *testing.T) {
+	d := descriptor.NewDomain("d", "d.yaml")
+	d.Add(&descriptor.Node{Key: "f", Value: "x|*", ShareThreshold: true, Limit: lim(t, "f", 1)})
+	for _, c := range []struct {
+		domain string
+		es     []descriptor.Entry
+		want   string
+	}{
+		{"d", entries("a", "b"), `d|a=b`},
+		{"d|=", entries("a|b", `c=\`, "k", ""), `d\|\=|a\|b=c\=\\|k=`},
+		{"d", entries("f", "x|y"), `d|f=\*x\|*`},
+	} {
+		if got := descriptor.StoreKey(c.domain, c.es, d.Match(c.es)); got != c.want {
+			t.Errorf("StoreKey(%q, %v) = %q, want %q", c.domain, c.es, got, c.want)
+		}
+	}
+}

@@ -29,7 +29,6 @@ import (
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/server"
-	"github.com/portero-rl/portero/internal/testenv"
 )
 
 const envoyBasic = `domain: basic
@@ -75,36 +74,9 @@ func envoyproxyRuntime(t *testing.T, srv *redistest.Server, file string, extra .
 // (envoyproxy/ratelimit's debug port) addresses.
 func startRatelimit(t *testing.T, args ...string) (grpcAddr, httpAddr, debugAddr string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
-	done := make(chan error, 1)
-	args = append([]string{"/bin/ratelimit"}, args...)
-	go func() { done <- run(ctx, argsOf(args), out, errOut) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("ratelimit returned %v; stderr: %s", err, errOut)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("ratelimit did not stop")
-		}
-	})
-	re := regexp.MustCompile(`gRPC listening on grpc://(\S+) \(\S+\)\n[\s\S]*HTTP listening on http://(\S+)\n[\s\S]*admin listening on http://(\S+) `)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1], m[2], m[3]
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("ratelimit exited: %v; stderr: %s", err, errOut)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatalf("ratelimit did not report its addresses; stdout: %s stderr: %s", out, errOut)
-	return "", "", ""
+	m := startCommand(t, "ratelimit", argsOf(append([]string{"/bin/ratelimit"}, args...)),
+		regexp.MustCompile(`gRPC listening on grpc://(\S+) \(\S+\)\n[\s\S]*HTTP listening on http://(\S+)\n[\s\S]*admin listening on http://(\S+) `))
+	return m[1], m[2], m[3]
 }
 
 type (

@@ -26,10 +26,18 @@ import (
 // HTTP addresses; the server stops at the end of the test.
 func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 	args := append([]string{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	m := startCommand(t, "portero rls", args, regexp.MustCompile(`gRPC listening on grpcs?://(\S+) \(\S+\)\n[\s\S]*HTTP listening on https?://(\S+)\n`))
+	return m[1], m[2]
+}
+
+// startCommand runs run(args) until the end of the test, named name in
+// failures, and returns the submatches of re once its output matches.
+func startCommand(t *testing.T, name string, args []string, re *regexp.Regexp) []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, out, errOut) }()
 	t.Cleanup(func() {
@@ -37,26 +45,25 @@ func startRLS(t *testing.T, extra ...string) (grpcAddr, httpAddr string) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("portero rls returned %v; stderr: %s", err, errOut)
+				t.Errorf("%s returned %v; stderr: %s", name, err, errOut)
 			}
 		case <-time.After(10 * time.Second):
-			t.Error("portero rls did not stop")
+			t.Errorf("%s did not stop", name)
 		}
 	})
-	re := regexp.MustCompile(`gRPC listening on grpcs?://(\S+) \(\S+\)\n[\s\S]*HTTP listening on https?://(\S+)\n`)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1], m[2]
+			return m
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("portero rls exited: %v; stderr: %s", err, errOut)
+			t.Fatalf("%s exited: %v; stderr: %s", name, err, errOut)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	t.Fatalf("portero rls did not report its addresses; stdout: %s stderr: %s", out, errOut)
-	return "", ""
+	t.Fatalf("%s did not report its addresses; stdout: %s stderr: %s", name, out, errOut)
+	return nil
 }
 
 func runCheck(t *testing.T, args ...string) (string, error) {

@@ -78,6 +78,18 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 // Default names of HeadersEnvoyproxy's fields.
 var envoyproxyHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
 
+// withDefaults returns a copy of c with its empty HeaderNames set to the
+// defaults, so that NewService resolves them once, not every answer.
+func (c *Compat) withDefaults() *Compat {
+	cc := *c
+	for i, n := range cc.HeaderNames {
+		if n == "" {
+			cc.HeaderNames[i] = envoyproxyHeaderNames[i]
+		}
+	}
+	return &cc
+}
+
 // envoyproxy's errors, as its service answers them (a Go error, which
 // grpc-go sends as UNKNOWN).
 var (
@@ -113,7 +125,7 @@ func (s *Service) compatAnswer(a *answer, req *descriptor.Request, now time.Time
 	}
 	switch c.Headers {
 	case HeadersEnvoyproxy:
-		a.fields, a.buf = appendEnvoyproxyHeaders(a.fields, a.buf, a.statuses, c.HeaderNames, now)
+		a.fields, a.buf = appendEnvoyproxyHeaders(a.fields, a.buf, a.statuses, &c.HeaderNames, now)
 	case HeadersIETF:
 		a.fields, a.buf = writer.Append(a.fields, a.buf, &a.v)
 	}
@@ -132,13 +144,8 @@ func ceilSecond(d time.Duration) time.Duration {
 // appendEnvoyproxyHeaders appends envoyproxy/ratelimit's three fields for
 // the descriptor with the least remaining (the first of equals), or the
 // last one over its limit but for quota descriptors; none when no
-// descriptor reports a limit.
-func appendEnvoyproxyHeaders(fields []hdr.Field, buf []byte, sts []descriptor.Status, names [3]string, now time.Time) ([]hdr.Field, []byte) {
-	for i, n := range names {
-		if n == "" {
-			names[i] = envoyproxyHeaderNames[i]
-		}
-	}
+// descriptor reports a limit. names are resolved (withDefaults).
+func appendEnvoyproxyHeaders(fields []hdr.Field, buf []byte, sts []descriptor.Status, names *[3]string, now time.Time) ([]hdr.Field, []byte) {
 	pick := -1
 	least := int64(math.MaxUint32)
 	for i := range sts {

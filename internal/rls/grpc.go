@@ -107,6 +107,9 @@ func NewService(c *descriptor.Compiler, e *engine.Engine, o ServiceOptions) *Ser
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Compat != nil {
+		o.Compat = o.Compat.withDefaults()
+	}
 	return &Service{compiler: c, engine: e, opts: o}
 }
 

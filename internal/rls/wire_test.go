@@ -2,6 +2,7 @@ package rls
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -266,5 +268,52 @@ func TestWireResponseMatchesGeneratedTypes(t *testing.T) {
 		if !bytes.Equal(got[len("prefix"):], wb) {
 			t.Fatalf("wire bytes %x\nproto bytes %x", got[len("prefix"):], wb)
 		}
+	}
+}
+
+// TestWireInterceptor: wireShouldRateLimit answers the same with a unary
+// interceptor as without (the interceptor sees the *wireCall and the
+// method), and its handler decides exactly once.
+func TestWireInterceptor(t *testing.T) {
+	svc := directService(t)
+	in, err := proto.Marshal(&pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "10.2.2.2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := func(v any) error {
+		c := v.(*wireCall)
+		c.req, c.err = c.rb.decode(in)
+		return nil
+	}
+	remaining := func(out any, err error) uint32 {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := out.(*wireCall)
+		resp := new(pb.RateLimitResponse)
+		if err := proto.Unmarshal(c.out, resp); err != nil {
+			t.Fatal(err)
+		}
+		c.free()
+		return resp.Statuses[0].LimitRemaining
+	}
+	ctx := context.Background()
+	if got := remaining(wireShouldRateLimit(svc, ctx, dec, nil)); got != 9 {
+		t.Fatalf("without interceptor: remaining %d, want 9", got)
+	}
+	var calls int
+	icpt := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		calls++
+		if _, ok := req.(*wireCall); !ok || info.FullMethod != methodShouldRateLimit {
+			t.Errorf("interceptor got %T, %q; want *wireCall, %q", req, info.FullMethod, methodShouldRateLimit)
+		}
+		return h(ctx, req)
+	}
+	if got := remaining(wireShouldRateLimit(svc, ctx, dec, icpt)); got != 8 {
+		t.Fatalf("with interceptor: remaining %d, want 8", got)
+	}
+	if calls != 1 {
+		t.Fatalf("interceptor called %d times, want 1", calls)
 	}
 }
