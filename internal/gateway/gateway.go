@@ -80,6 +80,9 @@ type table struct {
 	cfg    *config.Config
 	routes []*route
 	shed   *httplimit.Shedder // nil when the overload section is off
+	// served is g.serve over this table, the handler shed admits into,
+	// built once so that a request does not allocate a closure.
+	served http.Handler
 }
 
 type route struct {
@@ -196,7 +199,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Shedding is outermost: before the API key is looked up, the body
 	// read, the limits counted or an upstream touched.
-	t.shed.Serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, t) }))
+	t.shed.Serve(w, r, t.served)
 }
 
 // serve runs r through t after shedding: its API key, its route, the
@@ -411,6 +414,7 @@ func (g *Gateway) buildShed(t *table, old *table) error {
 			return k
 		}
 	}
+	t.served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, t) })
 	t.shed, err = httplimit.NewShedder(sc)
 	return err
 }
