@@ -386,7 +386,8 @@ func (g *Gateway) buildShed(t *table, old *table) error {
 		return nil
 	}
 	var gate *overload.Gate
-	if old != nil && old.shed != nil && old.shed.Gate().Config() == withDefaults(oc.Gate) {
+	// old.shed's Gate was built from (a section equal to) old's section.
+	if old != nil && old.shed != nil && old.cfg.Overload.Gate == oc.Gate {
 		gate = old.shed.Gate()
 	} else {
 		var err error
@@ -417,14 +418,6 @@ func (g *Gateway) buildShed(t *table, old *table) error {
 	t.served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, t) })
 	t.shed, err = httplimit.NewShedder(sc)
 	return err
-}
-
-// withDefaults is c as overload.New fills it in (Gate.Config returns that).
-func withDefaults(c overload.Config) overload.Config {
-	if c.RetryAfter == 0 {
-		c.RetryAfter = overload.DefaultRetryAfter
-	}
-	return c
 }
 
 func stripPrefix(prefix string, h http.Handler) http.Handler {
