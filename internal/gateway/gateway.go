@@ -80,6 +80,9 @@ type table struct {
 	cfg    *config.Config
 	routes []*route
 	shed   *httplimit.Shedder // nil when the overload section is off
+	// keyField is cfg.Gateway.KeyHeader as http.Header keys it, so that
+	// Header.Get need not canonicalize it (an allocation) per request.
+	keyField string
 	// served is g.serve over this table, the handler shed admits into,
 	// built once so that a request does not allocate a closure.
 	served http.Handler
@@ -205,7 +208,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve runs r through t after shedding: its API key, its route, the
 // limiter, the upstream.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
-	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	r, forbidden, limits := door(r, t)
 	switch {
 	case forbidden != "":
 		if g.hooks.OnAnswered != nil {
@@ -283,7 +286,7 @@ func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
 		return
 	}
-	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	r, forbidden, limits := door(r, t)
 	if forbidden != "" || limits {
 		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
 		if forbidden != "" {
@@ -355,7 +358,7 @@ func (g *Gateway) build(cfg *config.Config, old *table) (*table, error) {
 	if cfg == nil || cfg.Policy == nil {
 		return nil, errors.New("gateway: no configuration")
 	}
-	t := &table{cfg: cfg}
+	t := &table{cfg: cfg, keyField: http.CanonicalHeaderKey(cfg.Gateway.KeyHeader)}
 	if err := g.buildShed(t, old); err != nil {
 		return nil, err
 	}
