@@ -52,8 +52,7 @@ func door(r *http.Request, t *table) (out *http.Request, forbidden string, limit
 		if !ok {
 			return r, "unknown API key in the " + gm.KeyHeader + " header", false
 		}
-		ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
-		r = r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
+		r = r.WithContext(httplimit.WithIdentities(r.Context(), map[string]string{config.IdentityAPIKey: k.ID, config.IdentityPlan: k.Plan}))
 	}
 	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
 		return r, "", true
