@@ -234,12 +234,22 @@ type identityKey struct{}
 // limiter calls it: r = r.WithContext(httplimit.WithIdentity(r.Context(),
 // "user", id)).
 func WithIdentity(ctx context.Context, name, value string) context.Context {
+	return WithIdentities(ctx, map[string]string{name: value})
+}
+
+// WithIdentities is WithIdentity for several values at once, with one
+// copy of the identity map and one context where a WithIdentity per value
+// would make one each (the gateway sets a caller's API key ID and plan
+// this way on every request). It does not keep values.
+func WithIdentities(ctx context.Context, values map[string]string) context.Context {
 	old, _ := ctx.Value(identityKey{}).(map[string]string)
-	m := make(map[string]string, len(old)+1)
+	m := make(map[string]string, len(old)+len(values))
 	for k, v := range old {
 		m[k] = v
 	}
-	m[name] = value
+	for k, v := range values {
+		m[k] = v
+	}
 	return context.WithValue(ctx, identityKey{}, m)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/policy/policytest"
@@ -255,7 +256,7 @@ func TestSpoofedXFF(t *testing.T) {
 // TestTrustedProxy: with 127.0.0.1 trusted, the rightmost untrusted address
 // of X-Forwarded-For is the key; the leftmost (client-written) is ignored.
 func TestTrustedProxy(t *testing.T) {
-	trusted, _ := httplimit.ParsePrefixes([]string{"127.0.0.0/8", "10.0.0.0/8"})
+	trusted, _ := clientip.ParsePrefixes([]string{"127.0.0.0/8", "10.0.0.0/8"})
 	srv, _ := serve(t, httplimit.Config{ClientIP: httplimit.ClientIP{TrustedProxies: trusted}},
 		rule(t, "per-ip", "ip", "1/min"))
 	// Forged leftmost values change, the real client (203.0.113.7) does not.

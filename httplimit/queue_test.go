@@ -11,31 +11,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/httplimit"
-	"github.com/portero-rl/portero/policy"
-	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/overload"
 )
-
-// queueLimiter is the middleware with one leaky-queue rule per client over
-// a memory store, in front of a handler that records when it ran.
-func queueLimiter(t *testing.T, limit string, now func() time.Time, ran func()) http.Handler {
-	t.Helper()
-	store, err := memstore.New(memstore.Config{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(context.Background()) })
-	p, err := policy.New([]policy.Rule{rule(t, "queue", "ip", limit, func(r *policy.Rule) { r.Algorithm = portero.LeakyQueue })}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := httplimit.New(httplimit.Config{Policy: p, Store: store, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran() }))
-}
 
 // TestQueueDelays: a leaky-queue rule shapes. 8 requests at once against
 // 2/s burst 5: the queue holds 5, which reach the handler one interval
@@ -47,7 +25,7 @@ func TestQueueDelays(t *testing.T) {
 		start := time.Now()
 		var mu sync.Mutex
 		var ran []time.Duration
-		h := queueLimiter(t, "2/s burst 5", nil, func() {
+		h := shapeLimiter(t, "2/s burst 5", overload.Shape{}, func() {
 			mu.Lock()
 			ran = append(ran, time.Since(start))
 			mu.Unlock()
@@ -92,7 +70,7 @@ func TestQueueDelays(t *testing.T) {
 // whose deadline leaves room waits and passes.
 func TestQueueDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := queueLimiter(t, "2/s burst 5", nil, func() {})
+		h := shapeLimiter(t, "2/s burst 5", overload.Shape{}, func() {})
 		send := func(budget time.Duration) (*httptest.ResponseRecorder, time.Duration) {
 			ctx, cancel := context.WithTimeout(context.Background(), budget)
 			defer cancel()
@@ -139,7 +117,7 @@ func TestQueueDeadline(t *testing.T) {
 // refused.
 func TestQueueParallelHTTP(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	h := queueLimiter(t, "20/s burst 5", func() time.Time { return t0 }, func() {})
+	h := shapeLimiter(t, "20/s burst 5", overload.Shape{}, func() {}, func() time.Time { return t0 })
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	var mu sync.Mutex

@@ -19,7 +19,8 @@ import (
 )
 
 // shapeLimiter is the middleware with one leaky-queue rule per client,
-// shaped by sh, in front of a handler that records when it ran.
+// shaped by sh (none for the zero Shape: Config.Shapes then stays empty),
+// in front of a handler that records when it ran.
 func shapeLimiter(t *testing.T, limit string, sh overload.Shape, ran func(), now ...func() time.Time) http.Handler {
 	t.Helper()
 	store, err := memstore.New(memstore.Config{SweepInterval: -1})
@@ -31,7 +32,10 @@ func shapeLimiter(t *testing.T, limit string, sh overload.Shape, ran func(), now
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := httplimit.Config{Policy: p, Store: store, Shapes: map[string]overload.Shape{"queue": sh}}
+	cfg := httplimit.Config{Policy: p, Store: store}
+	if sh != (overload.Shape{}) {
+		cfg.Shapes = map[string]overload.Shape{"queue": sh}
+	}
 	if len(now) > 0 {
 		cfg.Now = now[0]
 	}

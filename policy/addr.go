@@ -28,7 +28,7 @@ func NewAddrSet(prefixes []netip.Prefix) (*AddrSet, error) {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("address %v: not a valid address or prefix", p)
 		}
-		p = NormalizePrefix(p)
+		p = normalizePrefix(p)
 		s.ranges = append(s.ranges, addrRange{p.Addr(), lastAddr(p)})
 	}
 	slices.SortFunc(s.ranges, func(a, b addrRange) int { return a.lo.Compare(b.lo) })
@@ -46,9 +46,9 @@ func NewAddrSet(prefixes []netip.Prefix) (*AddrSet, error) {
 	return s, nil
 }
 
-// NormalizePrefix returns p masked, with an IPv4-mapped IPv6 prefix of 96
+// normalizePrefix returns p masked, with an IPv4-mapped IPv6 prefix of 96
 // bits or more turned into the IPv4 prefix it maps and any zone dropped.
-func NormalizePrefix(p netip.Prefix) netip.Prefix {
+func normalizePrefix(p netip.Prefix) netip.Prefix {
 	a := p.Addr().WithZone("")
 	bits := p.Bits()
 	if a.Is4In6() && bits >= 96 {

@@ -336,6 +336,9 @@ func appendHost(b []byte, h string) []byte {
 }
 
 // queryValue returns the first value of argument name in raw query q.
+// Not url.ParseQuery, which decodes every argument into a map to return
+// one: FuzzQueryValue holds this to its answer, and
+// TestCookieAndQueryValuesAllocateNothing to no allocation.
 func queryValue(q, name string) (string, bool) {
 	for q != "" {
 		var kv string
@@ -356,6 +359,9 @@ func queryValue(q, name string) (string, bool) {
 }
 
 // cookieValue returns the value of cookie name in Cookie field lines.
+// Not http.ParseCookie, which builds every cookie of the line to return
+// one: FuzzCookieValue holds this to its answer wherever it accepts the
+// line, and TestCookieAndQueryValuesAllocateNothing to no allocation.
 func cookieValue(lines []string, name string) (string, bool) {
 	for _, line := range lines {
 		for c := range strings.SplitSeq(line, ";") {

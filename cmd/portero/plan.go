@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -91,10 +92,8 @@ latency requests in flight (rounded up), what the service behind must hold.
 }
 
 func checkPlanFormat(format string) error {
-	for _, f := range planFormats {
-		if f == format {
-			return nil
-		}
+	if slices.Contains(planFormats, format) {
+		return nil
 	}
 	return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(planFormats, ", ")))
 }

@@ -15,7 +15,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
-	"strings"
 )
 
 // MaxKeyLen is the longest key a request may present; a longer one is
@@ -35,7 +34,7 @@ func ParseHash(s string) ([32]byte, error) {
 	if len(s) != 64 {
 		return h, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
 	}
-	if _, err := hex.Decode(h[:], []byte(strings.ToLower(s))); err != nil {
+	if _, err := hex.Decode(h[:], []byte(s)); err != nil { // either case
 		return h, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
 	}
 	return h, nil

@@ -3,11 +3,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -213,14 +214,8 @@ func (p *parser) addresses(items []string, path []any) *policy.AddrSet {
 	return set
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+// sortedKeys returns m's keys in order, for messages and a stable walk.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // level is one throttle of the order, for the check that no lower level
 // promises more than the level above it.

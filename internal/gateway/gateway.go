@@ -80,6 +80,12 @@ type table struct {
 	cfg    *config.Config
 	routes []*route
 	shed   *httplimit.Shedder // nil when the overload section is off
+	// keyField is cfg.Gateway.KeyHeader as http.Header keys it, so that
+	// Header.Get need not canonicalize it (an allocation) per request.
+	keyField string
+	// served is g.serve over this table, the handler shed admits into,
+	// built once so that a request does not allocate a closure.
+	served http.Handler
 }
 
 type route struct {
@@ -196,13 +202,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Shedding is outermost: before the API key is looked up, the body
 	// read, the limits counted or an upstream touched.
-	t.shed.Serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, t) }))
+	t.shed.Serve(w, r, t.served)
 }
 
 // serve runs r through t after shedding: its API key, its route, the
 // limiter, the upstream.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
-	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	r, forbidden, limits := door(r, t)
 	switch {
 	case forbidden != "":
 		if g.hooks.OnAnswered != nil {
@@ -280,7 +286,7 @@ func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
 		return
 	}
-	r, forbidden, limits := door(r, &t.cfg.Gateway)
+	r, forbidden, limits := door(r, t)
 	if forbidden != "" || limits {
 		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
 		if forbidden != "" {
@@ -352,7 +358,7 @@ func (g *Gateway) build(cfg *config.Config, old *table) (*table, error) {
 	if cfg == nil || cfg.Policy == nil {
 		return nil, errors.New("gateway: no configuration")
 	}
-	t := &table{cfg: cfg}
+	t := &table{cfg: cfg, keyField: http.CanonicalHeaderKey(cfg.Gateway.KeyHeader)}
 	if err := g.buildShed(t, old); err != nil {
 		return nil, err
 	}
@@ -383,7 +389,8 @@ func (g *Gateway) buildShed(t *table, old *table) error {
 		return nil
 	}
 	var gate *overload.Gate
-	if old != nil && old.shed != nil && old.shed.Gate().Config() == withDefaults(oc.Gate) {
+	// old.shed's Gate was built from (a section equal to) old's section.
+	if old != nil && old.shed != nil && old.cfg.Overload.Gate == oc.Gate {
 		gate = old.shed.Gate()
 	} else {
 		var err error
@@ -411,16 +418,9 @@ func (g *Gateway) buildShed(t *table, old *table) error {
 			return k
 		}
 	}
+	t.served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, t) })
 	t.shed, err = httplimit.NewShedder(sc)
 	return err
-}
-
-// withDefaults is c as overload.New fills it in (Gate.Config returns that).
-func withDefaults(c overload.Config) overload.Config {
-	if c.RetryAfter == 0 {
-		c.RetryAfter = overload.DefaultRetryAfter
-	}
-	return c
 }
 
 func stripPrefix(prefix string, h http.Handler) http.Handler {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/portero-rl/portero/internal/config"
@@ -215,5 +216,59 @@ func TestAcceptEncodingPassesThrough(t *testing.T) {
 		if got := <-seen; fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("client sent Accept-Encoding %q: upstream saw %q, want %q", tc.send, got, tc.want)
 		}
+	}
+}
+
+// TestOverloadAllocatesOnlyItsTicket: the overload section costs a request
+// the Gate's one Ticket and nothing more; the handler it admits into is
+// built with the table, not as a closure per request.
+func TestOverloadAllocatesOnlyItsTicket(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	r := httptest.NewRequest("GET", "/items/1", nil)
+	allocs := func(yaml string) float64 {
+		g := hotGateway(t, yaml)
+		w := &sink{h: http.Header{}}
+		w.serve(g, r) // the one request 1/h admits
+		n := testing.AllocsPerRun(100, func() { w.serve(g, r) })
+		if w.code != http.StatusTooManyRequests {
+			t.Fatalf("status %d, want 429", w.code)
+		}
+		return n
+	}
+	cfg := hotPathConfig("http://127.0.0.1:1", "1/h")
+	off, on := allocs(cfg), allocs(cfg+"overload:\n  max_in_flight: 100\n")
+	if on > off+1 {
+		t.Errorf("a refused request allocates %v times with the overload section, %v without, want at most one more (the Ticket)", on, off)
+	}
+}
+
+// TestKeyHeaderNotCanonicalizedPerRequest: the API key header is looked up
+// under its canonical form computed with the table, so that the default
+// X-API-Key costs a request no more than a name written canonically
+// (Header.Get canonicalized it, allocating, on every request).
+func TestKeyHeaderNotCanonicalizedPerRequest(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	allocs := func(name string) float64 {
+		yaml := strings.Replace(planYAML("http://127.0.0.1:1"), "api_keys:\n", "api_keys:\n  header: "+name+"\n", 1)
+		g := hotGateway(t, yaml)
+		r := httptest.NewRequest("GET", "/pets/1", nil)
+		r.Host = "api.example.com"
+		r.Header.Set(name, "basic-key")
+		w := &sink{h: http.Header{}}
+		for range 6 { // past the basic plan's quota of 5: refused, nothing proxied
+			w.serve(g, r)
+		}
+		n := testing.AllocsPerRun(50, func() { w.serve(g, r) })
+		if w.code != http.StatusTooManyRequests {
+			t.Fatalf("header %s: status %d, want 429 (the key was not found?)", name, w.code)
+		}
+		return n
+	}
+	if def, canon := allocs("X-API-Key"), allocs("X-Api-Key"); def != canon {
+		t.Errorf("a keyed request allocates %v times under X-API-Key, %v under X-Api-Key, want the same", def, canon)
 	}
 }

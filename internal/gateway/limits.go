@@ -27,14 +27,17 @@ import (
 // plan does not cover r; limits when r asks for GET /v1/limits (answered
 // without counting, after the key is found and before the plan's routes
 // are checked).
-func door(r *http.Request, gm *config.GatewayModel) (out *http.Request, forbidden string, limits bool) {
+func door(r *http.Request, t *table) (out *http.Request, forbidden string, limits bool) {
+	gm := &t.cfg.Gateway
 	if gm.Keys != nil {
 		// A replayed request carries its key as the access log recorded
 		// it (WithLoggedAPIKey), a served one in its header.
 		logged, replayed := r.Context().Value(loggedKeyCtx{}).(string)
 		raw := logged
 		if !replayed {
-			raw = r.Header.Get(gm.KeyHeader)
+			if vs := r.Header[t.keyField]; len(vs) > 0 {
+				raw = vs[0]
+			}
 		}
 		if raw == "" {
 			return r, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)", false
@@ -49,8 +52,7 @@ func door(r *http.Request, gm *config.GatewayModel) (out *http.Request, forbidde
 		if !ok {
 			return r, "unknown API key in the " + gm.KeyHeader + " header", false
 		}
-		ctx := httplimit.WithIdentity(r.Context(), config.IdentityAPIKey, k.ID)
-		r = r.WithContext(httplimit.WithIdentity(ctx, config.IdentityPlan, k.Plan))
+		r = r.WithContext(httplimit.WithIdentities(r.Context(), map[string]string{config.IdentityAPIKey: k.ID, config.IdentityPlan: k.Plan}))
 	}
 	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
 		return r, "", true
