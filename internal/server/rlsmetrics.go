@@ -143,18 +143,7 @@ func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
 // request's entries: envoyproxy/ratelimit's per-value key (key_value for
 // each entry, joined by "."), or the plain key once maxDetailed keys exist.
 func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
-	var b strings.Builder
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(e.Key)
-		if e.Value != "" {
-			b.WriteByte('_')
-			b.WriteString(e.Value)
-		}
-	}
-	key := b.String()
+	key := descriptor.Key(entries)
 	if len(key) > maxDetailedKey {
 		m.dropped.Inc()
 		return m.plain(domain, l)
