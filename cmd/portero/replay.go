@@ -172,7 +172,9 @@ func checkChart(path string) error {
 // replayGCPercent is the collector's target during a replay: the live heap
 // is a few megabytes (the store's bounded state), so the default 100 would
 // collect every few thousand lines; 400 costs a few megabytes more and
-// saves about a tenth of the CPU (BenchmarkReplay).
+// saves about a tenth of the CPU (BenchmarkReplay, -benchtime 1000000x
+// -cpu 1, 3 runs each with this set to 100 and to 400: 777k and 847k
+// lines per CPU second).
 const replayGCPercent = 400
 
 // gatewayDecider decides replayed requests with a real gateway of the

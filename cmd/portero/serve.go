@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
@@ -111,7 +112,7 @@ likewise.`,
 	f.IntVar(&refusalLines, "log-refusals", logging.DefaultPerSecond, "most refusal log lines a second per rule (0: every refusal, -1: none)")
 	f.StringVar(&access.Path, "access-log", "", "access log file, - for standard output; empty for none (SIGUSR1 reopens it)")
 	f.StringVar(&access.Format, "access-log-format", "json", "access log format: json (what portero replay reads) or text")
-	f.IntVar(&access.Buffer, "access-log-buffer", 4096, "most access log lines waiting for the disk; beyond it lines are dropped and counted")
+	f.IntVar(&access.Buffer, "access-log-buffer", accesslog.DefaultBuffer, "most access log lines waiting for the disk; beyond it lines are dropped and counted")
 	f.StringSliceVar(&access.Headers, "access-log-header", nil, "request header to record as sent, besides those the configuration reads (repeatable; never the api_keys header)")
 	logs.add(cmd)
 	return cmd

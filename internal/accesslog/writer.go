@@ -211,20 +211,24 @@ func (w *Writer) run(f io.WriteCloser) {
 			bw.Reset(f) // drop what could not be written rather than retry forever
 		}
 	}
+	// drain writes the lines already waiting, without blocking.
+	drain := func() {
+		for {
+			select {
+			case bp := <-w.lines:
+				write(bp)
+			default:
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case bp := <-w.lines:
 			write(bp)
 			// Take what is already waiting before flushing: one write for
 			// a burst.
-			for more := true; more; {
-				select {
-				case bp := <-w.lines:
-					write(bp)
-				default:
-					more = false
-				}
-			}
+			drain()
 			flush()
 		case reply := <-w.reopen:
 			flush()
@@ -240,14 +244,7 @@ func (w *Writer) run(f io.WriteCloser) {
 			bw.Reset(f)
 			reply <- nil
 		case <-w.done:
-			for more := true; more; {
-				select {
-				case bp := <-w.lines:
-					write(bp)
-				default:
-					more = false
-				}
-			}
+			drain()
 			flush()
 			if err := f.Close(); err != nil {
 				w.fail(err)

@@ -27,6 +27,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"html"
 	"io/fs"
 	"math"
 	"net/http"
@@ -622,14 +623,10 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) loginPage(w http.ResponseWriter, status int, msg string) {
 	b, _ := fs.ReadFile(d.assets, "login.html")
 	page := strings.Replace(string(b), "{{action}}", d.opts.Prefix+"login", 1)
-	page = strings.Replace(page, "{{message}}", htmlEscape(msg), 1)
+	page = strings.Replace(page, "{{message}}", html.EscapeString(msg), 1)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(page))
-}
-
-func htmlEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#39;").Replace(s)
 }
 
 // sortUsage orders entries by the share of their limit used, most first.

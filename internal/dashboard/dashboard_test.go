@@ -140,9 +140,10 @@ func TestAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	page, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != 401 {
-		t.Errorf("login with a wrong token = %d, want 401", res.StatusCode)
+	if res.StatusCode != 401 || !strings.Contains(string(page), "That is not the admin token.") || strings.Contains(string(page), "{{message}}") {
+		t.Errorf("login with a wrong token = %d, want 401 and the form saying why:\n%s", res.StatusCode, page)
 	}
 	res, err = bc.PostForm(srv.URL+"/dashboard/login", url.Values{"token": {"s3cret"}})
 	if err != nil {

@@ -182,7 +182,7 @@ func (s *Service) Listen(l Listener) (net.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", l.Name, err)
 	}
-	WarnExposed(s.log, l)
+	warnExposed(s.log, l)
 	scheme := l.Scheme
 	if scheme == "" {
 		scheme = "http"
@@ -224,11 +224,11 @@ func (s *Service) URL(name string) string {
 	return ""
 }
 
-// WarnExposed logs a warning when l binds more than loopback unprotected:
+// warnExposed logs a warning when l binds more than loopback unprotected:
 // without a credential where it takes one, without TLS otherwise. Anyone
 // who reaches the address can then do l.Risk. A Public listener without
 // TLS is noted at INFO instead.
-func WarnExposed(log *slog.Logger, l Listener) {
+func warnExposed(log *slog.Logger, l Listener) {
 	if Loopback(l.Addr) || strings.HasPrefix(l.Addr, "unix:") {
 		return // a unix socket is as private as its file's permissions
 	}

@@ -67,10 +67,10 @@ func TestWarnExposed(t *testing.T) {
 		{"public gateway with TLS", Listener{Name: "gateway", Addr: ":8443", Public: true, TLS: tlsR}, ""},
 	} {
 		var b bytes.Buffer
-		WarnExposed(slog.New(slog.NewTextHandler(&b, nil)), tt.l)
+		warnExposed(slog.New(slog.NewTextHandler(&b, nil)), tt.l)
 		got := b.String()
 		if tt.want == "" && got != "" || tt.want != "" && (!strings.Contains(got, tt.want) || !strings.Contains(got, tt.l.Addr)) {
-			t.Errorf("%s: WarnExposed(%s) logged %q, want %q", tt.name, tt.l.Addr, got, tt.want)
+			t.Errorf("%s: warnExposed(%s) logged %q, want %q", tt.name, tt.l.Addr, got, tt.want)
 		}
 	}
 }

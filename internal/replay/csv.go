@@ -82,9 +82,9 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 			r.Host = string(v)
 		case fContentLength:
 			if len(v) > 0 {
-				n, err := strconv.ParseInt(string(v), 10, 64)
-				if err != nil || n < 0 {
-					return malformed("content_length %q: want a whole number", v)
+				n, err := wholeNumber("content_length", v)
+				if err != nil {
+					return err
 				}
 				r.ContentLength = n
 			}
@@ -102,9 +102,9 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 			}
 		case fBytes:
 			if len(v) > 0 {
-				n, err := strconv.ParseInt(string(v), 10, 64)
-				if err != nil || n < 0 {
-					return malformed("bytes %q: want a whole number", v)
+				n, err := wholeNumber("bytes", v)
+				if err != nil {
+					return err
 				}
 				r.Bytes = n
 			}

@@ -380,9 +380,9 @@ func (p *parser) parse(line []byte, r *Request) error {
 			r.Status, _ = strconv.Atoi(string(v))
 		case fContentLength:
 			if v != nil {
-				n, err := strconv.ParseInt(string(v), 10, 64)
-				if err != nil || n < 0 {
-					return malformed("content length %q: want a whole number", v)
+				n, err := wholeNumber("content length", v)
+				if err != nil {
+					return err
 				}
 				r.ContentLength = n
 			}
@@ -393,9 +393,9 @@ func (p *parser) parse(line []byte, r *Request) error {
 		case fBytes:
 			r.Bytes = 0 // Apache's %b writes - for none
 			if v != nil {
-				n, ok := parseCount(v)
-				if !ok {
-					return malformed("body bytes %q: want a whole number", v)
+				n, err := wholeNumber("body bytes", v)
+				if err != nil {
+					return err
 				}
 				r.Bytes = n
 			}
@@ -448,6 +448,16 @@ func parseCount(b []byte) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
+}
+
+// wholeNumber reads the field named name with parseCount, or says which
+// field is not a whole number.
+func wholeNumber(name string, v []byte) (int64, error) {
+	n, ok := parseCount(v)
+	if !ok {
+		return 0, malformed("%s %q: want a whole number", name, v)
+	}
+	return n, nil
 }
 
 // findLiteral returns the index of lit in b, skipping occurrences escaped

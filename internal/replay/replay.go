@@ -230,12 +230,9 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 			}
 			if errors.Is(err, ErrDropped) {
 				rep.Dropped++ // not the replay's doing: say so apart
-				if len(rep.Examples) < o.MaxMalformed {
-					rep.Examples = append(rep.Examples, le.Error())
-				}
-				continue
+			} else {
+				rep.Malformed++
 			}
-			rep.Malformed++
 			if len(rep.Examples) < o.MaxMalformed {
 				rep.Examples = append(rep.Examples, le.Error())
 			}

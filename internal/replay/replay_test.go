@@ -190,3 +190,27 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("sum %d of %d, %d buckets of %v; want all, at most %d, of 5m", sum, total, len(tl.counts), tl.width, MaxBuckets)
 	}
 }
+
+// TestReplayCountsDroppedApart: where serve's access log says it dropped
+// entries, the replay counts them as Dropped, not Malformed, and lists
+// both kinds among the examples.
+func TestReplayCountsDroppedApart(t *testing.T) {
+	p := write(t, t.TempDir(), "access.json", `{"time":"2026-01-01T00:00:00Z","method":"GET","path":"/a","peer":"192.0.2.1"}
+{"dropped":3}
+not json
+{"time":"2026-01-01T00:00:01Z","method":"GET","path":"/b","peer":"192.0.2.1"}
+`)
+	rd, err := Open([]string{p}, InputOptions{Format: "json"}, openFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rep, err := Replay(context.Background(), rd, &perSecond{n: 2}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests != 2 || rep.Dropped != 1 || rep.Malformed != 1 || len(rep.Examples) != 2 ||
+		!strings.Contains(rep.Examples[0], "dropped 3 entries") || !strings.HasPrefix(rep.Examples[1], p+":3: ") {
+		t.Errorf("requests %d, dropped %d, malformed %d, examples %q; want 2, 1 (line 2), 1 (line 3)", rep.Requests, rep.Dropped, rep.Malformed, rep.Examples)
+	}
+}

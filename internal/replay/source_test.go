@@ -325,3 +325,33 @@ func TestParseResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestCountFieldErrors: a count field that is not a whole number is a
+// malformed line whose error names the field, in CSV and nginx logs alike.
+func TestCountFieldErrors(t *testing.T) {
+	for _, c := range []struct{ format, line, field string }{
+		{`nginx:$time_iso8601 $request_method $uri $content_length`, `2026-01-01T00:00:01+01:00 PUT /up -5`, "content length"},
+		{`nginx:$time_iso8601 $request_method $uri $content_length`, `2026-01-01T00:00:01+01:00 PUT /up 1k`, "content length"},
+		{`nginx:$time_iso8601 $request_method $uri $body_bytes_sent`, `2026-01-01T00:00:01+01:00 GET / 3.5`, "body bytes"},
+	} {
+		if _, err := parseWith(t, c.format, c.line); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: parse(%s) = %v, want ErrMalformed naming %q", c.format, c.line, err, c.field)
+		}
+	}
+	for _, c := range []struct{ line, field string }{
+		{"1700000000,PUT,/up,192.0.2.1,-5,200,0", "content_length"},
+		{"1700000000,PUT,/up,192.0.2.1,12x,200,0", "content_length"},
+		{"1700000000,GET,/,192.0.2.1,0,200,many", "bytes"},
+	} {
+		cp := newCSVParser(false)
+		r := &Request{}
+		r.reset()
+		if err := cp([]byte("time,method,path,client_ip,content_length,status,bytes"), r); !errors.Is(err, errHeaderLine) {
+			t.Fatalf("CSV header line: %v", err)
+		}
+		r.reset()
+		if err := cp([]byte(c.line), r); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("CSV line %q = %v, want ErrMalformed naming %q", c.line, err, c.field)
+		}
+	}
+}

@@ -327,42 +327,34 @@ func redactKey(key, label, hash string) string {
 // keys read: each found as name=its SHA-256 (empty stays empty: a key
 // part with no value), the others left out; and notes each in l.redact.
 func (l *logged) cookies(h http.Header, names []string) string {
-	var b strings.Builder
-	for _, name := range names {
-		v, ok := policy.CookieValue(h, name)
-		if !ok {
-			continue
-		}
-		if v != "" {
-			v = apikey.Hash(v)
-			l.redact = append(l.redact, accesslog.Header{Name: "cookie:" + name + "=", Value: v})
-		}
-		if b.Len() > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(name + "=" + v)
-	}
-	return b.String()
+	return l.hashed("cookie", names, "; ", func(name string) (string, bool) { return policy.CookieValue(h, name) }, func(name string) string { return name })
 }
 
 // query returns the query the entry records for the arguments the keys
 // read: each found as name=its SHA-256 (empty stays empty), the others
 // left out (a query may carry tokens); and notes each in l.redact.
 func (l *logged) query(raw string, names []string) string {
+	return l.hashed("query", names, "&", func(name string) (string, bool) { return policy.QueryValue(raw, name) }, url.QueryEscape)
+}
+
+// hashed is cookies' and query's shared part: names whose value is found
+// become quote(name)=SHA-256 of the value, joined by sep, each noted in
+// l.redact as kind:name=.
+func (l *logged) hashed(kind string, names []string, sep string, value func(string) (string, bool), quote func(string) string) string {
 	var b strings.Builder
 	for _, name := range names {
-		v, ok := policy.QueryValue(raw, name)
+		v, ok := value(name)
 		if !ok {
 			continue
 		}
 		if v != "" {
 			v = apikey.Hash(v)
-			l.redact = append(l.redact, accesslog.Header{Name: "query:" + name + "=", Value: v})
+			l.redact = append(l.redact, accesslog.Header{Name: kind + ":" + name + "=", Value: v})
 		}
 		if b.Len() > 0 {
-			b.WriteByte('&')
+			b.WriteString(sep)
 		}
-		b.WriteString(url.QueryEscape(name) + "=" + v)
+		b.WriteString(quote(name) + "=" + v)
 	}
 	return b.String()
 }

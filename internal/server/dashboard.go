@@ -46,15 +46,7 @@ func (d dashSource) Snapshot() dashboard.Snapshot {
 					snap.Store.FallbackDecisions += m.GetCounter().GetValue()
 				}
 			case "portero_store_latency_seconds":
-				if ms := mf.GetMetric(); len(ms) == 1 {
-					h := ms[0].GetHistogram()
-					snap.Store.Latency.Count, snap.Store.Latency.Sum = h.GetSampleCount(), h.GetSampleSum()
-					for _, b := range h.GetBucket() {
-						snap.Store.Latency.Bounds = append(snap.Store.Latency.Bounds, b.GetUpperBound())
-						snap.Store.Latency.Counts = append(snap.Store.Latency.Counts, b.GetCumulativeCount())
-					}
-					snap.Requests = float64(h.GetSampleCount())
-				}
+				readLatency(&snap, mf)
 			}
 		}
 	}
@@ -66,10 +58,34 @@ func (d dashSource) Snapshot() dashboard.Snapshot {
 		snap.Rules = append(snap.Rules, dashboard.Rule{Name: r.Name, Key: r.Key.String(), Algorithm: string(r.Algorithm),
 			Limit: r.Limit.String(), Mode: string(r.Mode), Quota: r.Limit.IsCalendar(), Counts: c})
 	}
-	for _, k := range s.obs.refused.top(now, 5, 20) {
-		snap.TopRefused = append(snap.TopRefused, dashboard.Key{Rule: k.Rule, Key: k.Key, Shadow: k.Shadow, Count: k.Count})
-	}
+	snap.TopRefused = dashKeys(s.obs.refused.top(now, 5, 20))
 	return snap
+}
+
+// readLatency fills the store's latency histogram and the request count
+// of a snapshot from the portero_store_latency_seconds family (serve's and
+// rls's metrics both have it, with one series).
+func readLatency(snap *dashboard.Snapshot, mf *dto.MetricFamily) {
+	ms := mf.GetMetric()
+	if len(ms) != 1 {
+		return
+	}
+	h := ms[0].GetHistogram()
+	snap.Store.Latency.Count, snap.Store.Latency.Sum = h.GetSampleCount(), h.GetSampleSum()
+	for _, b := range h.GetBucket() {
+		snap.Store.Latency.Bounds = append(snap.Store.Latency.Bounds, b.GetUpperBound())
+		snap.Store.Latency.Counts = append(snap.Store.Latency.Counts, b.GetCumulativeCount())
+	}
+	snap.Requests = float64(h.GetSampleCount())
+}
+
+// dashKeys converts the refused keys of /api/refused to the dashboard's.
+func dashKeys(top []RefusedKey) []dashboard.Key {
+	var keys []dashboard.Key
+	for _, k := range top {
+		keys = append(keys, dashboard.Key{Rule: k.Rule, Key: k.Key, Shadow: k.Shadow, Count: k.Count})
+	}
+	return keys
 }
 
 func label(m *dto.Metric, name string) string {
@@ -81,7 +97,7 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// counterValue reads a counter's value.
+// readCounter reads a counter's value.
 func readCounter(c interface{ Write(*dto.Metric) error }) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {

@@ -43,6 +43,30 @@ type metrics struct {
 	shed *prometheus.CounterVec
 }
 
+// storeLatencyBuckets are portero_store_latency_seconds's buckets, the
+// same for serve and rls: the dashboard reads its quantiles from them.
+var storeLatencyBuckets = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1}
+
+// newReloads makes portero_config_reloads_total, the same for serve and rls.
+func newReloads() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "portero_config_reloads_total",
+		Help: "Configuration reloads by result (ok, error).",
+	}, []string{"result"})
+}
+
+// newFallbackGauge makes portero_store_fallback from flag. A GaugeFunc, so
+// that requests only write the flag when it changes (one shared cache line
+// written by every request costs throughput).
+func newFallbackGauge(flag *atomic.Bool, help string) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portero_store_fallback", Help: help}, func() float64 {
+		if flag.Load() {
+			return 1
+		}
+		return 0
+	})
+}
+
 func newMetrics() *metrics {
 	m := &metrics{reg: newRegistry()}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -52,7 +76,7 @@ func newMetrics() *metrics {
 	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "portero_store_latency_seconds",
 		Help:    "Time the store took to decide all the rules of one request.",
-		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1},
+		Buckets: storeLatencyBuckets,
 	})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "portero_store_errors_total",
@@ -62,21 +86,8 @@ func newMetrics() *metrics {
 		Name: "portero_failure_policy_decisions_total",
 		Help: "Rule decisions made by the failure policy (on_error allow, deny or local) instead of the shared count, by rule; their RateLimit values are not sent.",
 	}, []string{"rule"})
-	// A GaugeFunc, so that requests only write the flag when it changes
-	// (one shared cache line written by every request costs throughput).
-	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "portero_store_fallback",
-		Help: "1 while the store is failing and the failure policy (on_error) decides instead of the limits; 0 when healthy.",
-	}, func() float64 {
-		if m.fallback.Load() {
-			return 1
-		}
-		return 0
-	})
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portero_config_reloads_total",
-		Help: "Configuration reloads by result (ok, error).",
-	}, []string{"result"})
+	fallback := newFallbackGauge(&m.fallback, "1 while the store is failing and the failure policy (on_error) decides instead of the limits; 0 when healthy.")
+	m.reloads = newReloads()
 	m.proxyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "portero_upstream_errors_total",
 		Help: "Requests an upstream did not answer properly (502/504), by upstream.",

@@ -55,15 +55,7 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 					snap.Store.FallbackDecisions += x.GetCounter().GetValue()
 				}
 			case "portero_store_latency_seconds":
-				if xs := mf.GetMetric(); len(xs) == 1 {
-					h := xs[0].GetHistogram()
-					snap.Store.Latency.Count, snap.Store.Latency.Sum = h.GetSampleCount(), h.GetSampleSum()
-					for _, b := range h.GetBucket() {
-						snap.Store.Latency.Bounds = append(snap.Store.Latency.Bounds, b.GetUpperBound())
-						snap.Store.Latency.Counts = append(snap.Store.Latency.Counts, b.GetCumulativeCount())
-					}
-					snap.Requests = float64(h.GetSampleCount())
-				}
+				readLatency(&snap, mf)
 			}
 		}
 	}
@@ -85,8 +77,6 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 		snap.Rules = append(snap.Rules, dashboard.Rule{Name: k.domain + " " + k.key, Key: k.key, Limit: "domain " + k.domain,
 			Mode: mode, Counts: counts[k]})
 	}
-	for _, k := range m.refused.top(time.Now(), 5, 20) {
-		snap.TopRefused = append(snap.TopRefused, dashboard.Key{Rule: k.Rule, Key: k.Key, Shadow: k.Shadow, Count: k.Count})
-	}
+	snap.TopRefused = dashKeys(m.refused.top(time.Now(), 5, 20))
 	return snap
 }

@@ -77,10 +77,7 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 		maxDetailed = DefaultMaxDetailedSeries
 	}
 	m := &rlsMetrics{reg: newRegistry(), maxDetailed: int64(maxDetailed)}
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portero_config_reloads_total",
-		Help: "Configuration reloads by result (ok, error).",
-	}, []string{"result"})
+	m.reloads = newReloads()
 	m.domains = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "portero_rls_config_domains",
 		Help: "Domains in the running envoyproxy/ratelimit configuration.",
@@ -105,7 +102,7 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "portero_store_latency_seconds",
 		Help:    "Time the engine and its store took to decide all the descriptors of one call.",
-		Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1},
+		Buckets: storeLatencyBuckets,
 	})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "portero_store_errors_total",
@@ -115,15 +112,7 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 		Name: "portero_rls_detailed_dropped_total",
 		Help: "Decisions of detailed_metric descriptors counted under the plain key: the detailed keys reached --max-detailed-metrics, or the values were too long.",
 	})
-	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "portero_store_fallback",
-		Help: "1 while the store is failing and the failure policy decides instead of the limits; 0 when healthy.",
-	}, func() float64 {
-		if m.fallback.Load() {
-			return 1
-		}
-		return 0
-	})
+	fallback := newFallbackGauge(&m.fallback, "1 while the store is failing and the failure policy decides instead of the limits; 0 when healthy.")
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "portero_store_connected",
 		Help: "1 once the store has reached its backend (always for the memory store); 0 while a Redis store started during an outage has not.",
@@ -154,18 +143,7 @@ func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
 // request's entries: envoyproxy/ratelimit's per-value key (key_value for
 // each entry, joined by "."), or the plain key once maxDetailed keys exist.
 func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
-	var b strings.Builder
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(e.Key)
-		if e.Value != "" {
-			b.WriteByte('_')
-			b.WriteString(e.Value)
-		}
-	}
-	key := b.String()
+	key := descriptor.Key(entries)
 	if len(key) > maxDetailedKey {
 		m.dropped.Inc()
 		return m.plain(domain, l)
