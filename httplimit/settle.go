@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/statuswriter"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -19,51 +20,15 @@ import (
 // its RateLimit fields tell the state before the settlement; the next
 // response tells it after.
 
-// recorder watches a response for settlement.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// Flush passes flushes on (streaming responses through the gateway).
-func (w *recorder) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the writer beneath.
-func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // serveSettled serves r with next, watching the response, then settles
 // pending (decided for req) with the engine.
 func (cfg *Config) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, req *policy.Request, pending []policy.Settlement) {
-	rec := &recorder{ResponseWriter: w}
+	rec := &statuswriter.Writer{ResponseWriter: w}
 	next.ServeHTTP(rec, r)
-	if rec.status == 0 {
-		rec.status = http.StatusOK // a handler that wrote nothing: net/http sends 200
+	if rec.Status == 0 {
+		rec.Status = http.StatusOK // a handler that wrote nothing: net/http sends 200
 	}
-	resp := &policy.Response{Status: rec.status, Header: w.Header(), Bytes: rec.bytes}
+	resp := &policy.Response{Status: rec.Status, Header: w.Header(), Bytes: rec.Bytes}
 	// The client may be gone; the settlement is still owed.
 	perr, eerr, _ := cfg.settle(context.WithoutCancel(r.Context()), cfg.Now(), pending, req, resp, nil)
 	for _, err := range []error{perr, eerr} {

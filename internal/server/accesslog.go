@@ -15,6 +15,7 @@ import (
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/statuswriter"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -78,33 +79,6 @@ func loggedOf(r *http.Request) *logged {
 	l, _ := r.Context().Value(loggedKey{}).(*logged)
 	return l
 }
-
-// recorder notes the status and the body bytes of a response.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 { // not 100 Continue, 103 Early Hints
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer
-// (the reverse proxy flushes through it).
-func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // openAccessLog starts the access log of o, and its metrics; nil when off.
 func (s *Server) openAccessLog(o AccessLog) (*accesslog.Writer, error) {
@@ -204,9 +178,9 @@ func (s *Server) accessLogged(h http.Handler) http.Handler {
 			}
 		}
 		e.Header = hdr
-		rec := &recorder{ResponseWriter: w}
+		rec := &statuswriter.Writer{ResponseWriter: w}
 		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), loggedKey{}, l)))
-		e.Status, e.Bytes, e.Latency = rec.status, rec.bytes, s.now().Sub(start)
+		e.Status, e.Bytes, e.Latency = rec.Status, rec.Bytes, s.now().Sub(start)
 		if e.Status == 0 {
 			e.Status = http.StatusOK
 		}
