@@ -251,9 +251,13 @@ local f = ADJ[name]
 if f == nil then
   return redis.error_reply('ERR portero hit 1: algorithm ' .. tostring(name) .. ' cannot be adjusted')
 end
-local a, b, c = read_state(key)
-if a == false then
-  return redis.error_reply('ERR portero hit 1: ' .. NOT_STATE)
+local raw = redis.call('GET', key)
+local a, b, c
+if raw then
+  if #raw ~= STATE_LEN then
+    return redis.error_reply('ERR portero hit 1: WRONGTYPE the key holds a string that is not Portero state')
+  end
+  a, b, c = struct.unpack('ddd', raw)
 end
 local ttl, na, nb, nc = f(p1, p2, p3, delta, a, b, c)
 if ttl ~= nil then save(key, ttl, na, nb, nc) end

@@ -12,9 +12,13 @@ local function decide_one(key, alg, cost, p1, p2, p3, commit)
   if f == nil then
     return redis.error_reply('ERR portero hit 1: algorithm ' .. tostring(alg) .. ' is not in this script')
   end
-  local a, b, c = read_state(key)
-  if a == false then
-    return redis.error_reply('ERR portero hit 1: ' .. NOT_STATE)
+  local raw = redis.call('GET', key)
+  local a, b, c
+  if raw then
+    if #raw ~= STATE_LEN then
+      return redis.error_reply('ERR portero hit 1: WRONGTYPE the key holds a string that is not Portero state')
+    end
+    a, b, c = struct.unpack('ddd', raw)
   end
   local allowed, rem, retry, reset, delay, ttl, na, nb, nc = f(p1, p2, p3, cost, a, b, c)
   if retry < 0 then retry = 0 end
@@ -27,7 +31,7 @@ local function decide_one(key, alg, cost, p1, p2, p3, commit)
   -- brought up to date: a clock that goes back later must see what Redis
   -- holds) and the instant of the decision, from which the store's
   -- over-limit cache decides later calls locally as this script would.
-  if a then
+  if raw then
     return { 0, 0, rem, retry, reset, 0, a, b, c, NOW_S, NOW_N }
   end
   return { 0, 0, rem, retry, reset, 0 }

@@ -163,18 +163,6 @@ end
 -- with its expiry: one GET to read, one SET ... PX to write.
 local STATE_LEN = 24
 
--- read_state reads the state key holds: its three numbers, nil when there
--- is no key, or false when the key holds a string that is not Portero
--- state (NOT_STATE says so). driver.lua and batch.lua read their own way,
--- under pcall, to name the hit that failed.
-local NOT_STATE = 'WRONGTYPE the key holds a string that is not Portero state'
-local function read_state(key)
-  local raw = redis.call('GET', key)
-  if not raw then return nil end
-  if #raw ~= STATE_LEN then return false end
-  return struct.unpack('ddd', raw)
-end
-
 -- save writes the state of key, to expire ttl ns from now (rounded up to a
 -- millisecond, so that a key never disappears before its state equals no
 -- state), or at least MIN_TTL ms from now.
