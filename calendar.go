@@ -55,15 +55,10 @@ func (p Period) Nominal() time.Duration {
 // shortest the period's natural span can be in days (a month can have 28),
 // so that a shifted start never passes the next natural one.
 func (p Period) maxOffset() time.Duration {
-	switch p {
-	case Daily:
-		return 24 * time.Hour
-	case Weekly:
-		return 7 * 24 * time.Hour
-	case Monthly:
+	if p == Monthly {
 		return 28 * 24 * time.Hour
 	}
-	return 0
+	return p.Nominal()
 }
 
 // PerDay, PerWeek and PerMonth build calendar quotas in UTC; WithZone and

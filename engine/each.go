@@ -41,15 +41,14 @@ func (c Counting) Valid() bool { return c == "" || c == AllOrNothing || c == Cou
 
 // decideEach is decide under CountEach.
 func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
-	counter, share := counterOf(st)
-	var cbuf [4]portero.Count
 	var ibuf [4]int
-	counts, of := cbuf[:0], ibuf[:0] // the counted hits and their indexes in v.Results
+	counts, of := v.counts[:0], ibuf[:0] // the counted hits and their indexes in v.Results
+	defer func() { v.counts = counts }()
 	for i := range v.Results {
 		res := &v.Results[i]
 		r := res.Rule
 		if r.Algorithm != portero.FixedWindow || r.Limit.IsCalendar() {
-			if err := e.decideAlone(ctx, st, now, res); err != nil {
+			if err := e.decideAlone(ctx, st, now, v, res); err != nil {
 				return err
 			}
 			continue
@@ -66,6 +65,7 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 		of = append(of, i)
 	}
 	if len(counts) > 0 {
+		counter, share := counterOf(st)
 		if e.stopWhenOver {
 			// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
 			// read every counter first; when a hit would go over its limit,
@@ -122,8 +122,9 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 }
 
 // decideAlone decides a hit of a Portero algorithm under CountEach: on its
-// own, admitted only when its cost fits.
-func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Time, res *Result) error {
+// own, admitted only when its cost fits. The store's hit is built in
+// v.hits, whose memory v keeps.
+func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Time, v *Verdict, res *Result) error {
 	r := res.Rule
 	if r.maxCost == 0 || !res.CheckOnly && res.Cost > r.maxCost {
 		res.Outcome = CanNeverPass
@@ -146,7 +147,8 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		res.Decision = d
 		return nil
 	}
-	decs, err := st.AllowAll(ctx, now, []portero.Hit{{Rule: r.Rule, Key: res.Key, Cost: res.Cost}})
+	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost})
+	decs, err := st.AllowAll(ctx, now, v.hits)
 	if err != nil {
 		return err
 	}

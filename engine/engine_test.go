@@ -432,7 +432,8 @@ func TestQuota(t *testing.T) {
 }
 
 // The engine adds no allocation to the store's: deciding through it costs
-// exactly what AllowAll on the same hits costs.
+// exactly what AllowAll on the same hits costs, all or nothing, and under
+// CountEach for a hit decided on its own.
 func TestDecideAllocations(t *testing.T) {
 	st, err := memstore.New(memstore.Config{})
 	if err != nil {
@@ -443,16 +444,21 @@ func TestDecideAllocations(t *testing.T) {
 	b := mustRule(t, "b", portero.FixedWindow, "1000000000/s", false)
 	hits := []engine.Hit{{Rule: a, Key: "k", Cost: 1}, {Rule: b, Key: "k", Cost: 1}}
 	raw := []portero.Hit{{Rule: a.Rule, Key: "k", Cost: 1}, {Rule: b.Rule, Key: "k", Cost: 1}}
-	e := newEngine(t, st, engine.Options{})
-	ctx, v := context.Background(), new(engine.Verdict)
-	now := t0
-	store := testing.AllocsPerRun(200, func() { st.AllowAll(ctx, now, raw) })
-	got := testing.AllocsPerRun(200, func() {
-		if err := e.Decide(ctx, now, hits, v); err != nil || !v.Allowed {
-			t.Fatal(err, v.Allowed)
+	for _, tt := range []struct {
+		counting engine.Counting
+		n        int // hits
+	}{{engine.AllOrNothing, 2}, {engine.CountEach, 1}} {
+		e := newEngine(t, st, engine.Options{Counting: tt.counting})
+		ctx, v := context.Background(), new(engine.Verdict)
+		now := t0
+		store := testing.AllocsPerRun(200, func() { st.AllowAll(ctx, now, raw[:tt.n]) })
+		got := testing.AllocsPerRun(200, func() {
+			if err := e.Decide(ctx, now, hits[:tt.n], v); err != nil || !v.Allowed {
+				t.Fatal(err, v.Allowed)
+			}
+		})
+		if got != store {
+			t.Errorf("%s: Decide allocates %v per call, AllowAll alone %v: the engine must add none", tt.counting, got, store)
 		}
-	})
-	if got != store {
-		t.Errorf("Decide allocates %v per call, AllowAll alone %v: the engine must add none", got, store)
 	}
 }

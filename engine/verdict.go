@@ -106,6 +106,7 @@ type Verdict struct {
 
 	// Scratch space kept between decisions.
 	hits   []portero.Hit
+	counts []portero.Count // CountEach's counters
 	active []int
 	held   []Held // the leases an admitted verdict holds (Admit)
 	// blocked: a concurrency rule refused, so the rate hits are only
@@ -118,6 +119,7 @@ type Verdict struct {
 func (v *Verdict) Reset() {
 	clear(v.Results)
 	clear(v.hits)
+	clear(v.counts)
 	clear(v.held)
 	v.reuse()
 }
@@ -128,7 +130,7 @@ func (v *Verdict) Reset() {
 // What a larger earlier request left beyond the new length stays
 // referenced until it is overwritten or v is dropped or Reset.
 func (v *Verdict) reuse() {
-	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], active: v.active[:0], held: v.held[:0]}
+	*v = Verdict{Results: v.Results[:0], Violated: v.Violated[:0], hits: v.hits[:0], counts: v.counts[:0], active: v.active[:0], held: v.held[:0]}
 }
 
 // NeverPasses reports whether the request was refused by a hit that can

@@ -483,14 +483,12 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		return []portero.Decision{}, nil
 	}
 	if len(hits) == 1 {
-		// One hit is one decision: Limiter.AllowN's, lock-free where it can be.
+		// One hit is one decision: Limiter.AllowN's, lock-free where it can
+		// be, which also checks the cost.
 		h := hits[0]
 		t, err := s.table(h.Rule)
 		if err != nil {
 			return nil, err
-		}
-		if h.Cost <= 0 || h.Cost > t.max {
-			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, algorithm.CheckCost(h.Cost, t.max))
 		}
 		d, err := (&Limiter{t: t}).AllowN(ctx, h.Key, now, h.Cost)
 		if err != nil {
@@ -509,7 +507,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 			return nil, err
 		}
 		if h.Cost <= 0 || h.Cost > t.max {
-			return nil, fmt.Errorf("rule %q: %w", h.Rule.Name, algorithm.CheckCost(h.Cost, t.max))
+			return nil, t.badCall(h.Cost)
 		}
 		hash := t.hash(h.Key)
 		work = append(work, pending{t: t, h: hash, sh: t.shard(hash)})

@@ -14,11 +14,12 @@ import (
 
 var _ portero.Adjuster = (*Store)(nil)
 
-// adjustScript settles one key (lua/adjust.lua after the prelude).
-var adjustScript = rueidis.NewLuaScript(readLua("prelude.lua") + "\n" + readLua("adjust.lua"))
+// adjustScript settles one key.
+var adjustScript = rueidis.NewLuaScript(AdjustSource())
 
 // AdjustSource returns the Lua source of the script that applies one
-// adjustment (Adjust): the prelude and lua/adjust.lua.
+// adjustment (Adjust): the prelude and lua/adjust.lua. Like Source, it is
+// exposed for documentation and for running the script by hand.
 func AdjustSource() string { return readLua("prelude.lua") + "\n" + readLua("adjust.lua") }
 
 // Adjust implements portero.Adjuster: one script call per adjustment, each

@@ -255,7 +255,7 @@ local raw = redis.call('GET', key)
 local a, b, c
 if raw then
   if #raw ~= STATE_LEN then
-    return redis.error_reply('ERR portero hit 1: WRONGTYPE the key holds a string that is not Portero state')
+    return redis.error_reply('ERR portero hit 1: ' .. NOT_STATE)
   end
   a, b, c = struct.unpack('ddd', raw)
 end

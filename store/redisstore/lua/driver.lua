@@ -46,7 +46,7 @@ local function decide_all(KEYS, ARGV)
         local raw = rcall(i, 'GET', key)
         if raw then
           if #raw ~= STATE_LEN then
-            error({ hit = i, msg = 'WRONGTYPE the key holds a string that is not Portero state' })
+            error({ hit = i, msg = NOT_STATE })
           end
           a, b, c = struct.unpack('ddd', raw)
         end

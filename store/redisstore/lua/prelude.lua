@@ -162,6 +162,8 @@ end
 -- a, b, c, stored as a 24-byte string of packed doubles (struct.pack 'ddd')
 -- with its expiry: one GET to read, one SET ... PX to write.
 local STATE_LEN = 24
+-- NOT_STATE is the error for a key that holds a string of another length.
+local NOT_STATE = 'WRONGTYPE the key holds a string that is not Portero state'
 
 -- save writes the state of key, to expire ttl ns from now (rounded up to a
 -- millisecond, so that a key never disappears before its state equals no
