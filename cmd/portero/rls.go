@@ -35,6 +35,7 @@ type rlsFlags struct {
 	callTimeout, grace, drain, redisTimeout      time.Duration
 	transport                                    *transportFlags
 	compat                                       compatFlags
+	ecosystem                                    ecosystemFlags
 }
 
 // tlsFlags are one listener's --NAME-tls-cert, -key and -client-ca.
@@ -150,6 +151,7 @@ flight get --grace to finish.`,
 	fl.DurationVar(&f.drain, "drain-period", config.DefaultDrainPeriod, "on SIGTERM, how long /readyz answers 503 (and gRPC health NOT_SERVING) before the listeners close (0 for none)")
 	fl.DurationVar(&f.grace, "grace", server.DefaultRLSShutdownTimeout, "how long in-flight calls may finish on shutdown")
 	f.compat.add(fl)
+	f.ecosystem.add(fl)
 	f.logs.add(cmd)
 	return cmd, &f
 }
@@ -202,6 +204,10 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 			return usageErr(err)
 		}
 	}
+	statsd, err := f.ecosystem.statsdOptions()
+	if err != nil {
+		return usageErr(err)
+	}
 	sig, stopSignals := lifecycle.NotifySignals()
 	defer stopSignals()
 	err = server.RunRLS(ctx, server.RLSOptions{
@@ -212,7 +218,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		OnStoreError: onErr, AuthOnStoreError: authOnErr, LocalShare: f.localShare, NearLimit: f.nearLimit,
 		ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, AuthDomain: f.defaultDom,
 		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
-		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy,
+		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
 		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch,
 		Stdout: cmd.OutOrStdout(), Logger: logger,

@@ -58,19 +58,13 @@ var notHonoured = map[string]string{
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
 	"LOCAL_CACHE_SIZE_IN_BYTES":                    "the over-limit cache only saves Redis round trips; answers are the same without it",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
-	"USE_STATSD":                                   "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
-	"STATSD_HOST":                                  "see USE_STATSD",
-	"STATSD_PORT":                                  "see USE_STATSD",
-	"USE_DOG_STATSD":                               "see USE_STATSD",
-	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_STATSD",
-	"USE_PROMETHEUS":                               "see USE_STATSD",
-	"PROMETHEUS_ADDR":                              "see USE_STATSD",
-	"PROMETHEUS_PATH":                              "see USE_STATSD",
-	"PROMETHEUS_MAPPER_YAML":                       "see USE_STATSD",
-	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_STATSD",
-	"EXTRA_TAGS":                                   "see USE_STATSD",
-	"STATS_FLUSH_INTERVAL":                         "see USE_STATSD",
-	"DISABLE_STATS":                                "see USE_STATSD",
+	"USE_DOG_STATSD":                               "DogStatsD is not supported: statistics go to statsd (USE_STATSD) or Portero's Prometheus /metrics on the admin listener",
+	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_DOG_STATSD",
+	"USE_PROMETHEUS":                               "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
+	"PROMETHEUS_ADDR":                              "see USE_PROMETHEUS",
+	"PROMETHEUS_PATH":                              "see USE_PROMETHEUS",
+	"PROMETHEUS_MAPPER_YAML":                       "see USE_PROMETHEUS",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_PROMETHEUS",
 	"TRACING_ENABLED":                              "Portero has no OpenTelemetry tracing",
 	"TRACING_SERVICE_NAME":                         "see TRACING_ENABLED",
 	"TRACING_SERVICE_NAMESPACE":                    "see TRACING_ENABLED",
@@ -257,6 +251,7 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 		}
 	}
 	set("envoyproxy-header-names", strings.Join(names, ","), "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER")
+	ecosystemEnv(&e, set)
 
 	for v, why := range refused {
 		if x, ok := lookup(v); ok && x != "" {
