@@ -164,7 +164,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	for _, n := range f.compat.notes {
 		logger.Info("rls: envoyproxy/ratelimit setting not honoured", "var", n.Var, "why", n.Why)
 	}
-	if f.config == "" && !f.compat.env {
+	if f.config == "" && !f.compat.env && f.ecosystem.xdsServer == "" {
 		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
 	}
 	envoyproxy, noHeaders, err := f.compat.options(f.noHeaders)
@@ -208,6 +208,10 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	xds, err := f.ecosystem.xdsOptions()
+	if err != nil {
+		return usageErr(err)
+	}
 	sig, stopSignals := lifecycle.NotifySignals()
 	defer stopSignals()
 	err = server.RunRLS(ctx, server.RLSOptions{
@@ -218,7 +222,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		OnStoreError: onErr, AuthOnStoreError: authOnErr, LocalShare: f.localShare, NearLimit: f.nearLimit,
 		ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, AuthDomain: f.defaultDom,
 		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
-		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd,
+		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
 		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch,
 		Stdout: cmd.OutOrStdout(), Logger: logger,

@@ -3,20 +3,29 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/portero-rl/portero/internal/rlsstats"
+	"github.com/portero-rl/portero/internal/rlsxds"
 )
 
 // ecosystemFlags are the flags of `portero rls` for what
-// envoyproxy/ratelimit's users run beside it: statsd statistics. The
-// environment's variables map onto them in ecosystemEnv.
+// envoyproxy/ratelimit's users run beside it: statsd statistics and
+// configuration over xDS. The environment's variables map onto them in
+// ecosystemEnv.
 type ecosystemFlags struct {
 	statsd, statsdProtocol, statsdTags string
 	statsdFlush                        time.Duration
+
+	xdsServer, xdsNodeID, xdsNodeMetadata, xdsHeaders string
+	xdsTLS                                            bool
+	xdsTLSFiles                                       rlsxds.TLSFiles
+	xdsRetryInitial, xdsRetryMax                      time.Duration
+	xdsMaxMsgSize                                     int
 }
 
 func (f *ecosystemFlags) add(fl *pflag.FlagSet) {
@@ -24,6 +33,37 @@ func (f *ecosystemFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&f.statsdProtocol, "statsd-protocol", "tcp", "tcp or udp, with --statsd (STATSD_PROTOCOL)")
 	fl.StringVar(&f.statsdTags, "statsd-tags", "", "tags added to every statistic, key:value,key:value (EXTRA_TAGS)")
 	fl.DurationVar(&f.statsdFlush, "statsd-flush-interval", rlsstats.DefaultFlushInterval, "how often counters and gauges are sent (STATS_FLUSH_INTERVAL)")
+	fl.StringVar(&f.xdsServer, "xds-server", "", "host:port of an xDS management server: take the configuration from it instead of --config (CONFIG_TYPE=GRPC_XDS_SOTW, CONFIG_GRPC_XDS_SERVER_URL)")
+	fl.StringVar(&f.xdsNodeID, "xds-node-id", "default", "node id sent to the xDS server (CONFIG_GRPC_XDS_NODE_ID)")
+	fl.StringVar(&f.xdsNodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server, key=value,key=value (CONFIG_GRPC_XDS_NODE_METADATA)")
+	fl.StringVar(&f.xdsHeaders, "xds-headers", "", "headers sent on the xDS stream, key:value,key:value (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS)")
+	fl.BoolVar(&f.xdsTLS, "xds-tls", false, "dial the xDS server with TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS)")
+	fl.StringVar(&f.xdsTLSFiles.CertFile, "xds-tls-cert", "", "with --xds-tls, PEM client certificate (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)")
+	fl.StringVar(&f.xdsTLSFiles.KeyFile, "xds-tls-key", "", "with --xds-tls, PEM key of --xds-tls-cert (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")
+	fl.StringVar(&f.xdsTLSFiles.CAFile, "xds-tls-ca", "", "with --xds-tls, PEM CA the server's certificate is checked against, beside the system's (CONFIG_GRPC_XDS_SERVER_TLS_CACERT)")
+	fl.StringVar(&f.xdsTLSFiles.ServerName, "xds-tls-server-name", "", "with --xds-tls, the name the server's certificate must carry; its host by default (CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
+	fl.DurationVar(&f.xdsRetryInitial, "xds-retry-initial", 10*time.Second, "first wait before a new xDS stream after one failed, doubling (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)")
+	fl.DurationVar(&f.xdsRetryMax, "xds-retry-max", time.Minute, "longest wait between xDS streams (XDS_CLIENT_BACKOFF_MAX_INTERVAL)")
+	fl.IntVar(&f.xdsMaxMsgSize, "xds-max-msg-size", 0, "largest xDS response in bytes; 0: gRPC's 4 MiB (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)")
+}
+
+// xdsOptions returns the xDS options the flags give; nil without
+// --xds-server.
+func (f *ecosystemFlags) xdsOptions() (*rlsxds.Options, error) {
+	if f.xdsServer == "" {
+		return nil, nil
+	}
+	headers, err := parseTags(f.xdsHeaders)
+	if err != nil {
+		return nil, fmt.Errorf("--xds-headers: %w", err)
+	}
+	o := &rlsxds.Options{ServerURL: f.xdsServer, NodeID: f.xdsNodeID, NodeMetadata: f.xdsNodeMetadata, Headers: headers,
+		RetryInitial: f.xdsRetryInitial, RetryMax: f.xdsRetryMax, MaxRecvMsgSize: f.xdsMaxMsgSize}
+	if f.xdsTLS {
+		files := f.xdsTLSFiles
+		o.TLS = &files
+	}
+	return o, nil
 }
 
 // statsdOptions returns the statsd options the flags give; nil without
@@ -58,11 +98,12 @@ func parseTags(s string) (map[string]string, error) {
 	return tags, nil
 }
 
-// ecosystemEnv maps envoyproxy/ratelimit's statistics variables onto the
-// flags: statsd (USE_STATSD, its default, unless DISABLE_STATS or another
+// ecosystemEnv maps envoyproxy/ratelimit's statistics and xDS variables
+// onto the flags (xdsEnv), and statsd (USE_STATSD, its default, unless DISABLE_STATS or another
 // sink is chosen) at STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL (which
 // its gostats library reads), EXTRA_TAGS, STATS_FLUSH_INTERVAL.
 func ecosystemEnv(e *envReader, set func(flag, value string, from ...string)) {
+	xdsEnv(e, set)
 	useStatsd := e.boolean("USE_STATSD", true)
 	useProm, useDog := e.boolean("USE_PROMETHEUS", false), e.boolean("USE_DOG_STATSD", false)
 	if n := btoi(useStatsd) + btoi(useProm) + btoi(useDog); n > 1 {
@@ -92,4 +133,36 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// xdsEnv maps CONFIG_TYPE=GRPC_XDS_SOTW and its CONFIG_GRPC_XDS_* and
+// XDS_CLIENT_* settings onto the --xds-* flags (and no --config).
+func xdsEnv(e *envReader, set func(flag, value string, from ...string)) {
+	switch t := strings.ToUpper(e.str("CONFIG_TYPE", "FILE")); t {
+	case "FILE":
+		return
+	case "GRPC_XDS_SOTW":
+	default:
+		e.fail("CONFIG_TYPE", fmt.Errorf("%q: want FILE or GRPC_XDS_SOTW", t))
+		return
+	}
+	set("config", "", "CONFIG_TYPE")
+	set("xds-server", e.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), "CONFIG_GRPC_XDS_SERVER_URL")
+	set("xds-node-id", e.str("CONFIG_GRPC_XDS_NODE_ID", "default"), "CONFIG_GRPC_XDS_NODE_ID")
+	set("xds-node-metadata", e.str("CONFIG_GRPC_XDS_NODE_METADATA", ""), "CONFIG_GRPC_XDS_NODE_METADATA")
+	headers := e.str("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "")
+	if _, err := parseTags(headers); err != nil {
+		e.fail("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", err)
+	}
+	set("xds-headers", headers, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
+	if e.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		set("xds-tls", "true", "CONFIG_GRPC_XDS_SERVER_USE_TLS")
+		for flag, v := range map[string]string{"xds-tls-cert": "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds-tls-key": "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+			"xds-tls-ca": "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds-tls-server-name": "CONFIG_GRPC_XDS_SERVER_TLS_SAN"} {
+			set(flag, e.str(v, ""), v)
+		}
+	}
+	set("xds-retry-initial", e.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second).String(), "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
+	set("xds-retry-max", e.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", time.Minute).String(), "XDS_CLIENT_BACKOFF_MAX_INTERVAL")
+	set("xds-max-msg-size", strconv.FormatInt(e.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0, 0), 10), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
 }

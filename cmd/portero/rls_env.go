@@ -84,8 +84,8 @@ var notHonoured = map[string]string{
 	"REDIS_PERSECOND_TIMEOUT":                      "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_PERSECOND",
-	// Settings of a backend and a configuration source Portero refuses
-	// (BACKEND_TYPE=memcache, CONFIG_TYPE=GRPC_XDS_SOTW): inert without them.
+	// Settings of a backend Portero refuses (BACKEND_TYPE=memcache):
+	// inert without it.
 	"MEMCACHE_MAX_IDLE_CONNS":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_SRV_REFRESH":                          "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_TLS":                                  "applies only with BACKEND_TYPE=memcache, which Portero refuses",
@@ -93,20 +93,9 @@ var notHonoured = map[string]string{
 	"MEMCACHE_TLS_CLIENT_CERT":                      "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_TLS_CLIENT_KEY":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION":       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS":     "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":               "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_NODE_ID":                       "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_NODE_METADATA":                 "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":             "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_TLS_SAN":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_USE_TLS":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":           "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_JITTER":                     "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":               "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":              "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_JITTER":                     "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
 }
 
 // refused are the variables Portero cannot honour and will not run
@@ -119,7 +108,6 @@ var refused = map[string]string{
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "Portero always verifies Redis's certificate",
 	"MEMCACHE_HOST_PORT":                   "Memcache is not supported: use Redis or Portero's memory store",
 	"MEMCACHE_SRV":                         "Memcache is not supported",
-	"CONFIG_GRPC_XDS_SERVER_URL":           "configuration over xDS is not supported: use files (CONFIG_TYPE=FILE)",
 }
 
 // envoyproxyEnv returns the `portero rls` flags that envoyproxy/ratelimit's
@@ -153,9 +141,6 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	set("watch", "true", "RUNTIME_WATCH_ROOT")
 	set("ignore-dotfiles", strconv.FormatBool(e.boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
 	set("merge-domains", strconv.FormatBool(e.boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
-	if t := e.str("CONFIG_TYPE", "FILE"); !strings.EqualFold(t, "FILE") {
-		e.fail("CONFIG_TYPE", fmt.Errorf("%q: only FILE is supported (configuration over xDS is not)", t))
-	}
 
 	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
 	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is

@@ -49,6 +49,15 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"statsd", append(base, "STATSD_HOST", "statsd.local", "STATSD_PORT", "9125", "STATSD_PROTOCOL", "UDP",
 			"EXTRA_TAGS", "cluster:eu,canary:no", "STATS_FLUSH_INTERVAL", "1s"),
 			map[string]string{"statsd": "statsd.local:9125", "statsd-protocol": "udp", "statsd-tags": "cluster:eu,canary:no", "statsd-flush-interval": "1s"}},
+		{"xds", append(base, "CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "eg:18001", "CONFIG_GRPC_XDS_NODE_ID", "rl-0",
+			"CONFIG_GRPC_XDS_NODE_METADATA", "a=b", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token:t", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/k", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/ca",
+			"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "eg.local", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608"),
+			map[string]string{"config": "", "xds-server": "eg:18001", "xds-node-id": "rl-0", "xds-node-metadata": "a=b", "xds-headers": "x-token:t",
+				"xds-tls": "true", "xds-tls-cert": "/c", "xds-tls-key": "/k", "xds-tls-ca": "/ca", "xds-tls-server-name": "eg.local",
+				"xds-retry-initial": "10s", "xds-retry-max": "1m0s", "xds-max-msg-size": "8388608"}},
+		{"xds defaults", append(base, "CONFIG_TYPE", "GRPC_XDS_SOTW"),
+			map[string]string{"xds-server": "localhost:18000", "xds-node-id": "default", "xds-tls": "<unset>"}},
 		{"statsd off", append(base, "USE_STATSD", "false"), map[string]string{"statsd": ""}},
 		{"stats disabled", append(base, "DISABLE_STATS", "true"), map[string]string{"statsd": ""}},
 		{"prometheus instead", append(base, "USE_STATSD", "false", "USE_PROMETHEUS", "true"), map[string]string{"statsd": ""}},
@@ -136,7 +145,9 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 		{[]string{"NEAR_LIMIT_RATIO", "1.5"}, "NEAR_LIMIT_RATIO"},
 		{[]string{"REDIS_TIMEOUT", "ten"}, "REDIS_TIMEOUT"},
 		{[]string{"BACKEND_TYPE", "memcache"}, "Memcache is not supported"},
-		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, "CONFIG_TYPE"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x"}, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "soon"}, "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
 		{[]string{"REDIS_TLS_CACERT", "/ca.pem"}, "REDIS_TLS_CACERT"},
 		{[]string{"GRPC_SERVER_USE_TLS", "true"}, "GRPC_SERVER_TLS_CERT"},
 		{[]string{"REDIS_TYPE", "ring"}, "REDIS_TYPE"},
@@ -210,7 +221,8 @@ XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RAN
 func TestEnvoyproxyEnvComplete(t *testing.T) {
 	asked := map[string]bool{}
 	env := envOf("RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit", "GRPC_SERVER_USE_TLS", "true",
-		"GRPC_SERVER_TLS_CERT", "/c", "GRPC_SERVER_TLS_KEY", "/k", "GRPC_CLIENT_TLS_CACERT", "/ca")
+		"GRPC_SERVER_TLS_CERT", "/c", "GRPC_SERVER_TLS_KEY", "/k", "GRPC_CLIENT_TLS_CACERT", "/ca",
+		"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true") // the xDS settings are read with xDS on
 	if _, _, err := envoyproxyEnv(func(k string) (string, bool) { asked[k] = true; return env(k) }); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/rlsstats"
+	"github.com/portero-rl/portero/internal/rlsxds"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
 	"github.com/portero-rl/portero/store/memstore"
@@ -118,6 +119,11 @@ type RLSOptions struct {
 	// Envoyproxy is the compatibility with envoyproxy/ratelimit (`portero
 	// rls --compat envoyproxy` and its improvements' flags).
 	Envoyproxy EnvoyproxyOptions
+	// XDS, when set, takes the configuration from an xDS management server
+	// (package rlsxds, envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW)
+	// instead of ConfigPath, which must then be empty; its Load options are
+	// RunRLS's.
+	XDS *rlsxds.Options
 	// Statsd, when set, sends envoyproxy/ratelimit's statistics to statsd
 	// (package rlsstats); RunRLS fills in what it knows: the configuration,
 	// the counting, NearLimit, the shadow mode, MaxDetailedSeries, Logger.
@@ -191,7 +197,10 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		o.Stdout = io.Discard
 	}
 	compat := o.Envoyproxy.Compat != nil
-	if o.ConfigPath == "" && !compat {
+	switch {
+	case o.XDS != nil && o.ConfigPath != "":
+		return &ConfigError{errors.New("the configuration comes from files or over xDS, not both")}
+	case o.ConfigPath == "" && !compat && o.XDS == nil:
 		return &ConfigError{errors.New("an envoyproxy/ratelimit configuration (a file or a directory) is required")}
 	}
 	grpcListen := listenAddr(o.GRPCListen, DefaultRLSGRPCListen)
@@ -225,7 +234,11 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		return &ConfigError{err}
 	}
 	limits, err := loadRLSConfig(o.ConfigPath, o.Envoyproxy.load(o.MergeDomains))
-	if stats != nil {
+	if o.XDS != nil && compat {
+		// As envoyproxy/ratelimit: no configuration until the server sends one.
+		limits, err = nil, nil
+	}
+	if stats != nil && o.XDS == nil {
 		stats.Loaded(limits, err, o.ConfigPath != "")
 	}
 	if err != nil {
@@ -297,6 +310,15 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	}
 	if stats != nil {
 		wg.Go(func() { stats.Run(bctx) })
+	}
+	if o.XDS != nil {
+		xo := *o.XDS
+		xo.Load, xo.Logger = o.Envoyproxy.load(o.MergeDomains), log
+		wg.Go(func() {
+			if err := rlsxds.Run(bctx, xo, func(c *descriptor.Config, err error) { r.apply("xDS", c, err) }); err != nil {
+				log.Error("rls: no xDS configuration", "err", err)
+			}
+		})
 	}
 	return svc.Run(ctx, lifecycle.Hooks{
 		Reload:          r.reload,
@@ -455,9 +477,19 @@ func (r *rlsServer) readyCheck() error {
 // reload reads the configuration again and applies it whole, or logs why
 // not and keeps the running one.
 func (r *rlsServer) reload(why string) {
+	if r.opts.XDS != nil {
+		r.log.Info("rls: reload asked: the configuration comes over xDS, nothing to read", "why", why)
+		return
+	}
+	c, err := loadRLSConfig(r.opts.ConfigPath, r.opts.Envoyproxy.load(r.opts.MergeDomains))
+	r.apply(why, c, err)
+}
+
+// apply applies a configuration read (reload, xDS), or logs why it was
+// not and keeps the running one.
+func (r *rlsServer) apply(why string, c *descriptor.Config, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, err := loadRLSConfig(r.opts.ConfigPath, r.opts.Envoyproxy.load(r.opts.MergeDomains))
 	r.loaded(c, err)
 	if err != nil {
 		r.metrics.reloads.WithLabelValues("error").Inc()
