@@ -212,6 +212,10 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	tracing, err := f.ecosystem.tracingOptions()
+	if err != nil {
+		return usageErr(err)
+	}
 	sig, stopSignals := lifecycle.NotifySignals()
 	defer stopSignals()
 	err = server.RunRLS(ctx, server.RLSOptions{
@@ -222,7 +226,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		OnStoreError: onErr, AuthOnStoreError: authOnErr, LocalShare: f.localShare, NearLimit: f.nearLimit,
 		ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, AuthDomain: f.defaultDom,
 		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
-		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds,
+		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds, Tracing: tracing,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
 		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch,
 		Stdout: cmd.OutOrStdout(), Logger: logger,

@@ -10,12 +10,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/portero-rl/portero/internal/rlsstats"
+	"github.com/portero-rl/portero/internal/rlstrace"
 	"github.com/portero-rl/portero/internal/rlsxds"
 )
 
 // ecosystemFlags are the flags of `portero rls` for what
 // envoyproxy/ratelimit's users run beside it: statsd statistics and
-// configuration over xDS. The environment's variables map onto them in
+// configuration over xDS, OpenTelemetry tracing. The environment's variables map onto them in
 // ecosystemEnv.
 type ecosystemFlags struct {
 	statsd, statsdProtocol, statsdTags string
@@ -26,6 +27,10 @@ type ecosystemFlags struct {
 	xdsTLSFiles                                       rlsxds.TLSFiles
 	xdsRetryInitial, xdsRetryMax                      time.Duration
 	xdsMaxMsgSize                                     int
+
+	tracing                                       bool
+	traceProtocol, traceService, traceNS, traceID string
+	traceSampling                                 float64
 }
 
 func (f *ecosystemFlags) add(fl *pflag.FlagSet) {
@@ -44,7 +49,26 @@ func (f *ecosystemFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&f.xdsTLSFiles.ServerName, "xds-tls-server-name", "", "with --xds-tls, the name the server's certificate must carry; its host by default (CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
 	fl.DurationVar(&f.xdsRetryInitial, "xds-retry-initial", 10*time.Second, "first wait before a new xDS stream after one failed, doubling (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)")
 	fl.DurationVar(&f.xdsRetryMax, "xds-retry-max", time.Minute, "longest wait between xDS streams (XDS_CLIENT_BACKOFF_MAX_INTERVAL)")
+	fl.BoolVar(&f.tracing, "tracing", false, "trace every call with OpenTelemetry, exported over OTLP to where the OTEL_EXPORTER_OTLP_* variables say (TRACING_ENABLED)")
+	fl.StringVar(&f.traceProtocol, "tracing-protocol", "http", "OTLP exporter's protocol, http or grpc (TRACING_EXPORTER_PROTOCOL)")
+	fl.StringVar(&f.traceService, "tracing-service-name", "RateLimit", "the traces' service.name (TRACING_SERVICE_NAME)")
+	fl.StringVar(&f.traceNS, "tracing-service-namespace", "", "the traces' service.namespace (TRACING_SERVICE_NAMESPACE)")
+	fl.StringVar(&f.traceID, "tracing-service-instance-id", "", "the traces' service.instance.id; a random UUID when empty (TRACING_SERVICE_INSTANCE_ID)")
+	fl.Float64Var(&f.traceSampling, "tracing-sampling-rate", 1, "share of new traces recorded, 0 to 1; a caller's sampled trace is always continued (TRACING_SAMPLING_RATE)")
 	fl.IntVar(&f.xdsMaxMsgSize, "xds-max-msg-size", 0, "largest xDS response in bytes; 0: gRPC's 4 MiB (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)")
+}
+
+// tracingOptions returns the tracing options the flags give; nil without
+// --tracing.
+func (f *ecosystemFlags) tracingOptions() (*rlstrace.Options, error) {
+	if !f.tracing {
+		return nil, nil
+	}
+	if f.traceProtocol != "http" && f.traceProtocol != "grpc" {
+		return nil, fmt.Errorf("--tracing-protocol %q: want http or grpc", f.traceProtocol)
+	}
+	return &rlstrace.Options{Protocol: f.traceProtocol, ServiceName: f.traceService, ServiceNamespace: f.traceNS,
+		ServiceInstanceID: f.traceID, SamplingRate: f.traceSampling}, nil
 }
 
 // xdsOptions returns the xDS options the flags give; nil without
@@ -104,6 +128,7 @@ func parseTags(s string) (map[string]string, error) {
 // its gostats library reads), EXTRA_TAGS, STATS_FLUSH_INTERVAL.
 func ecosystemEnv(e *envReader, set func(flag, value string, from ...string)) {
 	xdsEnv(e, set)
+	tracingEnv(e, set)
 	useStatsd := e.boolean("USE_STATSD", true)
 	useProm, useDog := e.boolean("USE_PROMETHEUS", false), e.boolean("USE_DOG_STATSD", false)
 	if n := btoi(useStatsd) + btoi(useProm) + btoi(useDog); n > 1 {
@@ -165,4 +190,20 @@ func xdsEnv(e *envReader, set func(flag, value string, from ...string)) {
 	set("xds-retry-initial", e.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second).String(), "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
 	set("xds-retry-max", e.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", time.Minute).String(), "XDS_CLIENT_BACKOFF_MAX_INTERVAL")
 	set("xds-max-msg-size", strconv.FormatInt(e.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0, 0), 10), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+}
+
+// tracingEnv maps TRACING_* onto the --tracing flags (the OTEL_* variables
+// are read by the exporter itself, as there).
+func tracingEnv(e *envReader, set func(flag, value string, from ...string)) {
+	set("tracing", strconv.FormatBool(e.boolean("TRACING_ENABLED", false)), "TRACING_ENABLED")
+	switch p := strings.ToLower(e.str("TRACING_EXPORTER_PROTOCOL", "http")); p {
+	case "http", "grpc":
+		set("tracing-protocol", p, "TRACING_EXPORTER_PROTOCOL")
+	default:
+		e.fail("TRACING_EXPORTER_PROTOCOL", fmt.Errorf("%q: want http or grpc", p))
+	}
+	set("tracing-service-name", e.str("TRACING_SERVICE_NAME", "RateLimit"), "TRACING_SERVICE_NAME")
+	set("tracing-service-namespace", e.str("TRACING_SERVICE_NAMESPACE", ""), "TRACING_SERVICE_NAMESPACE")
+	set("tracing-service-instance-id", e.str("TRACING_SERVICE_INSTANCE_ID", ""), "TRACING_SERVICE_INSTANCE_ID")
+	set("tracing-sampling-rate", strconv.FormatFloat(e.float("TRACING_SAMPLING_RATE", 1), 'g', -1, 64), "TRACING_SAMPLING_RATE")
 }

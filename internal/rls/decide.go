@@ -70,6 +70,11 @@ var writer hdr.Writer
 // shared by both transports; its errors are gRPC statuses. The caller
 // releases the answer.
 func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer, error) {
+	if t := s.opts.Tracer; t != nil {
+		var end func()
+		ctx, end = t.Start(ctx, req)
+		defer end()
+	}
 	parent := ctx
 	// Bound the call by CallTimeout unless the caller's deadline (Envoy
 	// always sends one) already comes first: then a second timer would

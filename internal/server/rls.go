@@ -23,6 +23,7 @@ import (
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/internal/rlsstats"
+	"github.com/portero-rl/portero/internal/rlstrace"
 	"github.com/portero-rl/portero/internal/rlsxds"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
@@ -124,6 +125,9 @@ type RLSOptions struct {
 	// instead of ConfigPath, which must then be empty; its Load options are
 	// RunRLS's.
 	XDS *rlsxds.Options
+	// Tracing, when set, traces every call with OpenTelemetry, exported
+	// over OTLP (package rlstrace, envoyproxy/ratelimit's TRACING_*).
+	Tracing *rlstrace.Options
 	// Statsd, when set, sends envoyproxy/ratelimit's statistics to statsd
 	// (package rlsstats); RunRLS fills in what it knows: the configuration,
 	// the counting, NearLimit, the shadow mode, MaxDetailedSeries, Logger.
@@ -228,6 +232,20 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		Watch: watchPath, WatchOptions: o.WatchOptions, Reload: o.Reload, Hurry: o.Hurry})
 	defer svc.Close()
 
+	tracer, err := newRLSTracer(o, log)
+	if err != nil {
+		return &ConfigError{err}
+	}
+	if tracer != nil {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(sctx); err != nil {
+				log.Warn("rls: flushing the traces", "err", err)
+			}
+		}()
+		o.GRPC.GRPCOptions = append(o.GRPC.GRPCOptions, tracer.ServerOption())
+	}
 	var compiler *descriptor.Compiler
 	stats, err := newRLSStats(o, func() *descriptor.Config { return compiler.Limits() })
 	if err != nil {
@@ -283,6 +301,9 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	}
 
 	r := &rlsServer{opts: o, log: log, compiler: compiler, engine: eng, authEngine: authEng, ready: svc.Readiness(), stats: stats}
+	if tracer != nil {
+		r.tracer = tracer
+	}
 	r.redis, _ = store.(*redisstore.Store)
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
 	r.source.Store(&rlsSource{limits: limits, at: time.Now()})
@@ -337,6 +358,7 @@ type rlsServer struct {
 	redis              *redisstore.Store // nil for the memory store
 	metrics            *rlsMetrics
 	stats              *rlsstats.Stats
+	tracer             rls.Tracer // nil without tracing
 	source             atomic.Pointer[rlsSource]
 	dash               *dashboard.Dashboard // nil without an admin listener
 	mu                 sync.Mutex           // serializes reloads
@@ -353,7 +375,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 	o := r.opts
 	if grpcListen != "off" {
 		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
-			Observer: r.observer("grpc"), Compat: o.Envoyproxy.Compat})
+			Observer: r.observer("grpc"), Compat: o.Envoyproxy.Compat, Tracer: r.tracer})
 		srv, err := rls.NewServer(rsvc, o.GRPC)
 		if err != nil {
 			return &ConfigError{err}
@@ -381,7 +403,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		// envoyproxy/ratelimit's /json (its gRPC call in proto3 JSON) and
 		// /healthcheck beside the check API.
 		jsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
-			Observer: r.observer("http"), Compat: o.Envoyproxy.Compat})
+			Observer: r.observer("http"), Compat: o.Envoyproxy.Compat, Tracer: r.tracer})
 		mux := http.NewServeMux()
 		mux.Handle("/json", jsvc.JSONHandler())
 		mux.Handle("/healthcheck", rls.HealthHandler(r.healthy))

@@ -1,12 +1,27 @@
 package server
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/rlsstats"
+	"github.com/portero-rl/portero/internal/rlstrace"
 )
+
+// newRLSTracer returns the tracing of o.Tracing; nil without it.
+func newRLSTracer(o RLSOptions, log *slog.Logger) (*rlstrace.Tracer, error) {
+	if o.Tracing == nil {
+		return nil, nil
+	}
+	t, err := rlstrace.New(context.Background(), *o.Tracing)
+	if err == nil {
+		log.Info("rls: tracing on", "protocol", o.Tracing.Protocol, "service", o.Tracing.ServiceName, "sampling_rate", o.Tracing.SamplingRate)
+	}
+	return t, err
+}
 
 // newRLSStats returns the statsd statistics of o.Statsd; nil without it.
 func newRLSStats(o RLSOptions, limits func() *descriptor.Config) (*rlsstats.Stats, error) {
