@@ -50,14 +50,15 @@ func (o *observer) Observe(req *descriptor.Request, p *descriptor.Plan, v *engin
 		s.server.responseTime.AddValue(float64(took.Milliseconds()))
 	}
 	cfg := s.opts.Limits()
-	var re *descriptor.RequestError
-	switch {
-	case errors.As(err, &re), err != nil && cfg == nil:
-		// Its service errors: a request it refuses, no configuration.
-		s.service.serviceError.Inc()
-		return
-	case err != nil && !errors.Is(err, portero.ErrStoreUnavailable):
-		return // the caller gave up, or the engine refused a hit it cannot count
+	if err != nil {
+		switch {
+		case isRequestError(err), cfg == nil:
+			// Its service errors: a request it refuses, no configuration.
+			s.service.serviceError.Inc()
+			return
+		case !errors.Is(err, portero.ErrStoreUnavailable):
+			return // the caller gave up, or the engine refused a hit it cannot count
+		}
 	}
 	if cfg != nil && cfg.Domain(req.Domain) == nil {
 		// Its config looks each descriptor up, counting each time.
@@ -84,6 +85,11 @@ func (o *observer) Observe(req *descriptor.Request, p *descriptor.Plan, v *engin
 	if s.opts.GlobalShadowMode && descriptor.CodeOf(v) == descriptor.OverLimit {
 		s.service.globalShadowMode.Inc()
 	}
+}
+
+func isRequestError(err error) bool {
+	var re *descriptor.RequestError
+	return errors.As(err, &re)
 }
 
 // hitsOf is envoyproxy/ratelimit's hits addend of descriptor d: its own
@@ -168,6 +174,9 @@ func (s *Stats) statsOf(cfg *descriptor.Config, req *descriptor.Request, d int, 
 		return k.plain
 	}
 	dom := cfg.Domain(req.Domain)
+	if dom == nil {
+		return k.plain // the configuration changed under the call
+	}
 	if l.DetailedMetric {
 		return s.limitStats(detailedKey(req.Domain, entries, dom.MatchEnvoyproxy(entries)), l, true)
 	}
@@ -176,6 +185,9 @@ func (s *Stats) statsOf(cfg *descriptor.Config, req *descriptor.Request, d int, 
 
 // nodePath returns the node each entry matched, level by level.
 func nodePath(dom *descriptor.Domain, entries []descriptor.Entry) []*descriptor.Node {
+	if dom == nil {
+		return nil
+	}
 	path := make([]*descriptor.Node, len(entries))
 	for i := range entries {
 		path[i] = dom.MatchEnvoyproxy(entries[:i+1]).Node
