@@ -46,7 +46,7 @@ var (
 	// answer; the failure policy decides what happens next.
 	ErrStoreUnavailable = errors.New("store unavailable")
 	// ErrNotAdjustable reports an adjustment (Adjuster) that a rule's
-	// algorithm cannot make: a refund on the sliding log, anything on the
+	// algorithm cannot make: a refund on the sliding log, a charge on the
 	// leaky queue.
 	ErrNotAdjustable = errors.New("cannot be adjusted")
 )

@@ -82,7 +82,7 @@ type Adjustment struct {
 type Adjuster interface {
 	// Adjust applies each adjustment at instant now, in order. It decides
 	// nothing and refuses nothing. A rule whose algorithm cannot make an
-	// adjustment (a refund on the sliding log, anything on the queue) is
+	// adjustment (a refund on the sliding log, a charge on the queue) is
 	// an error wrapping ErrNotAdjustable, checked before anything changes;
 	// errors are otherwise those of AllowAll.
 	Adjust(ctx context.Context, now time.Time, adj []Adjustment) error

@@ -28,8 +28,8 @@ import (
 // contention a newcomer may pass before a waiter, and a waiter may be
 // refused again and sleep once more. A leaky-queue rule is the fair
 // alternative: each admission reserves its place in the queue. A leaky-queue
-// place taken by a wait that ctx then cancels stays taken (memstore's
-// Limiter.WaitN gives it back where it can).
+// place taken by a wait that ctx then cancels stays taken here (l has no
+// way to give it back); memstore's Limiter.WaitN gives it back.
 func WaitN(ctx context.Context, l Limiter, key string, cost int64, clock func() time.Time) (Decision, error) {
 	if clock == nil {
 		clock = time.Now

@@ -31,15 +31,25 @@ import (
 //     would be in had the units not been taken). A key with no state gets
 //     nothing back.
 //
-// The queue (leaky-queue) holds places, not counts, and the sliding log
-// keeps the instant of every unit: neither can be refunded
-// (portero.ErrNotAdjustable). The sliding log can be charged: it logs the units at
+// The queue (leaky-queue) holds places, not counts: it cannot be charged
+// after the fact, but a place can be given back by a request that leaves
+// before its departure (its client went away): the queue's end moves back
+// by the places given back, never before now, so that the next arrival is
+// held as long as the places still taken make it. The requests already
+// waiting keep their departures, so an arrival may depart at the same
+// instant as one of them: counted from any instant the queue was empty,
+// departures never outrun the rate, but a given-back place in the middle
+// of the queue can bunch two departures together. A place taken by a
+// decision at least B·T ago has departed: it gets nothing back.
+//
+// The sliding log keeps the instant of every unit: it cannot be refunded
+// (portero.ErrNotAdjustable). It can be charged: it logs the units at
 // now and, beyond its limit, drops its oldest entries, which changes no
 // decision (a log over its limit admits nothing until the entries above
 // the limit have expired, and the oldest expire first).
 
 // Adjuster is implemented by the Deciders whose state can be adjusted:
-// every fixed-size algorithm but the queue.
+// every fixed-size algorithm.
 type Adjuster interface {
 	// Adjust returns s after the adjustment of delta units at now (see
 	// above; at is the instant of the decision a refund gives back), and
@@ -53,7 +63,7 @@ type Adjuster interface {
 func CanAdjust(alg portero.Algorithm) (charge, refund bool) {
 	switch alg {
 	case portero.LeakyQueue:
-		return false, false
+		return false, true
 	case portero.SlidingLog:
 		return true, false
 	}
@@ -269,6 +279,16 @@ func (a *GCRA) Adjust(s State, found bool, now, at, delta int64) (State, bool) {
 	return State{A: now}, true
 }
 
+// Adjust implements Adjuster for a refund (a charge is refused by
+// CheckAdjust): the last departure moves back by the places given back,
+// never before now.
+func (a *LeakyQueue) Adjust(s State, found bool, now, at, delta int64) (State, bool) {
+	if delta > 0 || !found || s.A <= now || now-at >= a.tau {
+		return s, false // nothing waits, or the place has departed
+	}
+	return State{A: max(s.A-min(-delta, a.capacity)*a.interval, now)}, true
+}
+
 // Charge logs delta units at now (delta > 0), unconditionally, keeping at
 // most L entries: beyond them the oldest are dropped, which changes no
 // decision (see the package's notes on settling).
@@ -288,7 +308,7 @@ func (a *SlidingLog) Charge(l *Log, now, delta int64) {
 func AdjustState(d Decider, s State, found bool, now, at, delta int64) (State, bool, error) {
 	adj, ok := d.(Adjuster)
 	if !ok {
-		return s, false, fmt.Errorf("%w: a queue holds places, not counts", portero.ErrNotAdjustable)
+		return s, false, fmt.Errorf("%w: %T keeps no fixed-size state", portero.ErrNotAdjustable, d)
 	}
 	if delta == 0 {
 		return s, false, nil

@@ -349,6 +349,7 @@ func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string,
 		left, ok := budget(r.Context())
 		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
 			delay = 0 // refused: the wait would outlast its bound
+			refuseQueued(cfg, r, v, now, left, ok)
 			l.giveBack(cfg, r, v)
 		}
 	}
@@ -538,9 +539,14 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 			}
 		}
 		k := l.keep(cfg, r, v)
+		var back []engine.Adjustment
+		if delay > 0 {
+			back = counted(v, now)
+		}
 		s.release() // before the handler runs: it may take long
 		defer k.release()
 		if delay > 0 && !hold(r.Context(), delay) {
+			refund(cfg, r, back)
 			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
 			return
 		}

@@ -2,10 +2,13 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -19,6 +22,9 @@ import (
 // context and by the shape's MaxDelay: when it would outlast its bound, the
 // request is refused at once, as the rule refuses a full queue, rather than
 // after waiting in vain. This is the one place where the middleware waits.
+// A request refused so, or whose client leaves during its hold, gives back
+// what it counted (its places, its other rules' hits: counted), so that it
+// counts in no rule.
 
 // setShapes resolves shapes by rule name into pre.shape, by rule index.
 func (pre *prepared) setShapes(p *policy.Policy, shapes map[string]overload.Shape) error {
@@ -55,11 +61,9 @@ func (pre *prepared) shapeOf(i int) overload.Shape {
 // among its enforced rules (shadow rules never hold a request), each its
 // Decision.Delay as its shape reads it. left is the time until the
 // request's deadline, hasDeadline whether it has one. When a rule's hold
-// would outlast its bound, v becomes the refusal of every such rule and
-// queueDelay returns -1.
+// would outlast its bound, queueDelay returns -1 (see refuseQueued).
 func queueDelay(v *engine.Verdict, pre *prepared, left time.Duration, hasDeadline bool) time.Duration {
 	var d time.Duration
-	refused := false
 	for i := range v.Results {
 		res := &v.Results[i]
 		if res.Rule.Shadow || res.Decision.Delay == 0 {
@@ -68,13 +72,9 @@ func queueDelay(v *engine.Verdict, pre *prepared, left time.Duration, hasDeadlin
 		sh := pre.shapeOf(res.Rule.Index)
 		h := sh.Hold(res.Decision.Delay, res.Rule.Limit.Interval())
 		if bound, ok := sh.Bound(left, hasDeadline); ok && h > bound {
-			refused = true
+			return -1
 		}
 		d = max(d, h)
-	}
-	if refused {
-		refuseQueued(v, pre, left, hasDeadline)
-		return -1
 	}
 	return d
 }
@@ -91,10 +91,21 @@ func budget(ctx context.Context) (time.Duration, bool) {
 
 // refuseQueued turns v, allowed with a hold longer than its bound, into
 // the refusal of the queue rules whose hold exceeds their bound, each with
-// the RetryAfter after which the same request, joining the queue behind the
-// place this one keeps (a queue cannot give a place back through the Store
-// interface), would be held within the same bound.
-func refuseQueued(v *engine.Verdict, pre *prepared, left time.Duration, hasDeadline bool) {
+// the RetryAfter after which the same request would be held within the
+// same bound. What v counted is given back first (a refused request counts
+// in no rule): every such hit becomes NotCounted. When the store could
+// not give it back, the request's own places stay taken and RetryAfter is
+// the wait of a request queued behind them.
+func refuseQueued(cfg *Config, r *http.Request, v *engine.Verdict, now time.Time, left time.Duration, hasDeadline bool) {
+	back := counted(v, now)
+	kept := len(back) > 0 && !refund(cfg, r, back)
+	for i := range v.Results {
+		if res := &v.Results[i]; !kept && refundable(res) {
+			res.Outcome = engine.NotCounted
+			res.Decision.Remaining = min(res.Decision.Remaining+res.Cost, res.Decision.Limit)
+		}
+	}
+	pre := cfg.pre
 	v.Allowed = false
 	v.Violated = v.Violated[:0]
 	for i := range v.Results {
@@ -109,7 +120,10 @@ func refuseQueued(v *engine.Verdict, pre *prepared, left time.Duration, hasDeadl
 		if !ok || h <= bound {
 			continue
 		}
-		own := time.Duration(res.Cost) * interval
+		var own time.Duration
+		if kept {
+			own = time.Duration(res.Cost) * interval
+		}
 		res.Decision.Allowed = false
 		res.Decision.RetryAfter = max(h+own-bound, time.Millisecond)
 		res.Decision.Delay = 0
@@ -129,4 +143,41 @@ func hold(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// counted returns, as refunds of the decision at at, the hits of the
+// admitted verdict v that the store counted: what a held request gives
+// back when its client leaves before its departure, so that it counts in
+// no rule, as a refused request. Its queue places are among them; its
+// leases are not (the keeper releases them), nor hits the failure policy
+// decided (the store counted nothing), nor a sliding log's, which cannot
+// be refunded (it keeps the instant of every unit).
+func counted(v *engine.Verdict, at time.Time) []engine.Adjustment {
+	var adj []engine.Adjustment
+	for i := range v.Results {
+		if res := &v.Results[i]; refundable(res) {
+			adj = append(adj, engine.Adjustment{Rule: res.Rule, Key: res.Key, Delta: -res.Cost, At: at})
+		}
+	}
+	return adj
+}
+
+// refundable reports whether counted gives res back.
+func refundable(res *engine.Result) bool {
+	if res.Outcome != engine.Allowed && res.Outcome != engine.NearLimit || res.Failure != "" || res.Rule.IsConcurrency() {
+		return false
+	}
+	_, ok := algorithm.CanAdjust(res.Rule.Algorithm)
+	return ok
+}
+
+// refund gives back adj (counted) for r, whose context may be done, and
+// reports whether the store did.
+func refund(cfg *Config, r *http.Request, adj []engine.Adjustment) bool {
+	err := cfg.engine.Settle(context.WithoutCancel(r.Context()), cfg.Now(), adj)
+	// A store without Adjust keeps what it counted, as it always has.
+	if err != nil && !errors.Is(err, portero.ErrNotAdjustable) && cfg.OnError != nil {
+		cfg.OnError(r, err)
+	}
+	return err == nil
 }

@@ -98,8 +98,8 @@ func TestQueueDeadline(t *testing.T) {
 			}
 		}
 		if ra := rec.Header().Get("Retry-After"); ra != "1" {
-			// 1.5 s wait behind the refused request's own place (2.0 s) minus
-			// a 1 s budget: 1 s, rounded up.
+			// A 1.5 s hold (the refused request gave its place back) minus
+			// a 1 s budget: 0.5 s, rounded up.
 			t.Errorf("Retry-After = %s, want 1", ra)
 		}
 		time.Sleep(3 * time.Second) // the queue drains

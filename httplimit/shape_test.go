@@ -108,8 +108,8 @@ func TestShapeDelay(t *testing.T) {
 // refused at once with the rule's 429, not after waiting. 2/s burst 5,
 // MaxDelay 1 s: of 5 queued places the holds are 0.5 … 2.5 s; the two
 // within 1 s pass, the other three (and the three of a full queue) are
-// refused at once, with Retry-After the wait after which the same request,
-// behind the place it keeps, would be held within 1 s.
+// refused at once, with Retry-After the wait after which the same request
+// would be held within 1 s (a refused request gives its place back).
 func TestShapeMaxDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -129,7 +129,7 @@ func TestShapeMaxDelay(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second) // everything drains
 		// One place taken (hold 0.5 s), a second (1.0 s): the third would be
-		// held 1.5 s: refused, Retry-After ⌈1.5 + 0.5 − 1⌉ = 1.
+		// held 1.5 s: refused, Retry-After ⌈1.5 − 1⌉ = 1.
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) })

@@ -17,6 +17,12 @@
 #   BASELINE   another portero binary (an older build) to measure beside it:
 #              adds the subjects base-pass and base-refuse, interleaved with
 #              the others, so that before/after numbers share the same load
+#   RUNTIME_ENV  environment for every Go subject, such as "GOGC=400"
+#              (default none: Go's defaults, as portero serve runs unless
+#              its operator sets GOGC or GOMEMLIMIT)
+#   BASELINE_ENV environment for the base-* subjects only, after
+#              RUNTIME_ENV: with BASELINE set to the PORTERO binary itself,
+#              one build beside itself under other runtime settings
 #   RESULTS    where the raw outputs are kept (default bench/results/gateway)
 #   SUBJECTS   space-separated subset of: upstream bare-429 proxy
 #              proxy-nopool portero-pass portero-refuse nginx-pass
@@ -46,7 +52,7 @@ root=$PWD
 
 # The command as given, for the report.
 cmd_env=""
-for v in DURATION CONNS THREADS ROUNDS LOADGEN SUBJECTS; do
+for v in DURATION CONNS THREADS ROUNDS LOADGEN SUBJECTS RUNTIME_ENV BASELINE_ENV; do
 	if [ -n "${!v:-}" ]; then cmd_env+="$v=\"${!v}\" "; fi
 done
 if [ -n "${BASELINE:-}" ]; then cmd_env+="BASELINE=<older portero> "; fi
@@ -104,19 +110,17 @@ declare -A url proc # proc: the pids whose CPU time a subject costs
 # Go subjects run with GODEBUG=gctrace=1: each run also reports the
 # collections it saw and their CPU per request (the trace's "ms cpu" sums).
 trace="env GODEBUG=gctrace=1"
-# Every Go subject gets what portero serve sets itself, a 64 MiB floor under
-# the heap target (internal/server heapFloor), so that the bare handlers and
-# proxies are no worse off than Portero: for a process whose live heap stays
-# small, GOGC=off with a 64 MiB memory limit is that floor.
-floor="GOGC=off GOMEMLIMIT=64MiB"
-start upstream $trace $floor "$tmp/harness" upstream -listen 127.0.0.1:0
+# Every Go subject runs under the same runtime settings (RUNTIME_ENV), so
+# that only the code differs.
+runtime_env=${RUNTIME_ENV:-}
+start upstream $trace $runtime_env "$tmp/harness" upstream -listen 127.0.0.1:0
 up=$addr
 url[upstream]=http://$up/
 proc[upstream]=$pid
-start proxy $trace $floor "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
+start proxy $trace $runtime_env "$tmp/harness" proxy -listen 127.0.0.1:0 -upstream "http://$up"
 url[proxy]=http://$addr/
 proc[proxy]=$pid
-start proxy-nopool $trace $floor "$tmp/harness" proxy -buffer-pool=false -listen 127.0.0.1:0 -upstream "http://$up"
+start proxy-nopool $trace $runtime_env "$tmp/harness" proxy -buffer-pool=false -listen 127.0.0.1:0 -upstream "http://$up"
 url[proxy-nopool]=http://$addr/
 proc[proxy-nopool]=$pid
 
@@ -151,17 +155,17 @@ EOF
 }
 portero_config "10000000/s burst 10000000" >"$tmp/pass.yaml"
 portero_config "1/h" >"$tmp/refuse.yaml"
-start portero-pass $trace "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+start portero-pass $trace $runtime_env "$PORTERO" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
 url[portero-pass]=http://$addr/
 proc[portero-pass]=$pid
-start portero-refuse $trace "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+start portero-refuse $trace $runtime_env "$PORTERO" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
 url[portero-refuse]=http://$addr/
 proc[portero-refuse]=$pid
 if [ -n "${BASELINE:-}" ]; then
-	start base-pass $trace "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
+	start base-pass $trace $runtime_env ${BASELINE_ENV:-} "$BASELINE" serve --config "$tmp/pass.yaml" --admin-listen off --log-level warn
 	url[base-pass]=http://$addr/
 	proc[base-pass]=$pid
-	start base-refuse $trace "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
+	start base-refuse $trace $runtime_env ${BASELINE_ENV:-} "$BASELINE" serve --config "$tmp/refuse.yaml" --admin-listen off --log-level warn
 	url[base-refuse]=http://$addr/
 	proc[base-refuse]=$pid
 	case " $SUBJECTS " in *" base-pass "*) ;; *) SUBJECTS="$SUBJECTS base-pass base-refuse" ;; esac
@@ -233,12 +237,22 @@ cputicks() {
 }
 hz=$(getconf CLK_TCK)
 
+# peakrss PID...: the processes' peak resident memory so far, in MiB
+# (VmHWM in /proc/PID/status), added up.
+peakrss() {
+	local kb=0 p
+	for p in "$@"; do
+		kb=$((kb + $(awk '/^VmHWM:/ {print $2}' "/proc/$p/status")))
+	done
+	echo $((kb / 1024))
+}
+
 # Use the refusing subjects' one allowed request, so that every measured
 # request is refused.
 for s in portero-refuse base-refuse nginx-refuse; do
 	[ -n "${url[$s]:-}" ] && curl -s -o /dev/null "${url[$s]}" || true
 done
-start bare-429 $trace $floor "$tmp/harness" refusal -listen 127.0.0.1:0 -from "${url[portero-refuse]}"
+start bare-429 $trace $runtime_env "$tmp/harness" refusal -listen 127.0.0.1:0 -from "${url[portero-refuse]}"
 url[bare-429]=http://$addr/
 proc[bare-429]=$pid
 
@@ -334,15 +348,16 @@ report() {
 	if command -v wrk >/dev/null; then wv=", $( (wrk -v 2>&1 || true) | awk 'NR==1 {print $1, $2}')"; fi
 	echo "Machine: $(nproc) cores ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)), $(uname -sr), $(go version | awk '{print $3}')$nv$wv; load average $load_before before, $load_after after."
 	echo
-	echo "| subject | requests/s (median) | every round | p50 latency (median) | non-2xx | CPU µs/request (median) | every round | collections per run (median) | GC CPU µs/request (median) |"
-	echo "|---|---:|---|---:|---:|---:|---|---:|---:|"
+	echo "| subject | requests/s (median) | every round | p50 latency (median) | non-2xx | CPU µs/request (median) | every round | collections per run (median) | GC CPU µs/request (median) | peak RSS MiB |"
+	echo "|---|---:|---|---:|---:|---:|---|---:|---:|---:|"
 	local s
 	for s in $SUBJECTS; do
 		[ -n "${runs[$s,1]:-}" ] || continue
-		printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$s" \
+		# shellcheck disable=SC2086 # proc holds several pids for nginx
+		printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$s" \
 			"$(col "$s" 1 | median)" "$(col "$s" 1 | joined %.0f)" "$(col "$s" 2 | sort | median)" \
 			"$(col "$s" 3 | awk '{t+=$1} END {print t}')" "$(col "$s" 4 | median)" "$(col "$s" 4 | joined %s)" \
-			"$(col "$s" 5 | median)" "$(col "$s" 6 | median)"
+			"$(col "$s" 5 | median)" "$(col "$s" 6 | median)" "$(peakrss ${proc[$s]})"
 	done
 	echo
 	echo "| ratio (per round, then the median) | target | median | every round |"
@@ -365,10 +380,10 @@ portero-refuse|bare-429|1|portero-refuse / bare-429, requests/s|
 portero-refuse|nginx-refuse|1|portero-refuse / nginx-refuse, requests/s|
 portero-refuse|nginx-refuse|4|portero-refuse / nginx-refuse, CPU per request|
 bare-429|upstream|4|bare-429 / upstream ("ok"), CPU per request|
-portero-pass|base-pass|4|portero-pass / base-pass (older build), CPU per request|
-portero-pass|base-pass|1|portero-pass / base-pass (older build), requests/s|
-portero-refuse|base-refuse|4|portero-refuse / base-refuse (older build), CPU per request|
-portero-refuse|base-refuse|1|portero-refuse / base-refuse (older build), requests/s|
+portero-pass|base-pass|4|portero-pass / base-pass (BASELINE), CPU per request|
+portero-pass|base-pass|1|portero-pass / base-pass (BASELINE), requests/s|
+portero-refuse|base-refuse|4|portero-refuse / base-refuse (BASELINE), CPU per request|
+portero-refuse|base-refuse|1|portero-refuse / base-refuse (BASELINE), requests/s|
 EOF
 	echo
 	echo "Raw outputs: \`$RESULTS/$stamp-*\`."

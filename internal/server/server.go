@@ -392,7 +392,6 @@ func Run(ctx context.Context, opts Options) error {
 		wg.Go(func() { s.dash.Run(bctx) })
 	}
 
-	defer startGCFloor()() // see heapFloor
 	return svc.Run(ctx, lifecycle.Hooks{
 		Serving: func() {
 			fmt.Fprintf(opts.Stdout, "portero: config %s: %d rules, %d routes, %s store\n", cfg.Source, len(cfg.Policy.Rules()), len(cfg.Routes), cfg.StoreType)

@@ -166,8 +166,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // the request departs. When the queue is full it returns at once with an
 // error wrapping ErrQueueFull (the request was dropped). When ctx ends
 // first, or its deadline comes before the departure, it gives the place
-// back if no later request has queued behind it (the queue then drains as
-// if it had never come); otherwise the place stays taken.
+// back, as Store.Adjust does (see package algorithm: the requests queued
+// behind it keep their departures).
 func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	t := l.t
 	if t.rule.Algorithm != portero.LeakyQueue {
@@ -181,8 +181,6 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return t.badCall(cost)
 	}
-	h := t.hash(key)
-	sh := t.shard(h)
 	d, err := l.AllowN(ctx, key, time.Unix(0, ns), cost)
 	if err != nil {
 		return err
@@ -190,9 +188,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	if !d.Allowed {
 		return fmt.Errorf("memstore: rule %q: %w: retry after %v", t.rule.Name, ErrQueueFull, d.RetryAfter)
 	}
-	departure := ns + int64(d.Delay) // the queue's new last departure
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.Delay {
-		t.giveBack(sh, h, departure, cost)
+		t.adjust(key, t.store.nowNS(), ns, -cost)
 		return fmt.Errorf("memstore: rule %q: departure in %v is after the deadline: %w", t.rule.Name, d.Delay, context.DeadlineExceeded)
 	}
 	timer := time.NewTimer(d.Delay)
@@ -201,7 +198,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		t.giveBack(sh, h, departure, cost)
+		t.adjust(key, t.store.nowNS(), ns, -cost)
 		return ctx.Err()
 	case <-t.store.stop:
 		return errClosed
@@ -211,16 +208,3 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 // Done returns a channel that is closed when the store is closed, so that
 // portero.WaitN ends its sleep then.
 func (l *Limiter) Done() <-chan struct{} { return l.t.store.stop }
-
-// giveBack returns a queue reservation of cost whose departure was at
-// departure, if it is still the last one.
-func (t *table) giveBack(sh *shard, h uint64, departure, cost int64) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	a, i := sh.find(h)
-	if i < 0 {
-		return
-	}
-	back := uint64(departure - cost*int64(t.rule.Limit.Interval()))
-	atomic.CompareAndSwapUint64(&a.w[i+1], uint64(departure), back) // fails if a later request queued
-}

@@ -645,19 +645,26 @@ func TestWaitCancelGivesPlaceBack(t *testing.T) {
 			t.Errorf("free places after the last reservation gave up = %d, want 5", r)
 		}
 
-		// Not the last one any more: the place stays taken.
+		// Not the last one: its places come back all the same, and the one
+		// queued behind it keeps its departure.
 		cctx, cancel = context.WithCancel(ctx)
 		go func() { errc <- l.WaitN(cctx, "k", 2) }()
 		synctest.Wait()
-		go l.Wait(ctx, "k")
+		behind := make(chan time.Time)
+		go func() { l.Wait(ctx, "k"); behind <- time.Now() }()
 		synctest.Wait()
-		before := remaining()
+		before, t1 := remaining(), time.Now()
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Errorf("cancelled Wait = %v", err)
 		}
-		if r := remaining(); r != before {
-			t.Errorf("free places after a middle reservation gave up = %d, want %d", r, before)
+		if r := remaining(); r != before+2 {
+			t.Errorf("free places after a middle reservation gave up = %d, want %d", r, before+2)
+		}
+		// What is left of the first Wait's place (0.4 s), the 2 given
+		// back, then its own: as it was told when it queued.
+		if got := (<-behind).Sub(t1); got != 1900*time.Millisecond {
+			t.Errorf("the request behind departed after %v, want its 1.9s", got)
 		}
 
 		// A deadline before the departure returns at once, taking nothing.

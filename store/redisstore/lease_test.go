@@ -221,3 +221,47 @@ func TestLeaseConformanceCluster(t *testing.T) {
 		return newStore(t, nil, redisstore.Config{Addrs: c.Addrs(), Clock: redisstore.CallerClock})
 	})
 }
+
+// TestLeasesForgottenByRestart: a Redis restarted without persistence (the
+// tests run it with --save "" --appendonly no) forgets the leases as it
+// forgets the counters. Two of Max 2 are held; after the restart two more
+// are admitted — 2 × Max requests in flight until the first two end — and
+// the first two are lost when they renew.
+func TestLeasesForgottenByRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, redisstore.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.Background()
+	rule := portero.ConcurrencyRule{Name: "api", Max: 2, TTL: time.Minute}
+	var held []portero.Lease
+	for range 2 {
+		l, d, err := s.Acquire(ctx, time.Now(), rule, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("Acquire = %+v, %v", d, err)
+		}
+		held = append(held, l)
+	}
+	if _, d, err := s.Acquire(ctx, time.Now(), rule, "k"); err != nil || d.Allowed {
+		t.Fatalf("a third lease of Max 2 = %+v, %v; want refused", d, err)
+	}
+	srv.Kill()
+	srv.Restart()
+	admitted := 0
+	for deadline := time.Now().Add(30 * time.Second); admitted < 2; {
+		_, d, err := s.Acquire(ctx, time.Now(), rule, "k")
+		switch {
+		case errors.Is(err, portero.ErrStoreUnavailable) && time.Now().Before(deadline):
+			time.Sleep(20 * time.Millisecond) // the store reconnects by itself
+		case err != nil:
+			t.Fatalf("Acquire after the restart: %v", err)
+		case !d.Allowed:
+			t.Fatalf("lease %d after the restart refused (%+v): want the restarted Redis to know none", admitted+1, d)
+		default:
+			admitted++
+		}
+	}
+	for i, l := range held {
+		if err := l.Renew(ctx, time.Now()); !errors.Is(err, portero.ErrLeaseLost) {
+			t.Errorf("lease %d taken before the restart: Renew = %v, want ErrLeaseLost", i+1, err)
+		}
+	}
+}

@@ -39,6 +39,7 @@ func AdjustTables() []AdjustTable {
 	sl := portero.Rule{Name: "sl", Algorithm: portero.SlidingLog, Limit: portero.Limit{Count: 3, Window: 10 * time.Second}}
 	sc := portero.Rule{Name: "sc", Algorithm: portero.SlidingCounter, Limit: portero.Limit{Count: 10, Window: time.Minute}}
 	gc := portero.Rule{Name: "gcra", Algorithm: portero.GCRA, Limit: portero.Limit{Count: 10, Window: 10 * time.Second}}
+	q := portero.Rule{Name: "q", Algorithm: portero.LeakyQueue, Limit: portero.PerSecond(2).WithBurst(5)} // 5 places, one departs every 0.5 s
 	return []AdjustTable{
 		{"fixed-window/refund-and-charge", fw, []AdjustStep{
 			{At: 0, Cost: 8, Allowed: true, Remain: 2},       // a reservation of 8
@@ -73,6 +74,20 @@ func AdjustTables() []AdjustTable {
 			{At: sec(50), Cost: 10, Allowed: true, Remain: 0},
 			{At: sec(60), Adjust: -10, Reserved: sec(50)}, // counted in the previous window: taken from prev
 			{At: sec(60), Cost: 10, Allowed: true, Remain: 0},
+		}},
+		{"leaky-queue/places-given-back", q, []AdjustStep{
+			{At: 0, Cost: 1, Allowed: true, Remain: 4}, // departs at 0.5 s
+			{At: 0, Cost: 1, Allowed: true, Remain: 3}, // 1.0 s
+			{At: 0, Cost: 1, Allowed: true, Remain: 2}, // 1.5 s
+			{At: sec(0.2), Adjust: -1, Reserved: 0},    // one leaves: the end moves back to 1.0 s
+			{At: sec(0.2), Cost: 1, Allowed: true, Remain: 2},
+			{At: sec(0.2), Adjust: -9, Reserved: 0},           // more than is queued: the queue is empty, not below now
+			{At: sec(0.2), Cost: 5, Allowed: true, Remain: 0}, // the 5 places, until 2.7 s
+			{At: sec(2.7), Cost: 5, Allowed: true, Remain: 0}, // empty again: 5 more, until 5.2 s
+			{At: sec(2.7), Adjust: -1, Reserved: sec(0.2)},    // a place taken 5 intervals ago has departed: nothing
+			{At: sec(2.7), Cost: 1, Allowed: false, Remain: 0},
+			{At: sec(2.7), Adjust: -2, Reserved: sec(2.7)},    // two of the 5 leave: the end moves to 4.2 s
+			{At: sec(2.7), Cost: 2, Allowed: true, Remain: 0}, // 3 taken, and these 2
 		}},
 		{"sliding-log/charge", sl, []AdjustStep{
 			{At: 0, Cost: 1, Allowed: true, Remain: 2},
@@ -120,7 +135,7 @@ func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	t.Run("random", func(t *testing.T) {
 		for _, alg := range portero.Algorithms {
 			charge, refund := algorithm.CanAdjust(alg)
-			if !charge {
+			if !charge && !refund {
 				continue
 			}
 			t.Run(string(alg), func(t *testing.T) {
@@ -136,12 +151,12 @@ func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				var decided []time.Duration // instants of earlier calls, to refund
 				for i, c := range RandomTrace(uint64(len(alg))*13+5, rules, 600, false) {
 					now := Base.Add(c.At)
-					if rnd.IntN(3) == 0 {
+					if rnd.IntN(3) == 0 && (charge || len(decided) > 0) {
 						var adj []portero.Adjustment
 						for _, h := range c.Hits {
 							delta := 1 + rnd.Int64N(2*h.Rule.Limit.Capacity())
 							at := now
-							if refund && len(decided) > 0 && rnd.IntN(2) == 0 {
+							if refund && len(decided) > 0 && (!charge || rnd.IntN(2) == 0) {
 								delta = -delta
 								at = Base.Add(decided[rnd.IntN(len(decided))])
 							}
@@ -170,7 +185,7 @@ func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 		q := portero.Rule{Name: "q", Algorithm: portero.LeakyQueue, Limit: portero.Limit{Count: 2, Window: time.Second}}
 		log := portero.Rule{Name: "log", Algorithm: portero.SlidingLog, Limit: portero.Limit{Count: 2, Window: time.Second}}
 		fw := portero.Rule{Name: "fw", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 2, Window: time.Second}}
-		for _, bad := range []portero.Adjustment{{Rule: q, Key: "k", Delta: 1}, {Rule: q, Key: "k", Delta: -1}, {Rule: log, Key: "k", Delta: -1}} {
+		for _, bad := range []portero.Adjustment{{Rule: q, Key: "k", Delta: 1}, {Rule: log, Key: "k", Delta: -1}} {
 			// The good adjustment first: the call fails whole, before it.
 			err := a.Adjust(ctx, Base, []portero.Adjustment{{Rule: fw, Key: "k", Delta: 2}, bad})
 			if !errors.Is(err, portero.ErrNotAdjustable) {

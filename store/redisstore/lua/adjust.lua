@@ -2,8 +2,8 @@
 -- prelude alone. It mirrors algorithm.Adjuster (and SlidingLog.Charge for
 -- the log): a charge (delta > 0) adds delta units at now unconditionally,
 -- never leaving more than twice the limit used; a refund (delta < 0) gives
--- back -delta units taken by the decision at instant AT while they still
--- count. It decides nothing and returns 1.
+-- back -delta units (a queue's places) taken by the decision at instant AT
+-- while they still count. It decides nothing and returns 1.
 --
 -- KEYS[1] is the key. ARGV: 1, 2, 3 and 5 as for the drivers (clock,
 -- caller's instant, TTL floor); 6 the script function (an algorithm, or
@@ -175,6 +175,21 @@ ADJ['gcra'] = function(t, tau, b, delta, ts, tn)
     end
   end
   return level, ts, tn, 0
+end
+
+-- A queue place given back (a refund only: the Go side refuses charges):
+-- the last departure moves back by the places, never before now; a place
+-- taken cap intervals ago or more has departed.
+ADJ['leaky-queue'] = function(t, tau, cap, delta, ls, ln)
+  if delta > 0 or ls == nil then return nil end
+  local gap = tsub(ls, ln, NOW_S, NOW_N)
+  if gap <= 0 or tsub(NOW_S, NOW_N, AT_S, AT_N) >= tau then return nil end
+  local back = -delta
+  if back > cap then back = cap end
+  back = back * t
+  if back >= gap then return 0, NOW_S, NOW_N, 0 end
+  ls, ln = tadd(ls, ln, -back)
+  return gap - back, ls, ln, 0
 end
 
 local function fmt(x)
