@@ -113,11 +113,14 @@ func (l Limit) Location() (*time.Location, error) {
 // to the period that starts there. Boundaries are whole seconds. Both are
 // the zero time when l is not a valid calendar limit.
 //
-// A period starts at its natural start (local midnight; Monday for a week;
+// A period starts at its nominal start (local midnight; Monday for a week;
 // the 1st for a month) shifted by Offset on the wall clock: with Offset 6h
 // days run from 06:00 to 06:00 local time, also across a change of
-// daylight-saving time. A start that falls in the hour a spring change
-// skips is placed where the standard library's time.Date puts it.
+// daylight-saving time. Precisely, a period starts at the first instant
+// whose local time is at or after its nominal start (localStart): where a
+// spring change skips that time, at the change; where an autumn change
+// repeats it, at its first pass. The rule is the same in every zone, east
+// or west of UTC.
 func (l Limit) PeriodAt(t time.Time) (start, end time.Time) {
 	if l.validateCalendar() != nil {
 		return time.Time{}, time.Time{}
@@ -133,7 +136,9 @@ func (l Limit) PeriodAt(t time.Time) (start, end time.Time) {
 		m time.Month
 		d int
 	}
-	at := func(d date) time.Time { return time.Date(d.y, d.m, d.d+days, h, m, s, 0, loc) }
+	at := func(d date) time.Time {
+		return localStart(time.Date(d.y, d.m, d.d+days, h, m, s, 0, time.UTC), loc)
+	}
 	step := func(d date, n int) date {
 		switch l.Period {
 		case Daily:
@@ -160,11 +165,45 @@ func (l Limit) PeriodAt(t time.Time) (start, end time.Time) {
 		start = at(d)
 	}
 	end = at(step(d, 1))
-	for !t.Before(end) { // only where time.Date resolves a skipped hour oddly
+	// Only where a change turns the clock back across a boundary can t read
+	// a date whose period has already ended.
+	for !t.Before(end) {
 		d = step(d, 1)
 		start, end = end, at(step(d, 1))
 	}
 	return start, end
+}
+
+// maxZoneOffset bounds the offset from UTC of any zone: less than 26 hours
+// (RFC 8536, section 3.2, which Go's zone database follows).
+const maxZoneOffset = 26 * time.Hour
+
+// localStart returns the first instant whose local time in loc is at or
+// after wall, a local date and time written as a UTC time: the instant the
+// clock reads wall when it reads it once, its first pass when an autumn
+// change repeats it, and the change itself when a spring change skips it.
+// The standard library's time.Date leaves the last two unspecified (and
+// resolves a skipped time an hour early west of UTC, late east of it).
+//
+// It walks the zone's spans of constant offset from one where no instant
+// can read wall or later yet: in a span of offset off, the clock reads
+// wall at wall−off; if that is before the span began, the span's first
+// instant already reads later than wall (the change skipped it).
+func localStart(wall time.Time, loc *time.Location) time.Time {
+	u := wall.Add(-maxZoneOffset)
+	for {
+		z := u.In(loc)
+		_, off := z.Zone()
+		_, spanEnd := z.ZoneBounds()
+		first := wall.Add(-time.Duration(off) * time.Second)
+		if first.Before(u) {
+			first = u
+		}
+		if spanEnd.IsZero() || first.Before(spanEnd) {
+			return first
+		}
+		u = spanEnd
+	}
 }
 
 // validateCalendar reports why a calendar limit cannot be enforced.

@@ -57,6 +57,30 @@ func TestPeriodAt(t *testing.T) {
 		// Madrid's March 2024 ends on the day of the spring change: 31 d − 1 h.
 		{"Madrid March ends after the change", portero.PerMonth(1).WithZone("Europe/Madrid"), "2024-03-31T21:00:00Z", "2024-02-29T23:00:00Z", "2024-03-31T22:00:00Z"},
 		{"Madrid April starts at 22:00 UTC", portero.PerMonth(1).WithZone("Europe/Madrid"), "2024-03-31T22:00:00Z", "2024-03-31T22:00:00Z", "2024-04-30T22:00:00Z"},
+		// A start that a spring change skips is the change: the first
+		// instant whose local time is at or after it. Santiago: 2026-09-06
+		// 00:00 −04 (04:00 UTC) → 01:00 −03, so 6 September has no
+		// midnight and starts at 04:00 UTC, not an hour early at 23:00 −04.
+		{"Santiago: the day before a skipped midnight", portero.PerDay(1).WithZone("America/Santiago"), "2026-09-05T12:00:00Z", "2026-09-05T04:00:00Z", "2026-09-06T04:00:00Z"},
+		{"Santiago: 23:30 on the 5th, not yet the 6th", portero.PerDay(1).WithZone("America/Santiago"), "2026-09-06T03:30:00Z", "2026-09-05T04:00:00Z", "2026-09-06T04:00:00Z"},
+		{"Santiago: the 6th starts at the change and lasts 23 h", portero.PerDay(1).WithZone("America/Santiago"), "2026-09-06T04:00:00Z", "2026-09-06T04:00:00Z", "2026-09-07T03:00:00Z"},
+		// New York: 2024-03-10 02:00 EST → 03:00 EDT (07:00 UTC) skips 02:30.
+		{"New York days from 02:30: 01:45 EST is the day before", portero.PerDay(1).WithZone("America/New_York").WithOffset(150 * time.Minute), "2024-03-10T06:45:00Z", "2024-03-09T07:30:00Z", "2024-03-10T07:00:00Z"},
+		{"New York days from 02:30: the day starts at 03:00 EDT", portero.PerDay(1).WithZone("America/New_York").WithOffset(150 * time.Minute), "2024-03-10T07:00:00Z", "2024-03-10T07:00:00Z", "2024-03-11T06:30:00Z"},
+		// East of UTC the same rule: Madrid's 02:30 of 31 March 2024 is
+		// skipped, so the day starts at 03:00 CEST (01:00 UTC), not 03:30.
+		{"Madrid days from 02:30: the day starts at 03:00 CEST", portero.PerDay(1).WithZone("Europe/Madrid").WithOffset(150 * time.Minute), "2024-03-31T01:15:00Z", "2024-03-31T01:00:00Z", "2024-04-01T00:30:00Z"},
+		// A start that an autumn change repeats is its first pass, in every
+		// zone. Madrid: 2024-10-27 03:00 CEST → 02:00 CET (01:00 UTC), so
+		// 02:30 is 00:30 UTC (CEST) and again 01:30 UTC (CET).
+		{"Madrid days from 02:30: the first 02:30 of 27 October", portero.PerDay(1).WithZone("Europe/Madrid").WithOffset(150 * time.Minute), "2024-10-27T01:00:00Z", "2024-10-27T00:30:00Z", "2024-10-28T01:30:00Z"},
+		// New York: 2024-11-03 02:00 EDT → 01:00 EST (06:00 UTC): 01:30 is
+		// 05:30 UTC (EDT) and again 06:30 UTC (EST).
+		{"New York days from 01:30: the first 01:30 of 3 November", portero.PerDay(1).WithZone("America/New_York").WithOffset(90 * time.Minute), "2024-11-03T06:15:00Z", "2024-11-03T05:30:00Z", "2024-11-04T06:30:00Z"},
+		// Samoa skipped 30 December 2011 (29th 23:59:59 −10 → 31st 00:00
+		// +14, at 10:00 UTC): the 29th ends where the 31st begins.
+		{"Samoa: the day before a skipped day", portero.PerDay(1).WithZone("Pacific/Apia"), "2011-12-30T09:00:00Z", "2011-12-29T10:00:00Z", "2011-12-30T10:00:00Z"},
+		{"Samoa: the day after a skipped day", portero.PerDay(1).WithZone("Pacific/Apia"), "2011-12-30T10:00:00Z", "2011-12-30T10:00:00Z", "2011-12-31T10:00:00Z"},
 	}
 	for _, tt := range tests {
 		start, end := tt.l.PeriodAt(utc(tt.at))
@@ -118,6 +142,84 @@ func TestPeriodAtTiles(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every period from 2023 to 2025 (and Samoa's 2011) starts where the rule
+// says, checked against an oracle that reads the definition differently:
+// the first instant whose local time is at or after the nominal start N is
+// either an instant that reads exactly N (N − offset, for an offset the
+// zone has there) or a change of offset the clock jumps across N at; the
+// oracle takes the earliest candidate that reads N or later.
+func TestPeriodStartsAtFirstLocalInstant(t *testing.T) {
+	type span struct{ from, to string }
+	zones := map[string]span{
+		"America/Santiago": {"2023-01-01", "2026-01-01"}, "America/New_York": {"2023-01-01", "2026-01-01"},
+		"Europe/Madrid": {"2023-01-01", "2026-01-01"}, "Australia/Lord_Howe": {"2023-01-01", "2026-01-01"},
+		"Pacific/Apia": {"2011-12-01", "2012-02-01"},
+	}
+	offsets := map[portero.Period][]time.Duration{
+		portero.Daily:   {0, 90 * time.Minute, 150 * time.Minute, 23*time.Hour + 59*time.Minute + 59*time.Second},
+		portero.Weekly:  {0, 6*24*time.Hour + 150*time.Minute},
+		portero.Monthly: {0, 150 * time.Minute},
+	}
+	for zone, sp := range zones {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range portero.Periods {
+			for _, off := range offsets[p] {
+				l := portero.Limit{Count: 1, Period: p, Zone: zone, Offset: off}
+				// The nominal starts, as local dates and times written in UTC.
+				var walls []time.Time
+				for d := utc(sp.from + "T00:00:00Z"); d.Before(utc(sp.to + "T00:00:00Z")); d = d.AddDate(0, 0, 1) {
+					if (p == portero.Weekly && d.Weekday() == time.Monday) || (p == portero.Monthly && d.Day() == 1) || p == portero.Daily {
+						walls = append(walls, d.Add(off))
+					}
+				}
+				for i := 0; i+1 < len(walls); i++ {
+					start, next := firstReading(walls[i], loc), firstReading(walls[i+1], loc)
+					if !start.Before(next) {
+						continue // a period the calendar skipped whole
+					}
+					s, e := l.PeriodAt(start)
+					if !s.Equal(start) || !e.Equal(next) {
+						t.Fatalf("%v: the period of nominal start %s is [%s, %s), want [%s, %s)", l, walls[i].Format(time.DateTime),
+							s.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339), next.UTC().Format(time.RFC3339))
+					}
+				}
+			}
+		}
+	}
+}
+
+// firstReading is the oracle of TestPeriodStartsAtFirstLocalInstant: the
+// earliest of the candidates within a day and two hours of wall that reads
+// wall or later on loc's clock (readings compared as UTC times).
+func firstReading(wall time.Time, loc *time.Location) time.Time {
+	reads := func(u time.Time) time.Time {
+		r := u.In(loc)
+		return time.Date(r.Year(), r.Month(), r.Day(), r.Hour(), r.Minute(), r.Second(), r.Nanosecond(), time.UTC)
+	}
+	var best time.Time
+	consider := func(c time.Time) {
+		if !reads(c).Before(wall) && (best.IsZero() || c.Before(best)) {
+			best = c
+		}
+	}
+	for u := wall.Add(-26 * time.Hour); u.Before(wall.Add(26 * time.Hour)); {
+		_, off := u.In(loc).Zone()
+		if c := wall.Add(-time.Duration(off) * time.Second); reads(c).Equal(wall) {
+			consider(c)
+		}
+		_, end := u.In(loc).ZoneBounds()
+		if end.IsZero() {
+			break
+		}
+		consider(end)
+		u = end
+	}
+	return best
 }
 
 func TestCalendarValidate(t *testing.T) {

@@ -2,6 +2,7 @@ package algorithm
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/portero-rl/portero"
 )
@@ -92,8 +93,12 @@ func (a *AnchoredWindow) Expiry(s State) int64 { return s.A + a.window }
 // requests are counted. State: A = index k of the current window,
 // B = prev<<32 | cur.
 //
-// The estimate is computed in float64 exactly as written above (the Redis
-// script does the same IEEE operations), so both stores agree.
+// The rule is decided in whole numbers, never in floating point, so an
+// estimate of exactly L refuses: with L, c and cur whole, it holds exactly
+// when ⌊estimate⌋ + c ≤ L, and ⌊estimate⌋ = cur + prev − ⌈prev·elapsed/W⌉,
+// prev less the requests of the previous window that have slid out
+// (slid). The waits are closed forms of the same integers (firstSlid). The
+// Redis script computes the same integers, so both stores agree.
 type SlidingCounter struct{ windowed }
 
 func newSlidingCounter(l portero.Limit) *SlidingCounter {
@@ -122,112 +127,66 @@ func (a *SlidingCounter) at(s State, found bool, now int64) (counterState, int64
 	return c, now
 }
 
-func (a *SlidingCounter) estimate(c counterState, now int64) float64 {
-	elapsed := now - c.start
-	// The explicit conversion rounds the product before the sum, so no
-	// platform fuses them into one multiply-add: Lua does not.
-	return float64(float64(c.prev)*(1-float64(elapsed)/float64(a.window))) + float64(c.cur)
+// slid returns ⌈p·e/W⌉ for 0 ≤ p < 2^32 and 0 ≤ e < W: how many of the p
+// requests of the previous window have slid out e ns into the current one.
+// The product is taken in 128 bits, so it is exact for any W.
+func (a *SlidingCounter) slid(p, e int64) int64 {
+	hi, lo := bits.Mul64(uint64(p), uint64(e))
+	q, r := bits.Div64(hi, lo, uint64(a.window)) // hi < W, since e < W
+	if r != 0 {
+		q++
+	}
+	return int64(q)
 }
 
-func (a *SlidingCounter) admits(est float64, cost int64) bool {
-	return est+float64(cost-1) < float64(a.count)
+// firstSlid returns the first elapsed time e (ns, at most W) at which
+// slid(p, e) ≥ n, for 0 < n ≤ p: ⌈p·e/W⌉ ≥ n ⟺ e > (n−1)·W/p.
+func (a *SlidingCounter) firstSlid(p, n int64) int64 {
+	hi, lo := bits.Mul64(uint64(n-1), uint64(a.window))
+	q, _ := bits.Div64(hi, lo, uint64(p)) // hi < p, since n−1 < p
+	return int64(q) + 1
+}
+
+// floorEstimate returns ⌊estimate⌋ of c at instant now of its window.
+func (a *SlidingCounter) floorEstimate(c counterState, now int64) int64 {
+	return c.cur + c.prev - a.slid(c.prev, now-c.start)
 }
 
 // Decide implements Decider.
 func (a *SlidingCounter) Decide(s State, found bool, now, cost int64) (State, portero.Decision) {
 	c, at := a.at(s, found, now)
 	lag := at - now // > 0 when the caller's clock went back to an earlier window
-	est := a.estimate(c, at)
+	est := a.floorEstimate(c, at)
 	d := portero.Decision{Limit: a.count}
-	if a.admits(est, cost) {
+	if est+cost <= a.count {
 		d.Allowed = true
 		c.cur += cost
-		est += float64(cost)
+		est += cost
 	} else {
 		d.RetryAfter = dur(a.retryAfter(c, at, cost) + lag)
 	}
-	d.Remaining = a.remaining(est)
+	// Remaining counts the cost-1 requests that would still pass now.
+	d.Remaining = max(0, a.count-est)
 	// The whole limit is back when a request of cost L would pass
 	// (estimate < 1): sooner than the state's Expiry, which waits for 0.
-	if !a.admits(est, a.count) {
+	if est >= 1 {
 		d.ResetAfter = dur(a.retryAfter(c, at, a.count) + lag)
 	}
 	return State{A: c.k, B: c.prev<<32 | c.cur}, d
 }
 
-// remaining counts the cost-1 requests that would still pass at this
-// instant: those with est + (n−1) < L.
-func (a *SlidingCounter) remaining(est float64) int64 {
-	room := float64(a.count) - est
-	if !(room > 0) {
-		return 0
-	}
-	n := int64(math.Ceil(room))
-	for n > 0 && !a.admits(est, n) {
-		n--
-	}
-	for a.admits(est, n+1) {
-		n++
-	}
-	return n
-}
-
-// admitsAfter reports whether a request of cost would be admitted delta ns
-// after now if nothing else happened. The estimate never grows with time, so
-// this is monotone in delta.
-func (a *SlidingCounter) admitsAfter(c counterState, now, delta, cost int64) bool {
-	t := now + delta
-	s := State{A: c.k, B: c.prev<<32 | c.cur}
-	c2, t := a.at(s, true, t)
-	return a.admits(a.estimate(c2, t), cost)
-}
-
-// retryAfter finds the smallest whole-ns wait after which the request passes.
-// The closed form lands within a few ns of it; the float comparison decides
-// the last steps, and a bisection guards against anything the closed form
-// missed.
+// retryAfter returns the smallest whole-ns wait after which a request of
+// cost (at most L) passes, for a state that refuses it at now: in the
+// current window once enough of prev has slid out, ⌈prev·e/W⌉ ≥
+// cur + prev − (L − cost); when cur alone is too many, in the next window,
+// where cur is the previous window's count, at most W into it (a wait of
+// W is the window after, where the estimate is 0).
 func (a *SlidingCounter) retryAfter(c counterState, now, cost int64) int64 {
-	w := float64(a.window)
-	need := float64(a.count - cost + 1) // admit when estimate < need
-	toStart := float64(c.start - now)   // ≤ 0, exact: small numbers only
-	var guess float64
-	if float64(c.cur) < need && c.prev > 0 {
-		// Within this window: prev·(1 − e/W) + cur < need.
-		e := w * (1 - (need-float64(c.cur))/float64(c.prev))
-		guess = toStart + e
-	} else {
-		// In the next window, prev' = cur: cur·(1 − e/W) < need.
-		e := w * (1 - need/float64(c.cur))
-		guess = toStart + w + e
+	room := a.count - cost // the most ⌊estimate⌋ that admits cost
+	if c.cur <= room {
+		return c.start + a.firstSlid(c.prev, c.cur+c.prev-room) - now
 	}
-	delta := int64(math.Ceil(guess))
-	if delta < 1 {
-		delta = 1
-	}
-	hi := c.start + 2*a.window - now // the estimate is 0 by then
-	if delta > hi {
-		delta = hi
-	}
-	for i := 0; i < 4; i++ {
-		switch {
-		case !a.admitsAfter(c, now, delta, cost):
-			delta++
-		case delta > 1 && a.admitsAfter(c, now, delta-1, cost):
-			delta--
-		default:
-			return delta
-		}
-	}
-	lo := int64(0) // invariant: not admitted at lo, admitted at hi
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if a.admitsAfter(c, now, mid, cost) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi
+	return c.start + a.window + a.firstSlid(c.cur, c.cur-room) - now
 }
 
 // Expiry implements Decider: the instant the estimate drops below 1, as
@@ -237,7 +196,7 @@ func (a *SlidingCounter) retryAfter(c counterState, now, cost int64) int64 {
 // state; the Redis script lets the key expire at the same instant.
 func (a *SlidingCounter) Expiry(s State) int64 {
 	c := counterState{k: s.A, prev: s.B >> 32, cur: s.B & math.MaxUint32, start: s.A * a.window}
-	if !a.admits(a.estimate(c, c.start), a.count) {
+	if c.cur+c.prev >= 1 {
 		return c.start + a.retryAfter(c, c.start, a.count)
 	}
 	return c.start

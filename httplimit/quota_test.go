@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/policy"
+	"github.com/portero-rl/portero/store/memstore"
 )
 
 // A calendar quota stacked with a rate: the 429 of a spent quota says it is
@@ -58,5 +60,32 @@ func TestQuotaRefusal(t *testing.T) {
 	c.Add(left * time.Second)
 	if resp, _ := do(t, "GET", srv.URL+"/", nil, ""); resp.StatusCode != 200 {
 		t.Errorf("at Madrid's midnight: status %d, want the quota back", resp.StatusCode)
+	}
+}
+
+// A day whose midnight a spring change skips starts at the change: Santiago
+// goes from 00:00 −04 to 01:00 −03 on 6 September 2026 (04:00 UTC), so
+// 23:30 −04 on the 5th is still the 5th and a spent 1/day waits until 04:00
+// UTC, through the memory store behind the middleware.
+func TestQuotaDayAfterSkippedMidnight(t *testing.T) {
+	st, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	c := &clock{t: time.Date(2026, 9, 5, 12, 0, 0, 0, time.UTC)}
+	srv, _ := serve(t, httplimit.Config{Now: c.Now, Store: st},
+		rule(t, "daily", "ip", "1/day tz America/Santiago", func(r *policy.Rule) { r.Algorithm = "" }))
+	if resp, _ := do(t, "GET", srv.URL+"/", nil, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("08:00 on the 5th: status %d, want 200", resp.StatusCode)
+	}
+	c.Add(15*time.Hour + 30*time.Minute) // 03:30 UTC, 23:30 −04
+	resp, _ := do(t, "GET", srv.URL+"/", nil, "")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1800" {
+		t.Fatalf("23:30 on the 5th: status %d, Retry-After %q; want 429, 1800 (the day ends at 04:00 UTC)", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	c.Add(30 * time.Minute)
+	if resp, _ := do(t, "GET", srv.URL+"/", nil, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("01:00 −03 on the 6th: status %d, want 200", resp.StatusCode)
 	}
 }

@@ -52,3 +52,45 @@ func head(s string) string {
 	lines := strings.SplitN(s, "\n", 12)
 	return strings.Join(lines[:min(len(lines), 11)], "\n")
 }
+
+// TestReplaySlidingCounterTie: a sliding-counter estimate of exactly L
+// refuses, on the memory store and on Redis. L=60, W=1m: 60 requests in
+// [0, 60), 25 at 60.5 … 84.5 s, then at 85 s the estimate is
+// 60·35/60 + 25 = 60 (59.99999999999999 in float64), and the request passes
+// 1 ns later.
+func TestReplaySlidingCounterTie(t *testing.T) {
+	srv := redistest.Start(t)
+	var b strings.Builder
+	b.WriteString("time,key\n")
+	for i := range 60 {
+		fmt.Fprintf(&b, "%d,k\n", i)
+	}
+	for i := range 25 {
+		fmt.Fprintf(&b, "%d.5,k\n", 60+i)
+	}
+	b.WriteString("85,k\n")
+	trace := writeFile(t, "tie.csv", b.String())
+	args := []string{"sim", "replay", "--algorithm", "sliding-counter", "--limit", "60", "--window", "1m", "--trace", trace}
+	for _, store := range []string{"memory", srv.URL()} {
+		run := args
+		if store != "memory" {
+			run = append(run, "--store", store)
+		}
+		out, errs, code := runCmd(t, run...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", store, code, errs)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 87 {
+			t.Fatalf("%s: %d lines, want a header and 86 decisions:\n%s", store, len(lines), head(out))
+		}
+		for _, l := range lines[1:86] {
+			if !strings.Contains(l, ",true,") {
+				t.Errorf("%s: %q refused; every request before 85 s passes", store, l)
+			}
+		}
+		if last := lines[86]; last != "85,k,1,false,0,0.000000001" {
+			t.Errorf("%s: at 85 s %q, want 85,k,1,false,0,0.000000001 (an estimate of exactly 60 refuses)", store, last)
+		}
+	}
+}

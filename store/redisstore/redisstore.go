@@ -18,10 +18,11 @@
 //
 // Lua numbers are doubles, exact only below 2^53, and a Unix time in
 // nanoseconds is not. The scripts keep each instant as whole seconds plus
-// nanoseconds and do every computation on exact integers below 2^53, and the
-// sliding counter's estimate with the same IEEE operations as package
-// algorithm; so in CallerClock mode the store makes exactly the decisions of
-// package algorithm (and of store/storetest.Reference), to the nanosecond.
+// nanoseconds and do every computation on exact integers below 2^53 (the
+// sliding counter's products, which can pass it, in pieces: see
+// lua/sliding_counter.lua); so in CallerClock mode the store makes exactly
+// the decisions of package algorithm (and of store/storetest.Reference), to
+// the nanosecond.
 // That bounds what a rule may be: windows of 1µs to 2^52 ns (about 52 days;
 // sliding log 2^50 ns, about 13 days), buckets that refill in at most 2^52
 // ns, counts up to 2^50, instants before the year 2116, and clock steps

@@ -191,10 +191,9 @@ func TestHitMatchesOne(t *testing.T) {
 	}
 }
 
-// The sliding counter's shortcut for ResetAfter (sc_reset) falls back to
-// the bisection where rounding moved the boundary far from its guess: with
-// a count near 2^32 and a window of 2^52 ns, est + (L-1) rounds in steps of
-// hundreds of microseconds. Both stay exact against the Reference.
+// The sliding counter at the bounds of its whole-number arithmetic: a count
+// near 2^32 and a window of 2^52 ns, where prev·elapsed and n·W pass 2^53
+// and the script divides in pieces, stays exact against the Reference.
 func TestSlidingCounterResetHugeLimits(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newInternalStore(t, srv.URL())

@@ -28,9 +28,12 @@ const hour = time.Hour
 // window on the calendar, portero.Limit.Period): days of 23 and 25 hours
 // across the changes of daylight-saving time, a month end and a leap day,
 // weeks and months that start at an offset, and time that goes back into
-// an earlier period. Every boundary is worked by hand from the zone's
-// rules: Europe/Madrid changes at 01:00 UTC on 31 March and 27 October
-// 2024, America/New_York at 07:00 UTC on 10 March 2024.
+// an earlier period, and starts that a change of daylight-saving time
+// skips (the period starts at the change) or repeats (at the first pass).
+// Every boundary is worked by hand from the zone's rules: Europe/Madrid
+// changes at 01:00 UTC on 31 March and 27 October 2024, America/New_York
+// at 07:00 UTC on 10 March and 06:00 UTC on 3 November 2024,
+// America/Santiago at 04:00 UTC on 6 September 2026 (00:00 −04 → 01:00 −03).
 func CalendarTables() []Table {
 	q := func(name string, l portero.Limit) portero.Rule {
 		return portero.Rule{Name: name, Algorithm: portero.FixedWindow, Limit: l}
@@ -90,6 +93,52 @@ func CalendarTables() []Table {
 				{At: at("2024-03-10T05:00:00Z"), Cost: 2, Allowed: true, Remaining: 0, PeriodLeft: 167 * hour, Note: "Sunday 00:00 EST to Sunday 00:00 EDT"},
 				{At: at("2024-03-10T07:00:00Z"), Remaining: 0, RetryAfter: 165 * hour, PeriodLeft: 165 * hour, Note: "03:00 EDT"},
 				{At: at("2024-03-17T04:00:00Z"), Allowed: true, Remaining: 1, PeriodLeft: 168 * hour},
+			},
+		},
+		{
+			Name: "calendar day in Santiago: a skipped midnight starts the day at the change, not an hour early",
+			Rule: q("quota-day", portero.PerDay(1).WithZone("America/Santiago")),
+			Steps: []Step{
+				{At: at("2026-09-05T12:00:00Z"), Allowed: true, Remaining: 0, ResetAfter: 16 * hour, CheckReset: true, PeriodLeft: 16 * hour, Note: "08:00 −04 on 5 September, a day that ends at the change"},
+				{At: at("2026-09-06T03:30:00Z"), Remaining: 0, RetryAfter: 30 * time.Minute, PeriodLeft: 30 * time.Minute, Note: "23:30 −04: still the 5th"},
+				{At: at("2026-09-06T04:00:00Z"), Allowed: true, Remaining: 0, PeriodLeft: 23 * hour, Note: "01:00 −03, the first instant of the 6th: 23 hours"},
+				{At: at("2026-09-07T02:59:59.999999Z"), Remaining: 0, RetryAfter: time.Microsecond, PeriodLeft: time.Microsecond},
+			},
+		},
+		{
+			Name: "days from 02:30 in New York: the skipped 02:30 of 10 March starts the day at 03:00 EDT",
+			Rule: q("quota-day230", portero.PerDay(1).WithZone("America/New_York").WithOffset(150*time.Minute)),
+			Steps: []Step{
+				{At: at("2024-03-10T06:45:00Z"), Allowed: true, Remaining: 0, PeriodLeft: 15 * time.Minute, Note: "01:45 EST: the day of 9 March"},
+				{At: at("2024-03-10T06:59:59Z"), Remaining: 0, RetryAfter: time.Second, PeriodLeft: time.Second},
+				{At: at("2024-03-10T07:00:00Z"), Allowed: true, Remaining: 0, PeriodLeft: 23*hour + 30*time.Minute, Note: "03:00 EDT to 02:30 EDT on the 11th"},
+			},
+		},
+		{
+			Name: "days from 02:30 in Madrid: the skipped 02:30 of 31 March starts the day at 03:00 CEST",
+			Rule: q("quota-day230", portero.PerDay(1).WithZone(madrid).WithOffset(150*time.Minute)),
+			Steps: []Step{
+				{At: at("2024-03-31T00:59:59Z"), Allowed: true, Remaining: 0, PeriodLeft: time.Second, Note: "01:59:59 CET: the day of 30 March"},
+				{At: at("2024-03-31T01:00:00Z"), Allowed: true, Remaining: 0, PeriodLeft: 23*hour + 30*time.Minute, Note: "03:00 CEST to 02:30 CEST on 1 April"},
+				{At: at("2024-03-31T01:15:00Z"), Remaining: 0, RetryAfter: 23*hour + 15*time.Minute, PeriodLeft: 23*hour + 15*time.Minute},
+			},
+		},
+		{
+			Name: "days from 02:30 in Madrid: the first 02:30 of 27 October starts the day, the repeated one nothing",
+			Rule: q("quota-day230", portero.PerDay(1).WithZone(madrid).WithOffset(150*time.Minute)),
+			Steps: []Step{
+				{At: at("2024-10-27T00:29:59Z"), Allowed: true, Remaining: 0, PeriodLeft: time.Second, Note: "02:29:59 CEST: the day of 26 October"},
+				{At: at("2024-10-27T00:30:00Z"), Allowed: true, Remaining: 0, PeriodLeft: 25 * hour, Note: "02:30 CEST, the first pass: 25 hours to 02:30 CET on the 28th"},
+				{At: at("2024-10-27T01:30:00Z"), Remaining: 0, RetryAfter: 24 * hour, PeriodLeft: 24 * hour, Note: "02:30 CET, the second pass"},
+			},
+		},
+		{
+			Name: "days from 01:30 in New York: the first 01:30 of 3 November starts the day, the repeated one nothing",
+			Rule: q("quota-day130", portero.PerDay(1).WithZone("America/New_York").WithOffset(90*time.Minute)),
+			Steps: []Step{
+				{At: at("2024-11-03T05:29:59Z"), Allowed: true, Remaining: 0, PeriodLeft: time.Second, Note: "01:29:59 EDT: the day of 2 November"},
+				{At: at("2024-11-03T05:30:00Z"), Allowed: true, Remaining: 0, PeriodLeft: 25 * hour, Note: "01:30 EDT, the first pass: 25 hours to 01:30 EST on the 4th"},
+				{At: at("2024-11-03T06:30:00Z"), Remaining: 0, RetryAfter: 24 * hour, PeriodLeft: 24 * hour, Note: "01:30 EST, the second pass"},
 			},
 		},
 		{

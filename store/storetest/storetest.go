@@ -105,8 +105,7 @@ func sec(n float64) time.Duration { return time.Duration(n * float64(time.Second
 
 // Tables returns the step tables, at least one for every algorithm in
 // portero.Algorithms. The expected values are worked by hand (see Note and
-// the comments); a few sliding-counter waits are the exact float result the
-// algorithm defines, within a nanosecond of the hand value.
+// the comments).
 func Tables() []Table {
 	rule := func(alg portero.Algorithm, l portero.Limit) portero.Rule {
 		return portero.Rule{Name: string(alg), Algorithm: alg, Limit: l}
@@ -193,6 +192,21 @@ func Tables() []Table {
 			},
 		},
 		{
+			Name:  "sliding-counter L=60 W=60s: an estimate of exactly L refuses",
+			Rule:  rule(portero.SlidingCounter, portero.Limit{Count: 60, Window: time.Minute}),
+			Steps: slidingTie(),
+		},
+		{
+			Name: "sliding-counter L=1000000 W=1h: an estimate of exactly L refuses where prev·elapsed passes 2^53",
+			Rule: rule(portero.SlidingCounter, portero.Limit{Count: 1_000_000, Window: time.Hour}),
+			Steps: []Step{
+				{At: 0, Cost: 1_000_000, Allowed: true, Remaining: 0, Note: "prev window: 1000000"},
+				{At: hour + ms(125100), Cost: 34750, Allowed: true, Remaining: 0, Note: "1000000·(1−125.1/3600) = 965250, + 34749 < 1000000"},
+				{At: hour + ms(125100), Remaining: 0, RetryAfter: 1, Note: "965250 + 34750 = 1000000 exactly (999999.9999999999 in float64): refused"},
+				{At: hour + ms(125100) + time.Microsecond, Allowed: true, Remaining: 0, Note: "1 µs later the 34751st request of prev has slid out"},
+			},
+		},
+		{
 			Name:  "token-bucket burst 2, r=0.5/s",
 			Rule:  rule(portero.TokenBucket, bucket),
 			Steps: with(bucketSteps, Step{At: sec(9), Remaining: 0, RetryAfter: sec(3), Note: "time went back 1 s: no refill, and the 2 s wait counts from the caller's 9 s"}),
@@ -234,6 +248,26 @@ func Tables() []Table {
 		},
 	}
 	return append(tables, CalendarTables()...)
+}
+
+// slidingTie is a trace whose sliding-counter estimate (L=60, W=60s) is
+// exactly L: 60 requests at 0, 1, …, 59 s, then one each at 60.5, 61.5, …,
+// 84.5 s (the estimate before each is 59.5: floor 59, so it passes and
+// leaves 0), then at 85 s 60·(1−25/60) + 25 = 60, not below 60: refused.
+// The 26th request of the previous window slides out 1 ns later; the whole
+// limit is back when 25·(1−e/60) < 1 in the next window, e > 57.6 s.
+func slidingTie() []Step {
+	var steps []Step
+	for i := range 60 {
+		steps = append(steps, Step{At: sec(float64(i)), Allowed: true, Remaining: int64(59 - i)})
+	}
+	for i := range 25 {
+		steps = append(steps, Step{At: ms(60500 + 1000*float64(i)), Allowed: true, Remaining: 0})
+	}
+	return append(steps,
+		Step{At: sec(85), Remaining: 0, RetryAfter: 1, ResetAfter: 92600*time.Millisecond + 1, CheckReset: true,
+			Note: "60·35/60 + 25 = 60 exactly (59.99999999999999 in float64): refused"},
+		Step{At: sec(85) + time.Microsecond, Allowed: true, Remaining: 0, Note: "60·(35 s − 1 µs)/60 + 25 < 60"})
 }
 
 func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {

@@ -1,89 +1,64 @@
--- sliding-counter: estimate = prev*(1 - elapsed/W) + cur, computed with the
--- same IEEE double operations as algorithm.SlidingCounter; admit when
+-- sliding-counter: estimate = prev*(1 - elapsed/W) + cur; admit when
 -- estimate + (cost-1) < L. State: a = k (window index), b = prev, c = cur.
+-- Decided in whole numbers as algorithm.SlidingCounter does, never in
+-- floating point, so that an estimate of exactly L refuses: the rule holds
+-- exactly when floor(estimate) + cost <= L, and floor(estimate) = cur +
+-- prev - ceil(prev*elapsed/W) (sc_slid); the waits are closed forms of the
+-- same integers (sc_muldiv).
+--
+-- Exactness: counts are below 2^32 (Go caps the limit and every charge)
+-- and 0 <= elapsed < W <= 2^52, so prev*elapsed and n*W can pass 2^53,
+-- where doubles stop being exact. Below 2^52 they are computed directly (a
+-- product that rounds to less than 2^52 is less than 2^52, hence exact);
+-- above it, sc_muldiv divides by the count instead, in pieces that stay
+-- below 2^49, and sc_slid's float guess is checked against sc_muldiv.
 
-local function sc_admits(est, cost, limit)
-  return est + (cost - 1) < limit
+local P52 = 4503599627370496 -- 2^52
+
+-- sc_muldiv returns floor(n*w/p), exactly, for whole 0 <= n <= p <= 2^32
+-- and 0 < w <= 2^52. With w = q*p + r, n*w/p = n*q + n*r/p, where n*q <=
+-- w, and n*r < 2^64 is taken on n's two 16-bit halves: each product and
+-- sum below is less than 2^49.
+local function sc_muldiv(n, w, p)
+  local nw = n * w
+  if nw < P52 then return (divmod(nw, p)) end
+  local q, r = divmod(w, p)
+  local n1, n0 = divmod(n, 65536)
+  local a1, b1 = divmod(n1 * r, p)
+  local a2 = divmod(b1 * 65536 + n0 * r, p)
+  return n * q + a1 * 65536 + a2
 end
 
--- sc_after reports whether a request of cost passes delta ns after an
--- instant elapsed ns into window k with counts prev, cur.
-local function sc_after(w, limit, prev, cur, elapsed, delta, cost)
-  local j, e = divmod(elapsed + delta, w)
-  local p, c = prev, cur
-  if j == 1 then
-    p, c = cur, 0
-  elseif j > 1 then
-    p, c = 0, 0
+-- sc_slid returns ceil(p*e/w) for 0 <= p < 2^32 and 0 <= e < w: how many of
+-- the previous window's p requests have slid out e ns into this one. It is
+-- the largest n <= p whose first instant, sc_muldiv(n-1, w, p) + 1, is at
+-- most e. Past 2^52, the float quotient (two roundings of at most 2^-53
+-- each, of a quotient below 2^32: off by less than 2^-20) gives a ceiling
+-- off by at most one, which those instants settle.
+local function sc_slid(w, p, e)
+  local pe = p * e
+  if pe < P52 then
+    local q, r = divmod(pe, w)
+    if r > 0 then q = q + 1 end
+    return q
   end
-  return sc_admits(p * (1 - e / w) + c, cost, limit)
-end
-
--- sc_retry returns the smallest whole-ns wait after which the request
--- passes. The estimate never grows with time, so that wait is unique: a
--- closed-form guess, then a bisection.
-local function sc_retry(w, limit, prev, cur, elapsed, cost)
-  local need = limit - cost + 1
-  local guess
-  if cur < need and prev > 0 then
-    guess = w * (1 - (need - cur) / prev) - elapsed
-  elseif cur > 0 then
-    guess = w + w * (1 - need / cur) - elapsed
-  else
-    guess = 1
-  end
-  local hi = 2 * w - elapsed -- the estimate is 0 by then
-  local delta = math.ceil(guess)
-  if delta ~= delta or delta < 1 then delta = 1 end
-  if delta > hi then delta = hi end
-  local lo -- invariant: refused at lo, admitted at hi
-  if sc_after(w, limit, prev, cur, elapsed, delta, cost) then
-    if delta == 1 or not sc_after(w, limit, prev, cur, elapsed, delta - 1, cost) then return delta end
-    lo, hi = 0, delta - 1
-  else
-    if sc_after(w, limit, prev, cur, elapsed, delta + 1, cost) then return delta + 1 end
-    lo = delta + 1
-  end
-  while hi - lo > 1 do
-    local mid = lo + math.floor((hi - lo) / 2)
-    if sc_after(w, limit, prev, cur, elapsed, mid, cost) then hi = mid else lo = mid end
-  end
-  return hi
-end
-
--- sc_reset is sc_retry(w, limit, prev, cur, elapsed, limit), the wait until
--- the whole limit is back, for cur >= 1 (always so after an admission),
--- without sc_retry's calls, which cost more than the rest of a decision:
--- the estimate stays at least cur in this window, so the limit comes back
--- in the next, at the first x (ns into it) where cur*(1 - x/w) + (limit-1)
--- < limit (prev is then cur, and cur 0), or at the start of the one after
--- (x = w). A guess, then a few steps of the same comparison; when rounding
--- moved the boundary further (a huge limit), sc_retry's bisection.
-local function sc_reset(w, limit, prev, cur, elapsed)
-  local l1 = limit - 1
-  local x = math.ceil(w - w / cur)
-  if x < 0 then x = 0 elseif x > w then x = w end
-  for _ = 1, 4 do
-    if x < w and not (cur * (1 - x / w) + l1 < limit) then
-      x = x + 1
-    elseif x > 0 and cur * (1 - (x - 1) / w) + l1 < limit then
-      x = x - 1
-    else
-      return w - elapsed + x
-    end
-  end
-  return sc_retry(w, limit, prev, cur, elapsed, limit)
-end
-
--- sc_remaining counts the cost-1 requests that would still pass: those n
--- with est + (n-1) < limit (sc_admits, written out).
-local function sc_remaining(est, limit)
-  local room = limit - est
-  if not (room > 0) then return 0 end
-  local n = math.ceil(room)
-  while n > 0 and not (est + (n - 1) < limit) do n = n - 1 end
-  while est + n < limit do n = n + 1 end
+  local n = math.min(math.ceil(pe / w), p)
+  if n > 0 and e <= sc_muldiv(n - 1, w, p) then return n - 1 end
+  if n < p and e > sc_muldiv(n, w, p) then return n + 1 end
   return n
+end
+
+-- sc_retry returns the smallest whole-ns wait after which a request of
+-- cost (at most L) passes, for a state that refuses it elapsed ns into its
+-- window: in this window once enough of prev has slid out, or, when cur
+-- alone is too many, in the next, where cur is the previous window's count
+-- (at most W into it: a wait to the window after, where the estimate is 0).
+local function sc_retry(w, limit, prev, cur, elapsed, cost)
+  local room = limit - cost -- the most floor(estimate) that admits cost
+  if cur <= room then
+    return sc_muldiv(cur + prev - room - 1, w, prev) + 1 - elapsed
+  end
+  return w + sc_muldiv(cur - room - 1, w, cur) + 1 - elapsed
 end
 
 ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
@@ -100,25 +75,23 @@ ALG['sliding-counter'] = function(w, limit, _, cost, ck, prev, cur)
   elseif k > ck + 1 then
     ck, prev, cur = k, 0, 0
   end
-  local est = prev * (1 - elapsed / w) + cur
+  local est = cur + prev - sc_slid(w, prev, elapsed) -- floor(estimate)
   local allowed, retry, reset = false, 0, 0
-  if sc_admits(est, cost, limit) then
+  if est + cost <= limit then
     allowed = true
     cur = cur + cost
     est = est + cost
   else
     retry = sc_retry(w, limit, prev, cur, elapsed, cost) + lag
   end
-  -- The whole limit is back when a request of cost L would pass
-  -- (estimate < 1): sooner than the TTL, which waits for 0.
-  if cur >= 1 then
-    reset = sc_reset(w, limit, prev, cur, elapsed) + lag
-  elseif not sc_admits(est, limit, limit) then
+  -- The whole limit is back when a request of cost L would pass (estimate
+  -- < 1): sooner than an empty state. From then on a fraction of one
+  -- request never changes a decision (costs are whole), so the state
+  -- decides like no state and the key may go: the TTL is that wait.
+  if est >= 1 then
     reset = sc_retry(w, limit, prev, cur, elapsed, limit) + lag
   end
-  -- The key may go once the estimate is below 1: a fraction of one
-  -- request never changes a decision (costs are whole), so from then on
-  -- the state decides like no state. That is when the whole limit is back.
-  local ttl = reset
-  return allowed, sc_remaining(est, limit), retry, reset, 0, ttl, ck, prev, cur
+  local remaining = limit - est
+  if remaining < 0 then remaining = 0 end
+  return allowed, remaining, retry, reset, 0, reset, ck, prev, cur
 end
