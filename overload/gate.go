@@ -230,13 +230,13 @@ type tenant struct {
 func New(cfg Config) (*Gate, error) {
 	switch {
 	case cfg.MaxInFlight < 1:
-		return nil, fmt.Errorf("overload: MaxInFlight is %d: want at least 1", cfg.MaxInFlight)
+		return nil, fmt.Errorf("overload: max in flight %d: want at least 1", cfg.MaxInFlight)
 	case cfg.Reserve.Critical < 0 || cfg.Reserve.Default < 0:
-		return nil, fmt.Errorf("overload: Reserve %+v: want no negative count", cfg.Reserve)
+		return nil, fmt.Errorf("overload: reserve %d critical, %d default: want no negative count", cfg.Reserve.Critical, cfg.Reserve.Default)
 	case cfg.Reserve.Critical+cfg.Reserve.Default >= cfg.MaxInFlight:
-		return nil, fmt.Errorf("overload: Reserve %d critical + %d default leaves no slot of the %d for sheddable work", cfg.Reserve.Critical, cfg.Reserve.Default, cfg.MaxInFlight)
+		return nil, fmt.Errorf("overload: reserve %d critical + %d default leaves no slot of the %d for sheddable work", cfg.Reserve.Critical, cfg.Reserve.Default, cfg.MaxInFlight)
 	case cfg.QueueSize < 0:
-		return nil, fmt.Errorf("overload: QueueSize is %d: want 0 (no queue) or more", cfg.QueueSize)
+		return nil, fmt.Errorf("overload: queue size %d: want 0 (no queue) or more", cfg.QueueSize)
 	case cfg.Order != FIFO && cfg.Order != LIFO:
 		return nil, fmt.Errorf("overload: unknown %v", cfg.Order)
 	case cfg.Shedding != ByOrder && cfg.Shedding != Fair && cfg.Shedding != Random:
@@ -245,9 +245,9 @@ func New(cfg Config) (*Gate, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"MaxWait", cfg.MaxWait}, {"ServiceTime", cfg.ServiceTime}, {"QueueDelayTarget", cfg.QueueDelayTarget}, {"LatencyTarget", cfg.LatencyTarget}, {"RetryAfter", cfg.RetryAfter}} {
+	}{{"max wait", cfg.MaxWait}, {"service time", cfg.ServiceTime}, {"queue delay target", cfg.QueueDelayTarget}, {"latency target", cfg.LatencyTarget}, {"retry after", cfg.RetryAfter}} {
 		if d.v < 0 {
-			return nil, fmt.Errorf("overload: %s is %v: want zero or more", d.name, d.v)
+			return nil, fmt.Errorf("overload: %s %v: want zero or more", d.name, d.v)
 		}
 	}
 	if cfg.RetryAfter == 0 {

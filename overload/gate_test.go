@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"runtime"
 	"sync"
 	"testing"
@@ -209,8 +210,15 @@ func TestNewErrors(t *testing.T) {
 		{MaxInFlight: 4, MaxWait: -1},
 		{MaxInFlight: 4, RetryAfter: -time.Second},
 	} {
-		if g, err := New(cfg); err == nil {
+		g, err := New(cfg)
+		if err == nil {
 			t.Errorf("New(%+v) = %v, nil; want an error", cfg, g)
+			continue
+		}
+		// In words, as the other packages' option errors are: the
+		// configuration file's users read them too.
+		if camel := regexp.MustCompile(`\b[A-Z][a-z]+[A-Z]\w*`).FindString(err.Error()); camel != "" {
+			t.Errorf("New(%+v): %v: names the Go field %s", cfg, err, camel)
 		}
 	}
 	g := newGate(t, Config{MaxInFlight: 1})

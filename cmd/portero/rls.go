@@ -33,6 +33,7 @@ type rlsFlags struct {
 	httpTLS, adminTLS                            tlsFlags
 	mergeDomains, allowUnknown, watch, noHeaders bool
 	callTimeout, grace, drain, redisTimeout      time.Duration
+	settle                                       time.Duration
 	transport                                    *transportFlags
 	compat                                       compatFlags
 	ecosystem                                    ecosystemFlags
@@ -145,6 +146,7 @@ flight get --grace to finish.`,
 	fl.BoolVar(&f.mergeDomains, "merge-domains", false, "let several files add to one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	fl.BoolVar(&f.allowUnknown, "allow-unknown-domains", false, "answer OK for unconfigured domains, as envoyproxy/ratelimit does (default: NOT_FOUND)")
 	fl.BoolVar(&f.watch, "watch", false, "reload when a configuration file changes (file notifications, and a poll every 2s for symlink swaps)")
+	addWatchSettle(fl, &f.settle)
 	fl.BoolVar(&f.noHeaders, "no-headers", false, "do not send RateLimit, RateLimit-Policy and Retry-After in response_headers_to_add")
 	fl.DurationVar(&f.callTimeout, "call-timeout", time.Second, "longest time one decision may take when the caller's deadline is later")
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with --store redis, longest time one Redis call may take (envoyproxy/ratelimit's REDIS_TIMEOUT)")
@@ -193,6 +195,10 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if f.drain < 0 {
 		return usageErr(fmt.Errorf("--drain-period %v: must not be negative", f.drain))
 	}
+	wo, err := watchOptions(f.settle)
+	if err != nil {
+		return err
+	}
 	var token string
 	if f.adminTokenEnv != "" {
 		if token = os.Getenv(f.adminTokenEnv); token == "" {
@@ -228,7 +234,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
 		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds, Tracing: tracing,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
-		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch,
+		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch, WatchOptions: wo,
 		Stdout: cmd.OutOrStdout(), Logger: logger,
 	})
 	var ce *server.ConfigError

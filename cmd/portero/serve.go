@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/internal/server"
+	"github.com/portero-rl/portero/internal/watch"
 )
 
 // newServeCmd builds `portero serve`: the gateway.
@@ -19,6 +21,7 @@ func newServeCmd() *cobra.Command {
 	var configPath, listen, adminListen string
 	var logs logFlags
 	var watch bool
+	var settle time.Duration
 	var refusalLines int
 	var drain time.Duration
 	var access server.AccessLog
@@ -73,6 +76,10 @@ likewise.`,
 			if err != nil {
 				return err
 			}
+			wo, err := watchOptions(settle)
+			if err != nil {
+				return err
+			}
 			var drainPeriod *time.Duration
 			if cmd.Flags().Changed("drain-period") {
 				if drain < 0 {
@@ -83,18 +90,19 @@ likewise.`,
 			sig, stop := lifecycle.NotifySignals()
 			defer stop()
 			err = server.Run(cmd.Context(), server.Options{
-				DrainPeriod: drainPeriod,
-				ConfigPath:  configPath,
-				Listen:      listen,
-				AdminListen: adminListen,
-				Stdout:      cmd.OutOrStdout(),
-				Logger:      logger,
-				Reload:      sig.Reload,
-				Hurry:       sig.Hurry,
-				Watch:       watch && configPath != "",
-				LogSampler:  logging.NewSampler(refusalLines),
-				AccessLog:   access,
-				Reopen:      sig.Reopen,
+				DrainPeriod:  drainPeriod,
+				ConfigPath:   configPath,
+				Listen:       listen,
+				AdminListen:  adminListen,
+				Stdout:       cmd.OutOrStdout(),
+				Logger:       logger,
+				Reload:       sig.Reload,
+				Hurry:        sig.Hurry,
+				Watch:        watch && configPath != "",
+				WatchOptions: wo,
+				LogSampler:   logging.NewSampler(refusalLines),
+				AccessLog:    access,
+				Reopen:       sig.Reopen,
 			})
 			var ce config.Errors
 			if errors.As(err, &ce) {
@@ -108,6 +116,7 @@ likewise.`,
 	f.StringVar(&listen, "listen", "", "gateway address, overriding server.listen (such as :8080, or 127.0.0.1:0 for any free port)")
 	f.StringVar(&adminListen, "admin-listen", "", `admin address, overriding admin.listen; "off" to disable`)
 	f.BoolVar(&watch, "watch", true, "reload when the configuration file changes")
+	addWatchSettle(f, &settle)
 	f.DurationVar(&drain, "drain-period", config.DefaultDrainPeriod, "how long /readyz answers 503 before the listeners close on SIGTERM, overriding server.drain_period (0 for none)")
 	f.IntVar(&refusalLines, "log-refusals", logging.DefaultPerSecond, "most refusal log lines a second per rule (0: every refusal, -1: none)")
 	f.StringVar(&access.Path, "access-log", "", "access log file, - for standard output; empty for none (SIGUSR1 reopens it)")
@@ -116,4 +125,18 @@ likewise.`,
 	f.StringSliceVar(&access.Headers, "access-log-header", nil, "request header to record as sent, besides those the configuration reads (repeatable; never the api_keys header)")
 	logs.add(cmd)
 	return cmd
+}
+
+// addWatchSettle adds --watch-settle, the watcher's settle period, to a
+// command that watches its configuration.
+func addWatchSettle(f *pflag.FlagSet, settle *time.Duration) {
+	f.DurationVar(settle, "watch-settle", watch.DefaultSettle, "with --watch, how long a changed file must stay the same before it applies: a writer pausing longer mid-file would publish what it wrote so far")
+}
+
+// watchOptions returns the watcher's options for --watch-settle.
+func watchOptions(settle time.Duration) (watch.Options, error) {
+	if settle <= 0 {
+		return watch.Options{}, usageErr(fmt.Errorf("--watch-settle %v: want more than zero", settle))
+	}
+	return watch.Options{Settle: settle}, nil
 }

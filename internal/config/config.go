@@ -8,8 +8,9 @@
 // the file, line, column and field ("portero.yaml:12:12: rules[2].limit:
 // ..."). The YAML node tree is walked field by field (walk.go), so an
 // unknown field does not hide the other errors and a type error names its
-// field. The file format is documented field by field in
-// docs/configuration.md.
+// field. A Config that loads may carry Warnings: settings that do less
+// than they seem to say, each at its place. The file format is documented
+// field by field in docs/configuration.md.
 package config
 
 import (
@@ -230,6 +231,10 @@ type Config struct {
 	// Files lists TLS files that were missing where the file was checked
 	// with Options.AllowUnsetEnv (elsewhere a missing file is an error).
 	Files []FileNeed
+	// Warnings are settings that load but do less than they seem to say
+	// (a shape that holds nothing, a queue whose wait nothing bounds):
+	// serve logs them at every load, config validate prints them.
+	Warnings []Warning
 	// Upstreams by name, and Routes in order.
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
@@ -326,6 +331,19 @@ func (n FileNeed) String() string {
 	return fileerr.Format(n.File, n.Line, n.Column, n.Field, fmt.Sprintf("needs file %s (missing here)", n.Path))
 }
 
+// Warning is a setting that loads but may not do what its writer meant,
+// at its place in the file.
+type Warning struct {
+	File         string
+	Line, Column int
+	Field, Msg   string
+}
+
+// String describes the warning as `FILE:LINE:COLUMN: warning: FIELD: MESSAGE`.
+func (w Warning) String() string {
+	return fileerr.Format(w.File, w.Line, w.Column, "warning: "+w.Field, w.Msg)
+}
+
 // Errors lists every problem of a configuration, in file order.
 type Errors []*FieldError
 
@@ -363,7 +381,7 @@ func Parse(name string, data []byte) (*Config, error) { return ParseWith(name, d
 
 // ParseWith is Parse with options.
 func ParseWith(name string, data []byte, opts Options) (*Config, error) {
-	p := &parser{file: name, opts: opts, walked: map[string]bool{}}
+	p := &parser{file: name, data: data, opts: opts, walked: map[string]bool{}}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, p.yamlErrors(err)
@@ -375,6 +393,7 @@ func ParseWith(name string, data []byte, opts Options) (*Config, error) {
 	if len(p.errs) > 0 {
 		return nil, sortErrors(p.errs)
 	}
+	c.Warnings = p.warnings
 	return c, nil
 }
 
@@ -391,20 +410,31 @@ func Marshal(f *File) ([]byte, error) {
 
 type parser struct {
 	file string
+	data []byte // the file's text, for syntax errors
 	opts Options
 	root *yaml.Node
 	errs Errors
+	// problems counts the problems found, those left unsaid too (a field
+	// the walker reported): a section with any is not built further, so
+	// that no check below it speaks of the zero value left there.
+	problems int
 	// walked holds the fields the walker reported (and the names its
 	// suggestions point to): validation says nothing more about them, since
 	// what it sees there is a zero value left by that first error.
 	walked map[string]bool
+	// warnings are Config.Warnings, in the order found.
+	warnings []Warning
+	// zeros holds the number fields written as 0 (the walker's), which
+	// their zero value cannot tell from a field left out.
+	zeros map[string]bool
 	// lists are the address lists, by name (plans.go).
 	lists map[string][]netip.Prefix
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
-// yamlErrors turns the YAML library's errors into FieldErrors with lines.
+// yamlErrors turns the YAML library's errors into FieldErrors with lines;
+// one about a tab in p.data is put at the tab, with a hint.
 func (p *parser) yamlErrors(err error) error {
 	var msgs []string
 	var te *yaml.TypeError
@@ -419,6 +449,9 @@ func (p *parser) yamlErrors(err error) error {
 		if sm := yamlLine.FindStringSubmatch(m); sm != nil {
 			fe.Line, _ = strconv.Atoi(sm[1])
 			fe.Msg = strings.ReplaceAll(sm[2], "type config.", "")
+			if line, col, hint, ok := fileerr.TabError(p.data, fe.Line, fe.Msg); ok {
+				fe.Line, fe.Column, fe.Msg = line, col, fe.Msg+": "+hint
+			}
 		}
 		out = append(out, fe)
 	}
@@ -478,6 +511,12 @@ func fieldName(path []any) string {
 	return b.String()
 }
 
+// warnf notes a warning about the field at path.
+func (p *parser) warnf(path []any, format string, args ...any) {
+	n := p.node(path...)
+	p.warnings = append(p.warnings, Warning{File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path), Msg: fmt.Sprintf(format, args...)})
+}
+
 func (p *parser) errorf(path []any, format string, args ...any) {
 	p.nodeErr(p.node(path...), path, false, format, args...)
 }
@@ -485,6 +524,7 @@ func (p *parser) errorf(path []any, format string, args ...any) {
 // nodeErr reports a problem at node n (nil or an empty document: line 1,
 // column 1) in field path; walker errors also mark path as reported.
 func (p *parser) nodeErr(n *yaml.Node, path []any, walker bool, format string, args ...any) {
+	p.problems++
 	field := fieldName(path)
 	if !walker && p.reported(field) {
 		return
@@ -519,6 +559,11 @@ func (p *parser) reported(field string) bool {
 }
 
 func at(path ...any) []any { return path }
+
+// zero reports whether the number at path was written as 0, where its
+// zero value means the field's default: such a 0 is checked as the value
+// it says, not taken as the default in silence.
+func (p *parser) zero(path []any) bool { return p.zeros[fieldName(path)] }
 
 func (p *parser) duration(s string, def time.Duration, path []any) time.Duration {
 	if s == "" {
@@ -606,13 +651,17 @@ func (p *parser) validate(f *File) *Config {
 			c.OnError = pol
 		}
 	}
-	if v := f.Store.LocalShare; v != 0 && (v < 0 || v > 1 || c.OnError != portero.FailLocal) {
+	if v := f.Store.LocalShare; (v != 0 || p.zero(at("store", "local_share"))) && (v <= 0 || v > 1 || c.OnError != portero.FailLocal) {
 		p.errorf(at("store", "local_share"), "%v: want a share in (0, 1], with on_error: local", v)
 	}
 	c.LocalShare = f.Store.LocalShare
+	before := p.problems
 	c.StoreTimeout = p.duration(f.Store.Timeout, 0, at("store", "timeout"))
-	if f.Store.MaxKeys < 0 {
-		p.errorf(at("store", "max_keys"), "%d: must not be negative", f.Store.MaxKeys)
+	if p.problems == before && f.Store.Timeout != "" && c.StoreTimeout == 0 {
+		p.errorf(at("store", "timeout"), "%s: want how long one decision may wait for the store, more than zero (leave timeout out for the default)", f.Store.Timeout)
+	}
+	if f.Store.MaxKeys < 0 || p.zero(at("store", "max_keys")) {
+		p.errorf(at("store", "max_keys"), "%d: want the most keys per rule, at least 1 (leave max_keys out for the default)", f.Store.MaxKeys)
 	}
 	c.MaxKeys = f.Store.MaxKeys
 
@@ -632,10 +681,10 @@ func (p *parser) validate(f *File) *Config {
 	if f.ClientIP.Header != "" && len(f.ClientIP.TrustedProxies) == 0 {
 		p.errorf(at("client_ip", "header"), "is only read from trusted proxies: set client_ip.trusted_proxies too")
 	}
-	if v := f.ClientIP.IPv6Prefix; v != 0 && (v < 1 || v > 128) {
+	if v := f.ClientIP.IPv6Prefix; (v != 0 || p.zero(at("client_ip", "ipv6_prefix"))) && (v < 1 || v > 128) {
 		p.errorf(at("client_ip", "ipv6_prefix"), "%d: want 1 to 128 (default 64)", v)
 	}
-	if v := f.ClientIP.IPv4Prefix; v != 0 && (v < 1 || v > 32) {
+	if v := f.ClientIP.IPv4Prefix; (v != 0 || p.zero(at("client_ip", "ipv4_prefix"))) && (v < 1 || v > 32) {
 		p.errorf(at("client_ip", "ipv4_prefix"), "%d: want 1 to 32 (default 32)", v)
 	}
 	for _, h := range []struct{ v, name string }{{f.Identity.UserHeader, "user_header"}, {f.Identity.TenantHeader, "tenant_header"}} {
@@ -738,9 +787,9 @@ func (p *parser) validate(f *File) *Config {
 		} else {
 			seen[r.Name] = i
 		}
-		before := len(p.errs)
+		before := p.problems
 		pr.Match = p.match(r.Match, append(path, "match"))
-		ok = ok && len(p.errs) == before // reported once, not again below
+		ok = ok && p.problems == before // reported once, not again below
 		kind, nok := p.neighbours(c, r, &pr, path)
 		ok = ok && nok
 		if kind == priorityOnly {
@@ -785,6 +834,9 @@ func (p *parser) validate(f *File) *Config {
 		default:
 			bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
 		}
+		if p.zero(append(path, "reserve")) {
+			bad(append(path, "reserve"), "0: want the units counted at the decision, at least 1 (leave reserve out for 1)")
+		}
 		if set, err := policy.ParseStatuses(r.CountResponses); err != nil {
 			bad(append(path, "count_responses"), "%v", err)
 		} else {
@@ -797,6 +849,7 @@ func (p *parser) validate(f *File) *Config {
 				_, msg, _ := strings.Cut(err.Error(), "): ")
 				bad(path, "%s", msg)
 			}
+			p.shapeHolds(r, pr.Limit, path)
 		}
 		ruleOK = ruleOK && ok
 		rules = append(rules, pr)

@@ -130,8 +130,9 @@ func (p *parser) neighbours(c *Config, r Rule, pr *policy.Rule, path []any) (kin
 		if r.Concurrency.Max <= 0 {
 			bad(append(cp, "max"), "%d: want the most requests in flight per key, at least 1", r.Concurrency.Max)
 		}
+		before := p.problems
 		ttl := p.duration(r.Concurrency.TTL, 0, append(cp, "ttl"))
-		if ttl != 0 && (ttl < portero.MinLeaseTTL || ttl > 24*time.Hour) {
+		if p.problems == before && r.Concurrency.TTL != "" && (ttl < portero.MinLeaseTTL || ttl > 24*time.Hour) {
 			bad(append(cp, "ttl"), "%v: want a lease lifetime from %v to 24h (default %v)", ttl, portero.MinLeaseTTL, portero.DefaultLeaseTTL)
 		}
 		pr.Concurrency = portero.ConcurrencyRule{Max: int64(r.Concurrency.Max), TTL: ttl}
@@ -151,7 +152,7 @@ func (p *parser) neighbours(c *Config, r Rule, pr *policy.Rule, path []any) (kin
 	}
 	if r.Shape != nil {
 		sp := append(path, "shape")
-		before := len(p.errs)
+		before := p.problems
 		if r.Algorithm != string(portero.LeakyQueue) {
 			bad(sp, "only a leaky-queue rule shapes (algorithm: leaky-queue); other algorithms refuse what they do not admit")
 		}
@@ -159,7 +160,7 @@ func (p *parser) neighbours(c *Config, r Rule, pr *policy.Rule, path []any) (kin
 			bad(append(sp, "delay"), "%d: want how many places pass at once, zero or more", r.Shape.Delay)
 		}
 		maxDelay := p.duration(r.Shape.MaxDelay, 0, append(sp, "max_delay"))
-		if len(p.errs) == before && ok {
+		if p.problems == before && ok {
 			if c.Shapes == nil {
 				c.Shapes = map[string]overload.Shape{}
 			}
@@ -174,17 +175,27 @@ func (p *parser) neighbours(c *Config, r Rule, pr *policy.Rule, path []any) (kin
 	return kind, ok
 }
 
+// shapeHolds warns of a shape whose delay lets every place of the rule's
+// queue pass at once: then it holds nothing.
+func (p *parser) shapeHolds(r Rule, l portero.Limit, path []any) {
+	if r.Shape == nil || r.Shape.Delay < l.Capacity() {
+		return
+	}
+	p.warnf(append(path, "shape", "delay"), "%d: the queue has %d places and every one passes at once, so nothing is held (nginx's nodelay); want less than %d to shape",
+		r.Shape.Delay, l.Capacity(), l.Capacity())
+}
+
 // queue reads a queue section; a rule's needs a timeout (its longest wait),
 // the service's may leave it to the requests' deadlines.
 func (p *parser) queue(q Queue, path []any, rule bool) (overload.Queue, bool) {
-	before := len(p.errs)
+	before := p.problems
 	out := overload.Queue{Size: q.Size, Timeout: p.duration(q.Timeout, 0, append(path, "timeout"))}
 	if q.Size < 1 {
 		p.errorf(append(path, "size"), "%d: want how many requests may wait, at least 1", q.Size)
 	}
 	if rule && q.Timeout == "" {
 		p.errorf(append(path, "timeout"), "required: the longest a request waits for a slot, such as 2s")
-	} else if rule && out.Timeout == 0 && len(p.errs) == before {
+	} else if rule && out.Timeout == 0 && p.problems == before {
 		p.errorf(append(path, "timeout"), "0s: want the longest a request waits, more than zero")
 	}
 	if q.Order != "" {
@@ -194,7 +205,7 @@ func (p *parser) queue(q Queue, path []any, rule bool) (overload.Queue, bool) {
 		}
 		out.Order = o
 	}
-	return out, len(p.errs) == before
+	return out, p.problems == before
 }
 
 // overload reads the overload section and server.max_in_flight, which is
@@ -215,7 +226,7 @@ func (p *parser) overload(f *File, c *Config) {
 	if o == nil {
 		return
 	}
-	before := len(p.errs)
+	before := p.problems
 	sec := func(field ...any) []any { return append(at("overload"), field...) }
 	g := overload.Config{MaxInFlight: o.MaxInFlight}
 	if o.MaxInFlight < 1 {
@@ -263,11 +274,14 @@ func (p *parser) overload(f *File, c *Config) {
 		oc.Tenant = k
 	}
 	oc.Deadline = p.duration(o.Deadline, 0, sec("deadline"))
+	if o.Queue != nil && g.MaxWait == 0 && oc.Deadline == 0 {
+		p.warnf(sec("queue"), "neither queue.timeout nor deadline is set: a request waits for a slot until one frees or its client gives up, however long the service takes")
+	}
 	g.ServiceTime = p.duration(o.ServiceTime, 0, sec("service_time"))
 	g.QueueDelayTarget = p.duration(o.QueueDelayTarget, 0, sec("queue_delay_target"))
 	g.LatencyTarget = p.duration(o.LatencyTarget, 0, sec("latency_target"))
 	g.RetryAfter = p.duration(o.RetryAfter, 0, sec("retry_after"))
-	if len(p.errs) > before {
+	if p.problems > before {
 		return
 	}
 	// What only the whole can tell: the Gate's own checks.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/portero-rl/portero/internal/config/fileerr"
 )
 
 // The YAML tree is walked here, field by field, instead of being handed to
@@ -123,7 +125,7 @@ func (w *walker) count(n *yaml.Node, path []any) bool {
 
 // wants names what a scalar field of each kind takes, for type errors.
 var wants = map[reflect.Kind]string{
-	reflect.String: "text", reflect.Int: "a whole number", reflect.Float64: "a number", reflect.Bool: "true or false",
+	reflect.String: "text", reflect.Int: "a whole number", reflect.Int64: "a whole number", reflect.Float64: "a number", reflect.Bool: "true or false",
 }
 
 func (w *walker) scalar(n *yaml.Node, v reflect.Value, path []any) {
@@ -132,9 +134,43 @@ func (w *walker) scalar(n *yaml.Node, v reflect.Value, path []any) {
 		w.typeErr(n, path, want)
 		return
 	}
+	if v.CanInt() {
+		w.whole(n, v, path)
+		return
+	}
 	if err := n.Decode(v.Addr().Interface()); err != nil {
 		w.typeErr(n, path, want)
+	} else if v.CanFloat() && v.Float() == 0 {
+		w.zero(path)
 	}
+}
+
+// whole reads every whole-number field, at the start and on every reload:
+// a plain YAML integer in decimal digits (fileerr.Whole) that fits the
+// field. The decoder would truncate 2.5 to 2 and read 1e2, 0x10 or 010.
+func (w *walker) whole(n *yaml.Node, v reflect.Value, path []any) {
+	i, ok := fileerr.Whole(n.Value)
+	switch {
+	case ok && n.Tag == "!!int" && !v.OverflowInt(i):
+	case n.Tag == "!!int" || n.Tag == "!!float":
+		w.typeErr(n, path, "a whole number in decimal digits")
+		return
+	default:
+		w.typeErr(n, path, "a whole number")
+		return
+	}
+	v.SetInt(i)
+	if i == 0 {
+		w.zero(path)
+	}
+}
+
+// zero notes that the number at path was written as 0 (parser.zero).
+func (w *walker) zero(path []any) {
+	if w.p.zeros == nil {
+		w.p.zeros = map[string]bool{}
+	}
+	w.p.zeros[fieldName(path)] = true
 }
 
 // pairs calls f for every key of mapping n, in order, after the keys merged

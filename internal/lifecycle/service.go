@@ -159,6 +159,7 @@ func Start(o Options) *Service {
 		if err != nil {
 			s.log.Warn("cannot watch the configuration; reload with SIGHUP", "path", o.Watch, "err", err)
 		} else {
+			s.log.Info("watching the configuration: a change applies once it has settled", "path", o.Watch, "settle", w.Settle())
 			var once sync.Once
 			s.changes, s.stopWatch = w.C, func() { once.Do(func() { w.Close() }) }
 		}

@@ -121,7 +121,7 @@ func TestServiceRun(t *testing.T) {
 		out := &syncBuffer{}
 		reload := make(chan struct{})
 		svc := Start(Options{Name: "test", Stdout: out, Logger: slog.New(slog.DiscardHandler), Watch: path,
-			WatchOptions: watch.Options{Poll: 10 * time.Millisecond, Debounce: 10 * time.Millisecond}, Reload: reload})
+			WatchOptions: watch.Options{Poll: 10 * time.Millisecond, Settle: 10 * time.Millisecond}, Reload: reload})
 		a, b := newFake(), newFake()
 		b.hang = hang
 		drained := make(chan string, 2)

@@ -23,7 +23,7 @@ func TestKeysFileReloads(t *testing.T) {
 	}
 	writeFile(t, keys, "keys:\n"+line("a", "key-a"))
 	r := start(t, server.Options{ConfigPath: filepath.Join(dir, "portero.yaml"), AdminListen: "off", Watch: true,
-		WatchOptions: watch.Options{Debounce: 20 * time.Millisecond, Poll: 50 * time.Millisecond}})
+		WatchOptions: watch.Options{Settle: 20 * time.Millisecond, Poll: 50 * time.Millisecond}})
 	code := func(key string) int { c, _, _ := get(t, r.gateway+"/", "X-API-Key", key); return c }
 	if code("key-a") != 200 || code("key-b") != 403 {
 		t.Fatalf("before: key-a %d, key-b %d; want 200, 403", code("key-a"), code("key-b"))

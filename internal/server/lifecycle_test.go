@@ -247,7 +247,7 @@ func TestWatchKubernetesConfigMap(t *testing.T) {
 	}
 	kubelet(t, dir, "portero.yaml", conf("10/min"), 1)
 	r := start(t, server.Options{ConfigPath: filepath.Join(dir, "portero.yaml"), Watch: true,
-		WatchOptions: watch.Options{Debounce: 20 * time.Millisecond, Poll: -1}})
+		WatchOptions: watch.Options{Settle: 20 * time.Millisecond, Poll: -1}})
 	reloads := func() int { return strings.Count(r.logs.String(), "configuration reloaded") }
 	for i, limit := range []string{"20/min", "30/min"} {
 		kubelet(t, dir, "portero.yaml", conf(limit), i+2)

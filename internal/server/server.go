@@ -133,11 +133,21 @@ func storeKey(cfg *config.Config) storeSettings {
 	return k
 }
 
+// load reads the configuration, logging its warnings (at the start and at
+// every reload, so that they are not forgotten).
 func (s *Server) load() (*config.Config, error) {
-	if s.opts.ConfigPath == "" {
-		return config.LoadDefault()
+	load := config.LoadDefault
+	if s.opts.ConfigPath != "" {
+		load = func() (*config.Config, error) { return config.Load(s.opts.ConfigPath) }
 	}
-	return config.Load(s.opts.ConfigPath)
+	cfg, err := load()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		s.log.Warn("configuration warning", "source", cfg.Source, "warning", w.String())
+	}
+	return cfg, nil
 }
 
 // currentStore is the store of the running configuration, for the admin
@@ -468,7 +478,9 @@ func (s *Server) Reload(why string) error {
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
-	s.log.Info("configuration reloaded", "reason", why, "source", cfg.Source, "rules", len(cfg.Policy.Rules()))
+	ch := config.CompareRules(old, cfg)
+	s.log.Info("configuration reloaded", "reason", why, "source", cfg.Source, "rules", len(cfg.Policy.Rules()),
+		"added", len(ch.Added), "removed", len(ch.Removed), "changed", len(ch.Changed), "changes", ch.String())
 	return nil
 }
 

@@ -12,8 +12,10 @@
 // each only schedules a look at the content. A change is reported when the
 // content (every regular file under the path, symlinks followed, each
 // file's name, size and SHA-256) differs from what was last reported and
-// is the same at two looks one debounce interval apart: a writer that pauses in the middle of a file delays the reload
-// rather than publishing half a file. The caller then loads the
+// is the same at two looks one settle period (Options.Settle) apart: a
+// content that lasted less than that is never reported, so a writer that
+// pauses in the middle of a file for less than the settle period delays
+// the reload rather than publishing half a file. The caller then loads the
 // configuration and applies it only if it parses (a file that is complete
 // but wrong is refused there and reported once, not retried until it
 // changes again).
@@ -38,16 +40,19 @@ import (
 
 // Defaults for the zero values of Options.
 const (
-	DefaultDebounce = 100 * time.Millisecond
-	DefaultPoll     = 2 * time.Second
+	DefaultSettle = 100 * time.Millisecond
+	DefaultPoll   = 2 * time.Second
 )
 
 // Options configure a Watcher; the zero value of each field means its
 // default.
 type Options struct {
-	// Debounce is how long the content must stay the same, with no event
-	// in between, before a change is reported; DefaultDebounce when zero.
-	Debounce time.Duration
+	// Settle is how long a new content must stay the same before it is
+	// reported: it is looked at one Settle after the event that announced
+	// it, and reported at the next look if it has not changed; a content
+	// that lasts less than Settle is never reported. DefaultSettle when
+	// zero (`portero serve --watch-settle`).
+	Settle time.Duration
 	// Poll is how often the content is looked at without an event;
 	// DefaultPoll when zero, negative for never.
 	Poll time.Duration
@@ -68,6 +73,7 @@ type Watcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	fsw    *fsnotify.Watcher
+	settle time.Duration
 }
 
 // New watches path (a file or a directory) from now on: the content at
@@ -82,7 +88,7 @@ func New(path string, o Options) (*Watcher, error) {
 	}
 	c := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watcher{C: c, cancel: cancel, done: make(chan struct{})}
+	w := &Watcher{C: c, cancel: cancel, done: make(chan struct{}), settle: o.Settle}
 	var notify <-chan struct{}
 	if !o.NoNotify {
 		if fsw, err := fsnotify.NewWatcher(); err != nil {
@@ -107,6 +113,10 @@ func New(path string, o Options) (*Watcher, error) {
 	return w, nil
 }
 
+// Settle returns the settle period in force (Options.Settle or its
+// default).
+func (w *Watcher) Settle() time.Duration { return w.settle }
+
 // Close stops the watcher and waits for its goroutines.
 func (w *Watcher) Close() error {
 	w.cancel()
@@ -119,8 +129,8 @@ func (w *Watcher) Close() error {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Debounce <= 0 {
-		o.Debounce = DefaultDebounce
+	if o.Settle <= 0 {
+		o.Settle = DefaultSettle
 	}
 	if o.Poll == 0 {
 		o.Poll = DefaultPoll
@@ -194,7 +204,7 @@ func (l *loop) run(ctx context.Context) {
 	timer.Stop()
 	defer timer.Stop()
 	armed := false
-	arm := func() { timer.Reset(l.o.Debounce); armed = true }
+	arm := func() { timer.Reset(l.o.Settle); armed = true }
 	for {
 		select {
 		case <-ctx.Done():

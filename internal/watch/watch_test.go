@@ -23,74 +23,98 @@ const (
 // while a writer writes a file in two parts with a pause in between (the
 // first part alone is a valid configuration, so a loader could not tell it
 // was half a file). Every report must find the whole file, and there must
-// be exactly one. Before, a reload ran one debounce interval after the last
-// event, and a pause longer than that published the first part.
+// be exactly one. (A reload one settle period after the last event alone
+// would publish the first part after any pause longer than that.)
 func TestPausedWriterIsNotPublished(t *testing.T) {
 	for _, pause := range []time.Duration{10 * time.Millisecond, 90 * time.Millisecond, 150 * time.Millisecond, 190 * time.Millisecond} {
 		t.Run(pause.String(), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "portero.yaml")
-			if err := os.WriteFile(path, []byte("rules: []\n"), 0o644); err != nil {
-				t.Fatal(err)
+			if seen := pausedWriter(t, DefaultSettle, pause); len(seen) != 1 || seen[0] != v2 {
+				t.Errorf("writer pausing %v between two parts: reports found %q, want exactly one with the whole file", pause, seen)
 			}
-			synctest.Test(t, func(t *testing.T) {
-				notify := make(chan struct{}, 1)
-				out := make(chan struct{}, 1)
-				base, err := Fingerprint(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				l := &loop{path: path, o: Options{Debounce: 100 * time.Millisecond, Poll: -1, Logger: slog.New(slog.DiscardHandler)},
-					notify: notify, out: out, last: base}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{})
-				go func() { defer close(done); l.run(ctx) }()
-				var seen []string
-				var mu sync.Mutex
-				reader := make(chan struct{})
-				go func() {
-					defer close(reader)
-					for {
-						select {
-						case <-ctx.Done():
-							return
-						case <-out:
-							b, _ := os.ReadFile(path)
-							mu.Lock()
-							seen = append(seen, string(b))
-							mu.Unlock()
-						}
-					}
-				}()
-				event := func() {
-					select {
-					case notify <- struct{}{}:
-					default:
-					}
-				}
-				// The writer: truncate and write the first part, pause, write
-				// the rest; each write is an fsnotify Write event.
-				f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0o644)
-				if err != nil {
-					t.Fatal(err)
-				}
-				half := len(v1)
-				f.Write([]byte(v2[:half]))
-				event()
-				time.Sleep(pause)
-				f.Write([]byte(v2[half:]))
-				f.Close()
-				event()
-				time.Sleep(2 * time.Second)
-				synctest.Wait()
-				cancel()
-				<-done
-				<-reader
-				if len(seen) != 1 || seen[0] != v2 {
-					t.Errorf("writer pausing %v between two parts: reports found %q, want exactly one with the whole file", pause, seen)
-				}
-			})
 		})
 	}
+}
+
+// TestSettlePeriod: the settle period is the operator's (Options.Settle,
+// serve's --watch-settle). At the default, 100 ms, a writer pausing 300 ms
+// mid-file publishes its first part, as docs/configuration.md says; with a
+// settle period of 1 s, pauses of 300 ms and 900 ms publish only the whole
+// file, once.
+func TestSettlePeriod(t *testing.T) {
+	if seen := pausedWriter(t, DefaultSettle, 300*time.Millisecond); len(seen) != 2 || seen[0] != v2[:len(v1)] || seen[1] != v2 {
+		t.Errorf("settle %v, pause 300ms: reports found %q, want the first part, then the whole file", DefaultSettle, seen)
+	}
+	for _, pause := range []time.Duration{300 * time.Millisecond, 900 * time.Millisecond} {
+		if seen := pausedWriter(t, time.Second, pause); len(seen) != 1 || seen[0] != v2 {
+			t.Errorf("settle 1s, pause %v: reports found %q, want exactly one with the whole file", pause, seen)
+		}
+	}
+}
+
+// pausedWriter runs the loop with settle period settle in a synctest
+// bubble while a writer writes v2 in two parts, v1's length first, with a
+// pause between, and returns the content found at each report.
+func pausedWriter(t *testing.T, settle, pause time.Duration) []string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "portero.yaml")
+	if err := os.WriteFile(path, []byte("rules: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	synctest.Test(t, func(t *testing.T) {
+		notify := make(chan struct{}, 1)
+		out := make(chan struct{}, 1)
+		base, err := Fingerprint(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &loop{path: path, o: Options{Settle: settle, Poll: -1, Logger: slog.New(slog.DiscardHandler)},
+			notify: notify, out: out, last: base}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); l.run(ctx) }()
+		var mu sync.Mutex
+		reader := make(chan struct{})
+		go func() {
+			defer close(reader)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-out:
+					b, _ := os.ReadFile(path)
+					mu.Lock()
+					seen = append(seen, string(b))
+					mu.Unlock()
+				}
+			}
+		}()
+		event := func() {
+			select {
+			case notify <- struct{}{}:
+			default:
+			}
+		}
+		// The writer: truncate and write the first part, pause, write
+		// the rest; each write is an fsnotify Write event.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		half := len(v1)
+		f.Write([]byte(v2[:half]))
+		event()
+		time.Sleep(pause)
+		f.Write([]byte(v2[half:]))
+		f.Close()
+		event()
+		time.Sleep(10 * settle)
+		synctest.Wait()
+		cancel()
+		<-done
+		<-reader
+	})
+	return seen
 }
 
 // TestNoReportWithoutChange: events that leave the content as it was (a
@@ -102,7 +126,7 @@ func TestNoReportWithoutChange(t *testing.T) {
 		notify := make(chan struct{}, 1)
 		out := make(chan struct{}, 1)
 		base, _ := Fingerprint(path)
-		l := &loop{path: path, o: Options{Debounce: 100 * time.Millisecond, Poll: time.Second, Logger: slog.New(slog.DiscardHandler)},
+		l := &loop{path: path, o: Options{Settle: 100 * time.Millisecond, Poll: time.Second, Logger: slog.New(slog.DiscardHandler)},
 			notify: notify, out: out, last: base}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -168,7 +192,7 @@ func TestKubernetesConfigMapSwap(t *testing.T) {
 	dir := t.TempDir()
 	kubelet(t, dir, "portero.yaml", v1, 1)
 	path := filepath.Join(dir, "portero.yaml")
-	w, err := New(path, Options{Debounce: 20 * time.Millisecond, Poll: -1})
+	w, err := New(path, Options{Settle: 20 * time.Millisecond, Poll: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +206,7 @@ func TestKubernetesConfigMapSwap(t *testing.T) {
 		select {
 		case <-w.C:
 			t.Fatalf("update %d reported twice", gen+2)
-		case <-time.After(200 * time.Millisecond): // ten debounce intervals
+		case <-time.After(200 * time.Millisecond): // ten settle periods
 		}
 	}
 }
@@ -199,7 +223,7 @@ func TestDirectorySymlinkSwap(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "v2/ratelimit/config/a.yaml"), []byte(v2), 0o644)
 	os.Symlink("v1", filepath.Join(root, "current"))
 	path := filepath.Join(root, "current/ratelimit/config")
-	w, err := New(path, Options{Debounce: 20 * time.Millisecond, Poll: 30 * time.Millisecond})
+	w, err := New(path, Options{Settle: 20 * time.Millisecond, Poll: 30 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

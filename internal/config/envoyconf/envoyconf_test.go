@@ -223,6 +223,11 @@ func TestParseErrors(t *testing.T) {
 		{"unit with unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unlimited: true}\n", "descriptors[0].rate_limit.unit: should not be given when unlimited"},
 		{"negative rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `x.yaml:4:51: descriptors[0].rate_limit.requests_per_unit: want a whole number from 0 to 4294967295, found "-1"`},
 		{"huge rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", "requests_per_unit: want a whole number"},
+		// A whole number is decimal digits, as in Portero's own file:
+		// yaml.v3 would read 010 as 8 and 1_000 as 1000.
+		{"octal rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 010}\n", `x.yaml:4:51: descriptors[0].rate_limit.requests_per_unit: want a whole number from 0 to 4294967295, found "010"`},
+		{"grouped rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1_000}\n", `found "1_000"`},
+		{"grouped burst", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, portero: {algorithm: token-bucket, burst: 0x10}}\n", `rate_limit.portero.burst: want a whole number from 0 to 4294967295, found "0x10"`},
 		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n  - key: k\n", `x.yaml:4:5: descriptors[1]: duplicate descriptor "k" at this level (first at line 3)`},
 		{"duplicate value", "domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n", `duplicate descriptor "k_v"`},
 		{"self replace", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: a, unit: second, requests_per_unit: 1, replaces: [{name: a}]}\n", "replaces: a limit cannot replace itself"},
@@ -234,6 +239,9 @@ func TestParseErrors(t *testing.T) {
 		{"share without wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n", "share_threshold: only valid with a wildcard"},
 		{"not a list", "domain: d\ndescriptors: {key: k}\n", "x.yaml:2:14: descriptors: want a list of descriptors, found a mapping"},
 		{"bad yaml", "domain: d\ndescriptors:\n  - key: [\n", "x.yaml:3: invalid YAML"},
+		// A tab in the indentation is found where it is (the library
+		// names the line before), and named.
+		{"tab", "domain: d\ndescriptors:\n  - key: k\n\t  value: v\n", "x.yaml:4:1: invalid YAML: found a tab character that violates indentation: YAML indents with spaces only, never with tabs"},
 		{"two docs", "domain: d\n---\ndomain: e\n", "more than one YAML document"},
 		{"scalar file", "hello\n", "the file must be a mapping"},
 		{"duplicate field", "domain: d\ndomain: e\n", "x.yaml:2:1: domain: given twice"},
@@ -398,4 +406,16 @@ descriptors:
 	// Output:
 	// 10.0.0.1: edge.remote_address 10/second
 	// 50.0.0.5: edge.remote_address_50.0.0.5 0/second
+}
+
+// TestTabIndentFile: the real file of testdata/envoyproxy/tab_indent, in
+// both modes, is refused at the tab with the reason.
+func TestTabIndentFile(t *testing.T) {
+	for _, compat := range []bool{false, true} {
+		_, err := Load("testdata/envoyproxy/tab_indent", Options{Envoyproxy: compat})
+		want := filepath.Join("testdata/envoyproxy/tab_indent", "a.yaml") + ":3:1: invalid YAML: found character that cannot start any token: YAML indents with spaces only, never with tabs"
+		if err == nil || err.Error() != want {
+			t.Errorf("Envoyproxy %v: %v, want %s", compat, err, want)
+		}
+	}
 }

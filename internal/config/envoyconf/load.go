@@ -230,7 +230,7 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 			p.errorf(nil, "domain", "empty file: a config file needs a domain")
 			return nil
 		}
-		p.yamlError(err)
+		p.yamlError(data, err)
 		return nil
 	}
 	// envoyproxy/ratelimit reads the first document and ignores the rest.
@@ -240,7 +240,7 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 			p.errorf(&extra, "", "more than one YAML document: one file holds one domain")
 			return nil
 		} else if !errors.Is(err, io.EOF) {
-			p.yamlError(err)
+			p.yamlError(data, err)
 			return nil
 		}
 	}
@@ -294,8 +294,9 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 	return dom
 }
 
-func (p *parser) yamlError(err error) {
-	// yaml.v3 errors read "yaml: line N: msg"; keep the line in our form.
+func (p *parser) yamlError(data []byte, err error) {
+	// yaml.v3 errors read "yaml: line N: msg"; keep the line in our form,
+	// and put one about a tab at the tab.
 	msg := err.Error()
 	line := 0
 	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
@@ -308,7 +309,11 @@ func (p *parser) yamlError(err error) {
 	} else if rest, ok := strings.CutPrefix(msg, "yaml: "); ok {
 		msg = rest
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + msg})
+	col := 0
+	if l, c, hint, ok := fileerr.TabError(data, line, msg); ok {
+		line, col, msg = l, c, msg+": "+hint
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: col, Msg: "invalid YAML: " + msg})
 }
 
 // fields calls f for every key of mapping n, reporting a non-mapping,
@@ -398,14 +403,16 @@ func (p *parser) boolean(v *yaml.Node, field string) bool {
 	return false
 }
 
+// uint reads a whole number from 0 to max: decimal digits as Portero's own
+// file takes them (fileerr.Whole), or, with Options.Envoyproxy, as
+// yaml.v2 reads them (uint11).
 func (p *parser) uint(v *yaml.Node, field string, max uint64) uint64 {
 	if p.compat {
 		return p.uint11(v, field, max)
 	}
 	if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
-		n, err := strconv.ParseUint(strings.ReplaceAll(v.Value, "_", ""), 0, 64)
-		if err == nil && n <= max {
-			return n
+		if n, ok := fileerr.Whole(v.Value); ok && n >= 0 && uint64(n) <= max {
+			return uint64(n)
 		}
 	}
 	p.errorf(v, field, "want a whole number from 0 to %d, found %s", max, kindName(v))
