@@ -37,6 +37,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
@@ -349,7 +350,7 @@ func (t *table) match(r *http.Request) *route {
 type notFound struct{}
 
 func (notFound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+r.Method+" "+r.URL.Path)
+	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+quote.Cut(r.Method)+" "+quote.Cut(r.URL.Path))
 }
 
 // build prepares the table of cfg; old is the table it replaces (nil for

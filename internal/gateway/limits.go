@@ -12,6 +12,7 @@ import (
 	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/httpanswer"
+	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -60,7 +61,7 @@ func door(r *http.Request, t *table) (out *http.Request, forbidden string, limit
 	if gm.Keys != nil {
 		plan := httplimit.Identity(r.Context())[config.IdentityPlan]
 		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
-			return r, "usage plan " + plan + " does not cover " + r.Method + " " + r.URL.Path, false
+			return r, "usage plan " + plan + " does not cover " + quote.Cut(r.Method) + " " + quote.Cut(r.URL.Path), false
 		}
 	}
 	return r, "", false
