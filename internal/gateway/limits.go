@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -21,14 +22,22 @@ import (
 // GET /v1/limits tells the caller which limits and quotas apply to it and
 // how much of each is left, without counting.
 
+// refusal is what the door answers itself before any limit is counted:
+// 400 or 403, and why. The zero refusal lets the request in.
+type refusal struct {
+	status int
+	detail string
+}
+
 // door is what the API-gateway model decides about r before any limit is
 // counted, for ServeHTTP and Decide alike: r with its API key's caller ID
 // and plan as identities (httplimit.WithIdentity) for the plans' rules;
-// forbidden, the detail of a 403, when the key is missing, unknown or its
-// plan does not cover r; limits when r asks for GET /v1/limits (answered
-// without counting, after the key is found and before the plan's routes
-// are checked).
-func door(r *http.Request, t *table) (out *http.Request, forbidden string, limits bool) {
+// a refusal when the key header is given more than once (400), or the key
+// is missing, unknown or its plan does not cover r (403); limits when r
+// asks for GET /v1/limits (answered without counting, after the key is
+// found, and refused as the request it asks about would be when the plan
+// does not cover that one).
+func door(r *http.Request, t *table) (out *http.Request, ref refusal, limits bool) {
 	gm := &t.cfg.Gateway
 	if gm.Keys != nil {
 		// A replayed request carries its key as the access log recorded
@@ -36,12 +45,19 @@ func door(r *http.Request, t *table) (out *http.Request, forbidden string, limit
 		logged, replayed := r.Context().Value(loggedKeyCtx{}).(string)
 		raw := logged
 		if !replayed {
-			if vs := r.Header[t.keyField]; len(vs) > 0 {
+			vs := r.Header[t.keyField]
+			if len(vs) > 1 {
+				// Which one would be charged is a guess a client could
+				// exploit: refuse rather than pick.
+				return r, refusal{http.StatusBadRequest, "the " + gm.KeyHeader + " header is given " + strconv.Itoa(len(vs)) +
+					" times: send one API key (an API key identifies the one caller a request is counted for)"}, false
+			}
+			if len(vs) == 1 {
 				raw = vs[0]
 			}
 		}
 		if raw == "" {
-			return r, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)", false
+			return r, refusal{http.StatusForbidden, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)"}, false
 		}
 		var k apikey.Key
 		var ok bool
@@ -51,20 +67,37 @@ func door(r *http.Request, t *table) (out *http.Request, forbidden string, limit
 			k, ok = gm.Keys.Lookup(raw)
 		}
 		if !ok {
-			return r, "unknown API key in the " + gm.KeyHeader + " header", false
+			return r, refusal{http.StatusForbidden, "unknown API key in the " + gm.KeyHeader + " header"}, false
 		}
 		r = r.WithContext(httplimit.WithIdentities(r.Context(), map[string]string{config.IdentityAPIKey: k.ID, config.IdentityPlan: k.Plan}))
 	}
-	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
-		return r, "", true
+	method, path := r.Method, r.URL.Path
+	limits = gm.LimitsPath != "" && path == gm.LimitsPath
+	if limits {
+		method, path = asked(r)
+		if method == "" {
+			return r, refusal{}, true // every limit of the caller: no one request to check
+		}
 	}
 	if gm.Keys != nil {
 		plan := httplimit.Identity(r.Context())[config.IdentityPlan]
-		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
-			return r, "usage plan " + plan + " does not cover " + quote.Cut(r.Method) + " " + quote.Cut(r.URL.Path), false
+		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: method, Host: r.Host, Path: path, Header: r.Header}) {
+			return r, refusal{http.StatusForbidden, "usage plan " + plan + " does not cover " + quote.Cut(method) + " " + quote.Cut(path)}, false
 		}
 	}
-	return r, "", false
+	return r, refusal{}, limits
+}
+
+// asked returns the request a GET /v1/limits asks about: its method and
+// path query parameters, the one left out being the limits request's own;
+// "" and "" when it gives neither (it asks about every limit of the caller).
+func asked(r *http.Request) (method, path string) {
+	q := r.URL.Query()
+	method, path = q.Get("method"), q.Get("path")
+	if method == "" && path == "" {
+		return "", ""
+	}
+	return cmp.Or(method, r.Method), cmp.Or(path, r.URL.Path)
 }
 
 type loggedKeyCtx struct{}
@@ -87,8 +120,8 @@ func limitsStatus(method string) int {
 	return http.StatusOK
 }
 
-func forbid(w http.ResponseWriter, detail string) {
-	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Forbidden", Status: http.StatusForbidden, Detail: detail})
+func refuse(w http.ResponseWriter, ref refusal) {
+	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: http.StatusText(ref.status), Status: ref.status, Detail: ref.detail})
 }
 
 // LimitsAnswer is the body of GET /v1/limits.
@@ -148,9 +181,9 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})
 		return
 	}
-	q := r.URL.Query()
+	method, path := asked(r)
 	var v engine.Verdict
-	pol, err := g.limiter.Limits(r, q.Get("method"), q.Get("path"), &v)
+	pol, err := g.limiter.Limits(r, method, path, &v)
 	if err != nil {
 		httplimit.WriteUnavailable(w, 0, "the limits cannot be read now: "+err.Error())
 		return
