@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
@@ -138,12 +140,15 @@ type LimitsClient struct {
 }
 
 // LimitView is one limit that applies to the caller, and what is left of
-// it now.
+// it now. Its figures are those of the decision the next request gets:
+// that request is refused exactly when RetryAfterSeconds is set (its
+// Retry-After), and otherwise leaves Remaining less its cost.
 type LimitView struct {
 	Name string `json:"name"`
 	// Level is global, stage, method, plan, quota, rate-rule or rule.
 	Level string `json:"level"`
-	// AppliesTo is the requests the rule selects, such as "POST /orders".
+	// AppliesTo is the requests the rule selects, such as "POST /orders";
+	// for a plan's throttle and quota, the routes the plan covers.
 	AppliesTo string `json:"applies_to"`
 	// Shared reports a limit counted for every client together (the
 	// installation's, a stage's), not for this caller alone.
@@ -158,11 +163,18 @@ type LimitView struct {
 	// Remaining is what is available now.
 	Remaining int64  `json:"remaining"`
 	Unit      string `json:"unit,omitempty"`
-	// ResetSeconds is how long until the rule is whole again.
+	// Cost, when not 1, is what the next request costs under the rule
+	// (its reserve, or the cost header the limits request carries): the
+	// cost the retry time is for.
+	Cost int64 `json:"cost,omitempty"`
+	// ResetSeconds is how long until the rule is whole again, from now.
 	ResetSeconds int64 `json:"reset_seconds"`
-	// RetryAfterSeconds, when nothing is left, is how long until a request
-	// of cost 1 would pass.
+	// RetryAfterSeconds, when the next request would be refused, is how
+	// long until it would pass.
 	RetryAfterSeconds int64 `json:"retry_after_seconds,omitempty"`
+	// CanNeverPass: the next request costs more than the rule ever admits
+	// at once; waiting does not help.
+	CanNeverPass bool `json:"can_never_pass,omitempty"`
 	// PeriodEndsSeconds is, for a quota, the time to the end of its period.
 	PeriodEndsSeconds int64  `json:"period_ends_seconds,omitempty"`
 	Mode              string `json:"mode,omitempty"`
@@ -172,8 +184,9 @@ type LimitView struct {
 }
 
 // limits answers GET /v1/limits: every limit that applies to the caller
-// (or, with ?method=&path=, to that request), with what is left, from the
-// engine's peek. The RateLimit fields come from the one header writer.
+// (or, with ?method=&path=, to that request), with what is left and what
+// the next request gets, from the engine's peek at each rule's cost. The
+// RateLimit fields come from the one header writer.
 func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	if limitsStatus(r.Method) != http.StatusOK {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -184,6 +197,10 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	method, path := asked(r)
 	var v engine.Verdict
 	pol, err := g.limiter.Limits(r, method, path, &v)
+	if re := (*policy.RuleError)(nil); errors.As(err, &re) {
+		httplimit.WriteCostError(w, re) // what the request itself would get
+		return
+	}
 	if err != nil {
 		httplimit.WriteUnavailable(w, 0, "the limits cannot be read now: "+err.Error())
 		return
@@ -195,29 +212,9 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	}
 	for i := range v.Results {
 		res := &v.Results[i]
-		pr := pol.RuleOf(res.Rule)
-		if pr == nil {
-			continue
+		if pr := pol.RuleOf(res.Rule); pr != nil {
+			ans.Limits = append(ans.Limits, view(res, pr, &t.cfg.Gateway, ans.Client.Plan))
 		}
-		d := res.Decision
-		lv := LimitView{
-			Name: pr.Name, Level: t.cfg.Gateway.Levels[pr.Name], AppliesTo: pr.Match.String(), Shared: !pr.Key.PerClient(),
-			Algorithm: string(pr.Algorithm), Limit: pr.Limit.String(), Quota: d.Quota, Max: d.Limit, Remaining: max(d.Remaining, 0),
-			Unit: res.Rule.Unit, ResetSeconds: header.CeilSeconds(d.ResetAfter), DecidedBy: string(res.Failure),
-		}
-		if lv.Level == "" {
-			lv.Level = "rule"
-		}
-		if pr.Shadow() {
-			lv.Mode = "shadow"
-		}
-		if !d.Allowed {
-			lv.Remaining, lv.RetryAfterSeconds = 0, max(header.CeilSeconds(d.RetryAfter), 1)
-		}
-		if d.Quota {
-			lv.PeriodEndsSeconds = header.CeilSeconds(d.PeriodLeft)
-		}
-		ans.Limits = append(ans.Limits, lv)
 	}
 	body, _ := json.MarshalIndent(ans, "", "  ")
 	body = append(body, '\n')
@@ -230,4 +227,37 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
+}
+
+// view is the LimitView of the look res at rule pr, for a caller in plan.
+func view(res *engine.Result, pr *policy.Rule, gm *config.GatewayModel, plan string) LimitView {
+	d := res.Decision
+	lv := LimitView{
+		Name: pr.Name, Level: cmp.Or(gm.Levels[pr.Name], "rule"), AppliesTo: pr.Match.String(), Shared: !pr.Key.PerClient(),
+		Algorithm: string(pr.Algorithm), Limit: pr.Limit.String(), Quota: d.Quota, Max: d.Limit, Remaining: max(d.Remaining, 0),
+		Unit: res.Rule.Unit, ResetSeconds: header.CeilSeconds(d.ResetAfter), DecidedBy: string(res.Failure),
+	}
+	if pc := gm.Plans[plan]; pc != nil && len(pc.Routes) > 0 && (lv.Level == "plan" || lv.Level == "quota") {
+		routes := make([]string, len(pc.Routes))
+		for i := range pc.Routes {
+			routes[i] = pc.Routes[i].String()
+		}
+		lv.AppliesTo = strings.Join(routes, ", ")
+	}
+	if res.Cost != 1 {
+		lv.Cost = res.Cost
+	}
+	if pr.Shadow() {
+		lv.Mode = "shadow"
+	}
+	switch {
+	case res.Outcome == engine.CanNeverPass:
+		lv.CanNeverPass = true
+	case !d.Allowed:
+		lv.RetryAfterSeconds = max(header.CeilSeconds(d.RetryAfter), 1)
+	}
+	if d.Quota {
+		lv.PeriodEndsSeconds = header.CeilSeconds(d.PeriodLeft)
+	}
+	return lv
 }
