@@ -49,13 +49,16 @@ type Store interface {
 	// either decides or returns an error, never both (the failure policy
 	// that answers instead is the caller's, see FailurePolicy).
 	AllowAll(ctx context.Context, now time.Time, hits []Hit) ([]Decision, error)
-	// Peek returns the decision a request of cost 1 from key under rule
-	// would get at instant now, without counting it: the Decision AllowAll
-	// would return for that one hit, with Allowed saying whether it would
-	// pass and Remaining what it would leave. A key with no state answers
-	// as a fresh one. Nothing observable changes. Errors are those of
-	// AllowAll; a store never answers a Peek it could not make.
-	Peek(ctx context.Context, rule Rule, key string, now time.Time) (Decision, error)
+	// Peek returns what a request of cost from key under rule would get
+	// at instant now, without counting it (algorithm.Look): Allowed,
+	// RetryAfter and Delay as AllowAll would decide that one hit, and
+	// Remaining and ResetAfter as they stand now, before it — what is left
+	// and when all of it is back, the figures of a refusal — so that what a
+	// client is told equals what its next request then gets. A key with no
+	// state answers as a fresh one. Nothing observable changes. Errors are
+	// those of AllowAll for a hit of that cost; a store never answers a
+	// Peek it could not make.
+	Peek(ctx context.Context, rule Rule, key string, now time.Time, cost int64) (Decision, error)
 	// Close releases the store and stops every goroutine it started.
 	Close(ctx context.Context) error
 }

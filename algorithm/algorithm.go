@@ -43,7 +43,9 @@ type Decider interface {
 	// keeps s unchanged after a refusal: the returned state is then s brought
 	// up to date, which decides the same while time goes forward but would
 	// forget an earlier instant if the clock later stepped back. The cost
-	// must have passed CheckCost.
+	// must have passed CheckCost, or be 0: a request of cost 0 takes
+	// nothing, and its Remaining and ResetAfter are what stands at now
+	// (Look).
 	Decide(s State, found bool, now, cost int64) (State, portero.Decision)
 	// Expiry returns the instant (Unix ns) from which s is equivalent to no
 	// state at all, so that a store may drop it (and a TTL may end).

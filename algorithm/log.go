@@ -53,6 +53,8 @@ func (a *SlidingLog) Decide(l *Log, now, cost int64) portero.Decision {
 // at now but not yet recorded (earlier hits on the same rule and key in one
 // all-or-nothing call): they count as entries logged at now, the newest.
 // With pending 0 it is Decide. A cost above L is refused, never admitted.
+// A cost of 0 takes nothing: its Remaining and ResetAfter are what stands
+// at now.
 func (a *SlidingLog) DecideAfter(l *Log, now, pending, cost int64) portero.Decision {
 	var lag int64 // > 0 when the caller's clock is behind the log's
 	if l.n > 0 && now < l.latest {
@@ -87,8 +89,10 @@ func (a *SlidingLog) DecideAfter(l *Log, now, pending, cost int64) portero.Decis
 	}
 	d.Remaining = max(0, a.count-n)
 	if n > 0 {
+		// The newest entry is at now when something is (to be) logged at
+		// now; otherwise the newest one kept.
 		newest := now
-		if !d.Allowed && pending == 0 {
+		if pending == 0 && (!d.Allowed || cost == 0) {
 			newest = l.at(l.n - 1)
 		}
 		d.ResetAfter = dur(newest + a.window - now + lag)

@@ -62,10 +62,13 @@ func ValidHeaderName(s string) bool {
 	return true
 }
 
-// Trusted reports whether a is inside one of the TrustedProxies.
+// Trusted reports whether a is inside one of the TrustedProxies, each read
+// as Canonical reads it (an IPv4-mapped prefix as the IPv4 prefix it
+// denotes; a as IPv4 when it is IPv4-mapped).
 func (c *Config) Trusted(a netip.Addr) bool {
+	a = a.Unmap()
 	for _, p := range c.TrustedProxies {
-		if p.Contains(a) {
+		if Canonical(p).Contains(a) {
 			return true
 		}
 	}
@@ -258,20 +261,35 @@ func ParseHop(s string) (netip.Addr, bool) {
 }
 
 // ParsePrefixes reads CIDRs such as "10.0.0.0/8" or single addresses
-// ("192.0.2.1" means /32), for TrustedProxies.
+// ("192.0.2.1" means /32), IPv4 and IPv6, each made Canonical: the one
+// reader of the address prefixes of trusted-proxy lists and address lists
+// (package policy's AddrSet), so that both read a prefix alike.
 func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(list))
 	for _, s := range list {
 		s = strings.TrimSpace(s)
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(s)
+		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("%q: want a CIDR such as 10.0.0.0/8 or an address", s)
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q: want a CIDR such as 10.0.0.0/8 or an address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		out = append(out, Canonical(p))
 	}
 	return out, nil
+}
+
+// Canonical returns p as clients are matched against it: masked, without
+// a zone, and an IPv4-mapped IPv6 prefix (::ffff:198.51.100.0/120, or
+// ::ffff:0:0/96 for every IPv4 address) as the IPv4 prefix it denotes
+// (198.51.100.0/24), since client addresses are compared in their IPv4
+// form (ParseHop unmaps them).
+func Canonical(p netip.Prefix) netip.Prefix {
+	a, bits := p.Addr().WithZone(""), p.Bits()
+	if a.Is4In6() && bits >= 96 {
+		a, bits = a.Unmap(), bits-96
+	}
+	return netip.PrefixFrom(a, bits).Masked()
 }

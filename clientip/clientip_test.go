@@ -108,3 +108,26 @@ func FuzzXForwardedFor(f *testing.F) {
 		}
 	})
 }
+
+// TestParsePrefixesMapped: an IPv4-mapped prefix is read as the IPv4
+// prefix it denotes, at every length from /96, and a Config given one
+// directly (not through ParsePrefixes) trusts the same addresses.
+func TestParsePrefixesMapped(t *testing.T) {
+	for in, want := range map[string]string{
+		"::ffff:0:0/96":            "0.0.0.0/0",
+		"::ffff:198.51.100.0/120":  "198.51.100.0/24",
+		"::ffff:198.51.100.77/120": "198.51.100.0/24",
+		"::ffff:198.51.100.7":      "198.51.100.7/32",
+		"198.51.100.7":             "198.51.100.7/32",
+		"2001:db8::1/32":           "2001:db8::/32",
+	} {
+		got, err := clientip.ParsePrefixes([]string{in})
+		if err != nil || len(got) != 1 || got[0] != netip.MustParsePrefix(want) {
+			t.Errorf("ParsePrefixes(%s) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	direct := clientip.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("::ffff:198.51.100.0/120")}}
+	if !direct.Trusted(netip.MustParseAddr("198.51.100.9")) || !direct.Trusted(netip.MustParseAddr("::ffff:198.51.100.9")) || direct.Trusted(netip.MustParseAddr("198.51.101.9")) {
+		t.Error("a mapped /120 given directly does not trust exactly 198.51.100.0/24")
+	}
+}

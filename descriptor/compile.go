@@ -11,6 +11,7 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/quote"
 )
 
 // Descriptor is one request descriptor, as Envoy sends it.
@@ -184,7 +185,7 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 	cfg := c.limits.Load()
 	dom := cfg.Domain(req.Domain)
 	if dom == nil && !c.opts.AllowUnknownDomains && !c.opts.Envoyproxy {
-		return &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %q (configured: %s)", req.Domain, strings.Join(cfg.Domains(), ", "))}
+		return &RequestError{Kind: NotFound, Msg: fmt.Sprintf("unknown domain %s (configured: %s)", quote.Input(req.Domain), strings.Join(cfg.Domains(), ", "))}
 	}
 	reqHits := int64(req.Hits)
 	if reqHits == 0 {

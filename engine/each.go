@@ -127,18 +127,17 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 // v.hits, whose memory v keeps.
 func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Time, v *Verdict, res *Result) error {
 	r := res.Rule
-	if r.maxCost == 0 || !res.CheckOnly && res.Cost > r.maxCost {
+	if r.maxCost == 0 || res.Cost > r.maxCost {
 		res.Outcome = CanNeverPass
 		return nil
 	}
 	if res.CheckOnly {
-		d, err := st.Peek(ctx, r.Rule, res.Key, now)
+		d, err := st.Peek(ctx, r.Rule, res.Key, now, max(res.Cost, 1))
 		if err != nil {
 			return err
 		}
 		switch {
 		case d.Allowed:
-			untaken(&d, 1)
 			res.Outcome = CheckOnly
 		case r.Shadow:
 			res.Outcome = ShadowRefused
@@ -225,12 +224,9 @@ func (c storeCounter) Count(ctx context.Context, now time.Time, counts []portero
 		// A read before any addition on its key: asked first, so that
 		// what this call adds later is not seen (as INCRBY 0 in a
 		// pipeline would not see it).
-		d, err := c.st.Peek(ctx, counterRule(cn.Window), cn.Key, now)
+		d, err := c.st.Peek(ctx, counterRule(cn.Window), cn.Key, now, 1)
 		if err != nil {
 			return err
-		}
-		if d.Allowed {
-			d.Remaining++ // Peek answers for one more
 		}
 		cn.Value = uint64(counterCap(cn.Window) - max(d.Remaining, 0))
 	}

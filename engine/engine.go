@@ -203,10 +203,11 @@ func (e *Engine) Counting() Counting { return e.counting }
 //
 // In order: hits that can never pass (a cost above Rule.MaxCost, or a rule
 // that admits nothing) and check-only hits are looked at with
-// portero.Store.Peek at a cost of 1. When one of them refuses, the request
-// is refused and the counted hits are only looked at too (at a cost of 1:
-// NotCounted when one more unit would pass, Refused when not even that
-// would). Otherwise the counted hits go to portero.Store.AllowAll in one
+// portero.Store.Peek, a check-only hit at its cost (at least 1). When one
+// of them refuses, the request is refused and the counted hits are only
+// looked at too, each at its cost (NotCounted when it alone would pass,
+// Refused when not, with the wait until it would). A look reports what
+// stands now: the remaining and the reset time before the hit. Otherwise the counted hits go to portero.Store.AllowAll in one
 // call; when only shadow hits refuse, those are dropped and the rest asked
 // again, so that a shadow rule never changes what is counted for the
 // enforced ones (at most one more call per shadow hit).
@@ -316,18 +317,21 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 	for i := range v.Results {
 		res := &v.Results[i]
 		r := res.Rule
-		never := r.maxCost == 0 || !res.CheckOnly && res.Cost > r.maxCost
+		never := r.maxCost == 0 || res.Cost > r.maxCost
 		if !never && !res.CheckOnly {
 			continue
 		}
 		var d portero.Decision
 		if r.maxCost > 0 {
-			var err error
-			if d, err = st.Peek(ctx, r.Rule, res.Key, now); err != nil {
-				return err
+			// A check-only hit is looked at at its cost (at least one
+			// unit); one that can never pass only for what stands now.
+			cost := int64(1)
+			if !never {
+				cost = max(res.Cost, 1)
 			}
-			if d.Allowed {
-				untaken(&d, 1)
+			var err error
+			if d, err = st.Peek(ctx, r.Rule, res.Key, now, cost); err != nil {
+				return err
 			}
 		}
 		switch {
@@ -356,13 +360,12 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 			if res.Outcome != 0 {
 				continue
 			}
-			d, err := st.Peek(ctx, res.Rule.Rule, res.Key, now)
+			d, err := st.Peek(ctx, res.Rule.Rule, res.Key, now, res.Cost)
 			if err != nil {
 				return err
 			}
 			switch {
 			case d.Allowed:
-				untaken(&d, 1)
 				res.Outcome = NotCounted
 			case res.Rule.Shadow:
 				res.Outcome = ShadowRefused
@@ -499,10 +502,12 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 	return nil
 }
 
-// untaken turns the decision of an admitted hit of cost that was not
-// counted into what stands now: cost more remaining (at most the limit), no
-// queueing delay, and nothing to wait for once the quota is whole. (When it
-// is not whole, ResetAfter still includes cost: at most cost/r too long.)
+// untaken turns the decision of an admitted hit of cost that AllowAll
+// did not count (another hit refused the call) into what stands now: cost
+// more remaining (at most the limit), no queueing delay, and nothing to
+// wait for once the quota is whole. (When it is not whole, ResetAfter
+// still includes cost: at most cost/r too long. A look, Store.Peek, reports
+// what stands now exactly.)
 func untaken(d *portero.Decision, cost int64) {
 	d.Remaining, d.Delay = min(d.Remaining+cost, d.Limit), 0
 	if d.Remaining >= d.Limit {
@@ -533,7 +538,7 @@ func (p policyStore) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit
 	return out, nil
 }
 
-func (p policyStore) Peek(_ context.Context, r portero.Rule, _ string, _ time.Time) (portero.Decision, error) {
+func (p policyStore) Peek(_ context.Context, r portero.Rule, _ string, _ time.Time, _ int64) (portero.Decision, error) {
 	return p.decision(r), nil
 }
 
@@ -590,8 +595,17 @@ func (l *localStore) AllowAll(ctx context.Context, now time.Time, hits []portero
 	return out, nil
 }
 
-func (l *localStore) Peek(ctx context.Context, r portero.Rule, key string, now time.Time) (portero.Decision, error) {
-	return l.mem.Peek(ctx, l.rule(r), key, now)
+func (l *localStore) Peek(ctx context.Context, r portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
+	sr := l.rule(r)
+	max, err := algorithm.MaxCost(sr.Algorithm, sr.Limit)
+	if err != nil {
+		return portero.Decision{}, fmt.Errorf("local share of rule %q: %w", r.Name, err)
+	}
+	if cost > max {
+		// More than this instance's share admits: refused, as AllowAll.
+		return portero.Decision{Limit: max, RetryAfter: l.retry}, nil
+	}
+	return l.mem.Peek(ctx, sr, key, now, cost)
 }
 
 func (l *localStore) Close(ctx context.Context) error { return l.mem.Close(ctx) }

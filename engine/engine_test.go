@@ -52,12 +52,12 @@ func (f *flaky) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	return f.Store.AllowAll(ctx, now, hits)
 }
 
-func (f *flaky) Peek(ctx context.Context, r portero.Rule, key string, now time.Time) (portero.Decision, error) {
+func (f *flaky) Peek(ctx context.Context, r portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	f.peeks.Add(1)
 	if f.down.Load() {
 		return portero.Decision{}, errDown
 	}
-	return f.Store.Peek(ctx, r, key, now)
+	return f.Store.Peek(ctx, r, key, now, cost)
 }
 
 func newEngine(t testing.TB, st portero.Store, o engine.Options) *engine.Engine {
@@ -93,18 +93,15 @@ func outcomes(v *engine.Verdict) string {
 	return b.String()
 }
 
-// left returns, for each hit, what is left now (a peek plus the unit it
-// takes), the state the store holds.
+// left returns, for each hit, what is left now (a peek), the state the
+// store holds.
 func left(t testing.TB, st portero.Store, at time.Duration, hits ...engine.Hit) []int64 {
 	t.Helper()
 	var out []int64
 	for _, h := range hits {
-		d, err := st.Peek(context.Background(), h.Rule.Rule, h.Key, t0.Add(at))
+		d, err := st.Peek(context.Background(), h.Rule.Rule, h.Key, t0.Add(at), 1)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if d.Allowed {
-			d.Remaining++
 		}
 		out = append(out, d.Remaining)
 	}

@@ -16,7 +16,7 @@ func (downStore) AllowAll(context.Context, time.Time, []portero.Hit) ([]portero.
 	return nil, portero.ErrStoreUnavailable
 }
 
-func (downStore) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+func (downStore) Peek(context.Context, portero.Rule, string, time.Time, int64) (portero.Decision, error) {
 	return portero.Decision{}, portero.ErrStoreUnavailable
 }
 

@@ -92,8 +92,8 @@ func checkTrace(t *testing.T, seed uint64, steps int) {
 		}
 		for _, rule := range rules[:len(rules)-1] {
 			for _, k := range keys {
-				g, _ := st.Peek(ctx, rule.Rule, k, now)
-				w, _ := model.Peek(ctx, rule.Rule, k, now)
+				g, _ := st.Peek(ctx, rule.Rule, k, now, 1)
+				w, _ := model.Peek(ctx, rule.Rule, k, now, 1)
 				if g != w {
 					t.Fatalf("step %d (%v): %s/%s holds %+v, the model %+v", step, hits, rule.Name, k, g, w)
 				}

@@ -14,12 +14,12 @@ type Hit struct {
 	// Key is the store key the hit is counted under.
 	Key string
 	// Cost is the number of units the request uses under Rule; at least 1
-	// for a counted hit. A check-only hit keeps the cost it was given (0
-	// for Envoy's hits_addend 0) for the report only.
+	// for a counted hit. A check-only hit is looked at at its cost, at
+	// least 1 (Envoy's hits_addend 0 asks about one more unit).
 	Cost int64
 	// CheckOnly hits are looked at, not counted: the hit refuses the
-	// request when not even one more unit would pass (as Envoy's
-	// descriptor hits_addend 0 asks).
+	// request when a request of its cost would not pass (as Envoy's
+	// descriptor hits_addend 0 asks, for one unit).
 	CheckOnly bool
 }
 

@@ -158,7 +158,7 @@ func (leasesOnly) AllowAll(context.Context, time.Time, []portero.Hit) ([]portero
 	return nil, errLeasesOnly
 }
 
-func (leasesOnly) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+func (leasesOnly) Peek(context.Context, portero.Rule, string, time.Time, int64) (portero.Decision, error) {
 	return portero.Decision{}, errLeasesOnly
 }
 

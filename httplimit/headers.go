@@ -82,11 +82,12 @@ func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail st
 	httpanswer.WriteUnavailable(w, retryAfter, detail)
 }
 
-// writeCostError answers a request whose cost cannot be read: 400 for a
+// WriteCostError answers a request whose cost cannot be read (the
+// middleware's answer, and the gateway's GET /v1/limits's): 400 for a
 // malformed cost header, 411 when a rule counts body bytes and the length
 // is unknown. (A cost above what a rule can ever admit is no error: the
 // engine refuses it with a 429 that says it can never pass.)
-func writeCostError(w http.ResponseWriter, re *policy.RuleError) {
+func WriteCostError(w http.ResponseWriter, re *policy.RuleError) {
 	status := costStatus(re)
 	writeProblem(w, Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: re.Error()})
 }

@@ -26,7 +26,7 @@ func (s *fixedStore) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit
 	}
 	return s.decs[:len(hits)], nil
 }
-func (s *fixedStore) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+func (s *fixedStore) Peek(context.Context, portero.Rule, string, time.Time, int64) (portero.Decision, error) {
 	return portero.Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Second}, nil
 }
 func (s *fixedStore) Reset(context.Context, portero.Rule, string) error { return nil }

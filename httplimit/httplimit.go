@@ -510,7 +510,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		}
 		var re *policy.RuleError
 		if errors.As(err, &re) {
-			writeCostError(w, re)
+			WriteCostError(w, re)
 			return
 		}
 		// Only a bug reaches here (the failure policy answers store

@@ -13,9 +13,13 @@ import (
 // the verdict into v: each result says what is available now. With method
 // and path, it looks at the rules a request of that method and path would
 // meet, as the middleware would compile it; without, at every rule that
-// applies to the caller whatever it asks. It returns the policy the hits
-// came from, to describe them. It is what a client asking "what have I
-// left?" is answered with (the gateway's GET /v1/limits).
+// applies to the caller whatever it asks. Each rule is looked at at the
+// cost the request would have (policy.Policy.Limits: its reserve, its cost
+// header as r carries it). It returns the policy the hits came from, to
+// describe them, and a *policy.RuleError for a cost that cannot be read
+// (WriteCostError answers it as the middleware does). It is what a client
+// asking "what have I left?" is answered with (the gateway's GET
+// /v1/limits).
 func (l *Limiter) Limits(r *http.Request, method, path string, v *engine.Verdict) (*policy.Policy, error) {
 	cfg := l.cfg.Load()
 	pr := &policy.Request{}
@@ -29,7 +33,10 @@ func (l *Limiter) Limits(r *http.Request, method, path string, v *engine.Verdict
 			pr.Path = path
 		}
 	}
-	hits := cfg.Policy.Limits(pr, full, nil)
+	hits, err := cfg.Policy.Limits(pr, full, nil)
+	if err != nil {
+		return cfg.Policy, err
+	}
 	return cfg.Policy, cfg.engine.Peek(r.Context(), cfg.Now(), hits, v)
 }
 

@@ -178,7 +178,7 @@ type failingStore struct{ failingLeases }
 func (*failingStore) AllowAll(context.Context, time.Time, []portero.Hit) ([]portero.Decision, error) {
 	return nil, portero.ErrStoreUnavailable
 }
-func (*failingStore) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+func (*failingStore) Peek(context.Context, portero.Rule, string, time.Time, int64) (portero.Decision, error) {
 	return portero.Decision{}, portero.ErrStoreUnavailable
 }
 func (*failingStore) Close(context.Context) error { return nil }

@@ -124,7 +124,7 @@ func TestCountedAfterResponseBound(t *testing.T) {
 		if code := login("right"); code != http.StatusTooManyRequests {
 			t.Errorf("after %d failures (limit %d): got %d, want 429", limit-1+inFlight, limit, code)
 		}
-		d, err := st.Peek(context.Background(), pol.Rule("login-failures").StoreRule(), "ip=127.0.0.1/32", time.Now())
+		d, err := st.Peek(context.Background(), pol.Rule("login-failures").StoreRule(), "ip=127.0.0.1/32", time.Now(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/portero-rl/portero/clientip"
 )
 
 // AddrSet is a set of addresses given as prefixes (CIDRs and single
-// addresses, IPv4 and IPv6): the address lists of rules. IPv4-mapped IPv6
-// prefixes (::ffff:192.0.2.0/120) are read as the IPv4 prefixes they map,
-// and an IPv4-mapped client address matches them as its IPv4 form, so a
-// list need not give both forms. It is immutable once built and looks an
+// addresses, IPv4 and IPv6): the address lists of rules. Each prefix is
+// read as clientip.Canonical reads it, as trusted-proxy lists are: an
+// IPv4-mapped IPv6 prefix (::ffff:192.0.2.0/120) as the IPv4 prefix it
+// maps; an IPv4-mapped client address matches as its IPv4 form, so a list
+// need not give both forms. It is immutable once built and looks an
 // address up in O(log n) however long the list (overlapping prefixes are
 // merged into ranges).
 type AddrSet struct {
@@ -28,7 +31,7 @@ func NewAddrSet(prefixes []netip.Prefix) (*AddrSet, error) {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("address %v: not a valid address or prefix", p)
 		}
-		p = normalizePrefix(p)
+		p = clientip.Canonical(p)
 		s.ranges = append(s.ranges, addrRange{p.Addr(), lastAddr(p)})
 	}
 	slices.SortFunc(s.ranges, func(a, b addrRange) int { return a.lo.Compare(b.lo) })
@@ -44,17 +47,6 @@ func NewAddrSet(prefixes []netip.Prefix) (*AddrSet, error) {
 	}
 	s.ranges = out
 	return s, nil
-}
-
-// normalizePrefix returns p masked, with an IPv4-mapped IPv6 prefix of 96
-// bits or more turned into the IPv4 prefix it maps and any zone dropped.
-func normalizePrefix(p netip.Prefix) netip.Prefix {
-	a := p.Addr().WithZone("")
-	bits := p.Bits()
-	if a.Is4In6() && bits >= 96 {
-		a, bits = a.Unmap(), bits-96
-	}
-	return netip.PrefixFrom(a, bits).Masked()
 }
 
 // lastAddr is the highest address of masked prefix p.

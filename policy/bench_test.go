@@ -22,7 +22,7 @@ func (s *allowAll) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit) 
 	}
 	return s.decs[:len(hits)], nil
 }
-func (s *allowAll) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+func (s *allowAll) Peek(context.Context, portero.Rule, string, time.Time, int64) (portero.Decision, error) {
 	return portero.Decision{Allowed: true, Limit: 100, Remaining: 50}, nil
 }
 func (s *allowAll) Reset(context.Context, portero.Rule, string) error { return nil }

@@ -22,21 +22,30 @@ func (p *Policy) Compile(req *Request, hits []engine.Hit, keys []byte) ([]engine
 		if !ok {
 			continue
 		}
-		if r.AfterResponse() {
-			// Settled after the response: a rule of matching responses
-			// only looks now; a cost from the response reserves.
-			if r.Responses.IsZero() {
-				hits = append(hits, engine.Hit{Rule: r.engine, Key: key, Cost: r.Reserve})
-			} else {
-				hits = append(hits, engine.Hit{Rule: r.engine, Key: key, Cost: 1, CheckOnly: true})
-			}
-			continue
-		}
-		cost, err := r.Cost.of(req)
+		h, err := r.hit(key, req)
 		if err != nil {
-			return hits, keys, &RuleError{Rule: r.Name, Err: err}
+			return hits, keys, err
 		}
-		hits = append(hits, engine.Hit{Rule: r.engine, Key: key, Cost: cost})
+		hits = append(hits, h)
 	}
 	return hits, keys, nil
+}
+
+// hit is r's hit for req under key: its cost, or, for a rule settled after
+// the response, what it takes now. Errors are *RuleError for a cost that
+// cannot be read.
+func (r *Rule) hit(key string, req *Request) (engine.Hit, error) {
+	if r.AfterResponse() {
+		// Settled after the response: a rule of matching responses only
+		// looks now; a cost from the response reserves.
+		if r.Responses.IsZero() {
+			return engine.Hit{Rule: r.engine, Key: key, Cost: r.Reserve}, nil
+		}
+		return engine.Hit{Rule: r.engine, Key: key, Cost: 1, CheckOnly: true}, nil
+	}
+	cost, err := r.Cost.of(req)
+	if err != nil {
+		return engine.Hit{}, &RuleError{Rule: r.Name, Err: err}
+	}
+	return engine.Hit{Rule: r.engine, Key: key, Cost: cost}, nil
 }

@@ -46,7 +46,7 @@ func TestConcurrencyRule(t *testing.T) {
 	}
 	// What a caller has left lists the rate rule only: work in flight is
 	// no quota, and a lease cannot be looked at.
-	if lim := p.Limits(r, true, nil); len(lim) != 1 || lim[0].Rule.Name != "rate" {
+	if lim, _ := p.Limits(r, true, nil); len(lim) != 1 || lim[0].Rule.Name != "rate" {
 		t.Errorf("Limits = %d hits, want the rate rule's alone", len(lim))
 	}
 }

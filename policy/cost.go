@@ -6,6 +6,8 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+
+	"github.com/portero-rl/portero/internal/quote"
 )
 
 // Cost says how many units one request consumes under a rule. The zero
@@ -111,7 +113,7 @@ func (c Cost) ofResponse(resp *Response) (int64, bool, error) {
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
 		if err != nil || n < 0 {
-			return 0, false, fmt.Errorf("%w: response header %s: %q: want a whole number", ErrBadCost, c.respHeader, v[0])
+			return 0, false, fmt.Errorf("%w: response header %s: %s: want a whole number", ErrBadCost, c.respHeader, quote.Input(v[0]))
 		}
 		return n, true, nil
 	case c.fixed > 0:
@@ -135,7 +137,7 @@ func (c Cost) of(req *Request) (int64, error) {
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("%w: header %s: %q: want a positive whole number", ErrBadCost, c.header, v)
+			return 0, fmt.Errorf("%w: header %s: %s: want a positive whole number", ErrBadCost, c.header, quote.Input(v))
 		}
 		return n, nil
 	case c.fixed > 0:

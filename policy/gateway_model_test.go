@@ -219,11 +219,11 @@ func TestSettleRules(t *testing.T) {
 		return r
 	}
 	left := func(at time.Time) int64 {
-		d, err := mem.Peek(ctx, p.Rule("tokens").StoreRule(), "header:X-Api-Key=k1", at)
+		d, err := mem.Peek(ctx, p.Rule("tokens").StoreRule(), "header:X-Api-Key=k1", at, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d.Remaining + 1
+		return d.Remaining
 	}
 	serve(chat(), t0, &policy.Response{Status: 200, Header: map[string][]string{"X-Tokens-Used": {"50"}}})
 	if got := left(t0); got != 950 {

@@ -9,9 +9,11 @@ import "github.com/portero-rl/portero/engine"
 // it, every rule whose caller part selects the caller (its identity, its
 // address) and whose key has a value for it, whatever the request — except
 // rules keyed by what the request asks for (route, method, host, path,
-// query), whose key only a full request names. It counts nothing and
-// decides nothing.
-func (p *Policy) Limits(req *Request, full bool, hits []engine.Hit) []engine.Hit {
+// query), whose key only a full request names. Each hit has the cost
+// Compile gives req (a rule's reserve, a cost header of req), so that a
+// look tells what that request would get. It counts nothing and decides
+// nothing; errors are Compile's, for a cost that cannot be read.
+func (p *Policy) Limits(req *Request, full bool, hits []engine.Hit) ([]engine.Hit, error) {
 	start := len(hits)
 	var keys []byte
 	for _, r := range p.rules {
@@ -28,9 +30,14 @@ func (p *Policy) Limits(req *Request, full bool, hits []engine.Hit) []engine.Hit
 		if !ok {
 			continue
 		}
-		hits = append(hits, engine.Hit{Rule: r.engine, Key: key, Cost: 1, CheckOnly: true})
+		h, err := r.hit(key, req)
+		if err != nil {
+			return hits, err
+		}
+		h.CheckOnly = true
+		hits = append(hits, h)
 	}
-	return hits
+	return hits, nil
 }
 
 // RuleOf returns the policy rule an engine rule of p was compiled from, or

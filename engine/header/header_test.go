@@ -162,11 +162,11 @@ func (f *flaky) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	return f.Store.AllowAll(ctx, now, hits)
 }
 
-func (f *flaky) Peek(ctx context.Context, r portero.Rule, k string, now time.Time) (portero.Decision, error) {
+func (f *flaky) Peek(ctx context.Context, r portero.Rule, k string, now time.Time, cost int64) (portero.Decision, error) {
 	if f.down.Load() {
 		return portero.Decision{}, portero.ErrStoreUnavailable
 	}
-	return f.Store.Peek(ctx, r, k, now)
+	return f.Store.Peek(ctx, r, k, now, cost)
 }
 
 // fields formats the fields as "Name: value" lines.

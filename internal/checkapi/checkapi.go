@@ -90,6 +90,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
+	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -313,14 +314,14 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 func checkMediaType(ct string) string {
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return fmt.Sprintf("Content-Type %q: %v; want application/json", ct, err)
+		return fmt.Sprintf("Content-Type %s: %v; want application/json", quote.Input(ct), err)
 	}
 	if mt != "application/json" {
-		return fmt.Sprintf("Content-Type %q: want application/json", ct)
+		return fmt.Sprintf("Content-Type %s: want application/json", quote.Input(ct))
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return fmt.Sprintf("Content-Type %q: parameter %s=%s: want no parameter but charset=utf-8", ct, k, v)
+			return fmt.Sprintf("Content-Type %s: parameter %s: want no parameter but charset=utf-8", quote.Input(ct), quote.Input(k+"="+v))
 		}
 	}
 	return ""
@@ -367,9 +368,9 @@ func duplicateMembers(body []byte) error {
 			k, _ := tok.(string)
 			if top.seen[k] {
 				if where := path(); where != "" {
-					return fmt.Errorf("duplicate member %q in %s", k, where)
+					return fmt.Errorf("duplicate member %s in %s", quote.Input(k), quote.Cut(where))
 				}
-				return fmt.Errorf("duplicate member %q", k)
+				return fmt.Errorf("duplicate member %s", quote.Input(k))
 			}
 			top.seen[k] = true
 			top.key = false
@@ -560,7 +561,7 @@ func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *Ch
 		rule = p.Rule(in.Policy)
 	}
 	if rule == nil {
-		problem(w, http.StatusNotFound, fmt.Sprintf("unknown policy rule %q", in.Policy))
+		problem(w, http.StatusNotFound, fmt.Sprintf("unknown policy rule %s", quote.Input(in.Policy)))
 		return
 	}
 	if rule.IsConcurrency() {
@@ -645,7 +646,7 @@ func (o *original) expand(tmpl string) (string, bool, error) {
 		}
 		j := strings.IndexByte(tmpl[i:], '}')
 		if j < 0 {
-			return "", false, fmt.Errorf("unclosed { in %q", tmpl)
+			return "", false, fmt.Errorf("unclosed { in %s", quote.Input(tmpl))
 		}
 		b.WriteString(tmpl[:i])
 		name := tmpl[i+1 : i+j]
@@ -672,7 +673,7 @@ func (o *original) expand(tmpl string) (string, bool, error) {
 			}
 			v = strings.TrimSpace(hv[0])
 		default:
-			return "", false, fmt.Errorf("unknown placeholder {%s}: want {ip}, {method}, {path}, {uri}, {host} or {header:Name}", name)
+			return "", false, fmt.Errorf("unknown placeholder %s: want {ip}, {method}, {path}, {uri}, {host} or {header:Name}", quote.Input("{"+name+"}"))
 		}
 		if v == "" {
 			return "", false, nil
@@ -690,7 +691,7 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("deny_status"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 400 || n > 599 {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("deny_status %q: want a 4xx or 5xx status", s))
+			problem(w, http.StatusBadRequest, fmt.Sprintf("deny_status %s: want a 4xx or 5xx status", quote.Input(s)))
 			return
 		}
 		deny = n
@@ -712,12 +713,12 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		for _, part := range strings.Split(t, ",") {
 			k, v, ok := strings.Cut(part, "=")
 			if !ok || k == "" {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %q: want key=value[,key=value...]", t))
+				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %s: want key=value[,key=value...]", quote.Input(t)))
 				return
 			}
 			val, has, err := o.expand(v)
 			if err != nil {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %q: %v", t, err))
+				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %s: %v", quote.Input(t), err))
 				return
 			}
 			if !has {

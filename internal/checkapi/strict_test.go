@@ -81,3 +81,44 @@ func TestCheckFailurePolicyHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestProblemsQuoteAShortPrefix: what a client sent — a Content-Type, a
+// JSON member or value, a query value — is repeated in a problem detail as
+// a short prefix, however long it was.
+func TestProblemsQuoteAShortPrefix(t *testing.T) {
+	p, err := policy.New([]policy.Rule{{Name: "api", Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(c *Config) { c.Policy = func() *policy.Policy { return p } })
+	long := strings.Repeat("x", 16<<10)
+	ok := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`
+	for _, tt := range []struct {
+		name, method, url, ctype, body string
+	}{
+		{"content type", "POST", "/v1/check", "text/" + long, ok},
+		{"content type parameter", "POST", "/v1/check", "application/json; p=" + long, ok},
+		{"duplicate member", "POST", "/v1/check", "application/json", `{"` + long + `":1,"` + long + `":2}`},
+		{"duplicate member deep", "POST", "/v1/check", "application/json", `{"` + long + `":{"a":1,"a":2}}`},
+		{"unknown domain", "POST", "/v1/check", "application/json", `{"domain":"` + long[:1000] + `","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`},
+		{"unknown policy rule", "POST", "/v1/check", "application/json", `{"policy":"` + long + `","key":"k"}`},
+		{"deny_status", "GET", "/v1/auth?domain=edge&deny_status=" + long, "", ""},
+		{"descriptor", "GET", "/v1/auth?domain=edge&descriptor=" + long, "", ""},
+		{"placeholder", "GET", "/v1/auth?domain=edge&descriptor=k={" + long + "}", "", ""},
+		{"unclosed", "GET", "/v1/auth?domain=edge&descriptor=k={" + long, "", ""},
+	} {
+		req, _ := http.NewRequest(tt.method, f.srv.URL+tt.url, strings.NewReader(tt.body))
+		if tt.ctype != "" {
+			req.Header.Set("Content-Type", tt.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || len(raw) > 600 || !strings.Contains(string(raw), "xxxx") {
+			t.Errorf("%s: %d, %d bytes: %.200s; want a refusal quoting a short prefix", tt.name, resp.StatusCode, len(raw), raw)
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 )
@@ -63,7 +64,8 @@ type Hooks struct {
 	// OnShed is called for every request the overload section refuses.
 	OnShed func(r *http.Request, ref *overload.Refusal)
 	// OnAnswered is called when the gateway answers a request itself
-	// before the limiter (AnsweredForbidden, AnsweredLimits), instead of
+	// before the limiter (AnsweredForbidden, AnsweredBadRequest,
+	// AnsweredLimits), instead of
 	// OnRoute and OnDecision; the probes are not reported.
 	OnAnswered func(r *http.Request, why string)
 }
@@ -208,13 +210,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve runs r through t after shedding: its API key, its route, the
 // limiter, the upstream.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
-	r, forbidden, limits := door(r, t)
+	r, ref, limits := door(r, t)
 	switch {
-	case forbidden != "":
+	case ref.status != 0:
 		if g.hooks.OnAnswered != nil {
-			g.hooks.OnAnswered(r, AnsweredForbidden)
+			g.hooks.OnAnswered(r, ref.answered())
 		}
-		forbid(w, forbidden)
+		refuse(w, ref)
 		return
 	case limits:
 		if g.hooks.OnAnswered != nil {
@@ -246,8 +248,8 @@ type Decision struct {
 	// Route and Upstream name the route r matched; empty when none did.
 	Route, Upstream string
 	// Answered, when not empty, says why the gateway answered r itself
-	// before the limiter: AnsweredProbe, AnsweredLimits or
-	// AnsweredForbidden, Detail saying why for the last. Verdict is nil
+	// before the limiter: AnsweredProbe, AnsweredLimits, AnsweredForbidden
+	// or AnsweredBadRequest, Detail saying why for the last two. Verdict is nil
 	// then.
 	Answered, Detail string
 }
@@ -263,13 +265,24 @@ const (
 	// AnsweredForbidden: 403, the API key is missing or unknown, or its
 	// plan does not cover the request.
 	AnsweredForbidden = "forbidden"
+	// AnsweredBadRequest: 400, the API key header is given more than
+	// once.
+	AnsweredBadRequest = "bad-request"
 )
+
+// answered is the Decision.Answered of a refusal.
+func (ref refusal) answered() string {
+	if ref.status == http.StatusBadRequest {
+		return AnsweredBadRequest
+	}
+	return AnsweredForbidden
+}
 
 // Decide decides r at now exactly as ServeHTTP would — the API key and
 // the plan's routes, the route match, then the limiter's one decision path
 // (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
 // d.Status is the status the gateway answers itself (httplimit.Decision's;
-// 403, or 200 for /healthz, /readyz and GET /v1/limits — 405 for another
+// 400 or 403, or 200 for /healthz, /readyz and GET /v1/limits — 405 for another
 // method there —, which are never limited, with d.Answered saying which;
 // 404 for a request that passes the limits but matches no route), or 0
 // when it would forward r to d.Upstream. A request replayed from serve's
@@ -286,11 +299,11 @@ func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
 		return
 	}
-	r, forbidden, limits := door(r, t)
-	if forbidden != "" || limits {
+	r, ref, limits := door(r, t)
+	if ref.status != 0 || limits {
 		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
-		if forbidden != "" {
-			d.Status, d.Answered, d.Detail = http.StatusForbidden, AnsweredForbidden, forbidden
+		if ref.status != 0 {
+			d.Status, d.Answered, d.Detail = ref.status, ref.answered(), ref.detail
 		}
 		d.Delay, d.Verdict, d.Err, d.ClientIP = 0, nil, nil, t.cfg.ClientIP.Resolve(r)
 		return
@@ -349,7 +362,7 @@ func (t *table) match(r *http.Request) *route {
 type notFound struct{}
 
 func (notFound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+r.Method+" "+r.URL.Path)
+	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+quote.Cut(r.Method)+" "+quote.Cut(r.URL.Path))
 }
 
 // build prepares the table of cfg; old is the table it replaces (nil for

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
@@ -12,6 +15,7 @@ import (
 	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/httpanswer"
+	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -20,14 +24,22 @@ import (
 // GET /v1/limits tells the caller which limits and quotas apply to it and
 // how much of each is left, without counting.
 
+// refusal is what the door answers itself before any limit is counted:
+// 400 or 403, and why. The zero refusal lets the request in.
+type refusal struct {
+	status int
+	detail string
+}
+
 // door is what the API-gateway model decides about r before any limit is
 // counted, for ServeHTTP and Decide alike: r with its API key's caller ID
 // and plan as identities (httplimit.WithIdentity) for the plans' rules;
-// forbidden, the detail of a 403, when the key is missing, unknown or its
-// plan does not cover r; limits when r asks for GET /v1/limits (answered
-// without counting, after the key is found and before the plan's routes
-// are checked).
-func door(r *http.Request, t *table) (out *http.Request, forbidden string, limits bool) {
+// a refusal when the key header is given more than once (400), or the key
+// is missing, unknown or its plan does not cover r (403); limits when r
+// asks for GET /v1/limits (answered without counting, after the key is
+// found, and refused as the request it asks about would be when the plan
+// does not cover that one).
+func door(r *http.Request, t *table) (out *http.Request, ref refusal, limits bool) {
 	gm := &t.cfg.Gateway
 	if gm.Keys != nil {
 		// A replayed request carries its key as the access log recorded
@@ -35,12 +47,19 @@ func door(r *http.Request, t *table) (out *http.Request, forbidden string, limit
 		logged, replayed := r.Context().Value(loggedKeyCtx{}).(string)
 		raw := logged
 		if !replayed {
-			if vs := r.Header[t.keyField]; len(vs) > 0 {
+			vs := r.Header[t.keyField]
+			if len(vs) > 1 {
+				// Which one would be charged is a guess a client could
+				// exploit: refuse rather than pick.
+				return r, refusal{http.StatusBadRequest, "the " + gm.KeyHeader + " header is given " + strconv.Itoa(len(vs)) +
+					" times: send one API key (an API key identifies the one caller a request is counted for)"}, false
+			}
+			if len(vs) == 1 {
 				raw = vs[0]
 			}
 		}
 		if raw == "" {
-			return r, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)", false
+			return r, refusal{http.StatusForbidden, "missing API key: send it in the " + gm.KeyHeader + " header (an API key identifies the caller for counting; it is not a credential)"}, false
 		}
 		var k apikey.Key
 		var ok bool
@@ -50,20 +69,37 @@ func door(r *http.Request, t *table) (out *http.Request, forbidden string, limit
 			k, ok = gm.Keys.Lookup(raw)
 		}
 		if !ok {
-			return r, "unknown API key in the " + gm.KeyHeader + " header", false
+			return r, refusal{http.StatusForbidden, "unknown API key in the " + gm.KeyHeader + " header"}, false
 		}
 		r = r.WithContext(httplimit.WithIdentities(r.Context(), map[string]string{config.IdentityAPIKey: k.ID, config.IdentityPlan: k.Plan}))
 	}
-	if gm.LimitsPath != "" && r.URL.Path == gm.LimitsPath {
-		return r, "", true
+	method, path := r.Method, r.URL.Path
+	limits = gm.LimitsPath != "" && path == gm.LimitsPath
+	if limits {
+		method, path = asked(r)
+		if method == "" {
+			return r, refusal{}, true // every limit of the caller: no one request to check
+		}
 	}
 	if gm.Keys != nil {
 		plan := httplimit.Identity(r.Context())[config.IdentityPlan]
-		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}) {
-			return r, "usage plan " + plan + " does not cover " + r.Method + " " + r.URL.Path, false
+		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: method, Host: r.Host, Path: path, Header: r.Header}) {
+			return r, refusal{http.StatusForbidden, "usage plan " + plan + " does not cover " + quote.Cut(method) + " " + quote.Cut(path)}, false
 		}
 	}
-	return r, "", false
+	return r, refusal{}, limits
+}
+
+// asked returns the request a GET /v1/limits asks about: its method and
+// path query parameters, the one left out being the limits request's own;
+// "" and "" when it gives neither (it asks about every limit of the caller).
+func asked(r *http.Request) (method, path string) {
+	q := r.URL.Query()
+	method, path = q.Get("method"), q.Get("path")
+	if method == "" && path == "" {
+		return "", ""
+	}
+	return cmp.Or(method, r.Method), cmp.Or(path, r.URL.Path)
 }
 
 type loggedKeyCtx struct{}
@@ -86,8 +122,8 @@ func limitsStatus(method string) int {
 	return http.StatusOK
 }
 
-func forbid(w http.ResponseWriter, detail string) {
-	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Forbidden", Status: http.StatusForbidden, Detail: detail})
+func refuse(w http.ResponseWriter, ref refusal) {
+	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: http.StatusText(ref.status), Status: ref.status, Detail: ref.detail})
 }
 
 // LimitsAnswer is the body of GET /v1/limits.
@@ -104,12 +140,15 @@ type LimitsClient struct {
 }
 
 // LimitView is one limit that applies to the caller, and what is left of
-// it now.
+// it now. Its figures are those of the decision the next request gets:
+// that request is refused exactly when RetryAfterSeconds is set (its
+// Retry-After), and otherwise leaves Remaining less its cost.
 type LimitView struct {
 	Name string `json:"name"`
 	// Level is global, stage, method, plan, quota, rate-rule or rule.
 	Level string `json:"level"`
-	// AppliesTo is the requests the rule selects, such as "POST /orders".
+	// AppliesTo is the requests the rule selects, such as "POST /orders";
+	// for a plan's throttle and quota, the routes the plan covers.
 	AppliesTo string `json:"applies_to"`
 	// Shared reports a limit counted for every client together (the
 	// installation's, a stage's), not for this caller alone.
@@ -124,11 +163,18 @@ type LimitView struct {
 	// Remaining is what is available now.
 	Remaining int64  `json:"remaining"`
 	Unit      string `json:"unit,omitempty"`
-	// ResetSeconds is how long until the rule is whole again.
+	// Cost, when not 1, is what the next request costs under the rule
+	// (its reserve, or the cost header the limits request carries): the
+	// cost the retry time is for.
+	Cost int64 `json:"cost,omitempty"`
+	// ResetSeconds is how long until the rule is whole again, from now.
 	ResetSeconds int64 `json:"reset_seconds"`
-	// RetryAfterSeconds, when nothing is left, is how long until a request
-	// of cost 1 would pass.
+	// RetryAfterSeconds, when the next request would be refused, is how
+	// long until it would pass.
 	RetryAfterSeconds int64 `json:"retry_after_seconds,omitempty"`
+	// CanNeverPass: the next request costs more than the rule ever admits
+	// at once; waiting does not help.
+	CanNeverPass bool `json:"can_never_pass,omitempty"`
 	// PeriodEndsSeconds is, for a quota, the time to the end of its period.
 	PeriodEndsSeconds int64  `json:"period_ends_seconds,omitempty"`
 	Mode              string `json:"mode,omitempty"`
@@ -138,8 +184,9 @@ type LimitView struct {
 }
 
 // limits answers GET /v1/limits: every limit that applies to the caller
-// (or, with ?method=&path=, to that request), with what is left, from the
-// engine's peek. The RateLimit fields come from the one header writer.
+// (or, with ?method=&path=, to that request), with what is left and what
+// the next request gets, from the engine's peek at each rule's cost. The
+// RateLimit fields come from the one header writer.
 func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	if limitsStatus(r.Method) != http.StatusOK {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -147,9 +194,13 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})
 		return
 	}
-	q := r.URL.Query()
+	method, path := asked(r)
 	var v engine.Verdict
-	pol, err := g.limiter.Limits(r, q.Get("method"), q.Get("path"), &v)
+	pol, err := g.limiter.Limits(r, method, path, &v)
+	if re := (*policy.RuleError)(nil); errors.As(err, &re) {
+		httplimit.WriteCostError(w, re) // what the request itself would get
+		return
+	}
 	if err != nil {
 		httplimit.WriteUnavailable(w, 0, "the limits cannot be read now: "+err.Error())
 		return
@@ -161,29 +212,9 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	}
 	for i := range v.Results {
 		res := &v.Results[i]
-		pr := pol.RuleOf(res.Rule)
-		if pr == nil {
-			continue
+		if pr := pol.RuleOf(res.Rule); pr != nil {
+			ans.Limits = append(ans.Limits, view(res, pr, &t.cfg.Gateway, ans.Client.Plan))
 		}
-		d := res.Decision
-		lv := LimitView{
-			Name: pr.Name, Level: t.cfg.Gateway.Levels[pr.Name], AppliesTo: pr.Match.String(), Shared: !pr.Key.PerClient(),
-			Algorithm: string(pr.Algorithm), Limit: pr.Limit.String(), Quota: d.Quota, Max: d.Limit, Remaining: max(d.Remaining, 0),
-			Unit: res.Rule.Unit, ResetSeconds: header.CeilSeconds(d.ResetAfter), DecidedBy: string(res.Failure),
-		}
-		if lv.Level == "" {
-			lv.Level = "rule"
-		}
-		if pr.Shadow() {
-			lv.Mode = "shadow"
-		}
-		if !d.Allowed {
-			lv.Remaining, lv.RetryAfterSeconds = 0, max(header.CeilSeconds(d.RetryAfter), 1)
-		}
-		if d.Quota {
-			lv.PeriodEndsSeconds = header.CeilSeconds(d.PeriodLeft)
-		}
-		ans.Limits = append(ans.Limits, lv)
 	}
 	body, _ := json.MarshalIndent(ans, "", "  ")
 	body = append(body, '\n')
@@ -196,4 +227,37 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
+}
+
+// view is the LimitView of the look res at rule pr, for a caller in plan.
+func view(res *engine.Result, pr *policy.Rule, gm *config.GatewayModel, plan string) LimitView {
+	d := res.Decision
+	lv := LimitView{
+		Name: pr.Name, Level: cmp.Or(gm.Levels[pr.Name], "rule"), AppliesTo: pr.Match.String(), Shared: !pr.Key.PerClient(),
+		Algorithm: string(pr.Algorithm), Limit: pr.Limit.String(), Quota: d.Quota, Max: d.Limit, Remaining: max(d.Remaining, 0),
+		Unit: res.Rule.Unit, ResetSeconds: header.CeilSeconds(d.ResetAfter), DecidedBy: string(res.Failure),
+	}
+	if pc := gm.Plans[plan]; pc != nil && len(pc.Routes) > 0 && (lv.Level == "plan" || lv.Level == "quota") {
+		routes := make([]string, len(pc.Routes))
+		for i := range pc.Routes {
+			routes[i] = pc.Routes[i].String()
+		}
+		lv.AppliesTo = strings.Join(routes, ", ")
+	}
+	if res.Cost != 1 {
+		lv.Cost = res.Cost
+	}
+	if pr.Shadow() {
+		lv.Mode = "shadow"
+	}
+	switch {
+	case res.Outcome == engine.CanNeverPass:
+		lv.CanNeverPass = true
+	case !d.Allowed:
+		lv.RetryAfterSeconds = max(header.CeilSeconds(d.RetryAfter), 1)
+	}
+	if d.Quota {
+		lv.PeriodEndsSeconds = header.CeilSeconds(d.PeriodLeft)
+	}
+	return lv
 }

@@ -256,3 +256,48 @@ func TestDecideAtTheDoor(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoAPIKeys: a request that gives the key header twice is refused
+// with 400 saying why, whichever keys they are, before the upstream and
+// before any limit: neither key's plan is charged for it. Decide answers
+// the same.
+func TestTwoAPIKeys(t *testing.T) {
+	up, calls, _ := upstream(t)
+	g, srv, _ := gw(t, planYAML(up.URL))
+	for _, keys := range [][]string{{"basic-key", "gold-key"}, {"gold-key", "gold-key"}, {"gold-key", "stolen-key"}} {
+		req, _ := http.NewRequest("GET", srv.URL+"/pets/1", nil)
+		req.Header["X-Api-Key"] = keys
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(string(b), "the X-API-Key header is given 2 times: send one API key") {
+			t.Errorf("keys %q = %d %s, want 400 saying the header is given twice", keys, resp.StatusCode, b)
+		}
+		r := httptest.NewRequest("GET", "/pets/1", nil)
+		r.Header["X-Api-Key"] = keys
+		var d gateway.Decision
+		g.Decide(r, time.Now(), &d)
+		if d.Status != http.StatusBadRequest || d.Answered != gateway.AnsweredBadRequest || d.Verdict != nil {
+			t.Errorf("Decide with keys %q = %d %q, want 400 %q before the limits", keys, d.Status, d.Answered, gateway.AnsweredBadRequest)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d requests with two keys reached the upstream", n)
+	}
+	for _, key := range []string{"basic-key", "gold-key"} {
+		_, body := get(t, srv.URL+"/v1/limits", "X-API-Key", key)
+		var ans gateway.LimitsAnswer
+		if err := json.Unmarshal([]byte(body), &ans); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ans.Limits {
+			if l.Level == "quota" && l.Remaining != l.Max {
+				t.Errorf("%s: quota %s has %d of %d left: charged for a request with two keys", key, l.Name, l.Remaining, l.Max)
+			}
+		}
+	}
+}

@@ -52,7 +52,7 @@ func (nopStore) AllowAll(_ context.Context, _ time.Time, hits []portero.Hit) ([]
 	return out, nil
 }
 
-func (nopStore) Peek(_ context.Context, r portero.Rule, _ string, _ time.Time) (portero.Decision, error) {
+func (nopStore) Peek(_ context.Context, r portero.Rule, _ string, _ time.Time, _ int64) (portero.Decision, error) {
 	return portero.Decision{Allowed: true, Limit: r.Limit.Count, Remaining: r.Limit.Count - 1}, nil
 }
 

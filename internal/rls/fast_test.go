@@ -152,9 +152,9 @@ func (s *countingStore) AllowAll(ctx context.Context, now time.Time, hits []port
 	return s.Store.AllowAll(ctx, now, hits)
 }
 
-func (s *countingStore) Peek(ctx context.Context, r portero.Rule, key string, now time.Time) (portero.Decision, error) {
+func (s *countingStore) Peek(ctx context.Context, r portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	s.calls.Add(1)
-	return s.Store.Peek(ctx, r, key, now)
+	return s.Store.Peek(ctx, r, key, now, cost)
 }
 
 // A request costs one store call in the common cases: one or several

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portero-rl/portero/internal/h2grpc"
+	"github.com/portero-rl/portero/internal/quote"
 )
 
 // The lean transport serves the same Service over internal/h2grpc instead
@@ -36,7 +37,7 @@ func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 		return nil, status.Errorf(codes.InvalidArgument, "malformed HealthCheckRequest: %v", err)
 	}
 	if in.Service != "" && in.Service != ServiceName && in.Service != HealthName {
-		return nil, status.Errorf(codes.NotFound, "unknown service %q", in.Service)
+		return nil, status.Errorf(codes.NotFound, "unknown service %s", quote.Input(in.Service))
 	}
 	st := healthpb.HealthCheckResponse_SERVING
 	if h.notServing.Load() {

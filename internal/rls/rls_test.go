@@ -523,7 +523,7 @@ func (slowStore) AllowAll(ctx context.Context, _ time.Time, _ []portero.Hit) ([]
 	return nil, fmt.Errorf("%w: %w", portero.ErrStoreUnavailable, ctx.Err())
 }
 
-func (slowStore) Peek(ctx context.Context, _ portero.Rule, _ string, _ time.Time) (portero.Decision, error) {
+func (slowStore) Peek(ctx context.Context, _ portero.Rule, _ string, _ time.Time, cost int64) (portero.Decision, error) {
 	<-ctx.Done()
 	return portero.Decision{}, fmt.Errorf("%w: %w", portero.ErrStoreUnavailable, ctx.Err())
 }

@@ -26,7 +26,7 @@ import (
 // Peeker is implemented by stores that can show a key's state without
 // counting a request.
 type Peeker interface {
-	Peek(ctx context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error)
+	Peek(ctx context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error)
 }
 
 // Resetter is implemented by stores that can forget a key's state.
@@ -207,7 +207,7 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this store cannot show a key's state"})
 			return
 		}
-		d, err := p.Peek(r.Context(), rule.StoreRule(), key, s.now())
+		d, err := p.Peek(r.Context(), rule.StoreRule(), key, s.now(), 1)
 		if err != nil {
 			writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return

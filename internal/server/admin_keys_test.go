@@ -102,11 +102,11 @@ func adminKeysSession(t *testing.T, r *running) {
 		if st.Allowed || st.Remaining != 0 || st.RetryAfter <= 0 || st.ResetAfter < st.RetryAfter {
 			t.Fatalf("alice's state: %+v, want refused, 0 remaining, a retry after > 0", st)
 		}
-		if st := state(bob); !st.Allowed || st.Remaining != 1 || st.RetryAfter != 0 {
-			t.Fatalf("bob's state after one request: %+v, want allowed leaving 1", st)
+		if st := state(bob); !st.Allowed || st.Remaining != 2 || st.RetryAfter != 0 {
+			t.Fatalf("bob's state after one request: %+v, want allowed, 2 of 3 left", st)
 		}
 	}
-	if st := state("nobody"); !st.Allowed || st.Remaining != 2 {
+	if st := state("nobody"); !st.Allowed || st.Remaining != 3 || st.ResetAfter != 0 {
 		t.Errorf("an unknown key: %+v, want a fresh key's state", st)
 	}
 
@@ -144,7 +144,7 @@ func adminKeysSession(t *testing.T, r *running) {
 	if !strings.Contains(r.logs.String(), "key reset through the admin API") {
 		t.Errorf("the reset is not logged:\n%s", r.logs)
 	}
-	if st := state(alice); !st.Allowed || st.Remaining != 2 || st.RetryAfter != 0 {
+	if st := state(alice); !st.Allowed || st.Remaining != 3 || st.RetryAfter != 0 {
 		t.Errorf("alice's state after the reset: %+v, want a fresh key's", st)
 	}
 	for i := range 3 {
@@ -155,7 +155,7 @@ func adminKeysSession(t *testing.T, r *running) {
 	if code := client("alice"); code != 429 {
 		t.Errorf("alice's fourth request after the reset: %d, want 429 again", code)
 	}
-	if st := state(bob); !st.Allowed || st.Remaining != 1 {
+	if st := state(bob); !st.Allowed || st.Remaining != 2 {
 		t.Errorf("bob after alice's reset: %+v, want untouched", st)
 	}
 }

@@ -48,14 +48,14 @@ func (l *leased) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit
 
 // Peek implements portero.Store, leased as AllowAll is (the engine peeks
 // for check-only hits and for hits that can never pass).
-func (l *leased) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+func (l *leased) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	l.inflight.Add(1)
 	if l.retired.Load() {
 		l.release()
-		return l.next.Load().Peek(ctx, rule, key, now)
+		return l.next.Load().Peek(ctx, rule, key, now, cost)
 	}
 	defer l.release()
-	return l.Store.Peek(ctx, rule, key, now)
+	return l.Store.Peek(ctx, rule, key, now, cost)
 }
 
 // Acquire implements portero.LeaseStore when the store does (memstore and

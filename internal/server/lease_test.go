@@ -21,7 +21,7 @@ func (b *blockingStore) AllowAll(ctx context.Context, _ time.Time, hits []porter
 	return make([]portero.Decision, len(hits)), nil
 }
 
-func (b *blockingStore) Peek(context.Context, portero.Rule, string, time.Time) (portero.Decision, error) {
+func (b *blockingStore) Peek(context.Context, portero.Rule, string, time.Time, int64) (portero.Decision, error) {
 	b.calls <- struct{}{}
 	<-b.release
 	return portero.Decision{}, nil
@@ -55,7 +55,7 @@ func TestLeasedRetire(t *testing.T) {
 		t.Fatal("a call after retire did not reach the successor")
 	}
 	// A late Peek too (the engine's check-only and can-never-pass hits).
-	old.Peek(context.Background(), portero.Rule{}, "k", time.Now())
+	old.Peek(context.Background(), portero.Rule{}, "k", time.Now(), 1)
 	select {
 	case <-newS.calls:
 	default:

@@ -95,10 +95,10 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 	return decs, nil
 }
 
-// Peek implements portero.Store: the decision of a cost-1 hit, never
-// counted. It fails with the error set by SetErr, as AllowAll does, and
-// counts as a call.
-func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+// Peek implements portero.Store: algorithm.Look of the key's state at
+// cost, never counted. It fails with the error set by SetErr, as AllowAll
+// does, and counts as a call.
+func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -110,8 +110,7 @@ func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.
 		return portero.Decision{}, fmt.Errorf("policytest: rule %q: %w", rule.Name, err)
 	}
 	st, found := s.state[stateKey{rule, key}]
-	_, dec := d.Decide(st, found, now.UnixNano(), 1)
-	return dec, nil
+	return algorithm.Look(d, st, found, now.UnixNano(), cost), nil
 }
 
 // Close implements portero.Store.

@@ -8,26 +8,31 @@ import (
 	"github.com/portero-rl/portero/algorithm"
 )
 
-// Peek returns the decision that a request of cost 1 from key under rule
-// would get at now, without counting it: the Decision AllowN would return,
-// with Allowed saying whether that request would pass and Remaining what
-// it would leave. A key the store holds no state for answers as a fresh one.
-// Nothing observable changes: the fixed-size state is only read, and a
-// sliding log is pruned of the entries that have expired at now and its
+// Peek returns what a request of cost from key under rule would get at
+// now, without counting it (portero.Store.Peek, algorithm.Look): Allowed,
+// RetryAfter and Delay as AllowN would decide it, Remaining and ResetAfter
+// as they stand now. A key the store holds no state for answers as a fresh
+// one. Nothing observable changes: the fixed-size state is only read, and
+// a sliding log is pruned of the entries that have expired at now and its
 // latest instant moved to now, as a refused request does (which changes no
 // decision while time goes forward), but nothing is logged. Errors wrap
-// portero.ErrClosed, portero.ErrInvalidLimit or portero.ErrUnknownAlgorithm.
-// ctx is not consulted.
+// portero.ErrClosed, portero.ErrInvalidLimit, portero.ErrUnknownAlgorithm,
+// portero.ErrInvalidCost or portero.ErrCostExceedsLimit. ctx is not
+// consulted.
 //
 // Peek and Reset serve the gateway's admin API (GET and DELETE on
-// /api/keys), for an operator inspecting or forgiving one client.
-func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
+// /api/keys), for an operator inspecting or forgiving one client, and the
+// engine's check-only hits.
+func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	if s.closed.Load() {
 		return portero.Decision{}, errClosed
 	}
 	t, err := s.table(rule)
 	if err != nil {
 		return portero.Decision{}, err
+	}
+	if cost <= 0 || cost > t.max {
+		return portero.Decision{}, t.badCall(cost)
 	}
 	h := t.hash(key)
 	sh := t.shard(h)
@@ -39,15 +44,14 @@ func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.
 		if l == nil {
 			l = new(algorithm.Log) // a fresh log, not kept
 		}
-		return t.log.Decide(l, ns, 1), nil // records nothing
+		return t.log.Look(l, ns, cost), nil // records nothing
 	}
 	var st algorithm.State
 	found := false
 	if a, i := sh.find(h); i >= 0 {
 		st, found = a.state(i), true
 	}
-	_, d := t.dec.Decide(st, found, ns, 1) // the new state is dropped
-	return d, nil
+	return algorithm.Look(t.dec, st, found, ns, cost), nil
 }
 
 // Reset forgets key's state under rule, so that its next request is decided

@@ -16,7 +16,7 @@ import (
 
 func peek(t *testing.T, s *memstore.Store, r portero.Rule, key string, now time.Time) portero.Decision {
 	t.Helper()
-	d, err := s.Peek(context.Background(), r, key, now)
+	d, err := s.Peek(context.Background(), r, key, now, 1)
 	if err != nil {
 		t.Fatalf("Peek(%s, %q) = %v", r.Name, key, err)
 	}
@@ -33,8 +33,8 @@ func TestPeekDoesNotConsume(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%s", r.Algorithm, r.Name), func(t *testing.T) {
 			s, twin := newStore(t, memstore.Config{}), newStore(t, memstore.Config{})
 			fresh := peek(t, s, r, "k", now)
-			if !fresh.Allowed || fresh.Remaining != fresh.Limit-1 {
-				t.Errorf("peek at a fresh key: %+v, want allowed with %d remaining", fresh, fresh.Limit-1)
+			if !fresh.Allowed || fresh.Remaining != fresh.Limit || fresh.ResetAfter != 0 {
+				t.Errorf("peek at a fresh key: %+v, want allowed with all %d remaining, whole", fresh, fresh.Limit)
 			}
 			for range 3 * fresh.Limit {
 				if d := peek(t, s, r, "k", now); d != fresh {
@@ -70,7 +70,8 @@ func TestPeekDoesNotConsume(t *testing.T) {
 
 // Along a random trace of cost-1 requests (time going back in places, for
 // every algorithm but the sliding log: see Peek), a peek at the instant of
-// each call, on its key and on the others, answers what the call then gets;
+// each call, on its key and on the others, answers what the call then gets
+// (as of before it: an admitted call leaves one less than the peek said);
 // and the calls decide exactly as storetest.Reference does without peeks.
 func TestPeekMatchesNextAllow(t *testing.T) {
 	ctx := context.Background()
@@ -100,7 +101,11 @@ func TestPeekMatchesNextAllow(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if p != got {
+				next := p
+				if got.Allowed {
+					next.Remaining, next.ResetAfter = p.Remaining-1, got.ResetAfter
+				}
+				if next != got {
 					t.Fatalf("call %d %v: peek %+v, then AllowN %+v", i, c, p, got)
 				}
 				want, err := ref.AllowAll(ctx, now, []portero.Hit{h})
@@ -177,21 +182,21 @@ func TestPeekResetErrors(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, memstore.Config{})
 	bad := portero.Rule{Name: "bad", Algorithm: portero.GCRA}
-	if _, err := s.Peek(ctx, bad, "k", time.Now()); !errors.Is(err, portero.ErrInvalidLimit) {
+	if _, err := s.Peek(ctx, bad, "k", time.Now(), 1); !errors.Is(err, portero.ErrInvalidLimit) {
 		t.Errorf("Peek(zero limit) = %v, want ErrInvalidLimit", err)
 	}
 	if err := s.Reset(ctx, bad, "k"); !errors.Is(err, portero.ErrInvalidLimit) {
 		t.Errorf("Reset(zero limit) = %v, want ErrInvalidLimit", err)
 	}
 	unknown := portero.Rule{Name: "u", Algorithm: "nope", Limit: portero.PerSecond(1)}
-	if _, err := s.Peek(ctx, unknown, "k", time.Now()); !errors.Is(err, portero.ErrUnknownAlgorithm) {
+	if _, err := s.Peek(ctx, unknown, "k", time.Now(), 1); !errors.Is(err, portero.ErrUnknownAlgorithm) {
 		t.Errorf("Peek(unknown algorithm) = %v, want ErrUnknownAlgorithm", err)
 	}
 	r := portero.Rule{Name: "r", Algorithm: portero.TokenBucket, Limit: portero.PerSecond(5)}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Peek(ctx, r, "k", time.Now()); !errors.Is(err, portero.ErrClosed) {
+	if _, err := s.Peek(ctx, r, "k", time.Now(), 1); !errors.Is(err, portero.ErrClosed) {
 		t.Errorf("Peek after Close = %v, want ErrClosed", err)
 	}
 	if err := s.Reset(ctx, r, "k"); !errors.Is(err, portero.ErrClosed) {
@@ -222,7 +227,7 @@ func TestPeekResetConcurrent(t *testing.T) {
 						}
 						l.AllowN(ctx, fmt.Sprintf("other-%d", i%50), now, 1)
 					case 2:
-						if d, err := s.Peek(ctx, r, "k", now); err != nil || d.Remaining < 0 || d.Remaining >= d.Limit {
+						if d, err := s.Peek(ctx, r, "k", now, 1); err != nil || d.Remaining < 0 || d.Remaining > d.Limit {
 							t.Errorf("Peek = %+v, %v", d, err)
 							return
 						}
@@ -231,7 +236,7 @@ func TestPeekResetConcurrent(t *testing.T) {
 							t.Errorf("Reset = %v", err)
 							return
 						}
-						s.Peek(ctx, r, fmt.Sprintf("other-%d", (i+7)%50), now)
+						s.Peek(ctx, r, fmt.Sprintf("other-%d", (i+7)%50), now, 1)
 					}
 				}
 			})

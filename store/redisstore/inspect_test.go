@@ -51,8 +51,9 @@ func TestPeekResetMatchMemstore(t *testing.T) {
 					}
 					for _, r := range rules {
 						for _, k := range keys {
-							got, gerr := rs.Peek(ctx, r, k, at)
-							want, werr := ms.Peek(ctx, r, k, at)
+							cost := 1 + rnd.Int64N(3) // every random rule admits 3 at once
+							got, gerr := rs.Peek(ctx, r, k, at, cost)
+							want, werr := ms.Peek(ctx, r, k, at, cost)
 							if gerr != nil || werr != nil {
 								t.Fatalf("call %d: Peek(%s, %q): redis %v, memory %v", i, r.Name, k, gerr, werr)
 							}
@@ -111,8 +112,8 @@ func TestPeekWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		other, _ := s.Key(rule, "amos")
-		if d, err := s.Peek(ctx, rule, "alice", now); err != nil || !d.Allowed || d.Remaining != 2 {
-			t.Errorf("%s: peek at a fresh key = %+v, %v; want allowed, 2 remaining", a, d, err)
+		if d, err := s.Peek(ctx, rule, "alice", now, 1); err != nil || !d.Allowed || d.Remaining != 3 || d.ResetAfter != 0 {
+			t.Errorf("%s: peek at a fresh key = %+v, %v; want allowed, all 3 remaining, whole", a, d, err)
 		}
 		if n, _ := redistest.Do(srv.Addr(), "EXISTS", key); n != "0" {
 			t.Errorf("%s: a peek created %s", a, key)
@@ -134,7 +135,7 @@ func TestPeekWritesNothing(t *testing.T) {
 		}
 		before := dump()
 		for range 5 {
-			d, err := s.Peek(ctx, rule, "alice", now)
+			d, err := s.Peek(ctx, rule, "alice", now, 1)
 			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
 				t.Errorf("%s: peek at a key over its limit = %+v, %v; want refused with a wait", a, d, err)
 			}
@@ -167,7 +168,7 @@ func TestPeekResetErrors(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, srv, redisstore.Config{Timeout: 200 * time.Millisecond})
 	bad := portero.Rule{Name: "bad", Algorithm: portero.GCRA}
-	if _, err := s.Peek(ctx, bad, "k", time.Now()); !errors.Is(err, portero.ErrInvalidLimit) {
+	if _, err := s.Peek(ctx, bad, "k", time.Now(), 1); !errors.Is(err, portero.ErrInvalidLimit) {
 		t.Errorf("Peek(zero limit) = %v, want ErrInvalidLimit", err)
 	}
 	if err := s.Reset(ctx, bad, "k"); !errors.Is(err, portero.ErrInvalidLimit) {
@@ -175,7 +176,7 @@ func TestPeekResetErrors(t *testing.T) {
 	}
 	r := portero.Rule{Name: "r", Algorithm: portero.TokenBucket, Limit: portero.PerSecond(5)}
 	srv.Kill()
-	if _, err := s.Peek(ctx, r, "k", time.Now()); !errors.Is(err, portero.ErrStoreUnavailable) {
+	if _, err := s.Peek(ctx, r, "k", time.Now(), 1); !errors.Is(err, portero.ErrStoreUnavailable) {
 		t.Errorf("Peek with Redis down = %v, want ErrStoreUnavailable (no failure policy)", err)
 	}
 	if err := s.Reset(ctx, r, "k"); !errors.Is(err, portero.ErrStoreUnavailable) {
@@ -184,7 +185,7 @@ func TestPeekResetErrors(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Peek(ctx, r, "k", time.Now()); !errors.Is(err, portero.ErrClosed) {
+	if _, err := s.Peek(ctx, r, "k", time.Now(), 1); !errors.Is(err, portero.ErrClosed) {
 		t.Errorf("Peek after Close = %v, want ErrClosed", err)
 	}
 	if err := s.Reset(ctx, r, "k"); !errors.Is(err, portero.ErrClosed) {
@@ -215,13 +216,13 @@ func TestPeekResetCluster(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if d, err := s.Peek(ctx, rule, k, time.Now()); err != nil || d.Allowed || d.RetryAfter <= 0 {
+			if d, err := s.Peek(ctx, rule, k, time.Now(), 1); err != nil || d.Allowed || d.RetryAfter <= 0 {
 				t.Fatalf("%s %q: peek after 3 requests on a limit of 2 = %+v, %v", rule.Name, k, d, err)
 			}
 			if err := s.Reset(ctx, rule, k); err != nil {
 				t.Fatalf("%s %q: Reset = %v", rule.Name, k, err)
 			}
-			if d, err := s.Peek(ctx, rule, k, time.Now()); err != nil || !d.Allowed || d.Remaining != 1 {
+			if d, err := s.Peek(ctx, rule, k, time.Now(), 1); err != nil || !d.Allowed || d.Remaining != 2 {
 				t.Fatalf("%s %q: peek after Reset = %+v, %v; want a fresh key's", rule.Name, k, d, err)
 			}
 		}

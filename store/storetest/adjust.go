@@ -167,8 +167,8 @@ func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 							t.Fatalf("call %d: Adjust(%v) = %v, reference %v", i, adj, gerr, werr)
 						}
 						for _, h := range c.Hits {
-							g, gerr := got.Peek(ctx, h.Rule, h.Key, now)
-							w, werr := want.Peek(ctx, h.Rule, h.Key, now)
+							g, gerr := got.Peek(ctx, h.Rule, h.Key, now, h.Cost)
+							w, werr := want.Peek(ctx, h.Rule, h.Key, now, h.Cost)
 							if gerr != nil || werr != nil || g != w {
 								t.Fatalf("call %d after %v: Peek(%s, %q) = %+v, %v; want %+v, %v", i, adj, h.Rule.Name, h.Key, g, gerr, w, werr)
 							}
@@ -192,9 +192,9 @@ func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				t.Errorf("Adjust(%s, %d) = %v, want ErrNotAdjustable", bad.Rule.Algorithm, bad.Delta, err)
 			}
 		}
-		d, err := s.Peek(ctx, fw, "k", Base)
-		if err != nil || !d.Allowed || d.Remaining != 1 {
-			t.Errorf("after refused adjustments, Peek = %+v, %v; want the rule untouched (remaining 1 after a peek)", d, err)
+		d, err := s.Peek(ctx, fw, "k", Base, 1)
+		if err != nil || !d.Allowed || d.Remaining != 2 || d.ResetAfter != 0 {
+			t.Errorf("after refused adjustments, Peek = %+v, %v; want the rule untouched (2 left, whole)", d, err)
 		}
 	})
 }

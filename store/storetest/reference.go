@@ -99,14 +99,31 @@ func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hi
 	return r.decide(now, hits, true)
 }
 
-// Peek implements portero.Store: the decision of a cost-1 hit, decided as
-// AllowAll decides it and never counted.
-func (r *Reference) Peek(_ context.Context, rule portero.Rule, key string, now time.Time) (portero.Decision, error) {
-	out, err := r.decide(now, []portero.Hit{{Rule: rule, Key: key, Cost: 1}}, false)
+// Peek implements portero.Store: algorithm.Look of the key's state, never
+// counted (a sliding log is pruned, as a decision prunes it).
+func (r *Reference) Peek(_ context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return portero.Decision{}, fmt.Errorf("storetest: reference store: %w", portero.ErrClosed)
+	}
+	d, err := newDeciders(rule)
 	if err != nil {
 		return portero.Decision{}, err
 	}
-	return out[0], nil
+	if err := algorithm.CheckCost(cost, d.maxCost()); err != nil {
+		return portero.Decision{}, fmt.Errorf("rule %q: %w", rule.Name, err)
+	}
+	k := refKey{rule, key}
+	if d.log != nil {
+		l := r.logs[k]
+		if l == nil {
+			l = new(algorithm.Log)
+		}
+		return d.log.Look(l, now.UnixNano(), cost), nil
+	}
+	s, found := r.states[k]
+	return algorithm.Look(d.fixed, s, found, now.UnixNano(), cost), nil
 }
 
 // decide decides hits all-or-nothing and counts them when commit is set

@@ -28,9 +28,12 @@
 //   - all-or-nothing across rules: a refused hit consumes nothing anywhere;
 //   - errors: ErrInvalidCost, ErrCostExceedsLimit, ErrInvalidLimit,
 //     ErrUnknownAlgorithm, ErrClosed, and no panics;
-//   - Peek: on random traces, before every call, each hit's Peek equals
-//     Reference's, and the calls that follow still decide as Reference's
-//     (a Peek counts nothing); errors as for AllowAll;
+//   - Peek: on random traces (time going back too, and a calendar quota),
+//     before every call, each hit's Peek at its cost equals Reference's,
+//     the calls that follow still decide as Reference's (a Peek counts
+//     nothing), and a call of one hit decides what its Peek said, as of
+//     before it (the remaining it leaves is the peek's less its cost);
+//     errors as for AllowAll;
 //   - Adjust (portero.Adjuster, which every store must implement): step
 //     tables of charges and refunds per algorithm, and random traces of
 //     AllowAll, Peek and Adjust (charges past the limit, refunds of earlier
@@ -539,6 +542,10 @@ func (c Trace) String() string { return fmt.Sprintf("at %v: %v", c.At, c.Hits) }
 
 func runPeek(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	ctx := context.Background()
+	quota, err := portero.ParseQuota("7/day")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, a := range portero.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
 			var rules []portero.Rule
@@ -547,28 +554,71 @@ func runPeek(t *testing.T, newStore func(t *testing.T) portero.Store) {
 					rules = append(rules, r)
 				}
 			}
-			got, want := newStore(t), NewReference()
-			for i, c := range RandomTrace(uint64(len(a))*17+3, rules, 400, false) {
-				now := Base.Add(c.At)
-				for _, h := range c.Hits {
-					g, gerr := got.Peek(ctx, h.Rule, h.Key, now)
-					w, werr := want.Peek(ctx, h.Rule, h.Key, now)
-					if gerr != nil || werr != nil || g != w {
-						t.Fatalf("call %d at %v: Peek(%s, %q) = %+v, %v; want %+v, %v", i, c.At, h.Rule.Name, h.Key, g, gerr, w, werr)
-					}
-				}
-				CompareTrace(t, got, want, []Trace{c})
+			if a == portero.FixedWindow {
+				rules = append(rules, portero.Rule{Name: "quota", Algorithm: a, Limit: quota})
 			}
+			for _, back := range []bool{false, true} {
+				got, want := newStore(t), NewReference()
+				for i, c := range RandomTrace(uint64(len(a))*17+3, rules, 400, back) {
+					peekThenDecide(t, got, want, i, c)
+				}
+			}
+			got := newStore(t)
 			bad := portero.Rule{Name: "z", Algorithm: a}
-			if _, err := got.Peek(ctx, bad, "k", Base); !errors.Is(err, portero.ErrInvalidLimit) {
+			if _, err := got.Peek(ctx, bad, "k", Base, 1); !errors.Is(err, portero.ErrInvalidLimit) {
 				t.Errorf("Peek with a zero limit = %v, want ErrInvalidLimit", err)
+			}
+			for _, cost := range []int64{0, -1} {
+				if _, err := got.Peek(ctx, rules[0], "k", Base, cost); !errors.Is(err, portero.ErrInvalidCost) {
+					t.Errorf("Peek at cost %d = %v, want ErrInvalidCost", cost, err)
+				}
+			}
+			if _, err := got.Peek(ctx, rules[0], "k", Base, 1<<40); !errors.Is(err, portero.ErrCostExceedsLimit) {
+				t.Errorf("Peek at a cost above the rule's largest = %v, want ErrCostExceedsLimit", err)
 			}
 			if err := got.Close(ctx); err != nil {
 				t.Fatalf("Close = %v", err)
 			}
-			if _, err := got.Peek(ctx, rules[0], "k", Base); !errors.Is(err, portero.ErrClosed) {
+			if _, err := got.Peek(ctx, rules[0], "k", Base, 1); !errors.Is(err, portero.ErrClosed) {
 				t.Errorf("Peek after Close = %v, want ErrClosed", err)
 			}
 		})
+	}
+}
+
+// peekThenDecide peeks at every hit of call c at its own cost, in got and
+// in want (which must agree), then decides c in both. For a call of one
+// hit the peek must be the decision that follows, field for field, as of
+// before it: the same Allowed, RetryAfter, Delay, Quota and PeriodLeft; a
+// refusal's Remaining and ResetAfter too, and for an admission the
+// Remaining it leaves the peek's less its cost.
+func peekThenDecide(t *testing.T, got, want portero.Store, i int, c Trace) {
+	t.Helper()
+	ctx := context.Background()
+	now := Base.Add(c.At)
+	var peek portero.Decision
+	for _, h := range c.Hits {
+		g, gerr := got.Peek(ctx, h.Rule, h.Key, now, h.Cost)
+		w, werr := want.Peek(ctx, h.Rule, h.Key, now, h.Cost)
+		if gerr != nil || werr != nil || g != w {
+			t.Fatalf("call %d at %v: Peek(%s, %q, cost %d) = %+v, %v; want %+v, %v", i, c.At, h.Rule.Name, h.Key, h.Cost, g, gerr, w, werr)
+		}
+		peek = g
+	}
+	if len(c.Hits) != 1 {
+		CompareTrace(t, got, want, []Trace{c})
+		return
+	}
+	g, gerr := got.AllowAll(ctx, now, c.Hits)
+	w, werr := want.AllowAll(ctx, now, c.Hits)
+	if gerr != nil || werr != nil || g[0] != w[0] {
+		t.Fatalf("call %d at %v %v: %+v, %v; want %+v, %v", i, c.At, c.Hits, g, gerr, w, werr)
+	}
+	next := peek
+	if d := g[0]; d.Allowed {
+		next.Remaining, next.ResetAfter = max(peek.Remaining-c.Hits[0].Cost, 0), d.ResetAfter
+	}
+	if g[0] != next {
+		t.Fatalf("call %d at %v %v: Peek %+v, then the call decided %+v", i, c.At, c.Hits, peek, g[0])
 	}
 }

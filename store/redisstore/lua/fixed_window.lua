@@ -15,11 +15,11 @@ ALG['fixed-window'] = function(w, limit, _, cost, sk, sc)
   -- A clock that went back into an earlier window stays in the last one.
   if sk == nil or sk < k then sk, sc = k, 0 end
   local toend = (sk - k) * w + (w - rem)
+  local allowed = sc + cost <= limit
+  if allowed then sc = sc + cost end
+  -- Nothing counted (a fresh window looked at with cost 0) is whole now.
   local reset = 0
-  if sc + cost <= limit then
-    sc = sc + cost
-    return true, limit - sc, 0, toend, 0, toend, sk, sc, 0
-  end
   if sc > 0 then reset = toend end
+  if allowed then return true, limit - sc, 0, reset, 0, toend, sk, sc, 0 end
   return false, limit - sc, toend, reset, 0, toend, sk, sc, 0
 end

@@ -4,11 +4,10 @@
 ALG['fixed-window-anchored'] = function(w, limit, _, cost, ss, sn, sc)
   if ss == nil or tsub(NOW_S, NOW_N, ss, sn) >= w then ss, sn, sc = NOW_S, NOW_N, 0 end
   local toend = w - tsub(NOW_S, NOW_N, ss, sn)
+  local allowed = sc + cost <= limit
+  if allowed then sc = sc + cost end
   local reset = 0
-  if sc + cost <= limit then
-    sc = sc + cost
-    return true, limit - sc, 0, toend, 0, toend, ss, sn, sc
-  end
   if sc > 0 then reset = toend end
+  if allowed then return true, limit - sc, 0, reset, 0, toend, ss, sn, sc end
   return false, limit - sc, toend, reset, 0, toend, ss, sn, sc
 end

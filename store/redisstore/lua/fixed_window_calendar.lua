@@ -27,11 +27,10 @@ ALG['fixed-window-calendar'] = function(limit, x0, spans, cost, se, sc)
   if NOW_S < x1 then e = x1 end
   if se == nil or se < e then se, sc = e, 0 end
   local toend = tsub(se, 0, NOW_S, NOW_N)
-  if sc + cost <= limit then
-    sc = sc + cost
-    return true, limit - sc, 0, toend, toend, toend, se, sc, 0
-  end
+  local allowed = sc + cost <= limit
+  if allowed then sc = sc + cost end
   local reset = 0
   if sc > 0 then reset = toend end
+  if allowed then return true, limit - sc, 0, reset, toend, toend, se, sc, 0 end
   return false, limit - sc, toend, reset, toend, toend, se, sc, 0
 end

@@ -104,8 +104,10 @@ ALG['sliding-log'] = function(hit, key, w, limit, _, cost, st)
     end
     remaining = limit - m
     if m > 0 then
+      -- The newest entry: at off when this call logs one, else the
+      -- newest kept (a refusal, or a look at cost 0).
       local newest = off
-      if not allowed then newest = at(n - 1) end
+      if not allowed or cost == 0 then newest = at(n - 1) end
       reset = newest + w - off + lag
     end
   elseif pending + cost > limit then
