@@ -56,7 +56,9 @@ func TestLeaseReleased(t *testing.T) {
 		return in, nil
 	}
 	cc := grpctest.Dial(t, grpctest.Start(t, grpctest.Handlers{Say: say}, grpc.ChainUnaryInterceptor(outer, l.Unary)))
-	withKey := func(ctx context.Context) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-api-key", "k") }
+	withKey := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "x-api-key", "k")
+	}
 	call := func(ctx context.Context, in string) error {
 		_, err := grpctest.CallSay(withKey(ctx), cc, in)
 		return err
