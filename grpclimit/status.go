@@ -66,8 +66,8 @@ func Refusal(v *engine.Verdict) *status.Status {
 	msg := "the rate limiter cannot reach its store"
 	for k, i := range v.Violated {
 		res := &v.Results[i]
-		if res.Failure != "" {
-			continue // the store did not answer: no rule to name
+		if res.Failure != "" && res.Outcome != engine.CanNeverPass {
+			continue // the failure policy refused: no rule to name
 		}
 		desc := refusal.Retry(res.Rule, secs)
 		if res.Outcome == engine.CanNeverPass {
