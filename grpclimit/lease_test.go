@@ -90,7 +90,7 @@ func TestLeaseReleased(t *testing.T) {
 			t.Errorf("%s: the call ended with %v, want %v", end, err, want)
 		}
 		if err := call(context.Background(), "after"); err != nil {
-			t.Errorf("after a call that ended by %s: %v, want the slot back", end, err)
+			t.Fatalf("after a call that ended by %s: %v, want the slot back", end, err)
 		}
 		<-running
 		<-ended
