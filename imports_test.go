@@ -59,19 +59,19 @@ func TestImportsFlowDownward(t *testing.T) {
 // TestDoorsDoNotImportDoors enforces the rest of ARCHITECTURE.md's layering
 // over every package of the module, with one `go list -deps`:
 //
-//   - a door (httplimit, internal/rls, internal/checkapi) imports no other
-//     door and nothing above the doors: each only translates its protocol
-//     to and from the engine;
+//   - a door (httplimit, grpclimit, internal/rls, internal/checkapi)
+//     imports no other door and nothing above the doors: each only
+//     translates its protocol to and from the engine;
 //   - internal/gateway, the middleware in front of a reverse proxy, may
 //     import httplimit and no other door;
 //   - internal/server may import the gateway and the doors, not cmd;
 //   - every other package (the vocabulary, algorithm, the stores, engine,
-//     engine/header, the compilers policy and descriptor, config, sim …)
-//     imports no door and nothing above them: so config, for one, imports
-//     no door.
+//     engine/header, the compilers policy and descriptor, config, sim, the
+//     polite clients client and client/grpcclient …) imports no door and
+//     nothing above them: so config, for one, imports no door.
 func TestDoorsDoNotImportDoors(t *testing.T) {
 	const mod = "github.com/portero-rl/portero"
-	doors := []string{mod + "/httplimit", mod + "/internal/rls", mod + "/internal/checkapi"}
+	doors := []string{mod + "/httplimit", mod + "/grpclimit", mod + "/internal/rls", mod + "/internal/checkapi"}
 	above := []string{mod + "/internal/gateway", mod + "/internal/server", mod + "/cmd/portero"}
 	// allowed[p] lists what p may import among doors and above.
 	allowed := map[string][]string{

@@ -178,7 +178,7 @@ type Transport struct {
 
 type hostState struct {
 	pacer   *Pacer
-	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	breaker *Breaker
 	calls   int // RoundTrips using it now; under Transport.mu
 }
 
@@ -189,7 +189,7 @@ func (hs *hostState) idle(now time.Time) bool {
 	if hs.calls > 0 || (hs.pacer != nil && !hs.pacer.idle(now)) {
 		return false
 	}
-	return hs.breaker == nil || hs.breaker.State() == gobreaker.StateClosed && hs.breaker.Counts().ConsecutiveFailures == 0
+	return hs.breaker == nil || hs.breaker.idle()
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -285,7 +285,7 @@ func (t *Transport) BreakerState(host string) BreakerState {
 	if hs == nil || hs.breaker == nil {
 		return BreakerClosed
 	}
-	return fromGobreaker(hs.breaker.State())
+	return hs.breaker.State()
 }
 
 func (t *Transport) uniform() float64 {
@@ -330,20 +330,7 @@ func (t *Transport) host(key string, now time.Time) *hostState {
 		hs.pacer = NewPacerMaxHold(t.cfg.MaxHold)
 	}
 	if !t.cfg.Breaker.Disabled {
-		n := uint32(t.cfg.Breaker.Failures)
-		hook := t.cfg.Hooks.OnBreaker
-		hs.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        key,
-			MaxRequests: 1,
-			Timeout:     t.cfg.Breaker.CoolDown,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n },
-			IsExcluded:  func(err error) bool { return err == errExcluded },
-			OnStateChange: func(name string, from, to gobreaker.State) {
-				if hook != nil {
-					hook(BreakerChange{Host: name, From: fromGobreaker(from), To: fromGobreaker(to)})
-				}
-			},
-		})
+		hs.breaker = NewBreaker(key, t.cfg.Breaker.Failures, t.cfg.Breaker.CoolDown, t.cfg.Hooks.OnBreaker)
 	}
 	t.hosts[key] = hs
 	return hs
@@ -354,21 +341,6 @@ func (t *Transport) release(hs *hostState) {
 	hs.calls--
 	t.mu.Unlock()
 }
-
-func fromGobreaker(s gobreaker.State) BreakerState {
-	switch s {
-	case gobreaker.StateOpen:
-		return BreakerOpen
-	case gobreaker.StateHalfOpen:
-		return BreakerHalfOpen
-	}
-	return BreakerClosed
-}
-
-var (
-	errFailure  = errors.New("attempt failed")
-	errExcluded = errors.New("attempt excluded")
-)
 
 func defaultIsFailure(resp *http.Response, err error) bool {
 	if err != nil {
@@ -434,11 +406,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		defer func() {
 			switch {
 			case !sent || excluded:
-				done(errExcluded) // nothing went, or the caller gave up: says nothing about the host
+				done(Excluded) // nothing went, or the caller gave up: says nothing about the host
 			case failed:
-				done(errFailure)
+				done(Failed)
 			default:
-				done(nil)
+				done(Succeeded)
 			}
 		}()
 	}
@@ -503,7 +475,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if n >= t.cfg.MaxAttempts {
 			return giveUp(GiveUpAttempts)
 		}
-		if hs.breaker != nil && hs.breaker.State() == gobreaker.StateOpen {
+		if hs.breaker != nil && hs.breaker.State() == BreakerOpen {
 			return giveUp(GiveUpBreakerOpen)
 		}
 
@@ -546,7 +518,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			drain(resp.Body, at)
 		}
 		serr := sleep(ctx, time.Until(at))
-		if serr == nil && hs.breaker != nil && hs.breaker.State() == gobreaker.StateOpen {
+		if serr == nil && hs.breaker != nil && hs.breaker.State() == BreakerOpen {
 			// Other calls opened it while this one waited: send nothing.
 			closeBody(next)
 			giveUp(GiveUpBreakerOpen)

@@ -1,8 +1,9 @@
 // Package clientip finds the client's address behind trusted proxies: the
 // connection's peer, or, only when that peer is a configured trusted proxy,
 // the first untrusted hop of one forwarding header (X-Forwarded-For,
-// Forwarded or a header the edge sets), walked from the right. Every HTTP
-// door uses it (the middleware, the gateway, the check API), so a forged
+// Forwarded or a header the edge sets), walked from the right. Every door
+// uses it (the middleware, the gateway, the check API, and the gRPC
+// interceptors through the same header in lower-case metadata), so a forged
 // X-Forwarded-For is ignored alike everywhere.
 package clientip
 
@@ -88,23 +89,32 @@ func (c *Config) Resolve(r *http.Request) netip.Addr {
 // from the forwarding header (a trusted proxy named a client in it)
 // rather than from the connection.
 func (c *Config) ResolveForwarded(r *http.Request) (netip.Addr, bool) {
-	peer, ok := ParseHop(r.RemoteAddr)
+	return c.ResolveFrom(r.RemoteAddr, r.Header.Values)
+}
+
+// ResolveFrom is ResolveForwarded for any protocol: remote is the
+// connection's peer address ("192.0.2.1:5000"), and values returns every
+// line of the forwarding header named Config.Header (X-Forwarded-For when
+// empty), in order; it is called only when the peer is a trusted proxy. The
+// gRPC door passes its peer and the header's lower-case metadata.
+func (c *Config) ResolveFrom(remote string, values func(name string) []string) (netip.Addr, bool) {
+	peer, ok := ParseHop(remote)
 	if !ok {
 		return netip.Addr{}, false
 	}
 	if len(c.TrustedProxies) == 0 || !c.Trusted(peer) {
 		return peer, false
 	}
-	a := c.resolveBehind(r, peer)
+	a := c.resolveBehind(values, peer)
 	return a, a != peer
 }
 
-func (c *Config) resolveBehind(r *http.Request, peer netip.Addr) netip.Addr {
+func (c *Config) resolveBehind(header func(string) []string, peer netip.Addr) netip.Addr {
 	name := c.Header
 	if name == "" {
 		name = "X-Forwarded-For"
 	}
-	values := r.Header.Values(name) // every field line, in order
+	values := header(name) // every field line, in order
 	var hops []string
 	if strings.EqualFold(name, "Forwarded") {
 		var err error

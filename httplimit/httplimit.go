@@ -226,38 +226,24 @@ func (l *Limiter) Config() *Config { return l.cfg.Load() }
 // (Config.Queues).
 func (l *Limiter) Waiting() int { return l.waiting.Len() }
 
-type identityKey struct{}
-
 // WithIdentity returns a copy of ctx carrying an identity value, such as
 // ("user", "alice") or ("tenant", "acme"), for keys with a user, tenant or
-// identity:NAME part. Authentication middleware that runs before the
-// limiter calls it: r = r.WithContext(httplimit.WithIdentity(r.Context(),
-// "user", id)).
+// identity:NAME part: policy.WithIdentity, which every door reads.
+// Authentication middleware that runs before the limiter calls it: r =
+// r.WithContext(httplimit.WithIdentity(r.Context(), "user", id)).
 func WithIdentity(ctx context.Context, name, value string) context.Context {
-	return WithIdentities(ctx, map[string]string{name: value})
+	return policy.WithIdentity(ctx, name, value)
 }
 
-// WithIdentities is WithIdentity for several values at once, with one
-// copy of the identity map and one context where a WithIdentity per value
-// would make one each (the gateway sets a caller's API key ID and plan
-// this way on every request). It does not keep values.
+// WithIdentities is WithIdentity for several values at once
+// (policy.WithIdentities): the gateway sets a caller's API key ID and plan
+// this way on every request.
 func WithIdentities(ctx context.Context, values map[string]string) context.Context {
-	old, _ := ctx.Value(identityKey{}).(map[string]string)
-	m := make(map[string]string, len(old)+len(values))
-	for k, v := range old {
-		m[k] = v
-	}
-	for k, v := range values {
-		m[k] = v
-	}
-	return context.WithValue(ctx, identityKey{}, m)
+	return policy.WithIdentities(ctx, values)
 }
 
 // Identity returns the identity values set with WithIdentity; nil when none.
-func Identity(ctx context.Context) map[string]string {
-	m, _ := ctx.Value(identityKey{}).(map[string]string)
-	return m
-}
+func Identity(ctx context.Context) map[string]string { return policy.Identity(ctx) }
 
 // Request builds the policy.Request for r under cfg.
 func (cfg *Config) Request(r *http.Request) *policy.Request {
@@ -544,7 +530,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 			back = counted(v, now)
 		}
 		s.release() // before the handler runs: it may take long
-		defer k.release()
+		defer l.release(k)
 		if delay > 0 && !hold(r.Context(), delay) {
 			refund(cfg, r, back)
 			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")

@@ -1,11 +1,9 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/portero-rl/portero"
@@ -21,10 +19,9 @@ import (
 // back when the handler returns, however it returns: normally, with an
 // error status, by panicking, after its client went away or a
 // http.TimeoutHandler gave up on it, or after hijacking the connection. A
-// lease is renewed while the handler runs (every TTL/3, with a
-// time.AfterFunc timer: no goroutine waits, and a request shorter than
-// TTL/3 never renews), so that a crashed instance leaks its slots for at
-// most the lease's TTL.
+// lease is renewed while the handler runs (engine.Keeper: every TTL/3, with
+// a time.AfterFunc timer, so a request shorter than TTL/3 never renews),
+// so that a crashed instance leaks its slots for at most the lease's TTL.
 //
 // A concurrency rule named in Config.Queues lets a request it refuses wait
 // for a slot of its key (overload.Queue: size, timeout, FIFO or LIFO)
@@ -170,90 +167,26 @@ func (l *Limiter) giveBack(cfg *Config, r *http.Request, v *engine.Verdict) {
 	l.signal(held)
 }
 
-// releaseAll gives back every lease in held. The request's context may be
-// done already (its client left): the release must still reach the store.
+// releaseAll gives back every lease in held (engine.Release), reporting
+// errors to Config.OnError.
 func releaseAll(cfg *Config, r *http.Request, held []engine.Held) {
-	ctx := context.WithoutCancel(r.Context())
-	for _, h := range held {
-		if err := h.Lease.Release(ctx); err != nil && cfg.OnError != nil {
-			cfg.OnError(r, err)
-		}
-	}
+	engine.Release(r.Context(), held, cfg.onError(r))
 }
 
-// keeper renews one request's leases until the request ends, then gives
-// them back and wakes a waiter for each.
-type keeper struct {
-	l     *Limiter
-	cfg   *Config
-	r     *http.Request
-	held  []engine.Held
-	every time.Duration
-
-	mu      sync.Mutex
-	done    bool
-	lost    []bool
-	renewal *time.Timer
-}
-
-// keep copies v's held leases (v is reused once the request is decided)
-// into a keeper that renews them every TTL/3 of the shortest lease.
-func (l *Limiter) keep(cfg *Config, r *http.Request, v *engine.Verdict) *keeper {
-	held := v.Held()
-	if len(held) == 0 {
+// onError returns Config.OnError for r, or nil.
+func (cfg *Config) onError(r *http.Request) func(error) {
+	if cfg.OnError == nil {
 		return nil
 	}
-	k := &keeper{l: l, cfg: cfg, r: r, held: append([]engine.Held(nil), held...), lost: make([]bool, len(held))}
-	for _, h := range held {
-		if e := h.Rule.Concurrency.LeaseTTL() / 3; k.every == 0 || e < k.every {
-			k.every = e
-		}
-	}
-	k.mu.Lock() // renew may run before AfterFunc returns
-	k.renewal = time.AfterFunc(k.every, k.renew)
-	k.mu.Unlock()
-	return k
+	return func(err error) { cfg.OnError(r, err) }
 }
 
-func (k *keeper) renew() {
-	ctx := context.WithoutCancel(k.r.Context())
-	for i, h := range k.held {
-		k.mu.Lock()
-		skip := k.done || k.lost[i]
-		k.mu.Unlock()
-		if skip {
-			continue
-		}
-		err := h.Lease.Renew(ctx, k.cfg.Now())
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, portero.ErrLeaseLost) {
-			k.mu.Lock()
-			k.lost[i] = true // gone: renewing it again would fail again
-			k.mu.Unlock()
-		}
-		if k.cfg.OnError != nil {
-			k.cfg.OnError(k.r, err)
-		}
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.done {
-		k.renewal.Reset(k.every)
-	}
+// keep has an engine.Keeper renew v's held leases while r runs (v is
+// reused once the request is decided); nil when v holds none.
+func (l *Limiter) keep(cfg *Config, r *http.Request, v *engine.Verdict) *engine.Keeper {
+	return engine.Keep(r.Context(), v.Held(), cfg.Now, cfg.onError(r))
 }
 
-// release stops the renewals, gives the leases back and wakes a waiter for
-// each. Safe to call on a nil keeper.
-func (k *keeper) release() {
-	if k == nil {
-		return
-	}
-	k.mu.Lock()
-	k.done = true
-	k.renewal.Stop()
-	k.mu.Unlock()
-	releaseAll(k.cfg, k.r, k.held)
-	k.l.signal(k.held)
-}
+// release stops k's renewals, gives its leases back and wakes a waiter for
+// each. Safe to call with a nil k.
+func (l *Limiter) release(k *engine.Keeper) { l.signal(k.Release()) }

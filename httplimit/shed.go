@@ -107,11 +107,9 @@ func (s *Shedder) Serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	next.ServeHTTP(w, r)
 }
 
-// PriorityRule gives the requests that Match selects a priority class.
-type PriorityRule struct {
-	Match    policy.Match
-	Priority overload.Priority
-}
+// PriorityRule gives the requests that Match selects a priority class
+// (policy.PriorityRule, shared with the gRPC door).
+type PriorityRule = policy.PriorityRule
 
 // PriorityByRule returns a ShedConfig.Priority that gives each request the
 // priority of the first rule whose Match selects it (method, host, path,
@@ -119,20 +117,11 @@ type PriorityRule struct {
 // fallback when none does. A Match that does not compile is an error naming
 // the rule.
 func PriorityByRule(rules []PriorityRule, fallback overload.Priority) (func(*http.Request) overload.Priority, error) {
-	rs := make([]PriorityRule, len(rules))
-	for i, rule := range rules {
-		rs[i] = rule
-		if err := rs[i].Match.Compile(); err != nil {
-			return nil, fmt.Errorf("httplimit: priority rule %d (%s): %w", i, rule.Priority, err)
-		}
+	ps, err := policy.NewPriorities(rules, fallback)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	return func(r *http.Request) overload.Priority {
-		pr := policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header}
-		for i := range rs {
-			if rs[i].Match.Matches(&pr) {
-				return rs[i].Priority
-			}
-		}
-		return fallback
+		return ps.Of(&policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header})
 	}, nil
 }

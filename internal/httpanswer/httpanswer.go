@@ -16,15 +16,14 @@
 package httpanswer
 
 import (
-	"cmp"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
+	"github.com/portero-rl/portero/internal/refusal"
 )
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers-11 §10 (requested
@@ -185,25 +184,8 @@ func NewTexts(rules []*engine.Rule) *Texts {
 }
 
 func retryDetail(r *engine.Rule) string {
-	d := jsonString(retryText(r))
+	d := jsonString(refusal.RetryPrefix(r))
 	return d[:len(d)-1] // without the closing quote
-}
-
-// retryText is the detail of a refusal by r, up to the seconds.
-func retryText(r *engine.Rule) string {
-	q, w := r.Quota()
-	if r.IsConcurrency() {
-		if r.Service {
-			return fmt.Sprintf("rule %q allows %d requests in flight; retry in ", r.Name, q)
-		}
-		return fmt.Sprintf("rule %q allows %d concurrent requests for this client; retry in ", r.Name, q)
-	}
-	if l := r.Limit; l.IsCalendar() {
-		// A spent quota says so: going slower does not help, the next
-		// period does.
-		return fmt.Sprintf("rule %q is a quota of %d per calendar %s (%s) for this client, spent for this %s; retry in ", r.Name, q, l.Period, cmp.Or(l.Zone, "UTC"), l.Period)
-	}
-	return fmt.Sprintf("rule %q allows %d per %s for this client; retry in ", r.Name, q, w)
 }
 
 func jsonString(s string) string {
@@ -243,7 +225,7 @@ func (t *Texts) AppendRefusal(b []byte, status int, v *engine.Verdict, retry int
 		b = append(b, `,"detail":`...)
 		if never >= 0 {
 			res := &v.Results[never]
-			b = append(b, jsonString(neverDetail(res))...)
+			b = append(b, jsonString(refusal.Never(res))...)
 		} else {
 			d, _ := t.texts(v.Results[v.Violated[0]].Rule)
 			b = append(b, d...)
@@ -275,15 +257,6 @@ func (t *Texts) AppendRefusal(b []byte, status int, v *engine.Verdict, retry int
 	return append(b, "}\n"...)
 }
 
-// neverDetail is the detail of a request that can never pass under res.
-func neverDetail(res *engine.Result) string {
-	unit := ""
-	if res.Rule.Unit != "" {
-		unit = " " + res.Rule.Unit
-	}
-	return fmt.Sprintf("rule %q admits at most %d%s at once and this request costs %d: it can never pass", res.Rule.Name, res.Rule.MaxCost(), unit, res.Cost)
-}
-
 // Refusal returns the Problem of refused verdict v (AppendRefusal writes
 // the same bytes): for doors that marshal it themselves, and for tests.
 func Refusal(status int, v *engine.Verdict, retry int64) Problem {
@@ -299,9 +272,9 @@ func Refusal(status int, v *engine.Verdict, retry int64) Problem {
 	case never >= 0:
 		res := &v.Results[never]
 		max := res.Rule.MaxCost()
-		p.Detail, p.Cost, p.MaxCost = neverDetail(res), res.Cost, &max
+		p.Detail, p.Cost, p.MaxCost = refusal.Never(res), res.Cost, &max
 	case len(v.Violated) > 0:
-		p.Detail = fmt.Sprintf("%s%d s", retryText(v.Results[v.Violated[0]].Rule), retry)
+		p.Detail = refusal.Retry(v.Results[v.Violated[0]].Rule, retry)
 		p.RetryAfter = retry
 	default:
 		p.RetryAfter = retry

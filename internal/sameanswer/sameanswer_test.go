@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,12 +17,21 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/grpclimit"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/grpctest"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
 	"github.com/portero-rl/portero/policy"
@@ -31,7 +41,9 @@ import (
 
 // The rule, as Portero's policy and as envoyproxy/ratelimit's YAML: 5 per
 // clock-aligned minute for each API key ("api"), and a shadow rule of 1 per
-// minute ("dark") that must never refuse.
+// minute ("dark") that must never refuse. The policy's paths are gRPC full
+// method names, so that the HTTP middleware (GET /sameanswer.Edge/api) and
+// the gRPC interceptors (a call of /sameanswer.Edge/api) match alike.
 const envoyYAML = `
 domain: edge
 descriptors:
@@ -49,8 +61,8 @@ func portPolicy(t *testing.T) *policy.Policy {
 		t.Fatal(err)
 	}
 	p, err := policy.New([]policy.Rule{
-		{Name: "api", Match: policy.Match{Path: "/api"}, Key: policy.MustParseKey("header:X-Api-Key"), Algorithm: portero.FixedWindow, Limit: portero.PerMinute(5), Cost: cost},
-		{Name: "dark", Match: policy.Match{Path: "/dark"}, Key: policy.MustParseKey("header:X-Api-Key"), Algorithm: portero.FixedWindow, Limit: portero.PerMinute(1), Mode: policy.Shadow},
+		{Name: "api", Match: policy.Match{Path: "/sameanswer.Edge/api"}, Key: policy.MustParseKey("header:X-Api-Key"), Algorithm: portero.FixedWindow, Limit: portero.PerMinute(5), Cost: cost},
+		{Name: "dark", Match: policy.Match{Path: "/sameanswer.Edge/dark"}, Key: policy.MustParseKey("header:X-Api-Key"), Algorithm: portero.FixedWindow, Limit: portero.PerMinute(1), Mode: policy.Shadow},
 	}, policy.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +109,7 @@ func (middleware) name() string { return "middleware" }
 
 func (d middleware) ask(t *testing.T, r request) answer {
 	t.Helper()
-	req, _ := http.NewRequest("GET", d.url+"/"+r.rule, nil)
+	req, _ := http.NewRequest("GET", d.url+"/sameanswer.Edge/"+r.rule, nil)
 	req.Header.Set("X-Api-Key", "k")
 	req.Header.Set("X-Cost", strconv.FormatInt(r.cost, 10))
 	resp, err := http.DefaultClient.Do(req)
@@ -113,6 +125,57 @@ func (d middleware) ask(t *testing.T, r request) answer {
 		a.NeverPasses = neverPasses(t, body)
 	}
 	return a
+}
+
+// grpcDoor: the rule in grpclimit's interceptors, over a real grpc-go
+// server and client on loopback; the cost in x-cost metadata.
+type grpcDoor struct{ cc *grpc.ClientConn }
+
+func (grpcDoor) name() string { return "gRPC interceptor" }
+
+func (d grpcDoor) ask(t *testing.T, r request) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", "k", "x-cost", strconv.FormatInt(r.cost, 10))
+	var hdr, tr metadata.MD
+	err := d.cc.Invoke(ctx, "/sameanswer.Edge/"+r.rule, wrapperspb.String("hi"), new(wrapperspb.StringValue), grpc.Header(&hdr), grpc.Trailer(&tr))
+	md := metadata.Join(hdr, tr)
+	a := answer{Policy: strings.Join(md.Get("ratelimit-policy"), ", "), RateLimit: strings.Join(md.Get("ratelimit"), ", ")}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.OK:
+		a.Allowed = true
+	case codes.Unavailable:
+		a.Unavailable = true
+	case codes.ResourceExhausted:
+	default:
+		t.Fatalf("gRPC call: %v", err)
+	}
+	hasRetry := false
+	for _, det := range st.Details() {
+		switch det := det.(type) {
+		case *errdetails.RetryInfo:
+			hasRetry = true
+			a.RetryAfter = strconv.FormatInt(int64(math.Ceil(det.GetRetryDelay().AsDuration().Seconds())), 10)
+		case *errdetails.QuotaFailure:
+			for _, v := range det.GetViolations() {
+				a.NeverPasses = a.NeverPasses || strings.Contains(v.GetDescription(), "can never pass")
+			}
+		}
+	}
+	a.NeverPasses = a.NeverPasses && !hasRetry
+	return a
+}
+
+// echo answers any method with its request: the service behind the gRPC
+// door, whose rules name methods of no registered service.
+func echo(_ any, ss grpc.ServerStream) error {
+	m := new(wrapperspb.StringValue)
+	if err := ss.RecvMsg(m); err != nil {
+		return err
+	}
+	return ss.SendMsg(m)
 }
 
 // neverPasses reads a 429 problem body: true when it says the request can
@@ -236,6 +299,12 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 		srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 		t.Cleanup(srv.Close)
 		out = append(out, middleware{srv.URL})
+		gl, err := grpclimit.New(grpclimit.Config{Policy: p, Store: open(), Now: now, OnStoreError: mwPol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := grpctest.Start(t, grpctest.Handlers{}, grpc.UnknownServiceHandler(echo), grpc.ChainStreamInterceptor(gl.Stream))
+		out = append(out, grpcDoor{grpctest.Dial(t, addr)})
 	}
 
 	checkDoor := func(st portero.Store) *httptest.Server {
@@ -311,6 +380,9 @@ func askAll(t *testing.T, ds []door, r request) answer {
 	var firstName string
 	for _, d := range ds {
 		if _, mw := d.(middleware); mw && r.cost == 0 {
+			continue
+		}
+		if _, g := d.(grpcDoor); g && r.cost == 0 {
 			continue
 		}
 		a := d.ask(t, r)

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/portero-rl/portero"
+)
+
+// Keeping the leases of an admitted request, for every door that holds a
+// request while it runs (the net/http middleware until its handler returns,
+// the gRPC interceptors for the life of a call or a stream). A lease is
+// renewed every TTL/3 of the shortest lease held, with a time.AfterFunc
+// timer — no goroutine waits, and a request shorter than TTL/3 never
+// renews — so that a crashed instance leaks its slots for at most the
+// lease's TTL; and given back once, however the request ends, by the door's
+// deferred Release.
+
+// Keeper renews the leases of one admitted request until Release. It is safe
+// for concurrent use; a nil *Keeper keeps nothing.
+type Keeper struct {
+	ctx     context.Context // the request's, without its cancellation
+	held    []Held
+	now     func() time.Time
+	onError func(error)
+	every   time.Duration
+
+	mu      sync.Mutex
+	done    bool
+	lost    []bool
+	renewal *time.Timer
+}
+
+// Keep copies held (a verdict's Held, reused by its next decision) into a
+// Keeper that renews them every TTL/3 of the shortest lease, at the instants
+// now returns, until Release. ctx is the request's: its values reach the
+// store, its end does not stop the renewals (Release does). onError, when not
+// nil, receives the errors of renewals (wrapping portero.ErrLeaseLost for a
+// lease that expired first; it is not renewed again) and of releases. Keep
+// returns nil when held is empty.
+func Keep(ctx context.Context, held []Held, now func() time.Time, onError func(error)) *Keeper {
+	if len(held) == 0 {
+		return nil
+	}
+	k := &Keeper{ctx: context.WithoutCancel(ctx), held: append([]Held(nil), held...), now: now, onError: onError, lost: make([]bool, len(held))}
+	for _, h := range held {
+		if e := h.Rule.Concurrency.LeaseTTL() / 3; k.every == 0 || e < k.every {
+			k.every = e
+		}
+	}
+	k.mu.Lock() // renew may run before AfterFunc returns
+	k.renewal = time.AfterFunc(k.every, k.renew)
+	k.mu.Unlock()
+	return k
+}
+
+func (k *Keeper) renew() {
+	for i, h := range k.held {
+		k.mu.Lock()
+		skip := k.done || k.lost[i]
+		k.mu.Unlock()
+		if skip {
+			continue
+		}
+		err := h.Lease.Renew(k.ctx, k.now())
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, portero.ErrLeaseLost) {
+			k.mu.Lock()
+			k.lost[i] = true // gone: renewing it again would fail again
+			k.mu.Unlock()
+		}
+		if k.onError != nil {
+			k.onError(err)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.done {
+		k.renewal.Reset(k.every)
+	}
+}
+
+// Release stops the renewals and gives every lease back, once: later calls
+// do nothing. It returns the leases it gave back (nil on a later call), for
+// a door that wakes the requests waiting for their slots.
+func (k *Keeper) Release() []Held {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	if k.done {
+		k.mu.Unlock()
+		return nil
+	}
+	k.done = true
+	k.renewal.Stop()
+	k.mu.Unlock()
+	Release(k.ctx, k.held, k.onError)
+	return k.held
+}
+
+// Release gives back every lease in held, even when ctx is done (the
+// client left: the release must still reach the store), passing the errors
+// to onError when it is not nil.
+func Release(ctx context.Context, held []Held, onError func(error)) {
+	ctx = context.WithoutCancel(ctx)
+	for _, h := range held {
+		if err := h.Lease.Release(ctx); err != nil && onError != nil {
+			onError(err)
+		}
+	}
+}
