@@ -84,7 +84,6 @@ error and 3 when no answer came (the server unreachable or failing).`,
   portero check --server http://127.0.0.1:8082 --domain edge --descriptor api_key=k1,plan=gold --hits 5
   portero check --domain edge -d remote_address=10.0.0.1 --json
   portero check --server grpcs://rls.internal:8081 --tls-ca ca.pem --tls-cert me.pem --tls-key me-key.pem --domain edge -d remote_address=10.0.0.1`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return checkFailed(doCheck(cmd, f))
 		},

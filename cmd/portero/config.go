@@ -14,7 +14,6 @@ func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Check configuration files and show the built-in one",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "validate FILE...",
@@ -26,7 +25,7 @@ need the TLS files it names exist: they are listed as needs instead, so
 that files can be checked where the secrets are not (CI); TLS files that
 exist are checked. The exit status is 0 when every file is valid and 2 otherwise.`,
 		Example: "  portero config validate portero.yaml examples/*.yaml",
-		Args:    func(cmd *cobra.Command, args []string) error { return usageErr(cobra.MinimumNArgs(1)(cmd, args)) },
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			failed := 0
 			for _, path := range args {
@@ -60,7 +59,6 @@ exist are checked. The exit status is 0 when every file is valid and 2 otherwise
 	cmd.AddCommand(&cobra.Command{
 		Use:   "default",
 		Short: "Print the built-in configuration that 'portero serve' runs without --config",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := cmd.OutOrStdout().Write(config.Default())
 			return err
