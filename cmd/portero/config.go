@@ -42,7 +42,7 @@ exist are checked. The exit status is 0 when every file is valid and 2 otherwise
 					}
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d rules, %d routes, %s store)\n", path, len(c.Policy.Rules()), len(c.Routes), c.StoreType)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%s)\n", path, c.Summary())
 				for _, e := range c.Env {
 					fmt.Fprintln(cmd.OutOrStdout(), e)
 				}
