@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// readDoc returns a file of docs/ (the tests run in cmd/portero).
+func readDoc(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../../docs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestEnvoyDocConfigError: the error docs/envoy.md shows for a bad unit is
+// the one portero rls prints for that example file with that unit at that
+// line and column: the test puts the doc's unit where the doc says it is
+// and compares what rls prints with the doc's line.
+func TestEnvoyDocConfigError(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^((examples/envoy/config/[\w.]+):(\d+):(\d+): \S+: invalid unit "(\w+)".*)$`).FindStringSubmatch(readDoc(t, "envoy.md"))
+	if m == nil {
+		t.Fatal("docs/envoy.md shows no invalid unit error of an example file")
+	}
+	want, file, unit := m[1], m[2], m[5]
+	line, _ := strconv.Atoi(m[3])
+	col, _ := strconv.Atoi(m[4])
+	data, err := os.ReadFile(filepath.Join("../..", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	if line > len(lines) || col > len(lines[line-1]) {
+		t.Fatalf("%s has no line %d column %d", file, line, col)
+	}
+	l := lines[line-1]
+	word := regexp.MustCompile(`^\w+`).FindString(l[col-1:])
+	if word == "" {
+		t.Fatalf("%s:%d:%d is not a value: %q", file, line, col, l)
+	}
+	lines[line-1] = l[:col-1] + unit + l[col-1+len(word):]
+
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(file)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	_, errOut, code := runCmd(t, "rls", "--config", file, "--grpc-listen", "127.0.0.1:0", "--http-listen", "off", "--admin-listen", "off")
+	if code != 2 || errOut != "portero: "+want+"\n" {
+		t.Errorf("with %q at %s:%d:%d, portero rls exits %d and prints\n%s\ndocs/envoy.md shows\n%s", unit, file, line, col, code, errOut, want)
+	}
+}
+
+// TestNginxDocCheck runs every `$ curl … /v1/check` of docs/nginx.md
+// against portero rls with the example configuration, as the page starts
+// it, and compares each answer with the line the page shows under it: as
+// JSON, with reset_after (what is left of the current second) the page's.
+func TestNginxDocCheck(t *testing.T) {
+	_, httpAddr := startRLS(t)
+	lines := strings.Split(readDoc(t, "nginx.md"), "\n")
+	n := 0
+	for i, l := range lines {
+		cmdLine, ok := strings.CutPrefix(l, "$ curl -s localhost:8082/v1/check ")
+		if !ok || i+1 == len(lines) {
+			continue
+		}
+		n++
+		f := shellFields(cmdLine)
+		var body, ctype string
+		for j := 0; j+1 < len(f); j++ {
+			switch f[j] {
+			case "-d":
+				body = f[j+1]
+			case "-H":
+				ctype = strings.TrimPrefix(f[j+1], "Content-Type: ")
+			}
+		}
+		resp, err := http.Post("http://"+httpAddr+"/v1/check", ctype, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := lines[i+1]
+		if !sameJSON(got, []byte(want)) {
+			t.Errorf("%s answered\n%s\ndocs/nginx.md shows\n%s", l, got, want)
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d /v1/check requests in docs/nginx.md, want at least 3", n)
+	}
+}
+
+// sameJSON reports whether a and b are the same JSON value once every
+// reset_after member of a is b's.
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	var align func(x, y any)
+	align = func(x, y any) {
+		switch xv := x.(type) {
+		case map[string]any:
+			yv, _ := y.(map[string]any)
+			for k := range xv {
+				if k == "reset_after" && yv != nil {
+					if r, ok := yv[k]; ok {
+						xv[k] = r
+					}
+					continue
+				}
+				align(xv[k], yv[k])
+			}
+		case []any:
+			yv, _ := y.([]any)
+			for i := range xv {
+				if i < len(yv) {
+					align(xv[i], yv[i])
+				}
+			}
+		}
+	}
+	align(va, vb)
+	return reflect.DeepEqual(va, vb)
+}
