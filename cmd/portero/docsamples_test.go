@@ -2,9 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -136,4 +141,59 @@ func sameJSON(a, b []byte) bool {
 	}
 	align(va, vb)
 	return reflect.DeepEqual(va, vb)
+}
+
+// TestClientDocCompiles compiles every ```go block of docs/client.md
+// against this checkout's client package: a block of statements as the
+// body of a function of ctx that returns an error (its variables then
+// used, as the rest of a program would), an expression as a value.
+func TestClientDocCompiles(t *testing.T) {
+	var src strings.Builder
+	src.WriteString("package docsample\n\nimport (\n\t\"context\"\n\t\"log\"\n\t\"net/http\"\n\t\"time\"\n\n\t\"github.com/portero-rl/portero/client\"\n)\n\n" +
+		"var (\n\t_ = log.Printf\n\t_ = time.Second\n\t_ = http.MethodGet\n\t_ context.Context\n)\n")
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(readDoc(t, "client.md"), -1)
+	if len(blocks) < 3 {
+		t.Fatalf("docs/client.md has %d Go blocks, want at least 3", len(blocks))
+	}
+	for i, b := range blocks {
+		code := b[1]
+		if _, err := parser.ParseExpr(code); err == nil {
+			fmt.Fprintf(&src, "\nvar _ = %s\n", code)
+			continue
+		}
+		body := "func sample" + strconv.Itoa(i) + "(ctx context.Context) error {\n" + code
+		f, err := parser.ParseFile(token.NewFileSet(), "", "package p\n"+body+"return nil\n}\n", 0)
+		if err != nil {
+			t.Fatalf("docs/client.md Go block %d: %v\n%s", i+1, err, code)
+		}
+		var uses strings.Builder
+		for _, st := range f.Decls[0].(*ast.FuncDecl).Body.List {
+			if as, ok := st.(*ast.AssignStmt); ok && as.Tok == token.DEFINE {
+				for _, l := range as.Lhs {
+					if id, ok := l.(*ast.Ident); ok && id.Name != "_" {
+						uses.WriteString("_ = " + id.Name + "\n")
+					}
+				}
+			}
+		}
+		src.WriteString("\n" + body + uses.String() + "return nil\n}\n")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sample.go")
+	if err := os.WriteFile(file, []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("../../internal/docsample/sample.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, _ := json.Marshal(map[string]any{"Replace": map[string]string{abs: file}})
+	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-overlay", filepath.Join(dir, "overlay.json"), "./internal/docsample")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("docs/client.md's Go does not compile: %v\n%s\n%s", err, out, src.String())
+	}
 }
