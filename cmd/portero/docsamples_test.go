@@ -7,15 +7,19 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/portero-rl/portero/internal/testenv"
 )
 
 // readDoc returns a file of docs/ (the tests run in cmd/portero).
@@ -196,4 +200,78 @@ func TestClientDocCompiles(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("docs/client.md's Go does not compile: %v\n%s\n%s", err, out, src.String())
 	}
+}
+
+// TestOperationsTLSDoc runs docs/operations.md's TLS session: its openssl
+// commands make the files, `portero serve` runs its configuration (the
+// ports moved to free ones), and each curl of the session's console block
+// prints what the page shows, as serve's own lines do.
+func TestOperationsTLSDoc(t *testing.T) {
+	bash := testenv.NeedCommand(t, "bash")
+	curl := testenv.NeedCommand(t, "curl")
+	testenv.NeedCommand(t, "openssl")
+	doc := readDoc(t, "operations.md")
+	_, session, ok := strings.Cut(doc, "A session with a CA of your own")
+	if !ok {
+		t.Fatal("docs/operations.md has no TLS session")
+	}
+	fence := regexp.MustCompile("(?s)```(sh|yaml|console)\n(.*?)```")
+	blocks := fence.FindAllStringSubmatch(session, 3)
+	if len(blocks) != 3 || blocks[0][1] != "sh" || blocks[1][1] != "yaml" || blocks[2][1] != "console" {
+		t.Fatal("the TLS session is no longer an sh block of openssl commands, the configuration and a console block")
+	}
+	dir := t.TempDir()
+	gw, admin := freePort(t), freePort(t)
+	ports := strings.NewReplacer(":8443", ":"+gw, ":9443", ":"+admin)
+	unports := strings.NewReplacer(":"+gw, ":8443", ":"+admin, ":9443")
+	shell := func(script string) string {
+		t.Helper()
+		c := exec.Command(bash, "-c", script)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "PATH="+filepath.Dir(curl)+":"+os.Getenv("PATH"))
+		out, _ := c.Output() // curl's exit status is part of the session (000)
+		return unports.Replace(string(out))
+	}
+	shell("set -e\n" + blocks[0][2])
+	if err := os.WriteFile(filepath.Join(dir, "portero.yaml"), []byte(ports.Replace(blocks[1][2])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	console := strings.Split(strings.TrimSuffix(blocks[2][2], "\n"), "\n")
+	serveLine := "$ PORTERO_ADMIN_TOKEN=change-me portero serve --config portero.yaml"
+	if console[0] != serveLine {
+		t.Fatalf("the console block starts %q, want %q", console[0], serveLine)
+	}
+	t.Setenv("PORTERO_ADMIN_TOKEN", "change-me")
+	t.Chdir(dir)
+	m := startCommand(t, "portero serve", []string{"serve", "--config", "portero.yaml"}, regexp.MustCompile(`(?s)^(portero: gateway.*\nportero: try: [^\n]*\n)`))
+	// Each command, then what it printed: the lines up to the next command.
+	var cmds, wants []string
+	for _, l := range console {
+		if c, ok := strings.CutPrefix(l, "$ "); ok {
+			cmds, wants = append(cmds, c), append(wants, "")
+			continue
+		}
+		wants[len(wants)-1] += l + "\n"
+	}
+	if got := unports.Replace(m[1]); got != wants[0] {
+		t.Errorf("portero serve printed\n%s\ndocs/operations.md shows\n%s", got, wants[0])
+	}
+	for i, c := range cmds[1:] {
+		want := strings.ReplaceAll(wants[i+1], "go1.26.8", runtime.Version())
+		if got := shell(ports.Replace(c)); got != want {
+			t.Errorf("%s printed\n%s\ndocs/operations.md shows\n%s", c, got, want)
+		}
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
 }
