@@ -112,3 +112,33 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 		t.Fatalf("go list ./... listed %d packages: the test no longer sees the module", checked)
 	}
 }
+
+// TestEcosystemAtTheEdge keeps what envoyproxy/ratelimit's users run
+// beside it at the edge: the statsd client (internal/rlsstats), the xDS
+// client and its resources (internal/rlsxds) and OpenTelemetry
+// (internal/rlstrace) are linked by `portero rls` (internal/server, cmd)
+// only, never by the library's packages nor by the RLS door itself.
+func TestEcosystemAtTheEdge(t *testing.T) {
+	const mod = "github.com/portero-rl/portero"
+	heavy := []string{"github.com/lyft/gostats", "go.opentelemetry.io/", "github.com/envoyproxy/go-control-plane/pkg/",
+		"github.com/envoyproxy/go-control-plane/ratelimit/", mod + "/internal/rlsstats", mod + "/internal/rlsxds", mod + "/internal/rlstrace"}
+	pkgs := []string{mod, mod + "/engine", mod + "/store/memstore", mod + "/store/redisstore", mod + "/policy", mod + "/descriptor",
+		mod + "/httplimit", mod + "/client", mod + "/internal/rls", mod + "/internal/checkapi", mod + "/internal/config/envoyconf"}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list dependencies: %v", err)
+	}
+	for _, p := range pkgs {
+		out, err := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", p, err, out)
+		}
+		for _, d := range strings.Fields(string(out)) {
+			for _, h := range heavy {
+				if strings.HasPrefix(d, h) {
+					t.Errorf("%s depends on %s: keep it to portero rls", p, d)
+				}
+			}
+		}
+	}
+}

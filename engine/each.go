@@ -96,6 +96,7 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 			res := &v.Results[i]
 			l := threshold(res.Rule, share)
 			n := counts[j].Value
+			res.Counter = n
 			d := portero.Decision{Limit: int64(l), ResetAfter: WindowRemainder(now, res.Rule.Limit.Window)}
 			switch {
 			case n > l:

@@ -86,6 +86,11 @@ type Result struct {
 	// could not; empty when the store (or, for CanNeverPass, the engine
 	// alone) decided.
 	Failure portero.FailurePolicy
+	// Counter is, for a hit counted under CountEach on a plain counter,
+	// the counter's value once the hit was added (envoyproxy/ratelimit's
+	// limitAfterIncrease, from which its statistics split the hit into
+	// within, near and over the limit); 0 otherwise.
+	Counter uint64
 }
 
 // Verdict is the engine's answer for one request. A door owns it and may

@@ -35,6 +35,7 @@ type rlsFlags struct {
 	callTimeout, grace, drain, redisTimeout      time.Duration
 	transport                                    *transportFlags
 	compat                                       compatFlags
+	ecosystem                                    ecosystemFlags
 }
 
 // tlsFlags are one listener's --NAME-tls-cert, -key and -client-ca.
@@ -149,6 +150,7 @@ flight get --grace to finish.`,
 	fl.DurationVar(&f.drain, "drain-period", config.DefaultDrainPeriod, "on SIGTERM, how long /readyz answers 503 (and gRPC health NOT_SERVING) before the listeners close (0 for none)")
 	fl.DurationVar(&f.grace, "grace", server.DefaultRLSShutdownTimeout, "how long in-flight calls may finish on shutdown")
 	f.compat.add(fl)
+	f.ecosystem.add(fl)
 	f.logs.add(cmd)
 	return cmd, &f
 }
@@ -161,7 +163,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	for _, n := range f.compat.notes {
 		logger.Info("rls: envoyproxy/ratelimit setting not honoured", "var", n.Var, "why", n.Why)
 	}
-	if f.config == "" && !f.compat.env {
+	if f.config == "" && !f.compat.env && f.ecosystem.xdsServer == "" {
 		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
 	}
 	envoyproxy, noHeaders, err := f.compat.options(f.noHeaders)
@@ -201,6 +203,18 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 			return usageErr(err)
 		}
 	}
+	statsd, err := f.ecosystem.statsdOptions()
+	if err != nil {
+		return usageErr(err)
+	}
+	xds, err := f.ecosystem.xdsOptions()
+	if err != nil {
+		return usageErr(err)
+	}
+	tracing, err := f.ecosystem.tracingOptions()
+	if err != nil {
+		return usageErr(err)
+	}
 	sig, stopSignals := lifecycle.NotifySignals()
 	defer stopSignals()
 	err = server.RunRLS(ctx, server.RLSOptions{
@@ -211,7 +225,7 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		OnStoreError: onErr, AuthOnStoreError: authOnErr, LocalShare: f.localShare, NearLimit: f.nearLimit,
 		ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, AuthDomain: f.defaultDom,
 		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
-		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy,
+		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds, Tracing: tracing,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
 		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch,
 		Stdout: cmd.OutOrStdout(), Logger: logger,

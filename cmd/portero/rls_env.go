@@ -58,25 +58,13 @@ var notHonoured = map[string]string{
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
 	"LOCAL_CACHE_SIZE_IN_BYTES":                    "the over-limit cache only saves Redis round trips; answers are the same without it",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
-	"USE_STATSD":                                   "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
-	"STATSD_HOST":                                  "see USE_STATSD",
-	"STATSD_PORT":                                  "see USE_STATSD",
-	"USE_DOG_STATSD":                               "see USE_STATSD",
-	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_STATSD",
-	"USE_PROMETHEUS":                               "see USE_STATSD",
-	"PROMETHEUS_ADDR":                              "see USE_STATSD",
-	"PROMETHEUS_PATH":                              "see USE_STATSD",
-	"PROMETHEUS_MAPPER_YAML":                       "see USE_STATSD",
-	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_STATSD",
-	"EXTRA_TAGS":                                   "see USE_STATSD",
-	"STATS_FLUSH_INTERVAL":                         "see USE_STATSD",
-	"DISABLE_STATS":                                "see USE_STATSD",
-	"TRACING_ENABLED":                              "Portero has no OpenTelemetry tracing",
-	"TRACING_SERVICE_NAME":                         "see TRACING_ENABLED",
-	"TRACING_SERVICE_NAMESPACE":                    "see TRACING_ENABLED",
-	"TRACING_SERVICE_INSTANCE_ID":                  "see TRACING_ENABLED",
-	"TRACING_EXPORTER_PROTOCOL":                    "see TRACING_ENABLED",
-	"TRACING_SAMPLING_RATE":                        "see TRACING_ENABLED",
+	"USE_DOG_STATSD":                               "DogStatsD is not supported: statistics go to statsd (USE_STATSD) or Portero's Prometheus /metrics on the admin listener",
+	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_DOG_STATSD",
+	"USE_PROMETHEUS":                               "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
+	"PROMETHEUS_ADDR":                              "see USE_PROMETHEUS",
+	"PROMETHEUS_PATH":                              "see USE_PROMETHEUS",
+	"PROMETHEUS_MAPPER_YAML":                       "see USE_PROMETHEUS",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_PROMETHEUS",
 	"REDIS_PERSECOND":                              "per-second limits count in the one Redis of REDIS_URL; the answers are the same",
 	"REDIS_PERSECOND_SOCKET_TYPE":                  "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_TYPE":                         "see REDIS_PERSECOND",
@@ -90,8 +78,8 @@ var notHonoured = map[string]string{
 	"REDIS_PERSECOND_TIMEOUT":                      "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_PERSECOND",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_PERSECOND",
-	// Settings of a backend and a configuration source Portero refuses
-	// (BACKEND_TYPE=memcache, CONFIG_TYPE=GRPC_XDS_SOTW): inert without them.
+	// Settings of a backend Portero refuses (BACKEND_TYPE=memcache):
+	// inert without it.
 	"MEMCACHE_MAX_IDLE_CONNS":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_SRV_REFRESH":                          "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_TLS":                                  "applies only with BACKEND_TYPE=memcache, which Portero refuses",
@@ -99,20 +87,9 @@ var notHonoured = map[string]string{
 	"MEMCACHE_TLS_CLIENT_CERT":                      "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_TLS_CLIENT_KEY":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
 	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION":       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS":     "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":               "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_NODE_ID":                       "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_NODE_METADATA":                 "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":             "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_TLS_SAN":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_USE_TLS":                "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":           "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_JITTER":                     "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":               "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
-	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":              "applies only with CONFIG_TYPE=GRPC_XDS_SOTW, which Portero refuses",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_JITTER":                     "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
 }
 
 // refused are the variables Portero cannot honour and will not run
@@ -125,7 +102,6 @@ var refused = map[string]string{
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "Portero always verifies Redis's certificate",
 	"MEMCACHE_HOST_PORT":                   "Memcache is not supported: use Redis or Portero's memory store",
 	"MEMCACHE_SRV":                         "Memcache is not supported",
-	"CONFIG_GRPC_XDS_SERVER_URL":           "configuration over xDS is not supported: use files (CONFIG_TYPE=FILE)",
 }
 
 // envoyproxyEnv returns the `portero rls` flags that envoyproxy/ratelimit's
@@ -159,9 +135,6 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	set("watch", "true", "RUNTIME_WATCH_ROOT")
 	set("ignore-dotfiles", strconv.FormatBool(e.boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
 	set("merge-domains", strconv.FormatBool(e.boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
-	if t := e.str("CONFIG_TYPE", "FILE"); !strings.EqualFold(t, "FILE") {
-		e.fail("CONFIG_TYPE", fmt.Errorf("%q: only FILE is supported (configuration over xDS is not)", t))
-	}
 
 	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
 	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
@@ -257,6 +230,7 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 		}
 	}
 	set("envoyproxy-header-names", strings.Join(names, ","), "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER")
+	ecosystemEnv(&e, set)
 
 	for v, why := range refused {
 		if x, ok := lookup(v); ok && x != "" {

@@ -44,7 +44,28 @@ func TestEnvoyproxyEnv(t *testing.T) {
 			"stop-increment-over-limit": "false", "shadow-mode": "false", "quota-mode": "false", "dynamic-metadata": "false",
 			"healthy-with-config": "false", "headers": "off", "envoyproxy-header-names": "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
 			"near-limit-ratio": "0.8", "redis-timeout": "10s", "call-timeout": "10s",
+			"statsd": "localhost:8125", "statsd-protocol": "tcp", "statsd-tags": "", "statsd-flush-interval": "10s",
 		}},
+		{"statsd", append(base, "STATSD_HOST", "statsd.local", "STATSD_PORT", "9125", "STATSD_PROTOCOL", "UDP",
+			"EXTRA_TAGS", "cluster:eu,canary:no", "STATS_FLUSH_INTERVAL", "1s"),
+			map[string]string{"statsd": "statsd.local:9125", "statsd-protocol": "udp", "statsd-tags": "cluster:eu,canary:no", "statsd-flush-interval": "1s"}},
+		{"xds", append(base, "CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "eg:18001", "CONFIG_GRPC_XDS_NODE_ID", "rl-0",
+			"CONFIG_GRPC_XDS_NODE_METADATA", "a=b", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token:t", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/k", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/ca",
+			"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "eg.local", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608"),
+			map[string]string{"config": "", "xds-server": "eg:18001", "xds-node-id": "rl-0", "xds-node-metadata": "a=b", "xds-headers": "x-token:t",
+				"xds-tls": "true", "xds-tls-cert": "/c", "xds-tls-key": "/k", "xds-tls-ca": "/ca", "xds-tls-server-name": "eg.local",
+				"xds-retry-initial": "10s", "xds-retry-max": "1m0s", "xds-max-msg-size": "8388608"}},
+		{"xds defaults", append(base, "CONFIG_TYPE", "GRPC_XDS_SOTW"),
+			map[string]string{"xds-server": "localhost:18000", "xds-node-id": "default", "xds-tls": "<unset>"}},
+		{"tracing", append(base, "TRACING_ENABLED", "true", "TRACING_EXPORTER_PROTOCOL", "GRPC", "TRACING_SERVICE_NAME", "rl",
+			"TRACING_SERVICE_NAMESPACE", "edge", "TRACING_SERVICE_INSTANCE_ID", "pod-1", "TRACING_SAMPLING_RATE", "0.25"),
+			map[string]string{"tracing": "true", "tracing-protocol": "grpc", "tracing-service-name": "rl", "tracing-service-namespace": "edge",
+				"tracing-service-instance-id": "pod-1", "tracing-sampling-rate": "0.25"}},
+		{"tracing off", base, map[string]string{"tracing": "false", "tracing-protocol": "http", "tracing-service-name": "RateLimit", "tracing-sampling-rate": "1"}},
+		{"statsd off", append(base, "USE_STATSD", "false"), map[string]string{"statsd": ""}},
+		{"stats disabled", append(base, "DISABLE_STATS", "true"), map[string]string{"statsd": ""}},
+		{"prometheus instead", append(base, "USE_STATSD", "false", "USE_PROMETHEUS", "true"), map[string]string{"statsd": ""}},
 		{"near limit", append(base, "NEAR_LIMIT_RATIO", "0.5"), map[string]string{"near-limit-ratio": "0.5"}},
 		{"redis timeout", append(base, "REDIS_TIMEOUT", "250ms"), map[string]string{"redis-timeout": "250ms", "call-timeout": "250ms"}},
 		{"no subdirectory: no configuration", []string{"RUNTIME_ROOT", "/data"}, map[string]string{"config": ""}},
@@ -129,13 +150,22 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 		{[]string{"NEAR_LIMIT_RATIO", "1.5"}, "NEAR_LIMIT_RATIO"},
 		{[]string{"REDIS_TIMEOUT", "ten"}, "REDIS_TIMEOUT"},
 		{[]string{"BACKEND_TYPE", "memcache"}, "Memcache is not supported"},
-		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, "CONFIG_TYPE"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x"}, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
+		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "soon"}, "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
 		{[]string{"REDIS_TLS_CACERT", "/ca.pem"}, "REDIS_TLS_CACERT"},
 		{[]string{"GRPC_SERVER_USE_TLS", "true"}, "GRPC_SERVER_TLS_CERT"},
 		{[]string{"REDIS_TYPE", "ring"}, "REDIS_TYPE"},
 		{[]string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "nohostport"}, "host:port"},
 		{[]string{"REDIS_TYPE", "sentinel", "REDIS_URL", "onlymaster"}, "master,host:port"},
 		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_RESET_HEADER", "Bad Name"}, "LIMIT_RESET_HEADER"},
+		{[]string{"STATSD_PROTOCOL", "sctp"}, "STATSD_PROTOCOL"},
+		{[]string{"TRACING_EXPORTER_PROTOCOL", "zipkin"}, "TRACING_EXPORTER_PROTOCOL"},
+		{[]string{"TRACING_SAMPLING_RATE", "half"}, "TRACING_SAMPLING_RATE"},
+		{[]string{"STATSD_PORT", "x"}, "STATSD_PORT"},
+		{[]string{"EXTRA_TAGS", "nocolon"}, "EXTRA_TAGS"},
+		{[]string{"STATS_FLUSH_INTERVAL", "often"}, "STATS_FLUSH_INTERVAL"},
+		{[]string{"USE_PROMETHEUS", "true"}, "one of USE_STATSD"},
 	}
 	for _, c := range cases {
 		env := append(append([]string{}, base...), c.env...)
@@ -149,7 +179,7 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 // TestEnvoyproxyEnvNotHonoured: a variable Portero does not act on is
 // reported with its reason, and is no error.
 func TestEnvoyproxyEnvNotHonoured(t *testing.T) {
-	_, notes, err := envoyproxyEnv(envOf("RUNTIME_SUBDIRECTORY", "rl", "REDIS_POOL_SIZE", "20", "USE_STATSD", "false", "LOCAL_CACHE_SIZE_IN_BYTES", "1000"))
+	_, notes, err := envoyproxyEnv(envOf("RUNTIME_SUBDIRECTORY", "rl", "REDIS_POOL_SIZE", "20", "USE_STATSD", "false", "USE_PROMETHEUS", "true", "LOCAL_CACHE_SIZE_IN_BYTES", "1000"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +190,14 @@ func TestEnvoyproxyEnvNotHonoured(t *testing.T) {
 		}
 		got = append(got, n.Var)
 	}
-	if want := "LOCAL_CACHE_SIZE_IN_BYTES,REDIS_POOL_SIZE,USE_STATSD"; strings.Join(got, ",") != want {
+	if want := "LOCAL_CACHE_SIZE_IN_BYTES,REDIS_POOL_SIZE,USE_PROMETHEUS"; strings.Join(got, ",") != want {
 		t.Errorf("notes = %v, want %s", got, want)
 	}
 }
 
 // envoyproxyVariables are every variable envoyproxy/ratelimit's settings
-// read (src/settings/settings.go, as of its commit f2fb157, July 2026).
+// read (src/settings/settings.go, as of its commit f2fb157, July 2026), and
+// STATSD_PROTOCOL, which its statsd library (lyft/gostats) reads.
 var envoyproxyVariables = strings.Fields(`BACKEND_TYPE CACHE_KEY_PREFIX CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS
 CONFIG_GRPC_XDS_CLIENT_TLS_CERT CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA
 CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL CONFIG_GRPC_XDS_SERVER_TLS_CACERT CONFIG_GRPC_XDS_SERVER_TLS_SAN
@@ -186,7 +217,7 @@ REDIS_PIPELINE_WINDOW REDIS_POOL_ON_EMPTY_BEHAVIOR REDIS_POOL_SIZE REDIS_SENTINE
 REDIS_STARTUP_INITIAL_INTERVAL REDIS_STARTUP_MAX_ELAPSED_TIME REDIS_STARTUP_MAX_INTERVAL REDIS_TIMEOUT REDIS_TLS
 REDIS_TLS_CACERT REDIS_TLS_CLIENT_CERT REDIS_TLS_CLIENT_KEY REDIS_TLS_SKIP_HOSTNAME_VERIFICATION REDIS_TYPE REDIS_URL
 RESPONSE_DYNAMIC_METADATA RUNTIME_APPDIRECTORY RUNTIME_IGNOREDOTFILES RUNTIME_ROOT RUNTIME_SUBDIRECTORY RUNTIME_WATCH_ROOT
-SHADOW_MODE STATSD_HOST STATSD_PORT STATS_FLUSH_INTERVAL STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT TRACING_ENABLED
+SHADOW_MODE STATSD_HOST STATSD_PORT STATSD_PROTOCOL STATS_FLUSH_INTERVAL STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT TRACING_ENABLED
 TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE TRACING_SERVICE_INSTANCE_ID TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE
 USE_DOG_STATSD USE_DOG_STATSD_MOGRIFIERS USE_PROMETHEUS USE_STATSD XDS_CLIENT_BACKOFF_INITIAL_INTERVAL
 XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RANDOM_FACTOR XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`)
@@ -197,7 +228,8 @@ XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RAN
 func TestEnvoyproxyEnvComplete(t *testing.T) {
 	asked := map[string]bool{}
 	env := envOf("RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit", "GRPC_SERVER_USE_TLS", "true",
-		"GRPC_SERVER_TLS_CERT", "/c", "GRPC_SERVER_TLS_KEY", "/k", "GRPC_CLIENT_TLS_CACERT", "/ca")
+		"GRPC_SERVER_TLS_CERT", "/c", "GRPC_SERVER_TLS_KEY", "/k", "GRPC_CLIENT_TLS_CACERT", "/ca",
+		"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true") // the xDS settings are read with xDS on
 	if _, _, err := envoyproxyEnv(func(k string) (string, bool) { asked[k] = true; return env(k) }); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/rlsstats"
 )
 
 // The engine benchmarks measure one decision without the network: the
@@ -231,4 +232,51 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkServiceStats is BenchmarkServiceShouldRateLimit (memory store,
+// Envoy's deadline) without statistics and with envoyproxy/ratelimit's
+// statsd ones (package rlsstats, to a UDP socket on loopback), side by
+// side:
+//
+//	go test -run '^$' -bench ServiceStats -benchmem -count 6 ./internal/rls
+func BenchmarkServiceStats(b *testing.B) {
+	sink, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sink.Close()
+	for _, withStats := range []bool{false, true} {
+		lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "bench.yaml", Data: []byte(benchConfig)}}, envoyconf.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		comp, eng := newDoor(b, newMemStore(b), lim, descriptor.Options{}, "")
+		o := ServiceOptions{CallTimeout: 2 * time.Hour}
+		name := "off"
+		if withStats {
+			st, err := rlsstats.New(rlsstats.Options{Addr: sink.LocalAddr().String(), Protocol: "udp", FlushInterval: time.Hour, Limits: comp.Limits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			o.Observer, name = st.Observer(true), "statsd"
+		}
+		svc := NewService(comp, eng, o)
+		b.Run(name, func(b *testing.B) {
+			ins := make([]*pb.RateLimitRequest, benchKeys)
+			for i := range ins {
+				ins[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+					{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: benchValues[i]}}},
+				}}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if out, err := svc.ShouldRateLimit(ctx, ins[i%benchKeys]); err != nil || out.OverallCode != pb.RateLimitResponse_OK {
+					b.Fatal(out, err)
+				}
+			}
+		})
+	}
 }

@@ -70,6 +70,11 @@ var writer hdr.Writer
 // shared by both transports; its errors are gRPC statuses. The caller
 // releases the answer.
 func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer, error) {
+	if t := s.opts.Tracer; t != nil {
+		var end func()
+		ctx, end = t.Start(ctx, req)
+		defer end()
+	}
 	parent := ctx
 	// Bound the call by CallTimeout unless the caller's deadline (Envoy
 	// always sends one) already comes first: then a second timer would
@@ -80,12 +85,16 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		defer cancel()
 	}
 	compat := s.opts.Compat
+	obs := s.opts.Observer
 	if compat != nil && s.compiler.Limits() == nil {
 		// The configuration failed at start-up and none has loaded since.
+		if obs != nil {
+			var p descriptor.Plan
+			obs.Observe(req, &p, &engine.Verdict{}, 0, errNoConfig)
+		}
 		return nil, errNoConfig
 	}
 	a := answerPool.Get().(*answer)
-	obs := s.opts.Observer
 	if err := s.compiler.Compile(req, &a.plan); err != nil {
 		if obs != nil {
 			obs.Observe(req, &a.plan, &a.v, 0, err)

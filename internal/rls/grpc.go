@@ -78,6 +78,14 @@ type ServiceOptions struct {
 	// Observer, when set, is told of every call: its plan and verdict, or
 	// its error (portero rls's metrics).
 	Observer descriptor.Observer
+	// Tracer, when set, records a span of every call (package rlstrace).
+	Tracer Tracer
+}
+
+// Tracer starts the span of one call of req, returning the context the
+// call goes on in and the function that ends the span.
+type Tracer interface {
+	Start(ctx context.Context, req *descriptor.Request) (context.Context, func())
 }
 
 // Service implements RateLimitServiceServer: it translates each request

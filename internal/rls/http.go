@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"expvar"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,7 +15,7 @@ import (
 
 // envoyproxy/ratelimit's HTTP endpoints: POST /json (the rate limit call
 // in proto3 JSON, for clients without gRPC), /healthcheck on the HTTP port,
-// and /rlconfig, the loaded configuration, on its debug port.
+// and /rlconfig, the loaded configuration, and /stats on its debug port.
 
 // maxJSONBody bounds a /json request: the gRPC server's message cap.
 const maxJSONBody = DefaultMaxRecvMsgSize
@@ -106,4 +107,15 @@ func DumpConfig(c *descriptor.Config) string {
 		walk(c.Domain(name).Nodes)
 	}
 	return b.String()
+}
+
+// StatsHandler serves envoyproxy/ratelimit's /stats: every variable of the
+// process's expvar, one "name: JSON value" line each (cmdline and
+// memstats; its statistics themselves go to statsd, not to expvar).
+func StatsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		expvar.Do(func(kv expvar.KeyValue) {
+			fmt.Fprintf(w, "%s: %s\n", kv.Key, kv.Value)
+		})
+	})
 }

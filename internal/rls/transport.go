@@ -109,6 +109,9 @@ type ServerOptions struct {
 	ShutdownGrace time.Duration
 	// SocketMode is the permission of a unix socket created by Listen.
 	SocketMode os.FileMode
+	// GRPCOptions are added to grpc-go's (a stats handler for tracing);
+	// the lean transport has none.
+	GRPCOptions []grpc.ServerOption
 
 	// protoCodec decodes and encodes through the generated protobuf types
 	// (grpc-go's codec) instead of wire.go: for BenchmarkCodec.
@@ -254,7 +257,7 @@ func NewServer(svc *Service, o ServerOptions) (*Server, error) {
 	if !o.protoCodec {
 		gopts = append(gopts, grpc.ForceServerCodecV2(wireCodec{}))
 	}
-	s.grpc = grpc.NewServer(gopts...)
+	s.grpc = grpc.NewServer(append(gopts, o.GRPCOptions...)...)
 	if o.protoCodec {
 		pb.RegisterRateLimitServiceServer(s.grpc, svc)
 	} else {

@@ -22,6 +22,9 @@ import (
 	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsstats"
+	"github.com/portero-rl/portero/internal/rlstrace"
+	"github.com/portero-rl/portero/internal/rlsxds"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
 	"github.com/portero-rl/portero/store/memstore"
@@ -117,6 +120,18 @@ type RLSOptions struct {
 	// Envoyproxy is the compatibility with envoyproxy/ratelimit (`portero
 	// rls --compat envoyproxy` and its improvements' flags).
 	Envoyproxy EnvoyproxyOptions
+	// XDS, when set, takes the configuration from an xDS management server
+	// (package rlsxds, envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW)
+	// instead of ConfigPath, which must then be empty; its Load options are
+	// RunRLS's.
+	XDS *rlsxds.Options
+	// Tracing, when set, traces every call with OpenTelemetry, exported
+	// over OTLP (package rlstrace, envoyproxy/ratelimit's TRACING_*).
+	Tracing *rlstrace.Options
+	// Statsd, when set, sends envoyproxy/ratelimit's statistics to statsd
+	// (package rlsstats); RunRLS fills in what it knows: the configuration,
+	// the counting, NearLimit, the shadow mode, MaxDetailedSeries, Logger.
+	Statsd *rlsstats.Options
 }
 
 // EnvoyproxyOptions make RunRLS answer as envoyproxy/ratelimit does (see
@@ -186,7 +201,10 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		o.Stdout = io.Discard
 	}
 	compat := o.Envoyproxy.Compat != nil
-	if o.ConfigPath == "" && !compat {
+	switch {
+	case o.XDS != nil && o.ConfigPath != "":
+		return &ConfigError{errors.New("the configuration comes from files or over xDS, not both")}
+	case o.ConfigPath == "" && !compat && o.XDS == nil:
 		return &ConfigError{errors.New("an envoyproxy/ratelimit configuration (a file or a directory) is required")}
 	}
 	grpcListen := listenAddr(o.GRPCListen, DefaultRLSGRPCListen)
@@ -214,7 +232,33 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		Watch: watchPath, WatchOptions: o.WatchOptions, Reload: o.Reload, Hurry: o.Hurry})
 	defer svc.Close()
 
+	tracer, err := newRLSTracer(o, log)
+	if err != nil {
+		return &ConfigError{err}
+	}
+	if tracer != nil {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(sctx); err != nil {
+				log.Warn("rls: flushing the traces", "err", err)
+			}
+		}()
+		o.GRPC.GRPCOptions = append(o.GRPC.GRPCOptions, tracer.ServerOption())
+	}
+	var compiler *descriptor.Compiler
+	stats, err := newRLSStats(o, func() *descriptor.Config { return compiler.Limits() })
+	if err != nil {
+		return &ConfigError{err}
+	}
 	limits, err := loadRLSConfig(o.ConfigPath, o.Envoyproxy.load(o.MergeDomains))
+	if o.XDS != nil && compat {
+		// As envoyproxy/ratelimit: no configuration until the server sends one.
+		limits, err = nil, nil
+	}
+	if stats != nil && o.XDS == nil {
+		stats.Loaded(limits, err, o.ConfigPath != "")
+	}
 	if err != nil {
 		if !compat {
 			return &ConfigError{err}
@@ -238,7 +282,7 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	// One compiler and one engine for gRPC and /v1/check (the same
 	// counters, the same failure policy), a second engine for /v1/auth's
 	// failure policy.
-	compiler := descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
+	compiler = descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
 		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix})
 	ep := o.Envoyproxy
 	engOpts := engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit,
@@ -256,7 +300,10 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()), "envoyproxy_compat", compat)
 	}
 
-	r := &rlsServer{opts: o, log: log, compiler: compiler, engine: eng, authEngine: authEng, ready: svc.Readiness()}
+	r := &rlsServer{opts: o, log: log, compiler: compiler, engine: eng, authEngine: authEng, ready: svc.Readiness(), stats: stats}
+	if tracer != nil {
+		r.tracer = tracer
+	}
 	r.redis, _ = store.(*redisstore.Store)
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
 	r.source.Store(&rlsSource{limits: limits, at: time.Now()})
@@ -273,13 +320,26 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if o.DrainPeriod != nil {
 		drain = *o.DrainPeriod
 	}
+	// Stopped when Run returns (cancel first, then wait): the statistics
+	// flush once more.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
 	if r.dash != nil {
-		// Stopped when Run returns (cancel first, then wait).
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		dctx, stopDash := context.WithCancel(ctx)
-		defer stopDash()
-		wg.Go(func() { r.dash.Run(dctx) })
+		wg.Go(func() { r.dash.Run(bctx) })
+	}
+	if stats != nil {
+		wg.Go(func() { stats.Run(bctx) })
+	}
+	if o.XDS != nil {
+		xo := *o.XDS
+		xo.Load, xo.Logger = o.Envoyproxy.load(o.MergeDomains), log
+		wg.Go(func() {
+			if err := rlsxds.Run(bctx, xo, func(c *descriptor.Config, err error) { r.apply("xDS", c, err) }); err != nil {
+				log.Error("rls: no xDS configuration", "err", err)
+			}
+		})
 	}
 	return svc.Run(ctx, lifecycle.Hooks{
 		Reload:          r.reload,
@@ -297,6 +357,8 @@ type rlsServer struct {
 	ready              *lifecycle.Readiness
 	redis              *redisstore.Store // nil for the memory store
 	metrics            *rlsMetrics
+	stats              *rlsstats.Stats
+	tracer             rls.Tracer // nil without tracing
 	source             atomic.Pointer[rlsSource]
 	dash               *dashboard.Dashboard // nil without an admin listener
 	mu                 sync.Mutex           // serializes reloads
@@ -313,7 +375,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 	o := r.opts
 	if grpcListen != "off" {
 		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
-			Observer: r.metrics.observer("grpc"), Compat: o.Envoyproxy.Compat})
+			Observer: r.observer("grpc"), Compat: o.Envoyproxy.Compat, Tracer: r.tracer})
 		srv, err := rls.NewServer(rsvc, o.GRPC)
 		if err != nil {
 			return &ConfigError{err}
@@ -330,7 +392,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 	if httpListen != "off" {
 		h, err := checkapi.New(checkapi.Config{Compiler: r.compiler, Engine: r.engine, AuthEngine: r.authEngine,
 			ClientIP: o.ClientIP, DefaultDomain: o.AuthDomain, Timeout: o.CallTimeout, Now: o.Now, Logger: r.log,
-			Observer: r.metrics.observer("http")})
+			Observer: r.observer("http")})
 		if err != nil {
 			return &ConfigError{err}
 		}
@@ -341,7 +403,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		// envoyproxy/ratelimit's /json (its gRPC call in proto3 JSON) and
 		// /healthcheck beside the check API.
 		jsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
-			Observer: r.metrics.observer("http"), Compat: o.Envoyproxy.Compat})
+			Observer: r.observer("http"), Compat: o.Envoyproxy.Compat, Tracer: r.tracer})
 		mux := http.NewServeMux()
 		mux.Handle("/json", jsvc.JSONHandler())
 		mux.Handle("/healthcheck", rls.HealthHandler(r.healthy))
@@ -437,9 +499,20 @@ func (r *rlsServer) readyCheck() error {
 // reload reads the configuration again and applies it whole, or logs why
 // not and keeps the running one.
 func (r *rlsServer) reload(why string) {
+	if r.opts.XDS != nil {
+		r.log.Info("rls: reload asked: the configuration comes over xDS, nothing to read", "why", why)
+		return
+	}
+	c, err := loadRLSConfig(r.opts.ConfigPath, r.opts.Envoyproxy.load(r.opts.MergeDomains))
+	r.apply(why, c, err)
+}
+
+// apply applies a configuration read (reload, xDS), or logs why it was
+// not and keeps the running one.
+func (r *rlsServer) apply(why string, c *descriptor.Config, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c, err := loadRLSConfig(r.opts.ConfigPath, r.opts.Envoyproxy.load(r.opts.MergeDomains))
+	r.loaded(c, err)
 	if err != nil {
 		r.metrics.reloads.WithLabelValues("error").Inc()
 		r.log.Error("rls: reload refused, keeping the running configuration", "why", why, "err", err)
@@ -454,10 +527,11 @@ func (r *rlsServer) reload(why string) {
 }
 
 // adminRoutes adds rls's own admin endpoints: /config, the configuration
-// in use, and the same as envoyproxy/ratelimit's debug port prints it,
-// /rlconfig (its DEBUG_PORT is the admin listener).
+// in use, and what envoyproxy/ratelimit's debug port prints, /rlconfig
+// and /stats (its DEBUG_PORT is the admin listener).
 func (r *rlsServer) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /rlconfig", rls.ConfigHandler(r.compiler.Limits))
+	mux.Handle("GET /stats", rls.StatsHandler())
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, req *http.Request) {
 		src := r.source.Load()
 		writeJSON(w, http.StatusOK, map[string]any{"source": r.opts.ConfigPath, "loaded_at": src.at.UTC().Format(time.RFC3339),
