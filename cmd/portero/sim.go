@@ -22,7 +22,6 @@ func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Experiments on a virtual clock: replay traces, compare algorithms",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		// A group runs to reject unknown subcommands (Args) and otherwise
 		// shows its help.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
@@ -88,7 +87,6 @@ A request whose cost the rule can never admit at once is refused with
 retry_after "never" (null in JSON), as every door refuses it. A malformed
 trace is an error naming its line (exit status 2), and then no decision is
 printed.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Checked here rather than with MarkFlagRequired so that a missing
 			// flag is a usage error (exit status 2) like any other.
@@ -173,7 +171,6 @@ buckets), and prints the largest number each let through in any interval
 With --out FILE.svg (or .png) it also draws two charts: the figures as bars in
 FILE.svg, and each algorithm's cumulative throughput over time in
 FILE-over-time.svg.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "csv" && format != "table" {
 				return usageErr(fmt.Errorf("--format %q: want csv or table", format))

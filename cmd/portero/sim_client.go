@@ -32,7 +32,6 @@ keeps the offered load at what the service accepts.
 
 The table shows the totals and the load per second; csv only the per-second
 rows. --out draws the offered load over time.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkClientSimFlags(format, out); err != nil {
 				return err
@@ -71,7 +70,6 @@ together at 1 s, 2 s, 3 s; with the jitter Portero's client adds after it
 (up to --retry-after-jitter, 1 s, never before the server's time) they spread.
 The table prints the peak load per 100 ms of each; csv only the per-bucket
 rows. --out draws the retries per 100 ms over time.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkClientSimFlags(format, out); err != nil {
 				return err

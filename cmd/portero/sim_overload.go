@@ -74,7 +74,6 @@ func overloadSimCmd(name, short, long string, run func(*cobra.Command) (simTable
 		Use:   name + " [--format table|csv|json] [--chart FILE.svg|FILE.png]",
 		Short: short,
 		Long:  long,
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(sim.Formats, format) {
 				return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(sim.Formats, ", ")))

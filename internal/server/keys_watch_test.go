@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +12,9 @@ import (
 )
 
 // TestKeysFileReloads: a key added to the API keys file works without a
-// restart (the keys file is watched beside the configuration), and a
-// removed one stops working.
+// restart (the keys file is watched beside the configuration), a removed
+// one stops working, and a bad file is refused in a log line that names
+// the keys file's change as the reason (not a signal, which nobody sent).
 func TestKeysFileReloads(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "portero.yaml"), "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n"+
@@ -32,5 +34,15 @@ func TestKeysFileReloads(t *testing.T) {
 	waitFor(t, "key-b to work", func() bool { return code("key-b") == 200 })
 	if c := code("key-a"); c != 403 {
 		t.Errorf("a removed key answers %d, want 403", c)
+	}
+	writeFile(t, keys, "keys:\n  - {id: c, plan: nope, sha256: "+apikey.Hash("key-c")+"}\n")
+	waitFor(t, "the bad keys file refused", func() bool { return strings.Contains(r.logs.String(), "configuration refused") })
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		if strings.Contains(l, "configuration refused") && !strings.Contains(l, `reason="API keys file change"`) {
+			t.Errorf("log line %q: want reason=\"API keys file change\"", l)
+		}
+	}
+	if code("key-b") != 200 {
+		t.Error("the running keys were not kept")
 	}
 }
