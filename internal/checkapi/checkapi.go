@@ -427,10 +427,10 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 		req.Descriptors = append(req.Descriptors, out)
 	}
 	var p descriptor.Plan
-	if !h.compile(w, req, &p) {
+	now := h.cfg.Now()
+	if !h.compile(w, req, now, &p) {
 		return
 	}
-	now := h.cfg.Now()
 	var v engine.Verdict
 	if !h.decide(ctx, w, h.cfg.Engine, now, p.Hits, &v, req.Domain, req, &p) {
 		return
@@ -463,10 +463,10 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 	h.answer(w, &v, out)
 }
 
-// compile compiles req into p and answers its errors; ok is false when an
-// error answer was written.
-func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *descriptor.Plan) bool {
-	err := h.cfg.Compiler.Compile(req, p)
+// compile compiles req into p for a decision at now and answers its
+// errors; ok is false when an error answer was written.
+func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, now time.Time, p *descriptor.Plan) bool {
+	err := h.cfg.Compiler.Compile(req, now, p)
 	if err == nil {
 		return true
 	}
@@ -739,11 +739,12 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	var p descriptor.Plan
-	if !h.compile(w, req, &p) {
+	now := h.cfg.Now()
+	if !h.compile(w, req, now, &p) {
 		return
 	}
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.AuthEngine, h.cfg.Now(), p.Hits, &v, req.Domain, req, &p) {
+	if !h.decide(ctx, w, h.cfg.AuthEngine, now, p.Hits, &v, req.Domain, req, &p) {
 		return
 	}
 	var f httpanswer.Fields

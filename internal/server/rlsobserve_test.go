@@ -38,7 +38,7 @@ descriptors:
 		{Entries: []descriptor.Entry{{Key: "user", Value: "alice"}}},
 	}}
 	p, v := new(descriptor.Plan), new(engine.Verdict)
-	if err := descriptor.NewCompiler(cfg, descriptor.Options{}).Compile(req, p); err != nil {
+	if err := descriptor.NewCompiler(cfg, descriptor.Options{}).Compile(req, time.Now(), p); err != nil {
 		tb.Fatal(err)
 	}
 	if err := eng.Decide(context.Background(), time.Now(), p.Hits, v); err != nil || len(v.Results) != 2 {
