@@ -46,14 +46,14 @@ type rlsMetrics struct {
 	fallback      atomic.Bool
 	dropped       prometheus.Counter
 
-	// byLimit caches each limit's series (*descriptor.Limit →
+	// byLimit caches each configured limit's series (*descriptor.Limit →
 	// *keySeries), so that a decision costs one map load and no label
 	// hashing; a reload clears it. detailed holds the detailed keys'
-	// (domain + "\x00" + key → *keySeries), at most maxDetailed.
-	byLimit     sync.Map
-	detailed    sync.Map
-	maxDetailed int64
-	nDetailed   atomic.Int64
+	// series, overrides those of limit overrides (whose keys come from
+	// requests, and whose Limits come and go), each bounded.
+	byLimit   sync.Map
+	detailed  seriesSet
+	overrides seriesSet
 
 	// refused counts the refused keys of the last minutes, for the
 	// dashboard (the same bounded list as serve's /api/refused).
@@ -76,7 +76,8 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	if maxDetailed <= 0 {
 		maxDetailed = DefaultMaxDetailedSeries
 	}
-	m := &rlsMetrics{reg: newRegistry(), maxDetailed: int64(maxDetailed)}
+	m := &rlsMetrics{reg: newRegistry(), detailed: seriesSet{max: int64(maxDetailed)},
+		overrides: seriesSet{max: maxOverrideSeries}}
 	m.reloads = newReloads()
 	m.domains = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "portero_rls_config_domains",
@@ -144,22 +145,62 @@ func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
 // each entry, joined by "."), or the plain key once maxDetailed keys exist.
 func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
 	key := descriptor.Key(entries)
-	if len(key) > maxDetailedKey {
-		m.dropped.Inc()
-		return m.plain(domain, l)
+	if len(key) <= maxDetailedKey {
+		if ks := m.detailed.get(m, domain, key); ks != nil {
+			return ks
+		}
 	}
-	sk := domain + "\x00" + key
-	if v, ok := m.detailed.Load(sk); ok {
+	m.dropped.Inc()
+	return m.plain(domain, l)
+}
+
+// maxOverrideSeries caps the descriptor keys that limit overrides add to
+// the metrics (the keys come from requests); beyond it overrides are
+// counted under the key overflowKey.
+const maxOverrideSeries = 1024
+
+// overflowKey is the key of the limit overrides past maxOverrideSeries.
+const overflowKey = "(override)"
+
+// override returns the series of limit override l: its stat key, or
+// overflowKey once maxOverrideSeries keys exist or for a key longer than
+// maxDetailedKey.
+func (m *rlsMetrics) override(domain string, l *descriptor.Limit) *keySeries {
+	if key := strings.TrimPrefix(l.FullKey, domain+"."); len(key) <= maxDetailedKey {
+		if ks := m.overrides.get(m, domain, key); ks != nil {
+			return ks
+		}
+	}
+	sk := domain + "\x00" + overflowKey
+	if v, ok := m.overrides.m.Load(sk); ok {
 		return v.(*keySeries)
 	}
-	if m.nDetailed.Add(1) > m.maxDetailed {
-		m.nDetailed.Add(-1)
-		m.dropped.Inc()
-		return m.plain(domain, l)
+	v, _ := m.overrides.m.LoadOrStore(sk, m.newSeries(domain, overflowKey))
+	return v.(*keySeries)
+}
+
+// seriesSet holds series by domain and key (domain + "\x00" + key →
+// *keySeries), at most max of them.
+type seriesSet struct {
+	m   sync.Map
+	n   atomic.Int64
+	max int64
+}
+
+// get returns the series of (domain, key), made if the set has room; nil
+// when it has none.
+func (s *seriesSet) get(m *rlsMetrics, domain, key string) *keySeries {
+	sk := domain + "\x00" + key
+	if v, ok := s.m.Load(sk); ok {
+		return v.(*keySeries)
 	}
-	v, loaded := m.detailed.LoadOrStore(sk, m.newSeries(domain, key))
+	if s.n.Add(1) > s.max {
+		s.n.Add(-1)
+		return nil
+	}
+	v, loaded := s.m.LoadOrStore(sk, m.newSeries(domain, key))
 	if loaded {
-		m.nDetailed.Add(-1) // another call made it first
+		s.n.Add(-1) // another call made it first
 	}
 	return v.(*keySeries)
 }
@@ -250,9 +291,12 @@ func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *en
 			continue
 		}
 		var ks *keySeries
-		if l.DetailedMetric {
+		switch {
+		case req.Descriptors[d].Override != nil:
+			ks = m.override(req.Domain, l)
+		case l.DetailedMetric:
 			ks = m.withValues(req.Domain, l, req.Descriptors[d].Entries)
-		} else {
+		default:
 			ks = m.plain(req.Domain, l)
 		}
 		m.count(ks, res)
