@@ -13,6 +13,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/dashboard"
 )
 
 // DefaultMaxDetailedSeries caps the descriptor keys that detailed_metric
@@ -58,6 +59,12 @@ type rlsMetrics struct {
 	// refused counts the refused keys of the last minutes, for the
 	// dashboard (the same bounded list as serve's /api/refused).
 	refused refusals
+	// usage keeps the keys closest to their limits, for the dashboard, of
+	// the configured limits (usageOf: their trackers, per configuration);
+	// now is the decisions' clock.
+	usage   *dashboard.Usage
+	usageOf atomic.Pointer[map[*descriptor.Limit]*dashboard.RuleUsage]
+	now     func() time.Time
 }
 
 // keySeries are one descriptor key's counters: by outcome (engine.Outcome
@@ -77,7 +84,8 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 		maxDetailed = DefaultMaxDetailedSeries
 	}
 	m := &rlsMetrics{reg: newRegistry(), detailed: seriesSet{max: int64(maxDetailed)},
-		overrides: seriesSet{max: maxOverrideSeries}}
+		overrides: seriesSet{max: maxOverrideSeries}, usage: dashboard.NewUsage(0), now: time.Now}
+	m.usageOf.Store(&map[*descriptor.Limit]*dashboard.RuleUsage{})
 	m.reloads = newReloads()
 	m.domains = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "portero_rls_config_domains",
@@ -220,10 +228,32 @@ func (m *rlsMetrics) count(ks *keySeries, res *engine.Result) {
 	c.(prometheus.Counter).Inc()
 }
 
-// reloaded forgets the cached series of the previous configuration's
-// limits (the counters themselves stay: the same labels are the same
-// series).
-func (m *rlsMetrics) reloaded() { m.byLimit.Clear() }
+// setLimits prepares for the limits of c: it forgets the cached series
+// of the previous configuration's (the counters themselves stay: the same
+// labels are the same series) and tracks the keys closest to each limit
+// under its dashboard name (a limit of the same name keeps its keys).
+func (m *rlsMetrics) setLimits(c *descriptor.Config) {
+	m.byLimit.Clear()
+	var names []string
+	var limits []*descriptor.Limit
+	c.Walk(func(d *descriptor.Domain, n *descriptor.Node) {
+		if l := n.Limit; l != nil && !l.Unlimited {
+			names, limits = append(names, dashName(d.Name, l)), append(limits, l)
+		}
+	})
+	m.usage.SetRules(names)
+	byLimit := make(map[*descriptor.Limit]*dashboard.RuleUsage, len(limits))
+	for i, l := range limits {
+		byLimit[l] = m.usage.Rule(i)
+	}
+	m.usageOf.Store(&byLimit)
+}
+
+// dashName is the dashboard's name of limit l of domain: the domain and
+// the stat key of its metrics.
+func dashName(domain string, l *descriptor.Limit) string {
+	return domain + " " + strings.TrimPrefix(l.FullKey, domain+".")
+}
 
 // rlsObserver feeds rlsMetrics from one door's verdicts: it is the
 // descriptor.Observer of the gRPC service (door "grpc") and of the check
@@ -300,6 +330,14 @@ func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *en
 			ks = m.plain(req.Domain, l)
 		}
 		m.count(ks, res)
+		if u := (*m.usageOf.Load())[l]; u != nil && res.Failure == "" &&
+			(res.Outcome == engine.Allowed || res.Outcome == engine.NearLimit || res.Outcome == engine.Refused) {
+			// What the key has used of its limit; cheap below the rule's
+			// few nearest keys.
+			if dd := &res.Decision; u.Wants(dd.Limit-dd.Remaining, dd.Limit) {
+				u.Observe(res.Key, dd.Limit-dd.Remaining, dd.Limit, dd.ResetAfter, m.now())
+			}
+		}
 		switch res.Outcome {
 		case engine.Refused, engine.CanNeverPass, engine.ShadowRefused:
 			m.refused.add(ks.domain+" "+ks.key, res.Key, res.Rule.Shadow, time.Now())

@@ -13,8 +13,9 @@ import (
 )
 
 // observed compiles and decides one request of two descriptors against a
-// memory store, as the RLS does, for the observer's benchmarks.
-func observed(tb testing.TB) (*descriptor.Request, *descriptor.Plan, *engine.Verdict) {
+// memory store, as the RLS does, for the observer's benchmarks, and
+// returns the metrics that observe it, set up for its configuration.
+func observed(tb testing.TB) (*descriptor.Request, *descriptor.Plan, *engine.Verdict, *rlsMetrics) {
 	tb.Helper()
 	cfg, err := envoyconf.Parse([]envoyconf.Source{{Name: "b.yaml", Data: []byte(`domain: b
 descriptors:
@@ -45,15 +46,18 @@ descriptors:
 	if err := eng.Decide(context.Background(), time.Now(), p.Hits, v); err != nil || len(v.Results) != 2 {
 		tb.Fatalf("Decide: %v, %d results", err, len(v.Results))
 	}
-	return req, p, v
+	m := newRLSMetrics(0, func() float64 { return 1 })
+	m.setLimits(cfg)
+	return req, p, v, m
 }
 
-// TestRLSObserverAllocatesNothing: counting a call's metrics allocates
-// nothing once its keys have been seen (the RLS answers a call in a few
+// TestRLSObserverAllocatesNothing: counting a call's metrics (and the
+// dashboard's keys closest to their limits) allocates nothing once its
+// keys have been seen (the RLS answers a call in a few
 // microseconds and one allocation).
 func TestRLSObserverAllocatesNothing(t *testing.T) {
-	req, p, v := observed(t)
-	o := newRLSMetrics(0, func() float64 { return 1 }).observer("grpc")
+	req, p, v, m := observed(t)
+	o := m.observer("grpc")
 	o.Observe(req, p, v, time.Microsecond, nil)
 	if n := testing.AllocsPerRun(100, func() { o.Observe(req, p, v, time.Microsecond, nil) }); n != 0 {
 		t.Errorf("Observe allocates %v times per call, want 0", n)
@@ -63,8 +67,8 @@ func TestRLSObserverAllocatesNothing(t *testing.T) {
 // BenchmarkRLSObserve is the metrics' cost per RLS call of two
 // descriptors.
 func BenchmarkRLSObserve(b *testing.B) {
-	req, p, v := observed(b)
-	o := newRLSMetrics(0, func() float64 { return 1 }).observer("grpc")
+	req, p, v, m := observed(b)
+	o := m.observer("grpc")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
