@@ -406,10 +406,10 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 		req.Descriptors = append(req.Descriptors, out)
 	}
 	var p descriptor.Plan
-	if !h.compile(w, req, &p) {
+	now := h.cfg.Now()
+	if !h.compile(w, req, now, &p) {
 		return
 	}
-	now := h.cfg.Now()
 	var v engine.Verdict
 	if !h.decide(ctx, w, h.cfg.Engine, now, &v, req, &p) {
 		return
@@ -442,10 +442,10 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 	h.answer(w, &v, out)
 }
 
-// compile compiles req into p and answers its errors; ok is false when an
-// error answer was written.
-func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *descriptor.Plan) bool {
-	err := h.cfg.Compiler.Compile(req, p)
+// compile compiles req into p for a decision at now and answers its
+// errors; ok is false when an error answer was written.
+func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, now time.Time, p *descriptor.Plan) bool {
+	err := h.cfg.Compiler.Compile(req, now, p)
 	if err == nil {
 		return true
 	}
@@ -664,11 +664,12 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	var p descriptor.Plan
-	if !h.compile(w, req, &p) {
+	now := h.cfg.Now()
+	if !h.compile(w, req, now, &p) {
 		return
 	}
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.AuthEngine, h.cfg.Now(), &v, req, &p) {
+	if !h.decide(ctx, w, h.cfg.AuthEngine, now, &v, req, &p) {
 		return
 	}
 	var f httpanswer.Fields

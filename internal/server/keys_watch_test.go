@@ -13,8 +13,8 @@ import (
 
 // TestKeysFileReloads: a key added to the API keys file works without a
 // restart (the keys file is watched beside the configuration), a removed
-// one stops working, and a bad file is refused in a log line that names
-// the keys file's change as the reason (not a signal, which nobody sent).
+// one stops working, and a bad file changes nothing, in a log line that
+// names the keys file's change as the reason (not a signal).
 func TestKeysFileReloads(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "portero.yaml"), "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\n"+
@@ -35,14 +35,26 @@ func TestKeysFileReloads(t *testing.T) {
 	if c := code("key-a"); c != 403 {
 		t.Errorf("a removed key answers %d, want 403", c)
 	}
-	writeFile(t, keys, "keys:\n  - {id: c, plan: nope, sha256: "+apikey.Hash("key-c")+"}\n")
-	waitFor(t, "the bad keys file refused", func() bool { return strings.Contains(r.logs.String(), "configuration refused") })
+	// A bad keys file is refused whole: its good key does not work, the
+	// keys in use still do, and the log names the bad line.
+	writeFile(t, keys, "keys:\n"+line("b", "key-b")+line("c", "key-c")+"  - {id: d, plan: silver, sha256: "+apikey.Hash("key-d")+"}\n")
+	waitFor(t, "the bad keys file to be refused", func() bool {
+		return strings.Contains(r.logs.String(), `keys.yaml:4:19: keys[2].plan: \"silver\": no such plan`)
+	})
+	if code("key-b") != 200 || code("key-c") != 403 {
+		t.Errorf("after a bad keys file: key-b %d, key-c %d; want 200 (kept), 403 (not applied)", code("key-b"), code("key-c"))
+	}
+	refused := false
 	for _, l := range strings.Split(r.logs.String(), "\n") {
-		if strings.Contains(l, "configuration refused") && !strings.Contains(l, `reason="API keys file change"`) {
+		if !strings.Contains(l, "configuration refused") {
+			continue
+		}
+		refused = true
+		if !strings.Contains(l, `reason="API keys file change"`) {
 			t.Errorf("log line %q: want reason=\"API keys file change\"", l)
 		}
 	}
-	if code("key-b") != 200 {
-		t.Error("the running keys were not kept")
+	if !refused {
+		t.Error("no \"configuration refused\" log line for the bad keys file")
 	}
 }
