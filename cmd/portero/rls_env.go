@@ -123,53 +123,9 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	set("ignore-dotfiles", strconv.FormatBool(e.boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
 	set("merge-domains", strconv.FormatBool(e.boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
 
-	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
-	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
-	// Portero's admin listener (pprof, /rlconfig, /metrics), kept on
-	// loopback unless DEBUG_HOST says otherwise.
-	set("http-listen", e.hostPort("HOST", "0.0.0.0", "PORT", 8080), "HOST", "PORT")
-	if uds := e.str("GRPC_UDS", ""); uds != "" {
-		set("grpc-listen", "unix:"+uds, "GRPC_UDS")
-	} else {
-		set("grpc-listen", e.hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
-	}
-	set("admin-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
-	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour).String(), "GRPC_MAX_CONNECTION_AGE")
-	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour).String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
-	if e.boolean("GRPC_SERVER_USE_TLS", false) {
-		cert, key := e.str("GRPC_SERVER_TLS_CERT", ""), e.str("GRPC_SERVER_TLS_KEY", "")
-		if cert == "" || key == "" {
-			e.fail("GRPC_SERVER_USE_TLS", errors.New("needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
-		}
-		set("grpc-tls-cert", cert, "GRPC_SERVER_TLS_CERT")
-		set("grpc-tls-key", key, "GRPC_SERVER_TLS_KEY")
-		if ca := e.str("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
-			set("grpc-tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
-			if san := e.str("GRPC_CLIENT_TLS_SAN", ""); san != "" {
-				set("grpc-tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
-			}
-		}
-	}
+	listenEnv(&e, set)
 
-	// Logs: logrus's levels, case-insensitive.
-	switch lvl := strings.ToLower(e.str("LOG_LEVEL", "warn")); lvl {
-	case "trace", "debug":
-		set("log-level", "debug", "LOG_LEVEL")
-	case "info":
-		set("log-level", "info", "LOG_LEVEL")
-	case "warn", "warning":
-		set("log-level", "warn", "LOG_LEVEL")
-	case "error", "fatal", "panic":
-		set("log-level", "error", "LOG_LEVEL")
-	default:
-		e.fail("LOG_LEVEL", fmt.Errorf("%q: want trace, debug, info, warn, error, fatal or panic", lvl))
-	}
-	if strings.EqualFold(e.str("LOG_FORMAT", "text"), "json") {
-		set("log-format", "json", "LOG_FORMAT")
-	} else {
-		set("log-format", "text", "LOG_FORMAT")
-	}
-
+	logEnv(&e, set)
 	redisEnv(&e, set)
 	set("cache-key-prefix", e.str("CACHE_KEY_PREFIX", ""), "CACHE_KEY_PREFIX")
 	set("expiration-jitter", (time.Duration(e.integer("EXPIRATION_JITTER_MAX_SECONDS", 300, 0)) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
@@ -216,6 +172,59 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 		return nil, notes, errors.Join(e.errs...)
 	}
 	return out, notes, nil
+}
+
+// listenEnv maps the listeners and the gRPC server's settings.
+func listenEnv(e *envReader, set func(flag, value string, from ...string)) {
+	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
+	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
+	// Portero's admin listener (pprof, /rlconfig, /metrics), kept on
+	// loopback unless DEBUG_HOST says otherwise.
+	set("http-listen", e.hostPort("HOST", "0.0.0.0", "PORT", 8080), "HOST", "PORT")
+	if uds := e.str("GRPC_UDS", ""); uds != "" {
+		set("grpc-listen", "unix:"+uds, "GRPC_UDS")
+	} else {
+		set("grpc-listen", e.hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
+	}
+	set("admin-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
+	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour).String(), "GRPC_MAX_CONNECTION_AGE")
+	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour).String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
+	if e.boolean("GRPC_SERVER_USE_TLS", false) {
+		cert, key := e.str("GRPC_SERVER_TLS_CERT", ""), e.str("GRPC_SERVER_TLS_KEY", "")
+		if cert == "" || key == "" {
+			e.fail("GRPC_SERVER_USE_TLS", errors.New("needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
+		}
+		set("grpc-tls-cert", cert, "GRPC_SERVER_TLS_CERT")
+		set("grpc-tls-key", key, "GRPC_SERVER_TLS_KEY")
+		if ca := e.str("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
+			set("grpc-tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
+			if san := e.str("GRPC_CLIENT_TLS_SAN", ""); san != "" {
+				set("grpc-tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
+			}
+		}
+	}
+}
+
+// logEnv maps the logs' settings.
+func logEnv(e *envReader, set func(flag, value string, from ...string)) {
+	// Logs: logrus's levels, case-insensitive.
+	switch lvl := strings.ToLower(e.str("LOG_LEVEL", "warn")); lvl {
+	case "trace", "debug":
+		set("log-level", "debug", "LOG_LEVEL")
+	case "info":
+		set("log-level", "info", "LOG_LEVEL")
+	case "warn", "warning":
+		set("log-level", "warn", "LOG_LEVEL")
+	case "error", "fatal", "panic":
+		set("log-level", "error", "LOG_LEVEL")
+	default:
+		e.fail("LOG_LEVEL", fmt.Errorf("%q: want trace, debug, info, warn, error, fatal or panic", lvl))
+	}
+	if strings.EqualFold(e.str("LOG_FORMAT", "text"), "json") {
+		set("log-format", "json", "LOG_FORMAT")
+	} else {
+		set("log-format", "text", "LOG_FORMAT")
+	}
 }
 
 // redisEnv maps the store: Redis (BACKEND_TYPE=redis, the default) at
