@@ -72,6 +72,11 @@ type scenarioStep struct {
 	// RedisPerSecond); each key's TTL must be within its window.
 	Redis          map[string]string `yaml:"redis"`
 	RedisPerSecond map[string]string `yaml:"redis_per_second"`
+	// Probe asks the server beside the service (gRPC health, the debug
+	// port; Want is the answer): scripts/envoyproxy-oracle.py runs them
+	// on both binaries, this test leaves them to internal/server's.
+	Probe map[string]any `yaml:"probe"`
+	Want  any            `yaml:"want"`
 }
 
 // compatSettings are the envoyproxy/ratelimit settings a scenario may set,
@@ -130,6 +135,9 @@ func settingsOf(t *testing.T, env map[string]string) compatSettings {
 			if on(k) {
 				s.compat.Headers = HeadersEnvoyproxy
 			}
+		case "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY",
+			"GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN":
+			// The server's, asked by probe steps.
 		case "LIMIT_LIMIT_HEADER":
 			s.compat.HeaderNames[0] = v
 		case "LIMIT_REMAINING_HEADER":
@@ -352,6 +360,9 @@ func runScenario(t *testing.T, sc *scenario, d *scenarioDoor, viaJSON bool) int 
 		if step.Files != nil {
 			writeScenarioFiles(t, d.dir, step.Files)
 			d.reload(t)
+			continue
+		}
+		if step.Probe != nil {
 			continue
 		}
 		raw := toJSON(t, step.Request)
