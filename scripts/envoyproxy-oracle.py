@@ -12,6 +12,7 @@ then, from the repository's root:
     scripts/envoyproxy-oracle.py /tmp/erl/bin              # everything
     scripts/envoyproxy-oracle.py /tmp/erl/bin configs      # the loader's cases only
     scripts/envoyproxy-oracle.py /tmp/erl/bin basic.yaml   # some scenarios
+    scripts/envoyproxy-oracle.py --portero bin/portero --jobs 3 /tmp/erl/bin   # Portero beside it
 
 configs runs config_check_cmd on every case directory of
 internal/config/envoyconf/testdata/envoyproxy and compares what it accepts
@@ -23,7 +24,20 @@ the real clock; every answer must equal the scenario's. Durations and
 RateLimit-Reset of units above a minute cannot match the scenario's instant
 on the real clock: they must equal the unit's length minus the Unix second's
 offset in it at the call instead. Scenarios run in parallel; each waits up
-to a minute for its offset. Exit status 1 when anything differs.
+to a minute for its offset (--jobs N runs N at a time: on a loaded
+machine a scenario's steps must still fall in the seconds it meant).
+
+With --portero BIN, Portero's binary runs beside it as ratelimit (a symlink
+to BIN) with the same environment, each on its own redis-server (and a
+second one under REDIS_PERSECOND), EXPIRATION_JITTER_MAX_SECONDS=0: every
+step goes to both, both answers must be the scenario's, and after each
+step both Redis must hold the same keys with the same values and TTLs
+(within a second). Probe steps ask both what is not a /json answer: the
+gRPC health of a name (probe: {grpc_health: NAME[, tls_client: wildcard|
+exact|other]}, with curl over HTTP/2; {tls} in the environment is a
+directory of certificates made with openssl) or a debug port path
+(probe: {debug: PATH}, whose answer must hold the lines listed). Exit
+status 1 when anything differs.
 """
 import concurrent.futures, datetime, glob, json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time
 import urllib.error, urllib.request
@@ -126,7 +140,8 @@ def redis_dump(port):
             return rest.decode()
         keys = sorted(send(['KEYS', '*'])[0])
         replies = send(*[c for k in keys for c in (['GET', k], ['TTL', k])])
-    return {k: (replies[2 * i], replies[2 * i + 1]) for i, k in enumerate(keys)}
+    # A key that expired between KEYS and GET (a per-second one) is gone.
+    return {k: (replies[2 * i], replies[2 * i + 1]) for i, k in enumerate(keys) if replies[2 * i] is not None}
 
 
 def redis_diff(a, b):
@@ -365,9 +380,13 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     args = sys.argv[1:]
-    portero = None
-    if len(args) >= 2 and args[0] == '--portero':
-        portero, args = args[1], args[2:]
+    portero, jobs = None, 0
+    while len(args) >= 2 and args[0] in ('--portero', '--jobs'):
+        if args[0] == '--portero':
+            portero = args[1]
+        else:
+            jobs = int(args[1])
+        args = args[2:]
     if not args:
         sys.exit(__doc__)
     bindir, which = args[0], args[1:]
@@ -376,7 +395,7 @@ def main():
         fails += check_configs(bindir)
     paths = [os.path.join(SCENARIOS, w) for w in which if w != 'configs'] or ([] if which else sorted(glob.glob(SCENARIOS + '/*.yaml')))
     answers = 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or max(1, len(paths))) as pool:
         for n, f, text in pool.map(lambda p: run_scenario(p, bindir, portero), paths):
             print(text)
             answers, fails = answers + n, fails + f
