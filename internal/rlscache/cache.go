@@ -47,18 +47,3 @@ func (c *Cache) SetOver(key string, ttl time.Duration) {
 	// is asked in the store every time, as there.
 	_ = c.fc.Set([]byte(key), nil, int(max(ttl/time.Second, 1)))
 }
-
-// Stats are freecache's counters, which envoyproxy/ratelimit reports as
-// its localcache gauges.
-type Stats struct {
-	AverageAccessTime, EntryCount, EvacuateCount, ExpiredCount int64
-	HitCount, LookupCount, MissCount, OverwriteCount           int64
-}
-
-// Stats returns the cache's counters.
-func (c *Cache) Stats() Stats {
-	f := c.fc
-	return Stats{AverageAccessTime: f.AverageAccessTime(), EntryCount: f.EntryCount(), EvacuateCount: f.EvacuateCount(),
-		ExpiredCount: f.ExpiredCount(), HitCount: f.HitCount(), LookupCount: f.LookupCount(), MissCount: f.MissCount(),
-		OverwriteCount: f.OverwriteCount()}
-}
