@@ -9,18 +9,17 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// The burst experiment of the seed ("Juntando todo"): five algorithms
-// receive the same 80 requests with the same settings, and for each we find
-// the largest number of requests it let through in any one-second interval.
-// The figures it reproduces are the seed's: fixed-window 20, sliding-log 10,
+// The burst experiment: five algorithms receive the same 80 requests with
+// the same settings, and for each we find the largest number of requests it
+// let through in any one-second interval: fixed-window 20, sliding-log 10,
 // sliding-counter 11, token-bucket 19, leaky-queue 10.
 
 // BurstLimit is the experiment's setting: limit 10 per window of 1 s, which
 // the token bucket and the queue read as capacity 10 and rate 10/s.
 var BurstLimit = portero.Limit{Count: 10, Window: time.Second}
 
-// BurstAlgorithms are the five algorithms of the experiment, in the seed's
-// order.
+// BurstAlgorithms are the five algorithms of the experiment, in the order
+// docs/algorithms.md shows them.
 var BurstAlgorithms = []portero.Algorithm{
 	portero.FixedWindow, portero.SlidingLog, portero.SlidingCounter,
 	portero.TokenBucket, portero.LeakyQueue,
@@ -90,8 +89,8 @@ type BurstResult struct {
 // RunBurst replays trace through a fresh store from open for each algorithm
 // in algs under limit and measures each one's largest throughput in any
 // interval of length limit.Window. The stores are closed before it returns.
-func RunBurst(ctx context.Context, open func() (portero.Store, error), algs []portero.Algorithm, limit portero.Limit, trace []Request) ([]BurstResult, error) {
-	out := make([]BurstResult, 0, len(algs))
+func RunBurst(ctx context.Context, open func() (portero.Store, error), algs []portero.Algorithm, limit portero.Limit, trace []Request) (BurstResults, error) {
+	out := make(BurstResults, 0, len(algs))
 	for _, alg := range algs {
 		store, err := open()
 		if err != nil {

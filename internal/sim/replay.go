@@ -2,13 +2,10 @@ package sim
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/portero-rl/portero"
@@ -71,9 +68,6 @@ func Replay(ctx context.Context, store portero.Store, rule portero.Rule, trace [
 // pass (null in JSON).
 const never = "never"
 
-// Formats lists the output formats of WriteResults.
-var Formats = []string{"csv", "json", "table"}
-
 // WriteResults writes results in format ("csv", "json" or "table"): one row
 // per request with the columns time, key, cost, allowed, remaining,
 // retry_after ("never", null in JSON, for a request whose cost the rule can
@@ -113,7 +107,7 @@ func WriteResults(w io.Writer, format string, results []Result, departures bool)
 				rows[i][len(header)-1] = "-"
 			}
 		}
-		return WriteRows(w, format, header, rows)
+		return Table{Header: header, Rows: rows}.Write(w, format)
 	case "json":
 		rows := make([]any, len(results))
 		for i, r := range results {
@@ -153,89 +147,4 @@ type jsonRow struct {
 type jsonQueueRow struct {
 	jsonRow
 	Departure *json.Number `json:"departure"`
-}
-
-// writeJSON writes rows as a JSON array, one object per line.
-func writeJSON(w io.Writer, rows []any) error {
-	var b []byte
-	b = append(b, '[')
-	for i, r := range rows {
-		j, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, "\n "...)
-		b = append(b, j...)
-	}
-	b = append(b, "\n]\n"...)
-	_, err := w.Write(b)
-	return err
-}
-
-// WriteRows writes a header and rows as CSV ("csv"), as a table of
-// aligned columns ("table") or as a JSON array of objects whose keys are the
-// header's, in its order ("json"); there a cell that is a JSON number (such
-// as 120 or 0.95) is written as a number, any other as a string.
-func WriteRows(w io.Writer, format string, header []string, rows [][]string) error {
-	switch format {
-	case "json":
-		out := make([]any, len(rows))
-		for i, r := range rows {
-			if len(r) != len(header) {
-				return fmt.Errorf("row %d has %d cells for %d columns", i, len(r), len(header))
-			}
-			var b []byte
-			b = append(b, '{')
-			for j, cell := range r {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				k, _ := json.Marshal(header[j])
-				b = append(b, k...)
-				b = append(b, ':')
-				if isJSONNumber(cell) {
-					b = append(b, cell...)
-				} else {
-					v, _ := json.Marshal(cell)
-					b = append(b, v...)
-				}
-			}
-			out[i] = json.RawMessage(append(b, '}'))
-		}
-		return writeJSON(w, out)
-	case "csv":
-		cw := csv.NewWriter(w)
-		if err := cw.Write(header); err != nil {
-			return err
-		}
-		if err := cw.WriteAll(rows); err != nil { // WriteAll flushes
-			return err
-		}
-		return cw.Error()
-	case "table":
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		writeTabRow(tw, header)
-		for _, r := range rows {
-			writeTabRow(tw, r)
-		}
-		return tw.Flush()
-	}
-	return fmt.Errorf("unknown format %q: want one of %v", format, Formats)
-}
-
-// isJSONNumber reports whether s is a number in JSON's grammar.
-func isJSONNumber(s string) bool {
-	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
-		return false
-	}
-	var n json.Number
-	return json.Unmarshal([]byte(s), &n) == nil
-}
-
-func writeTabRow(w io.Writer, cells []string) {
-	io.WriteString(w, strings.Join(cells, "\t"))
-	io.WriteString(w, "\n")
 }

@@ -1,4 +1,4 @@
-// Package race holds the seed's distributed experiments: the race between
+// Package race holds the distributed experiments: the race between
 // instances that share one Redis counter (atomic script against a naive
 // GET → compare → INCR), and instances that each count in their own memory.
 //
@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	// The seed's INCR + EXPIRE form: the window starts at the round's first
+	// The INCR + EXPIRE form: the window starts at the round's first
 	// request, so a round that happens to straddle a clock-aligned boundary
 	// cannot admit two windows' worth, and "exactly the limit" holds.
 	rule := portero.Rule{Name: "race", Algorithm: portero.FixedWindowAnchored, Limit: portero.Limit{Count: cfg.Limit, Window: cfg.Window}}
@@ -176,7 +176,7 @@ func fire(cfg Config, allow func(inst int) (bool, error)) (int64, error) {
 	return admitted.Load(), firstErr
 }
 
-// naiveAllow is the check-then-act limiter the seed warns about: it reads
+// naiveAllow is the check-then-act limiter that races: it reads
 // the counter, decides in the application and then increments, so two
 // instances that read the same value both admit. For the experiment only.
 func naiveAllow(ctx context.Context, c rueidis.Client, key string, limit int64, window time.Duration) (bool, error) {

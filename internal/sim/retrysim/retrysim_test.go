@@ -112,7 +112,7 @@ func TestRetryStormOutput(t *testing.T) {
 		t.Errorf("Series t = %v, values = %v", ts, vals)
 	}
 	var buf bytes.Buffer
-	if err := r.WriteTable(&buf, "csv"); err != nil {
+	if err := r.Table().Write(&buf, "csv"); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := csv.NewReader(&buf).ReadAll()
@@ -120,14 +120,14 @@ func TestRetryStormOutput(t *testing.T) {
 		t.Errorf("csv = %v, %v", rows, err)
 	}
 	buf.Reset()
-	if err := r.WriteTable(&buf, "table"); err != nil {
+	if err := r.Table().Write(&buf, "table"); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); !strings.Contains(out, "immediate") || !strings.Contains(out, "× demand") || strings.Count(out, "\n") != 4+1+6 {
 		t.Errorf("table output:\n%s", out)
 	}
-	if err := r.WriteTable(&buf, "json"); err == nil {
-		t.Error("WriteTable(json) succeeded, want an error")
+	if err := r.Table().Write(&buf, "xml"); err == nil {
+		t.Error("Table().Write(xml) succeeded, want an error")
 	}
 }
 
@@ -205,7 +205,7 @@ func TestHerdCapacityServesMoreWithJitter(t *testing.T) {
 		t.Errorf("full-jitter served %d, want >= 150", fj.Served)
 	}
 	var buf bytes.Buffer
-	if err := r.WriteTable(&buf, "csv"); err != nil {
+	if err := r.Table().Write(&buf, "csv"); err != nil {
 		t.Fatal(err)
 	}
 	if rows, err := csv.NewReader(&buf).ReadAll(); err != nil || len(rows) != 101 || rows[11][0] != "1.0" || rows[11][1] != "200" {
