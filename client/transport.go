@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"errors"
@@ -203,22 +204,21 @@ func New(cfg Config) (*Transport, error) {
 	case cfg.Breaker.Failures < 0, cfg.Breaker.CoolDown < 0:
 		return nil, fmt.Errorf("client: breaker Failures %d and CoolDown %v must not be negative", cfg.Breaker.Failures, cfg.Breaker.CoolDown)
 	}
-	orDefault(&cfg.MaxAttempts, DefaultMaxAttempts)
-	orDefault(&cfg.Base, DefaultBase)
-	orDefault(&cfg.Cap, DefaultCap)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.Base = cmp.Or(cfg.Base, DefaultBase)
+	cfg.Cap = cmp.Or(cfg.Cap, DefaultCap)
 	if cfg.Cap < cfg.Base {
 		return nil, fmt.Errorf("client: Cap %v is below Base %v", cfg.Cap, cfg.Base)
 	}
-	orDefault(&cfg.MaxElapsed, DefaultMaxElapsed)
-	orDefault(&cfg.MaxRetryAfter, DefaultMaxRetryAfter)
-	orDefault(&cfg.RetryAfterJitter, DefaultRetryAfterJitter)
-	cfg.RetryAfterJitter = max(0, cfg.RetryAfterJitter) // negative: none
-	orDefault(&cfg.MaxHold, DefaultMaxHold)
+	cfg.MaxElapsed = cmp.Or(cfg.MaxElapsed, DefaultMaxElapsed)
+	cfg.MaxRetryAfter = cmp.Or(cfg.MaxRetryAfter, DefaultMaxRetryAfter)
+	cfg.RetryAfterJitter = max(0, cmp.Or(cfg.RetryAfterJitter, DefaultRetryAfterJitter)) // negative: none
+	cfg.MaxHold = cmp.Or(cfg.MaxHold, DefaultMaxHold)
 	if cfg.MaxHold < cfg.MaxRetryAfter {
 		return nil, fmt.Errorf("client: MaxHold %v is below MaxRetryAfter %v", cfg.MaxHold, cfg.MaxRetryAfter)
 	}
-	orDefault(&cfg.Breaker.Failures, DefaultBreakerFailures)
-	orDefault(&cfg.Breaker.CoolDown, DefaultBreakerCoolDown)
+	cfg.Breaker.Failures = cmp.Or(cfg.Breaker.Failures, DefaultBreakerFailures)
+	cfg.Breaker.CoolDown = cmp.Or(cfg.Breaker.CoolDown, DefaultBreakerCoolDown)
 	if cfg.Breaker.IsFailure == nil {
 		cfg.Breaker.IsFailure = defaultIsFailure
 	}
@@ -233,14 +233,6 @@ func New(cfg Config) (*Transport, error) {
 		t.rnd = rand.New(cfg.Rand)
 	}
 	return t, nil
-}
-
-// orDefault sets a zero *v to d.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
 }
 
 // NewClient returns an *http.Client whose Transport is New(cfg).

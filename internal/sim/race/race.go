@@ -7,6 +7,7 @@
 package race
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,24 +59,12 @@ func (c *Config) defaults() error {
 	if c.Addr == "" {
 		return errors.New("race: no Redis address")
 	}
-	if c.Instances == 0 {
-		c.Instances = 2
-	}
-	if c.Requests == 0 {
-		c.Requests = 400
-	}
-	if c.Limit == 0 {
-		c.Limit = 50
-	}
-	if c.Window == 0 {
-		c.Window = time.Minute
-	}
-	if c.Rounds == 0 {
-		c.Rounds = 5
-	}
-	if c.Prefix == "" {
-		c.Prefix = "portero-race:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	}
+	c.Instances = cmp.Or(c.Instances, 2)
+	c.Requests = cmp.Or(c.Requests, 400)
+	c.Limit = cmp.Or(c.Limit, 50)
+	c.Window = cmp.Or(c.Window, time.Minute)
+	c.Rounds = cmp.Or(c.Rounds, 5)
+	c.Prefix = cmp.Or(c.Prefix, "portero-race:"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
 	switch {
 	case c.Instances < 1 || c.Requests < 1 || c.Rounds < 1:
 		return fmt.Errorf("race: instances %d, requests %d, rounds %d: must be positive", c.Instances, c.Requests, c.Rounds)

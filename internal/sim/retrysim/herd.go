@@ -1,6 +1,7 @@
 package retrysim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -38,30 +39,14 @@ type HerdConfig struct {
 }
 
 func (c HerdConfig) withDefaults() (HerdConfig, error) {
-	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
-	}
-	if c.RetryAfterJitter == 0 {
-		c.RetryAfterJitter = client.DefaultRetryAfterJitter
-	}
-	if c.Clients == 0 {
-		c.Clients = 200
-	}
-	if c.Base == 0 {
-		c.Base = time.Second
-	}
-	if c.Cap == 0 {
-		c.Cap = 10 * time.Second
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 4
-	}
-	if c.Duration == 0 {
-		c.Duration = 10 * time.Second
-	}
-	if c.Bucket == 0 {
-		c.Bucket = 100 * time.Millisecond
-	}
+	c.RetryAfter = cmp.Or(c.RetryAfter, time.Second)
+	c.RetryAfterJitter = cmp.Or(c.RetryAfterJitter, client.DefaultRetryAfterJitter)
+	c.Clients = cmp.Or(c.Clients, 200)
+	c.Base = cmp.Or(c.Base, time.Second)
+	c.Cap = cmp.Or(c.Cap, 10*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 4)
+	c.Duration = cmp.Or(c.Duration, 10*time.Second)
+	c.Bucket = cmp.Or(c.Bucket, 100*time.Millisecond)
 	switch {
 	case c.Clients < 0 || c.Clients > 1e6, c.MaxAttempts < 0, c.Capacity < 0:
 		return c, fmt.Errorf("retrysim: Clients %d, MaxAttempts %d and Capacity %v must be non-negative (Clients at most 1e6)", c.Clients, c.MaxAttempts, c.Capacity)

@@ -1,6 +1,7 @@
 package retrysim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -70,35 +71,18 @@ type StormConfig struct {
 }
 
 func (c StormConfig) withDefaults() (StormConfig, error) {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.Duration, 60*time.Second)
-	def(&c.IncidentStart, 10*time.Second)
-	def(&c.IncidentEnd, 40*time.Second)
-	def(&c.Base, 500*time.Millisecond)
-	def(&c.Cap, 10*time.Second)
-	def(&c.MaxElapsed, 10*time.Second)
-	def(&c.Bucket, time.Second)
-	def(&c.RetryAfterJitter, client.DefaultRetryAfterJitter)
-	c.RetryAfterJitter = max(0, c.RetryAfterJitter)
-	if c.Rate == 0 {
-		c.Rate = 100
-	}
-	if c.Healthy == 0 {
-		c.Healthy = 200
-	}
-	switch {
-	case c.Incident == 0:
-		c.Incident = 10
-	case c.Incident < 0:
-		c.Incident = 0
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 4
-	}
+	c.Duration = cmp.Or(c.Duration, 60*time.Second)
+	c.IncidentStart = cmp.Or(c.IncidentStart, 10*time.Second)
+	c.IncidentEnd = cmp.Or(c.IncidentEnd, 40*time.Second)
+	c.Base = cmp.Or(c.Base, 500*time.Millisecond)
+	c.Cap = cmp.Or(c.Cap, 10*time.Second)
+	c.MaxElapsed = cmp.Or(c.MaxElapsed, 10*time.Second)
+	c.Bucket = cmp.Or(c.Bucket, time.Second)
+	c.RetryAfterJitter = max(0, cmp.Or(c.RetryAfterJitter, client.DefaultRetryAfterJitter))
+	c.Rate = cmp.Or(c.Rate, 100)
+	c.Healthy = cmp.Or(c.Healthy, 200)
+	c.Incident = max(0, cmp.Or(c.Incident, 10)) // negative: it refuses everything
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 4)
 	switch {
 	case c.Duration < 0, c.Bucket < 0, c.Base < 0, c.Cap < c.Base, c.MaxElapsed < 0, c.MaxAttempts < 0:
 		return c, fmt.Errorf("retrysim: negative durations or attempts, or Cap below Base: %+v", c)
