@@ -76,75 +76,42 @@ const never = "never"
 // decimal seconds, written exactly (FormatSeconds); JSON writes them as
 // numbers.
 func WriteResults(w io.Writer, format string, results []Result, departures bool) error {
-	header := []string{"time", "key", "cost", "allowed", "remaining", "retry_after"}
+	t := Table{Header: []string{"time", "key", "cost", "allowed", "remaining", "retry_after"}}
 	if departures {
-		header = append(header, "departure")
+		t.Header = append(t.Header, "departure")
 	}
-	row := func(r Result) []string {
-		cells := []string{
-			FormatSeconds(r.At), r.Key, strconv.FormatInt(r.Cost, 10),
-			strconv.FormatBool(r.Allowed), strconv.FormatInt(r.Remaining, 10),
-			FormatSeconds(r.RetryAfter),
-		}
+	var values [][]string // the cells as JSON values
+	for _, r := range results {
+		retry := FormatSeconds(r.RetryAfter)
 		if r.NeverPasses() {
-			cells[5] = never
+			retry = never
 		}
+		row := []string{FormatSeconds(r.At), r.Key, strconv.FormatInt(r.Cost, 10), strconv.FormatBool(r.Allowed), strconv.FormatInt(r.Remaining, 10), retry}
+		key, _ := json.Marshal(r.Key)
+		v := []string{row[0], string(key), row[2], row[3], row[4], orNull(retry, never)}
 		if departures {
-			d := ""
-			if at, ok := r.Departure(); ok {
-				d = FormatSeconds(at)
+			at, ok := r.Departure()
+			dep, cell := "", ""
+			if ok {
+				dep = FormatSeconds(at)
+				cell = dep
+			} else if format == "table" {
+				cell = "-"
 			}
-			cells = append(cells, d)
+			row, v = append(row, cell), append(v, orNull(dep, ""))
 		}
-		return cells
+		t.Rows, values = append(t.Rows, row), append(values, v)
 	}
-	switch format {
-	case "csv", "table":
-		rows := make([][]string, len(results))
-		for i, r := range results {
-			rows[i] = row(r)
-			if format == "table" && departures && rows[i][len(header)-1] == "" {
-				rows[i][len(header)-1] = "-"
-			}
-		}
-		return Table{Header: header, Rows: rows}.Write(w, format)
-	case "json":
-		rows := make([]any, len(results))
-		for i, r := range results {
-			row := jsonRow{
-				Time: json.Number(FormatSeconds(r.At)), Key: r.Key, Cost: r.Cost,
-				Allowed: r.Allowed, Remaining: r.Remaining,
-			}
-			if !r.NeverPasses() {
-				n := json.Number(FormatSeconds(r.RetryAfter))
-				row.RetryAfter = &n
-			}
-			rows[i] = row
-			if departures {
-				q := jsonQueueRow{jsonRow: row}
-				if at, ok := r.Departure(); ok {
-					n := json.Number(FormatSeconds(at))
-					q.Departure = &n
-				}
-				rows[i] = q
-			}
-		}
-		return writeJSON(w, rows)
+	if format == "json" {
+		return writeObjects(w, t.Header, values)
 	}
-	return fmt.Errorf("unknown format %q: want one of %v", format, Formats)
+	return t.Write(w, format)
 }
 
-type jsonRow struct {
-	Time       json.Number  `json:"time"`
-	Key        string       `json:"key"`
-	Cost       int64        `json:"cost"`
-	Allowed    bool         `json:"allowed"`
-	Remaining  int64        `json:"remaining"`
-	RetryAfter *json.Number `json:"retry_after"` // null: it can never pass
-}
-
-// jsonQueueRow adds the departure, null for a dropped request.
-type jsonQueueRow struct {
-	jsonRow
-	Departure *json.Number `json:"departure"`
+// orNull is s as a JSON value, or null when it is none.
+func orNull(s, none string) string {
+	if s == none {
+		return "null"
+	}
+	return s
 }

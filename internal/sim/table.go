@@ -58,44 +58,41 @@ func (t Table) Write(w io.Writer, format string) error {
 }
 
 func (t Table) writeJSON(w io.Writer) error {
-	out := make([]any, len(t.Rows))
+	values := make([][]string, len(t.Rows))
 	for i, r := range t.Rows {
 		if len(r) != len(t.Header) {
 			return fmt.Errorf("row %d has %d cells for %d columns", i, len(r), len(t.Header))
 		}
-		var b []byte
-		b = append(b, '{')
+		values[i] = make([]string, len(r))
 		for j, cell := range r {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			k, _ := json.Marshal(t.Header[j])
-			b = append(append(b, k...), ':')
-			if isJSONNumber(cell) {
-				b = append(b, cell...)
-			} else {
+			values[i][j] = cell
+			if !isJSONNumber(cell) {
 				v, _ := json.Marshal(cell)
-				b = append(b, v...)
+				values[i][j] = string(v)
 			}
 		}
-		out[i] = json.RawMessage(append(b, '}'))
 	}
-	return writeJSON(w, out)
+	return writeObjects(w, t.Header, values)
 }
 
-// writeJSON writes rows as a JSON array, one object per line.
-func writeJSON(w io.Writer, rows []any) error {
-	var b []byte
-	b = append(b, '[')
+// writeObjects writes rows as a JSON array, one object a line, whose keys
+// are header's, in its order, and whose values are the rows' cells, each
+// already written as JSON.
+func writeObjects(w io.Writer, header []string, rows [][]string) error {
+	b := []byte{'['}
 	for i, r := range rows {
-		j, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(append(b, "\n "...), j...)
+		b = append(b, "\n {"...)
+		for j, v := range r {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			k, _ := json.Marshal(header[j])
+			b = append(append(append(b, k...), ':'), v...)
+		}
+		b = append(b, '}')
 	}
 	b = append(b, "\n]\n"...)
 	_, err := w.Write(b)
