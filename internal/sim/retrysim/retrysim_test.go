@@ -28,7 +28,7 @@ func TestRetryStormDefaults(t *testing.T) {
 	imm, per, pol := summary(t, r, Immediate), summary(t, r, PerRequest), summary(t, r, Portero)
 
 	// Immediate retries: the 90 refused of every 100 new requests come back
-	// 3 times at once: 10 + 90·4 = 370/s, approaching the seed's 400.
+	// 3 times at once: 10 + 90·4 = 370/s, approaching 400, 4 × the demand.
 	if imm.Offered < 360 || imm.Offered > 400 {
 		t.Errorf("immediate offered %.1f/s during the incident, want ~370 (in [360, 400])", imm.Offered)
 	}
@@ -65,7 +65,7 @@ func TestRetryStormDefaults(t *testing.T) {
 }
 
 func TestRetryStormRefuseAll(t *testing.T) {
-	// A service that refuses everything: exactly the seed's 400/s.
+	// A service that refuses everything: exactly 4 × the demand, 400/s.
 	r, err := RunRetryStorm(StormConfig{Incident: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestHerdSeedPicture(t *testing.T) {
+func TestHerdWaves(t *testing.T) {
 	r, err := RunHerd(HerdConfig{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -217,9 +217,8 @@ func TestHerdCapacityServesMoreWithJitter(t *testing.T) {
 	}
 }
 
-// TestHerdRetryAfterJitter is issue 10's point 20 in the experiment:
-// clients told "Retry-After: 1" on every refusal come back together at 1, 2
-// and 3 s when they wait exactly that; with package client's default jitter
+// TestHerdRetryAfterJitter: clients told "Retry-After: 1" on every refusal
+// come back together at 1, 2 and 3 s when they wait exactly that; with package client's default jitter
 // (up to 1 s after the server's time) they spread, and none comes back
 // before the server's time.
 func TestHerdRetryAfterJitter(t *testing.T) {
