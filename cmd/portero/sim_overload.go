@@ -21,7 +21,7 @@ func newSimOverloadCmd() *cobra.Command {
 100 per second (10 at once, 100 ms each) behind an overload.Gate; clients give
 up after 2 s. Three modes: unbounded-fifo (a queue that holds everything and
 knows no deadline), bounded-deadline (200 places, FIFO, requests dropped the
-moment they can no longer be answered in time and refused at the door when
+moment they can no longer be answered in time and refused on arrival when
 that moment would come before their turn) and lifo (the same, newest first).
 The figures are measured over the last minute: throughput counts every
 answer, goodput only those within the client's 2 s. --chart draws the

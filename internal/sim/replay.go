@@ -37,8 +37,9 @@ func (r Result) Departure() (at time.Duration, ok bool) {
 }
 
 // Replay runs every request of trace through store under rule, in order,
-// each at Epoch plus its time, decided by the engine as every door decides
-// (package engine), and returns one result per request. A request whose
+// each at Epoch plus its time, decided by package engine as the middleware,
+// the gateway and the rate limit service decide, and returns one result per
+// request. A request whose
 // cost the rule can never admit is refused and says so (Outcome
 // CanNeverPass); the replay goes on. A store failure is an error.
 func Replay(ctx context.Context, store portero.Store, rule portero.Rule, trace []Request) ([]Result, error) {

@@ -37,7 +37,7 @@ var OverloadCapacity = float64(OverloadWorkers) / OverloadRun.Seconds()
 //     whose clients have left;
 //   - bounded-deadline: a FIFO queue of OverloadQueue places (wine),
 //     requests that carry their client's deadline, dropped the moment they
-//     could no longer be answered in time, and refused at the door when
+//     could no longer be answered in time, and refused on arrival when
 //     that moment would come before their turn;
 //   - lifo: the same bounded queue with deadlines, milk order (newest
 //     first; a full queue drops its oldest).
