@@ -29,8 +29,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -292,19 +294,11 @@ func (s *Server) dispatch(st *stream) {
 // finished or ctx is done; then it closes what is left. It returns ctx's
 // error when it had to cut calls short.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.beginClose()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	done := s.connsDone
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.beginClose() {
 		c.goAway()
 	}
 	select {
-	case <-done:
+	case <-s.connsDone:
 		s.stopWorkers()
 		return nil
 	case <-ctx.Done():
@@ -316,14 +310,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes every listener and connection at once; calls in flight see
 // their context cancelled and their answers are dropped.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.beginClose()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.beginClose() {
 		c.nc.Close()
 	}
 	s.stopWorkers()
@@ -334,18 +321,21 @@ func (s *Server) Close() error {
 // Close may both call it, any number of times and concurrently.
 func (s *Server) stopWorkers() { s.stopOnce.Do(func() { close(s.quit) }) }
 
-// beginClose marks the server closing and closes its listeners; s.mu held.
-func (s *Server) beginClose() {
-	if s.closing {
-		return
+// beginClose marks the server closing, closes its listeners and returns
+// its connections.
+func (s *Server) beginClose() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closing {
+		s.closing = true
+		for lis := range s.listeners {
+			lis.Close()
+		}
+		if len(s.conns) == 0 {
+			close(s.connsDone)
+		}
 	}
-	s.closing = true
-	for lis := range s.listeners {
-		lis.Close()
-	}
-	if len(s.conns) == 0 {
-		close(s.connsDone)
-	}
+	return slices.Collect(maps.Keys(s.conns))
 }
 
 // forget removes a finished connection.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 // csvParser reads CSV logs: time,method,path,client_ip[,header:NAME…], one
@@ -241,7 +243,7 @@ func (p *csvParser) time(v []byte) (time.Time, error) {
 		return p.lastT, nil
 	}
 	var t time.Time
-	if d, err := parseDecimalSeconds(v); err == nil {
+	if d, err := sim.ParseSeconds(v); err == nil {
 		t = time.Unix(0, 0).Add(d)
 	} else if t, err = time.Parse(time.RFC3339Nano, string(v)); err != nil {
 		return time.Time{}, malformed("time %q: want RFC 3339 (2006-01-02T15:04:05.5Z) or seconds since the epoch", v)

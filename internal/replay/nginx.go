@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 // A Format says how to read the lines of a text log: a list of literals
@@ -326,13 +328,13 @@ func (p *parser) field(t token, v []byte, r *Request, lf *lineFields) error {
 		}
 		lf.logged = tm
 	case fMsec:
-		s, err := parseDecimalSeconds(v)
+		s, err := sim.ParseSeconds(v)
 		if err != nil {
 			return malformed("msec %q: %v", v, err)
 		}
 		lf.logged, lf.haveMsec = time.Unix(0, 0).Add(s), true
 	case fRequestTime:
-		d, err := parseDecimalSeconds(v)
+		d, err := sim.ParseSeconds(v)
 		if err != nil && v != nil {
 			return malformed("request time %q: %v", v, err)
 		}
@@ -567,40 +569,6 @@ func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
 		rawQuery = u.RawQuery
 	}
 	return u.Path, rawQuery, nil
-}
-
-// parseDecimalSeconds reads seconds such as 1700000000.123 or 0.5 into a
-// Duration, exactly (at most nine decimals).
-func parseDecimalSeconds(v []byte) (time.Duration, error) {
-	if len(v) == 0 {
-		return 0, fmt.Errorf("empty")
-	}
-	var sec, frac int64
-	i := 0
-	for ; i < len(v) && v[i] != '.'; i++ {
-		c := v[i]
-		if c < '0' || c > '9' || sec > (1<<62)/10_000_000_000 {
-			return 0, fmt.Errorf("want decimal seconds")
-		}
-		sec = sec*10 + int64(c-'0')
-	}
-	digits := 0
-	if i < len(v) {
-		for i++; i < len(v); i++ {
-			c := v[i]
-			if c < '0' || c > '9' {
-				return 0, fmt.Errorf("want decimal seconds")
-			}
-			if digits < 9 {
-				frac = frac*10 + int64(c-'0')
-				digits++
-			}
-		}
-	}
-	for ; digits < 9; digits++ {
-		frac *= 10
-	}
-	return time.Duration(sec*1e9 + frac), nil
 }
 
 var months = map[string]time.Month{"Jan": 1, "Feb": 2, "Mar": 3, "Apr": 4, "May": 5, "Jun": 6, "Jul": 7, "Aug": 8,
