@@ -1,22 +1,24 @@
 # Portero's container image: a static binary on distroless, run as non-root.
 #
 #   docker build -t portero .
-#   docker run --rm -p 8080:8080 -v "$PWD/examples/deploy/portero.yaml:/etc/portero/portero.yaml:ro" portero
+#   docker run --rm -p 8080:8080 -p 9090:9090 -e PORTERO_ADMIN_TOKEN=change-me portero
 #
-# The build stage's flags are the ones examples/deploy's test builds with, so
-# what this file produces is checked on machines without a Docker engine.
-# See docs/operations.md (packaging).
+# The configuration (examples/deploy/portero.yaml, copied in below) reads the
+# admin listener's token from PORTERO_ADMIN_TOKEN: without it the container
+# exits with status 2. The build stage runs `make build`, which
+# examples/deploy's test runs too, so what this file produces is checked on
+# machines without a Docker engine. See docs/operations.md (packaging).
 
 # --- build stage ---------------------------------------------------------
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
+# The whole checkout, .git included (see .dockerignore): the Go toolchain
+# stamps the revision from it, which portero --version prints.
 COPY . .
-# Static (no cgo, no libc), reproducible paths, the version stamped by the
-# Go toolchain from the module and VCS metadata (portero --version).
-ENV CGO_ENABLED=0
-RUN go build -trimpath -ldflags="-s -w" -o /out/portero ./cmd/portero
+# Static (no cgo, no libc), reproducible paths (Makefile, build).
+RUN make build BIN=/out/portero
 # envoyproxy/ratelimit's image runs /bin/ratelimit: under that name Portero
 # is its rate limit service, configured by its environment (docs/envoy.md,
 # "change only the image"). A directory copy keeps the symlink a symlink.

@@ -14,7 +14,17 @@ FUZZMINIMIZETIME ?= 1s
 export PORTERO_REQUIRE_REDIS := 1
 export PORTERO_REQUIRE_NGINX := 1
 
-.PHONY: test vet deps bench fuzz
+.PHONY: build test vet deps bench fuzz
+
+## build: the portero binary at BIN (default bin/portero): static, with
+## the module's version and the git revision it was built from, which
+## `portero --version` prints. -buildvcs=true because a GOFLAGS of
+## -buildvcs=false (some CI images set it) would drop the revision
+## silently; outside a git checkout there is none to record. The Dockerfile
+## builds with this target.
+BIN ?= bin/portero
+build:
+	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -ldflags="-s -w" -o $(BIN) ./cmd/portero
 
 # Tests that count allocations skip under the race detector (it makes
 # sync.Pool drop items at random): make test runs them again without it.

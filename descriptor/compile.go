@@ -73,15 +73,23 @@ type Options struct {
 	// MaxDescriptors and MaxEntries bound one request (default 64 and 32),
 	// MaxValueLen one key or value in bytes (default 1024).
 	MaxDescriptors, MaxEntries, MaxValueLen int
-	// MaxOverrides caps the distinct limit overrides (domain, descriptor
-	// keys, requests_per_unit and unit) the compiler turns into rules over
-	// its life; DefaultMaxOverrides when zero. Descriptor values do not
-	// count: they are keys of the override's rule, bounded by the store's
-	// max_keys and expiring with its window. A store keeps every rule it
-	// was asked about, so a request with a new override beyond the cap is
-	// refused as invalid rather than growing memory (under Envoyproxy it is
-	// compiled afresh for that request instead, and kept by no one).
+	// MaxOverrides caps the limit overrides in use in one domain: distinct
+	// (descriptor keys, requests_per_unit, unit), each a rule the store
+	// keeps state under; DefaultMaxOverrides when zero. Descriptor values
+	// do not count: they are keys of the override's rule, bounded by the
+	// store's max_keys and expiring with its window. When a domain has
+	// MaxOverrides in use, a new one takes the place of the least recently
+	// used if that one is idle (see OverrideIdle); otherwise the request is
+	// refused as invalid, saying so, rather than growing memory (under
+	// Envoyproxy it is compiled afresh for that request instead, and kept
+	// by no one). Other domains are not affected.
 	MaxOverrides int
+	// OverrideIdle is how long an override must go unused before a new one
+	// may take its place, and never less than its unit: by then the
+	// counters of its last window have expired, so the store holds nothing
+	// under it and forgetting it changes no decision. DefaultOverrideIdle
+	// when zero.
+	OverrideIdle time.Duration
 	// Envoyproxy compiles as envoyproxy/ratelimit: descriptors are matched
 	// on composite strings (Domain.MatchEnvoyproxy), store keys are its
 	// cache keys (EnvoyproxyKey with KeyPrefix, for the engine's
@@ -96,10 +104,16 @@ type Options struct {
 	KeyPrefix string
 }
 
-// DefaultMaxOverrides is the default of Options.MaxOverrides: far more
-// distinct override limits than an Envoy route configuration produces, and
-// at most a few megabytes of store rules.
-const DefaultMaxOverrides = 1024
+// DefaultMaxOverrides and DefaultOverrideIdle are the defaults of
+// Options.MaxOverrides and Options.OverrideIdle: far more distinct override
+// limits than an Envoy route configuration gives one domain, at most a few
+// megabytes of store rules per domain, and a domain flooded with overrides
+// that stop being used takes new ones again after ten minutes (or the
+// flood's unit, when longer).
+const (
+	DefaultMaxOverrides = 1024
+	DefaultOverrideIdle = 10 * time.Minute
+)
 
 // Compiler compiles requests against a configuration that can be swapped
 // at any time (SetLimits). It is safe for concurrent use.
@@ -107,16 +121,41 @@ type Compiler struct {
 	opts   Options
 	limits atomic.Pointer[Config]
 
-	ovMu      sync.RWMutex
-	overrides map[overrideKey]*Limit // at most opts.MaxOverrides
+	overrides sync.Map // domain name → *overrideTable
 }
 
-// overrideKey identifies the rule of a limit override: its values are
-// store keys under it, not part of it.
+// overrideKey identifies the rule of a limit override in its domain: its
+// values are store keys under it, not part of it.
 type overrideKey struct {
-	domain, keys string
-	rpu          uint32
-	unit         Unit
+	keys string
+	rpu  uint32
+	unit Unit
+}
+
+// overrideTable holds the overrides in use in one domain, at most
+// Options.MaxOverrides, each with the instant of its last use.
+type overrideTable struct {
+	mu    sync.RWMutex
+	byKey map[overrideKey]*overrideEntry
+	// fullUntil, while the table is full of overrides none of which is
+	// idle, is the earliest instant (Unix ns) at which one may be: until
+	// then a new override is refused without looking.
+	fullUntil int64
+}
+
+type overrideEntry struct {
+	limit *Limit
+	used  atomic.Int64 // Unix ns of the latest request that named it
+	idle  int64        // ns unused before it may be forgotten
+}
+
+// touch records a use at now, writing the shared word only when it moved
+// by a second or more (every core writing one word would cost more than
+// the decision).
+func (e *overrideEntry) touch(now int64) {
+	if now-e.used.Load() >= int64(time.Second) {
+		e.used.Store(now)
+	}
 }
 
 // NewCompiler returns a compiler of requests against c (nil for no domains
@@ -134,15 +173,27 @@ func NewCompiler(c *Config, o Options) *Compiler {
 	if o.MaxOverrides <= 0 {
 		o.MaxOverrides = DefaultMaxOverrides
 	}
-	cp := &Compiler{opts: o, overrides: map[overrideKey]*Limit{}}
+	if o.OverrideIdle <= 0 {
+		o.OverrideIdle = DefaultOverrideIdle
+	}
+	cp := &Compiler{opts: o}
 	cp.limits.Store(c)
 	return cp
 }
 
 // SetLimits replaces the configuration; requests being compiled finish
 // with the old one. Counters of rules that did not change are kept (a rule
-// is its name, algorithm and limit).
-func (c *Compiler) SetLimits(cfg *Config) { c.limits.Store(cfg) }
+// is its name, algorithm and limit), and so are the overrides of the
+// domains still configured.
+func (c *Compiler) SetLimits(cfg *Config) {
+	c.limits.Store(cfg)
+	c.overrides.Range(func(name, _ any) bool {
+		if cfg.Domain(name.(string)) == nil {
+			c.overrides.Delete(name)
+		}
+		return true
+	})
+}
 
 // Limits returns the current configuration.
 func (c *Compiler) Limits() *Config { return c.limits.Load() }
@@ -176,8 +227,9 @@ func (p *Plan) Reset() {
 	p.Hits, p.Descriptors, p.Of = p.Hits[:0], p.Descriptors[:0], p.Of[:0]
 }
 
-// Compile resets p and fills it from req. Errors are *RequestError.
-func (c *Compiler) Compile(req *Request, p *Plan) error {
+// Compile resets p and fills it from req, for a decision at now (the
+// instant that ages the overrides). Errors are *RequestError.
+func (c *Compiler) Compile(req *Request, now time.Time, p *Plan) error {
 	p.Reset()
 	if err := c.validate(req); err != nil {
 		return err
@@ -199,7 +251,7 @@ func (c *Compiler) Compile(req *Request, p *Plan) error {
 			// In an unknown domain (AllowUnknownDomains) an override is
 			// ignored, as envoyproxy/ratelimit ignores it: no rule is made.
 			var err error
-			if lim, err = c.override(req.Domain, d); err != nil {
+			if lim, err = c.override(req.Domain, d, now.UnixNano()); err != nil {
 				return badRequest("descriptor %d: %v", i, err)
 			}
 		} else if dom != nil && c.opts.Envoyproxy {
@@ -274,37 +326,70 @@ func (p *Plan) replace() {
 	p.Hits, p.Of = hits, of
 }
 
-// override returns the limit of d's override, one per distinct
-// overrideKey, made once and kept (a store keeps its rules too), at most
-// MaxOverrides of them.
-func (c *Compiler) override(domain string, d *Descriptor) (*Limit, error) {
-	k := overrideKey{domain: domain, keys: Keys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
-	c.ovMu.RLock()
-	l := c.overrides[k]
-	c.ovMu.RUnlock()
-	if l != nil {
-		return l, nil
+// override returns the limit of d's override in domain, one per distinct
+// overrideKey, made once and kept while it is used (a store keeps state
+// under it), at most MaxOverrides per domain.
+func (c *Compiler) override(domain string, d *Descriptor, now int64) (*Limit, error) {
+	k := overrideKey{keys: Keys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
+	v, ok := c.overrides.Load(domain)
+	if !ok {
+		v, _ = c.overrides.LoadOrStore(domain, &overrideTable{byKey: map[overrideKey]*overrideEntry{}})
+	}
+	t := v.(*overrideTable)
+	t.mu.RLock()
+	e := t.byKey[k]
+	t.mu.RUnlock()
+	if e != nil {
+		e.touch(now)
+		return e.limit, nil
 	}
 	l, err := OverrideLimit(domain, d.Entries, *d.Override)
 	if err != nil {
 		return nil, err
 	}
-	c.ovMu.Lock()
-	defer c.ovMu.Unlock()
-	if old := c.overrides[k]; old != nil {
-		return old, nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.byKey[k]; e != nil {
+		e.touch(now)
+		return e.limit, nil
 	}
-	if len(c.overrides) >= c.opts.MaxOverrides {
+	if len(t.byKey) >= c.opts.MaxOverrides && !t.forgetIdle(now) {
 		if c.opts.Envoyproxy {
 			// envoyproxy/ratelimit answers any override: this one is
 			// compiled for this request alone. Its counters are keys of
 			// the engine's counter rules, which no override adds to.
 			return l, nil
 		}
-		return nil, fmt.Errorf("limit override %d/%s: more than %d distinct limit overrides (domain, keys, requests_per_unit, unit) since start; each is a rule the store keeps", k.rpu, k.unit, c.opts.MaxOverrides)
+		return nil, fmt.Errorf("limit override %d/%s: domain %q has %d limit overrides in use (distinct keys, requests_per_unit and unit, each a rule the store keeps), the most it takes; one may be replaced in %v, once unused for %v or its unit",
+			k.rpu, k.unit, domain, len(t.byKey), time.Duration(t.fullUntil-now).Round(time.Second), c.opts.OverrideIdle)
 	}
-	c.overrides[k] = l
+	e = &overrideEntry{limit: l, idle: int64(max(c.opts.OverrideIdle, k.unit.Duration()))}
+	e.used.Store(now)
+	t.byKey[k] = e
 	return l, nil
+}
+
+// forgetIdle drops the least recently used override if it has been idle
+// long enough, and reports whether it did. When none is, it records when
+// the first may be, so that the refusals until then look at nothing. t is
+// locked.
+func (t *overrideTable) forgetIdle(now int64) bool {
+	if now < t.fullUntil {
+		return false
+	}
+	var lru overrideKey
+	free := int64(math.MaxInt64) // the earliest instant at which an override is idle
+	for k, e := range t.byKey {
+		if at := e.used.Load() + e.idle; at < free {
+			lru, free = k, at
+		}
+	}
+	if now < free {
+		t.fullUntil = free
+		return false
+	}
+	delete(t.byKey, lru)
+	return true
 }
 
 func (c *Compiler) validate(req *Request) error {

@@ -527,6 +527,22 @@ func (c *Config) Domains() []string {
 	return names
 }
 
+// Walk calls f for every node of every domain: domains in name order,
+// each tree in file order, a node before its children.
+func (c *Config) Walk(f func(d *Domain, n *Node)) {
+	var walk func(d *Domain, nodes []*Node)
+	walk = func(d *Domain, nodes []*Node) {
+		for _, n := range nodes {
+			f(d, n)
+			walk(d, n.Children)
+		}
+	}
+	for _, name := range c.Domains() {
+		d := c.Domain(name)
+		walk(d, d.Nodes)
+	}
+}
+
 // Files returns the files the configuration was loaded from, in load order.
 func (c *Config) Files() []string {
 	if c == nil {

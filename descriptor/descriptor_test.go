@@ -181,7 +181,7 @@ func TestCompile(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var p descriptor.Plan
-			if err := c.Compile(&tt.req, &p); err != nil {
+			if err := c.Compile(&tt.req, storetest.Base, &p); err != nil {
 				t.Fatal(err)
 			}
 			var hs []string
@@ -228,13 +228,13 @@ func TestCompileErrors(t *testing.T) {
 		{"unknown domain", &descriptor.Request{Domain: "nope", Descriptors: []descriptor.Descriptor{d("a", "b")}}, descriptor.NotFound},
 	} {
 		var re *descriptor.RequestError
-		if err := c.Compile(tt.req, new(descriptor.Plan)); !errors.As(err, &re) || re.Kind != tt.kind {
+		if err := c.Compile(tt.req, storetest.Base, new(descriptor.Plan)); !errors.As(err, &re) || re.Kind != tt.kind {
 			t.Errorf("%s: Compile = %v, want a RequestError of kind %d", tt.name, err, tt.kind)
 		}
 	}
 	allow := descriptor.NewCompiler(edge(t), descriptor.Options{AllowUnknownDomains: true})
 	var p descriptor.Plan
-	if err := allow.Compile(&descriptor.Request{Domain: "nope", Descriptors: []descriptor.Descriptor{d("a", "b")}}, &p); err != nil || len(p.Hits) != 0 {
+	if err := allow.Compile(&descriptor.Request{Domain: "nope", Descriptors: []descriptor.Descriptor{d("a", "b")}}, storetest.Base, &p); err != nil || len(p.Hits) != 0 {
 		t.Errorf("unknown domain allowed: %v, %d hits", err, len(p.Hits))
 	}
 }
@@ -250,7 +250,7 @@ func TestStatus(t *testing.T) {
 	decide := func(req *descriptor.Request) (*descriptor.Plan, *engine.Verdict) {
 		t.Helper()
 		p, v := new(descriptor.Plan), new(engine.Verdict)
-		if err := c.Compile(req, p); err != nil {
+		if err := c.Compile(req, now, p); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Decide(context.Background(), now, p.Hits, v); err != nil {
@@ -302,7 +302,7 @@ func ExampleCompiler_Compile() {
 	var p descriptor.Plan
 	var v engine.Verdict
 	for range 3 {
-		if err := c.Compile(req, &p); err != nil {
+		if err := c.Compile(req, now, &p); err != nil {
 			panic(err)
 		}
 		if err := e.Decide(context.Background(), now, p.Hits, &v); err != nil {

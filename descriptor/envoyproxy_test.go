@@ -3,6 +3,7 @@ package descriptor_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/portero-rl/portero/descriptor"
 )
@@ -167,11 +168,11 @@ func TestCompileEnvoyproxy(t *testing.T) {
 		{Domain: "domain", Descriptors: []descriptor.Descriptor{{Entries: entries("k", "a"), Override: &descriptor.Override{RequestsPerUnit: 1, Unit: descriptor.Second}}}},
 		{Domain: "domain", Descriptors: []descriptor.Descriptor{{Entries: entries("k", "b"), Override: &descriptor.Override{RequestsPerUnit: 2, Unit: descriptor.Second}}}},
 	} {
-		if err := c.Compile(req, &p); err != nil {
+		if err := c.Compile(req, time.Time{}, &p); err != nil {
 			t.Errorf("Compile(%s, %d descriptors) = %v", req.Domain, len(req.Descriptors), err)
 		}
 	}
-	if err := c.Compile(&descriptor.Request{Domain: "domain", Descriptors: []descriptor.Descriptor{{Entries: entries("k", "v")}}}, &p); err != nil || p.Hits[0].Key != "rl:domain_k_v_" {
+	if err := c.Compile(&descriptor.Request{Domain: "domain", Descriptors: []descriptor.Descriptor{{Entries: entries("k", "v")}}}, time.Time{}, &p); err != nil || p.Hits[0].Key != "rl:domain_k_v_" {
 		t.Errorf("Compile: key %q, %v; want rl:domain_k_v_", p.Hits[0].Key, err)
 	}
 	over := uint64(math.MaxInt64) + 1
@@ -181,7 +182,7 @@ func TestCompileEnvoyproxy(t *testing.T) {
 		{Domain: "domain", Descriptors: []descriptor.Descriptor{{Entries: entries("k", "v"), Hits: &over}}},
 		{Domain: "domain", Descriptors: []descriptor.Descriptor{{Entries: entries("k", "v"), Override: &descriptor.Override{RequestsPerUnit: 1}}}},
 	} {
-		if err := c.Compile(req, &p); err == nil {
+		if err := c.Compile(req, time.Time{}, &p); err == nil {
 			t.Errorf("Compile(%+v): no error", req)
 		}
 	}

@@ -116,7 +116,7 @@ func TestCalendarStatus(t *testing.T) {
 	decide := func(now time.Time) descriptor.Status {
 		t.Helper()
 		p, v := new(descriptor.Plan), new(engine.Verdict)
-		if err := c.Compile(req, p); err != nil {
+		if err := c.Compile(req, now, p); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Decide(context.Background(), now, p.Hits, v); err != nil {

@@ -40,11 +40,11 @@ func checkFailed(err error) error {
 
 // checkFlags are the options of `portero check`.
 type checkFlags struct {
-	server, domain, policy, key string
-	descs                       []string
-	hits                        uint32
-	json                        bool
-	timeout                     time.Duration
+	server, domain string
+	descs          []string
+	hits           uint32
+	json           bool
+	timeout        time.Duration
 	// TLS to the server (grpcs://, https://): CA file, client certificate
 	// and key files, and the name to verify.
 	tlsCA, tlsCert, tlsKey, tlsServerName string
@@ -69,9 +69,9 @@ Each --descriptor is a comma-separated list of key=value entries, in order;
 append ;hits=N to set that descriptor's own hits_addend and
 ;limit=N/unit for a limit override.
 
---policy and --key ask for a rule of a Portero policy instead, over HTTP, of
-a server that loads one (the checkapi package's; portero rls serves
-envoyproxy/ratelimit descriptors only, and answers 404).
+It asks a rate limit service (portero rls, envoyproxy/ratelimit) about
+descriptors. portero serve decides its rules as requests pass through it:
+a caller asks it what is left with GET /v1/limits, which counts nothing.
 
 --json prints the answer as POST /v1/check's JSON, whichever the server:
 allowed, code, the deciding rule with limit, remaining, retry_after and
@@ -84,7 +84,6 @@ error and 3 when no answer came (the server unreachable or failing).`,
   portero check --server http://127.0.0.1:8082 --domain edge --descriptor api_key=k1,plan=gold --hits 5
   portero check --domain edge -d remote_address=10.0.0.1 --json
   portero check --server grpcs://rls.internal:8081 --tls-ca ca.pem --tls-cert me.pem --tls-key me-key.pem --domain edge -d remote_address=10.0.0.1`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return checkFailed(doCheck(cmd, f))
 		},
@@ -94,8 +93,6 @@ error and 3 when no answer came (the server unreachable or failing).`,
 	fl.StringVar(&f.domain, "domain", "", "rate limit domain")
 	fl.StringArrayVarP(&f.descs, "descriptor", "d", nil, "key=value[,key=value...][;hits=N][;limit=N/unit], repeatable")
 	fl.Uint32Var(&f.hits, "hits", 0, "the request's hits_addend (0 means 1)")
-	fl.StringVar(&f.policy, "policy", "", "a rule of a Portero policy (HTTP servers that load one), with --key")
-	fl.StringVar(&f.key, "key", "", "the key to count under --policy")
 	fl.BoolVar(&f.json, "json", false, "print the answer as /v1/check's JSON")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "give up after this long")
 	fl.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA certificates that sign the server's certificate (grpcs://, https://; default: the system's)")
@@ -152,14 +149,8 @@ func doCheck(cmd *cobra.Command, f checkFlags) error {
 			return err
 		}
 	}
-	if f.policy != "" {
-		if !strings.HasPrefix(f.server, "http") {
-			return usageErr(errors.New("--policy needs an HTTP server (--server http://host:port)"))
-		}
-		return checkHTTP(ctx, cmd.OutOrStdout(), f.server, tc, &checkapi.CheckRequest{Policy: f.policy, Key: &f.key, Cost: costPtr(f.hits)}, f.json)
-	}
 	if f.domain == "" || len(f.descs) == 0 {
-		return usageErr(errors.New("give --domain and at least one --descriptor (or --policy and --key)"))
+		return usageErr(errors.New("give --domain and at least one --descriptor"))
 	}
 	req := &descriptor.Request{Domain: f.domain, Hits: f.hits}
 	for _, s := range f.descs {

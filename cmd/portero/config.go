@@ -15,13 +15,11 @@ func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Check configuration files and show the built-in one",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 	}
 	cmd.AddCommand(newValidateCmd())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "default",
 		Short: "Print the built-in configuration that 'portero serve' runs without --config",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := cmd.OutOrStdout().Write(config.Default())
 			return err
@@ -73,7 +71,7 @@ otherwise.`,
 					continue
 				}
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "%s: ok (%d rules, %d routes, %s store)\n", path, len(c.Policy.Rules()), len(c.Routes), c.StoreType)
+				fmt.Fprintf(out, "%s: ok (%s)\n", path, c.Summary())
 				if base != nil {
 					fmt.Fprintf(out, "%s: against %s: %s\n", path, against, config.CompareRules(base, c))
 				}

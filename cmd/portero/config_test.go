@@ -38,7 +38,7 @@ func TestConfigValidateAgainst(t *testing.T) {
 		"  - {name: c, key: ip, limit: 10/s}\n  - {name: q, key: ip, algorithm: leaky-queue, limit: 10/s, shape: {delay: 10}}\n")
 	out, errs, code := runCmd(t, "config", "validate", "--against", running, cut, edited)
 	for _, want := range []string{
-		cut + ": ok (1 rules, 1 routes, memory store)\n" + cut + ": against " + running + ": 0 added, 2 removed (b, c), 0 changed\n",
+		cut + ": ok (1 rule, 1 route, memory store)\n" + cut + ": against " + running + ": 0 added, 2 removed (b, c), 0 changed\n",
 		edited + ": against " + running + ": 1 added (q), 1 removed (b), 1 changed (a)\n",
 	} {
 		if !strings.Contains(out, want) {

@@ -23,10 +23,6 @@ func newKeysCmd() *cobra.Command {
 		Long: `API keys map callers to usage plans (docs/plans.md). Portero stores them
 hashed: the SHA-256 of the key, in hexadecimal. An API key identifies a
 caller for counting; it does not authenticate it.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(errors.New("want a subcommand: hash or new"))
-		},
 	}
 	cmd.AddCommand(newKeysHashCmd(), newKeysNewCmd())
 	return cmd
@@ -43,7 +39,7 @@ keys file store. Without KEY it reads one key per line from standard input
 and --plan it prints the keys file's line instead.`,
 		Example: `  printf %s "$KEY" | portero keys hash
   portero keys hash --id acme --plan gold < key.txt >> keys.yaml`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.MaximumNArgs(1)(cmd, args)) },
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (id == "") != (plan == "") {
 				return usageErr(errors.New("give --id and --plan together"))
@@ -88,7 +84,6 @@ func newKeysNewCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "new --id ID --plan PLAN",
 		Short: "Make a random key (32 bytes, base64url) and print it with its keys-file line",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if id == "" || plan == "" {
 				return usageErr(errors.New("--id and --plan are required"))

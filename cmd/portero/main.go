@@ -64,16 +64,10 @@ func newRootCmd() *cobra.Command {
 lets it in or turns it away, and tells the client when to come back.`,
 		SilenceErrors: true, // run prints the error once, with the program's name
 		SilenceUsage:  true,
-		// Unknown subcommands and stray arguments are usage errors.
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
-		// A group runs to reject unknown subcommands (Args) and otherwise
-		// shows its help.
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.Version = version(debug.ReadBuildInfo())
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 
 	// --- Top-level commands: append one line per command, in its own file. ---
 	root.AddCommand(newSimCmd())
@@ -85,22 +79,10 @@ lets it in or turns it away, and tells the client when to come back.`,
 	root.AddCommand(newKeysCmd())
 	root.AddCommand(newReplayCmd())
 	// --- end of top-level commands ---
+	root.SetHelpCommand(newHelpCmd())
+	root.InitDefaultHelpCmd()
+	strictTree(root)
 	return root
-}
-
-// usageError marks a mistake in the command line or its input files: the
-// user must change what they typed, so the exit status is 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-// usageErr wraps err as a usage error (exit status 2); nil stays nil.
-func usageErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return usageError{err}
 }
 
 // codeError carries an exit status of its own, for a command whose

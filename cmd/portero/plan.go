@@ -46,7 +46,6 @@ latency requests in flight (rounded up), what the service behind must hold.
 'portero plan quota' says how long a quota lasts at a steady rate.`,
 		Example: "  portero plan --capacity 1000 --margin 30% --units-per-request 2 --latency 200ms\n" +
 			"  portero plan --capacity 1000 --margin 30% --units-per-request 2 --latency 200ms --format yaml > portero.yaml",
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkPlanFormat(format); err != nil {
 				return err
@@ -184,7 +183,6 @@ its rate can still spend a day's or a month's quota early, which is why a quota 
 limit of its own. It also gives the steady rate at which the quota lasts the whole
 period. A calendar period is read at its nominal length (24 h, 7 or 30 days).`,
 		Example: "  portero plan quota --quota 500000/day --rate 10/s",
-		Args:    func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkPlanFormat(format); err != nil {
 				return err

@@ -64,7 +64,7 @@ func TestPlanYAMLValidates(t *testing.T) {
 		}
 		path := writeFile(t, "plan.yaml", out)
 		vout, verr, code := runCmd(t, "config", "validate", path)
-		if code != 0 || !strings.Contains(vout, "ok (1 rules, 1 routes") {
+		if code != 0 || !strings.Contains(vout, "ok (1 rule, 1 route") {
 			t.Fatalf("config validate of plan's YAML: exit %d, %q %q:\n%s", code, vout, verr, out)
 		}
 		c, err := config.Load(path)

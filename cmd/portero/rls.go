@@ -116,7 +116,6 @@ flight get --grace to finish.`,
 		Example: `  portero rls --config examples/envoy/config
   portero rls --config /srv/runtime_data/current/ratelimit/config --store redis --redis-url redis://localhost:6379
   portero rls --config limits.yaml --grpc-listen 10.0.0.5:8081 --http-listen off`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnvoyproxyEnv(cmd, &f.compat, os.LookupEnv); err != nil {
 				return err

@@ -70,7 +70,6 @@ likewise.`,
 		Example: `  portero serve
   portero serve --config examples/gateway.yaml --access-log /var/log/portero/access.log
   portero serve --config portero.yaml --listen :8080 --admin-listen off --log-format json`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd.ErrOrStderr())
 			if err != nil {

@@ -21,7 +21,6 @@ func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Experiments on a virtual clock: replay traces, compare algorithms",
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		// A group runs to reject unknown subcommands (Args) and otherwise
 		// shows its help.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
@@ -87,7 +86,6 @@ A request whose cost the rule can never admit at once is refused with
 retry_after "never" (null in JSON), as every door refuses it. A malformed
 trace is an error naming its line (exit status 2), and then no decision is
 printed.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Checked here rather than with MarkFlagRequired so that a missing
 			// flag is a usage error (exit status 2) like any other.

@@ -69,7 +69,6 @@ func experimentCmd(use, short, long, format, chartFlag string, run func(*cobra.C
 		Use:   use,
 		Short: short,
 		Long:  long,
-		Args:  func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFormat(format); err != nil {
 				return err

@@ -36,7 +36,6 @@ reads the counter with GET, compares in the application and then INCRs.
 It prints one row per round and mode: round,mode,admitted. The atomic store
 admits exactly --limit every round; the naive one lets the instances that read
 the same count all pass.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFormat(format); err != nil {
 				return err
@@ -83,7 +82,6 @@ keep a limit of --limit per --window in their own memory, and prints what each
 setup admitted: instances,limit,requests,admitted. With N instances a client
 gets up to N × limit, which is why a shared store (sim race) is needed. It runs
 on a virtual clock and needs no Redis.`,
-		Args: func(cmd *cobra.Command, args []string) error { return usageErr(cobra.NoArgs(cmd, args)) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFormat(format); err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,7 +33,8 @@ const root = "../.."
 // dockerfile is what the test reads from the Dockerfile.
 type dockerfile struct {
 	env        []string // ENV lines of the build stage, as KEY=VALUE
-	buildArgs  []string // the arguments of the build stage's `go build`
+	buildArgs  []string // the arguments of the build stage's `make build`
+	runEnv     []string // the -e KEY=VALUE of the header's `docker run` line
 	runBase    string   // FROM of the last stage
 	user       string   // USER of the last stage
 	copies     []string // sources of COPY lines without --from
@@ -50,6 +53,9 @@ func readDockerfile(t *testing.T) dockerfile {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		if run, ok := strings.CutPrefix(line, "#   docker run "); ok {
+			d.runEnv = dockerRunEnv(t, run)
+		}
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -64,8 +70,8 @@ func readDockerfile(t *testing.T) dockerfile {
 				d.env = append(d.env, rest)
 			}
 		case "RUN":
-			if f := shellWords(t, rest); stage == 1 && len(f) > 2 && f[0] == "go" && f[1] == "build" {
-				d.buildArgs = f[2:]
+			if f := shellWords(t, rest); stage == 1 && len(f) > 1 && f[0] == "make" && f[1] == "build" {
+				d.buildArgs = f[1:]
 			}
 		case "USER":
 			d.user = rest
@@ -81,6 +87,19 @@ func readDockerfile(t *testing.T) dockerfile {
 		}
 	}
 	return d
+}
+
+// dockerRunEnv returns the environment a `docker run` command line gives
+// the container: its -e KEY=VALUE options.
+func dockerRunEnv(t *testing.T, line string) []string {
+	var env []string
+	f := shellWords(t, line)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-e" {
+			env = append(env, f[i+1])
+		}
+	}
+	return env
 }
 
 // shellWords splits a RUN line the way sh would for the simple quoting the
@@ -140,7 +159,7 @@ func TestMain(m *testing.M) {
 }
 
 // buildAsDockerfile builds the binary the way the Dockerfile's build stage
-// does, once for all the tests, and returns its path.
+// does (make build), once for all the tests, and returns its path.
 func buildAsDockerfile(t *testing.T, d dockerfile) string {
 	t.Helper()
 	buildOnce.Do(func() { builtBin, buildErr = build(d) })
@@ -156,26 +175,32 @@ func build(d dockerfile) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(buildDir, "portero")
-	args := append([]string{"build"}, d.buildArgs...)
-	for i := range args {
-		if i > 0 && args[i-1] == "-o" {
-			args[i] = out
+	return out, makeBuild(root, out, d)
+}
+
+// makeBuild runs the Dockerfile's `make build` in dir, with the build
+// stage's environment, writing the binary to out.
+func makeBuild(dir, out string, d dockerfile) error {
+	if len(d.buildArgs) == 0 {
+		return errors.New("Dockerfile: no RUN make build in the build stage")
+	}
+	args := slices.Clone(d.buildArgs)
+	for i, a := range args {
+		if strings.HasPrefix(a, "BIN=") {
+			args[i] = "BIN=" + out
 		}
 	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
+	cmd := exec.Command("make", args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), d.env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+		return fmt.Errorf("make %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
-	return out, nil
+	return nil
 }
 
 func TestDockerfile(t *testing.T) {
 	d := readDockerfile(t)
-	if !strings.Contains(strings.Join(d.env, " "), "CGO_ENABLED=0") {
-		t.Errorf("build stage env %q: want CGO_ENABLED=0 for a static binary", d.env)
-	}
 	if !strings.HasPrefix(d.runBase, "gcr.io/distroless/static") && d.runBase != "scratch" {
 		t.Errorf("run stage FROM %q: want distroless/static or scratch", d.runBase)
 	}
@@ -216,8 +241,10 @@ func TestDockerfile(t *testing.T) {
 	args := rewrite(d.cmd, map[string]string{"/etc/portero/portero.yaml": conf})
 	gw, admin := freeAddr(t), freeAddr(t)
 	args = append(args, "--listen", gw, "--admin-listen", admin)
+	// The environment is only what the header's `docker run` line gives
+	// the container: the configuration's token must be among it.
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "PORTERO_ADMIN_TOKEN=deploy-test")
+	cmd.Env = d.runEnv
 	exited, stderr := start(t, cmd)
 	waitStatus(t, "http://"+gw+"/readyz", 200, exited, stderr)
 	if code := status(t, "http://"+gw+"/healthz"); code != 200 {
@@ -474,6 +501,45 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	if get(docs["Service"], "spec", "ports").([]any)[0].(map[string]any)["targetPort"] != "http" {
 		t.Error("the Service does not target the http port")
+	}
+	checkManifestHeader(t, string(data), docs, c)
+	// Prometheus's annotations name a port and a path but no credentials:
+	// the admin listener would answer every scrape 401.
+	annotations, _ := get(docs["Deployment"], "spec", "template", "metadata", "annotations").(map[string]any)
+	for k := range annotations {
+		if strings.HasPrefix(k, "prometheus.io/") {
+			t.Errorf("pod annotation %s: a scrape without the admin token gets 401 (see prometheus.yaml)", k)
+		}
+	}
+}
+
+// checkManifestHeader holds the manifest's header comment to what the
+// manifest is: the objects its first sentence lists are documents of it,
+// the image it runs is the one its docker build line tags, and the Secret
+// the pod reads is the one its kubectl line creates, with that key.
+func checkManifestHeader(t *testing.T, text string, docs map[string]map[string]any, c map[string]any) {
+	t.Helper()
+	var header strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, "#") {
+			break
+		}
+		header.WriteString(strings.TrimSpace(strings.TrimPrefix(l, "#")) + "\n")
+	}
+	h := header.String()
+	first, _, _ := strings.Cut(h, ".")
+	for _, kind := range regexp.MustCompile(`\b(ConfigMap|Secret|Deployment|Service|Ingress|ServiceMonitor)\b`).FindAllString(first, -1) {
+		if docs[kind] == nil {
+			t.Errorf("the header lists a %s, which the manifest does not contain", kind)
+		}
+	}
+	image, _ := c["image"].(string)
+	if !strings.Contains(h, "docker build -t "+image+" .") {
+		t.Errorf("image %q: no `docker build -t %s .` in the header, so nothing builds it", image, image)
+	}
+	ref := get(c["env"].([]any)[0].(map[string]any), "valueFrom", "secretKeyRef").(map[string]any)
+	if want := fmt.Sprintf("kubectl create secret generic %s --from-literal=%s=", ref["name"], ref["key"]); !strings.Contains(h, want) {
+		t.Errorf("the pod reads Secret %v key %v: the header has no %q", ref["name"], ref["key"], want)
 	}
 }
 

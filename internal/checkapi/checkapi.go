@@ -1,8 +1,7 @@
 // Package checkapi is Portero's HTTP decision service: a JSON API that
 // answers "allowed or not" for a domain and descriptors (compiled by
-// package descriptor, as the Envoy RLS door compiles them) or for a Portero
-// policy rule and key, and an auth_request-style endpoint for nginx and
-// Traefik ForwardAuth. It is a door: every request is decided by package
+// package descriptor, as the Envoy RLS door compiles them), and an
+// auth_request-style endpoint for nginx and Traefik ForwardAuth. It is a door: every request is decided by package
 // engine, and its RateLimit fields are written by engine/header, as at
 // every other door.
 //
@@ -17,10 +16,7 @@
 //	 "cost": 1}
 //
 // A descriptor may also carry "hits_addend" (0 checks without counting) and
-// "limit": {"requests_per_unit": 5, "unit": "minute"}, as in Envoy. Or, for
-// a rule of Portero's own policy: {"policy": "rule-name", "key": "abc",
-// "cost": 1}, where cost 0 checks without counting and a shadow rule never
-// refuses.
+// "limit": {"requests_per_unit": 5, "unit": "minute"}, as in Envoy.
 //
 // Response, 200 for every decision, allowed or refused:
 //
@@ -40,7 +36,7 @@
 // When the store fails, the engine's failure policy answers: allow and deny
 // are decisions (200, with "degraded" saying why, and no RateLimit item for
 // the rules the policy decided); error is a 503. Errors are RFC 9457
-// problem bodies: 400 for bad input, 404 for an unknown domain or rule,
+// problem bodies: 400 for bad input, 404 for an unknown domain,
 // 405, 413 for an oversized body, 415, 503.
 //
 // # /v1/auth (nginx auth_request, Traefik forwardAuth)
@@ -91,7 +87,6 @@ import (
 	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/quote"
-	"github.com/portero-rl/portero/policy"
 )
 
 // Config configures a Handler. Compiler and Engine are required; the zero
@@ -100,8 +95,7 @@ type Config struct {
 	// Compiler compiles domain/descriptor requests (shared with the RLS
 	// door).
 	Compiler *descriptor.Compiler
-	// Engine decides /v1/check requests, domain and policy alike (shared
-	// with the RLS door: the same counters, the same failure policy, under
+	// Engine decides /v1/check requests (shared with the RLS door: the same counters, the same failure policy, under
 	// which portero.FailError answers 503).
 	Engine *engine.Engine
 	// AuthEngine decides /v1/auth requests; nil means Engine. Its failure
@@ -109,8 +103,6 @@ type Config struct {
 	// client and Traefik passes it on, so FailAllow lets traffic through
 	// while the store is down.
 	AuthEngine *engine.Engine
-	// Policy serves {"policy", "key"} requests; nil disables them (404).
-	Policy func() *policy.Policy
 	// ClientIP finds the original client's address for {ip}. Its zero value
 	// trusts forwarding headers (X-Forwarded-For) from loopback proxies only.
 	ClientIP clientip.Config
@@ -124,9 +116,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives store failures; nil means slog.Default().
 	Logger *slog.Logger
-	// Observer, when set, is told of every domain request (/v1/check's and
+	// Observer, when set, is told of every request (/v1/check's and
 	// /v1/auth's): its plan and verdict, or its error (portero rls's
-	// metrics). Policy requests are not reported.
+	// metrics).
 	Observer descriptor.Observer
 }
 
@@ -180,8 +172,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 type CheckRequest struct {
 	Domain      string            `json:"domain,omitempty"`
 	Descriptors []CheckDescriptor `json:"descriptors,omitempty"`
-	Policy      string            `json:"policy,omitempty"`
-	Key         *string           `json:"key,omitempty"`
 	// Cost is the request's hits (Envoy's request hits_addend); 0 or
 	// absent means 1.
 	Cost *int64 `json:"cost,omitempty"`
@@ -218,10 +208,7 @@ type CheckResponse struct {
 	Remaining  int64   `json:"remaining"`
 	RetryAfter float64 `json:"retry_after"`
 	ResetAfter float64 `json:"reset_after"`
-	// Outcome is the engine's outcome of a policy request (allowed,
-	// near-limit, refused, shadow-refused, check-only).
-	Outcome string `json:"outcome,omitempty"`
-	// Descriptors has one entry per request descriptor (domain requests).
+	// Descriptors has one entry per request descriptor.
 	Descriptors []DescriptorResult `json:"descriptors,omitempty"`
 	// Degraded is set when the failure policy answered because the store
 	// failed.
@@ -296,16 +283,11 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	switch {
-	case req.Policy != "" && req.Domain != "":
-		problem(w, http.StatusBadRequest, "give either domain (with descriptors) or policy (with key), not both")
-	case req.Policy != "":
-		h.checkPolicy(ctx, w, &req)
-	case req.Domain != "" || len(req.Descriptors) > 0:
-		h.checkDomain(ctx, w, &req)
-	default:
-		problem(w, http.StatusBadRequest, "give domain and descriptors, or policy and key")
+	if req.Domain == "" && len(req.Descriptors) == 0 {
+		problem(w, http.StatusBadRequest, "give domain and descriptors")
+		return
 	}
+	h.checkDomain(ctx, w, &req)
 }
 
 // checkMediaType returns why a /v1/check Content-Type is refused, or "":
@@ -400,10 +382,6 @@ func duplicateMembers(body []byte) error {
 }
 
 func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
-	if in.Key != nil {
-		problem(w, http.StatusBadRequest, "key goes with policy; a domain takes descriptors")
-		return
-	}
 	req := &descriptor.Request{Domain: in.Domain}
 	if in.Cost != nil {
 		if *in.Cost < 0 || *in.Cost > math.MaxUint32 {
@@ -428,12 +406,12 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 		req.Descriptors = append(req.Descriptors, out)
 	}
 	var p descriptor.Plan
-	if !h.compile(w, req, &p) {
+	now := h.cfg.Now()
+	if !h.compile(w, req, now, &p) {
 		return
 	}
-	now := h.cfg.Now()
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.Engine, now, p.Hits, &v, req.Domain, req, &p) {
+	if !h.decide(ctx, w, h.cfg.Engine, now, &v, req, &p) {
 		return
 	}
 	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String()}
@@ -464,10 +442,10 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 	h.answer(w, &v, out)
 }
 
-// compile compiles req into p and answers its errors; ok is false when an
-// error answer was written.
-func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *descriptor.Plan) bool {
-	err := h.cfg.Compiler.Compile(req, p)
+// compile compiles req into p for a decision at now and answers its
+// errors; ok is false when an error answer was written.
+func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, now time.Time, p *descriptor.Plan) bool {
+	err := h.cfg.Compiler.Compile(req, now, p)
 	if err == nil {
 		return true
 	}
@@ -483,21 +461,17 @@ func (h *Handler) compile(w http.ResponseWriter, req *descriptor.Request, p *des
 	return false
 }
 
-// decide has e decide hits into v and answers a store failure that e
+// decide has e decide p's hits into v and answers a store failure that e
 // reports (portero.FailError) with 503; ok is false when it did. req and
-// p, the compiled domain request (nil for a policy request), go to the
-// Observer.
-func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.Engine, now time.Time, hits []engine.Hit, v *engine.Verdict, what string,
+// p, the compiled request, go to the Observer.
+func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.Engine, now time.Time, v *engine.Verdict,
 	req *descriptor.Request, p *descriptor.Plan) bool {
 	obs := h.cfg.Observer
-	if p == nil {
-		obs = nil
-	}
 	var start time.Time
 	if obs != nil {
 		start = time.Now()
 	}
-	err := e.Decide(ctx, now, hits, v)
+	err := e.Decide(ctx, now, p.Hits, v)
 	if obs != nil {
 		obs.Observe(req, p, v, time.Since(start), err)
 	}
@@ -506,7 +480,7 @@ func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.E
 		if err != nil {
 			cause = err
 		}
-		h.cfg.Logger.Warn("checkapi: store failed", "request", what, "policy", e.OnError().String(), "err", cause)
+		h.cfg.Logger.Warn("checkapi: store failed", "request", req.Domain, "policy", e.OnError().String(), "err", cause)
 	}
 	if err != nil {
 		httpanswer.WriteUnavailable(w, time.Second, "rate-limit store unavailable: "+err.Error())
@@ -544,56 +518,6 @@ func writeRefusal(w http.ResponseWriter, status int, v *engine.Verdict) {
 	hd.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-}
-
-func (h *Handler) checkPolicy(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
-	if len(in.Descriptors) > 0 {
-		problem(w, http.StatusBadRequest, "descriptors go with domain; a policy rule takes key")
-		return
-	}
-	if h.cfg.Policy == nil {
-		problem(w, http.StatusNotFound, "no Portero policy is loaded: use domain and descriptors")
-		return
-	}
-	p := h.cfg.Policy()
-	var rule *policy.Rule
-	if p != nil {
-		rule = p.Rule(in.Policy)
-	}
-	if rule == nil {
-		problem(w, http.StatusNotFound, fmt.Sprintf("unknown policy rule %s", quote.Input(in.Policy)))
-		return
-	}
-	if rule.IsConcurrency() {
-		// A lease is given back when its request ends, and nothing tells
-		// this door when that is.
-		problem(w, http.StatusBadRequest, fmt.Sprintf("rule %q is a concurrency limit: the check API answers once and is never told when the request ends, so it cannot hold a slot (see docs/overload.md)", rule.Name))
-		return
-	}
-	if in.Key == nil || *in.Key == "" {
-		problem(w, http.StatusBadRequest, "key is required with policy")
-		return
-	}
-	hit := engine.Hit{Rule: rule.Engine(), Key: *in.Key, Cost: 1}
-	if in.Cost != nil {
-		if *in.Cost < 0 {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("cost %d: must be 0 (check without counting) or more", *in.Cost))
-			return
-		}
-		hit.Cost, hit.CheckOnly = *in.Cost, *in.Cost == 0
-	}
-	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.Engine, h.cfg.Now(), []engine.Hit{hit}, &v, "policy "+rule.Name, nil, nil) {
-		return
-	}
-	res := &v.Results[0]
-	d := res.Decision
-	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String(), Rule: rule.Name, Limit: d.Limit, Remaining: max(d.Remaining, 0),
-		RetryAfter: d.RetryAfter.Seconds(), ResetAfter: d.ResetAfter.Seconds(), Outcome: res.Outcome.String()}
-	if v.Degraded != nil {
-		out.Degraded = v.Degraded.Error()
-	}
-	h.answer(w, &v, out)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -740,11 +664,12 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	var p descriptor.Plan
-	if !h.compile(w, req, &p) {
+	now := h.cfg.Now()
+	if !h.compile(w, req, now, &p) {
 		return
 	}
 	var v engine.Verdict
-	if !h.decide(ctx, w, h.cfg.AuthEngine, h.cfg.Now(), p.Hits, &v, req.Domain, req, &p) {
+	if !h.decide(ctx, w, h.cfg.AuthEngine, now, &v, req, &p) {
 		return
 	}
 	var f httpanswer.Fields

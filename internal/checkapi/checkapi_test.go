@@ -16,7 +16,6 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
-	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/policy/policytest"
 	"github.com/portero-rl/portero/store/memstore"
 )
@@ -158,12 +157,11 @@ func TestCheckBadInput(t *testing.T) {
 		{"no descriptors", `{"domain":"edge"}`, 400, "at least one descriptor"},
 		{"empty key", `{"domain":"edge","descriptors":[{"entries":[{"key":"","value":"v"}]}]}`, 400, "empty key"},
 		{"unknown domain", `{"domain":"nope","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, 404, `unknown domain \"nope`},
-		{"both", `{"domain":"edge","policy":"p"}`, 400, "not both"},
 		{"bad unit", `{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":1,"unit":"fortnight"}}]}`, 400, "invalid unit"},
 		{"negative cost", `{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"cost":-1}`, 400, "cost -1"},
 		{"huge hits", `{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits_addend":99999999999}]}`, 400, "hits_addend"},
 		{"oversized", `{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"` + strings.Repeat("v", 600) + `"}]}]}`, 413, "larger than 512 bytes"},
-		{"policy not loaded", `{"policy":"p","key":"k"}`, 404, "no Portero policy"},
+		{"policy", `{"policy":"p","key":"k"}`, 400, `unknown field \"policy`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,49 +210,6 @@ func TestCheckStoreFailure(t *testing.T) {
 				t.Error("503 without Retry-After")
 			}
 		})
-	}
-}
-
-func TestCheckPolicy(t *testing.T) {
-	rules := []policy.Rule{{Name: "api", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")},
-		{Name: "in-flight", Key: policy.MustParseKey("ip"), Concurrency: portero.ConcurrencyRule{Max: 2}}}
-	p, err := policy.New(rules, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, func(c *Config) { c.Policy = func() *policy.Policy { return p } })
-	for i := 0; i < 2; i++ {
-		if _, out, raw := f.post(t, `{"policy":"api","key":"alice"}`); !out.Allowed || out.Rule != "api" {
-			t.Fatalf("policy request %d: %s", i, raw)
-		}
-	}
-	resp, out, raw := f.post(t, `{"policy":"api","key":"alice"}`)
-	if out.Allowed || resp.Header.Get("Retry-After") == "" || !strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"api";q=2;w=60`) {
-		t.Errorf("third: %s %v", raw, resp.Header)
-	}
-	if resp, _, raw := f.post(t, `{"policy":"nope","key":"alice"}`); resp.StatusCode != 404 {
-		t.Errorf("unknown rule: %d %s", resp.StatusCode, raw)
-	}
-	if resp, _, raw := f.post(t, `{"policy":"api"}`); resp.StatusCode != 400 {
-		t.Errorf("no key: %d %s", resp.StatusCode, raw)
-	}
-	// A cost above what the rule admits can never pass: the 429 problem of
-	// every HTTP door, without Retry-After.
-	if resp, _, raw := f.post(t, `{"policy":"api","key":"bob","cost":5}`); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" ||
-		!strings.Contains(raw, `rule \"api\" admits at most 2 at once and this request costs 5: it can never pass`) || !strings.Contains(raw, `"max-cost":2`) {
-		t.Errorf("cost above the limit: %d %v %s", resp.StatusCode, resp.Header, raw)
-	}
-	// cost 0 looks without counting.
-	if _, out, raw := f.post(t, `{"policy":"api","key":"carol","cost":0}`); !out.Allowed || out.Remaining != 2 || out.Outcome != "check-only" {
-		t.Errorf("cost 0: %s", raw)
-	}
-	if resp, _, raw := f.post(t, `{"policy":"api","key":"carol","cost":-1}`); resp.StatusCode != 400 {
-		t.Errorf("cost -1: %d %s", resp.StatusCode, raw)
-	}
-	// A concurrency limit needs to be told when the request ends: this
-	// door cannot hold a slot.
-	if resp, _, raw := f.post(t, `{"policy":"in-flight","key":"dave"}`); resp.StatusCode != 400 || !strings.Contains(raw, "concurrency limit") {
-		t.Errorf("a concurrency rule: %d %s, want 400 naming it a concurrency limit", resp.StatusCode, raw)
 	}
 }
 
@@ -365,7 +320,6 @@ func TestNewNeedsEngine(t *testing.T) {
 func FuzzCheck(f *testing.F) {
 	f.Add(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}],"cost":2}`)
 	f.Add(`{"domain":"edge","descriptors":[{"entries":[{"key":"x","value":"y"}],"limit":{"requests_per_unit":0,"unit":"day"},"hits_addend":0}]}`)
-	f.Add(`{"policy":"p","key":"k"}`)
 	ms, _ := memstore.New(memstore.Config{SweepInterval: -1})
 	defer ms.Close(context.Background())
 	h, _ := New(doorConfig(f, ms, "", ""))

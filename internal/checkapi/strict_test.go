@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/policy/policytest"
 )
 
@@ -56,28 +55,22 @@ func TestCheckStrictBody(t *testing.T) {
 
 // TestCheckFailurePolicyHeaders: when the failure policy answers (the store
 // failed), /v1/check keeps RateLimit-Policy but sends no RateLimit values,
-// which would be made up, for domain and for policy requests alike.
+// which would be made up.
 func TestCheckFailurePolicyHeaders(t *testing.T) {
-	rules := []policy.Rule{{Name: "api", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")}}
-	p, err := policy.New(rules, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	const body = `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`
 	for _, fp := range []portero.FailurePolicy{portero.FailAllow, portero.FailDeny, portero.FailLocal} {
 		st := &policytest.Store{}
 		st.SetErr(fmt.Errorf("down: %w", portero.ErrStoreUnavailable))
-		f := newFixtureWith(t, setup{store: st, onError: fp, cfg: func(c *Config) { c.Policy = func() *policy.Policy { return p } }})
-		for _, body := range []string{`{"policy":"api","key":"alice"}`, `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`} {
-			resp, out, raw := f.post(t, body)
-			if resp.StatusCode != 200 || out.Degraded == "" {
-				t.Fatalf("%s %s: %d %s", fp, body, resp.StatusCode, raw)
-			}
-			if v, ok := resp.Header["Ratelimit"]; ok {
-				t.Errorf("%s %s: RateLimit = %q, want none", fp, body, v)
-			}
-			if resp.Header.Get("RateLimit-Policy") == "" {
-				t.Errorf("%s %s: no RateLimit-Policy", fp, body)
-			}
+		f := newFixtureWith(t, setup{store: st, onError: fp})
+		resp, out, raw := f.post(t, body)
+		if resp.StatusCode != 200 || out.Degraded == "" {
+			t.Fatalf("%s: %d %s", fp, resp.StatusCode, raw)
+		}
+		if v, ok := resp.Header["Ratelimit"]; ok {
+			t.Errorf("%s: RateLimit = %q, want none", fp, v)
+		}
+		if resp.Header.Get("RateLimit-Policy") == "" {
+			t.Errorf("%s: no RateLimit-Policy", fp)
 		}
 	}
 }
@@ -86,11 +79,7 @@ func TestCheckFailurePolicyHeaders(t *testing.T) {
 // JSON member or value, a query value — is repeated in a problem detail as
 // a short prefix, however long it was.
 func TestProblemsQuoteAShortPrefix(t *testing.T) {
-	p, err := policy.New([]policy.Rule{{Name: "api", Limit: portero.PerMinute(2), Key: policy.MustParseKey("ip")}}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, func(c *Config) { c.Policy = func() *policy.Policy { return p } })
+	f := newFixture(t, nil)
 	long := strings.Repeat("x", 16<<10)
 	ok := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`
 	for _, tt := range []struct {
@@ -101,7 +90,6 @@ func TestProblemsQuoteAShortPrefix(t *testing.T) {
 		{"duplicate member", "POST", "/v1/check", "application/json", `{"` + long + `":1,"` + long + `":2}`},
 		{"duplicate member deep", "POST", "/v1/check", "application/json", `{"` + long + `":{"a":1,"a":2}}`},
 		{"unknown domain", "POST", "/v1/check", "application/json", `{"domain":"` + long[:1000] + `","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`},
-		{"unknown policy rule", "POST", "/v1/check", "application/json", `{"policy":"` + long + `","key":"k"}`},
 		{"deny_status", "GET", "/v1/auth?domain=edge&deny_status=" + long, "", ""},
 		{"descriptor", "GET", "/v1/auth?domain=edge&descriptor=" + long, "", ""},
 		{"placeholder", "GET", "/v1/auth?domain=edge&descriptor=k={" + long + "}", "", ""},

@@ -1,19 +1,15 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"net/netip"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/clientip"
@@ -77,11 +73,6 @@ type APIKeys struct {
 	Header string   `yaml:"header,omitempty"`
 	File   string   `yaml:"file,omitempty"`
 	Keys   []APIKey `yaml:"keys,omitempty"`
-}
-
-// KeysFile is the format of api_keys.file.
-type KeysFile struct {
-	Keys []APIKey `yaml:"keys"`
 }
 
 // RateRule is a look-back rule per client, as an AWS WAF rate-based rule.
@@ -439,7 +430,11 @@ func (p *parser) apiKeys(f *File, c *Config) {
 	}
 	set := apikey.NewSet(len(ak.Keys))
 	ids := map[string]string{}
-	p.addKeys(set, ids, ak.Keys, g.Plans, "api_keys", "keys")
+	for i, k := range ak.Keys {
+		if field, err := addKey(set, ids, g.Plans, k); err != nil {
+			p.errorf(at("api_keys", "keys", i, field), "%v", err)
+		}
+	}
 	if ak.File != "" {
 		path := ak.File
 		if !filepath.IsAbs(path) && p.file != DefaultName {
@@ -449,70 +444,39 @@ func (p *parser) apiKeys(f *File, c *Config) {
 			path = abs
 		}
 		g.KeysFile = path
-		kp := &parser{file: path, opts: p.opts, walked: map[string]bool{}, lists: p.lists}
-		var kf KeysFile
-		if err := kp.walkFile(path, &kf); err != nil {
+		errs, err := readKeysFile(path, func(k APIKey) (string, error) { return addKey(set, ids, g.Plans, k) })
+		if err != nil {
 			p.errorf(at("api_keys", "file"), "%v", err)
-		} else {
-			kp.addKeys(set, ids, kf.Keys, g.Plans, "keys")
-			p.errs = append(p.errs, kp.errs...)
 		}
+		p.errs = append(p.errs, errs...)
 	}
 	g.Keys = set
 }
 
-// addKeys adds keys (at path) to set; ids maps each ID to its plan.
-func (p *parser) addKeys(set *apikey.Set, ids map[string]string, keys []APIKey, plans map[string]*PlanConfig, path ...any) {
-	for i, k := range keys {
-		kpath := append(append([]any(nil), path...), i)
-		if err := policy.ValidName(k.ID); err != nil {
-			p.errorf(append(kpath, "id"), "%v", err)
-			continue
-		}
-		if _, ok := plans[k.Plan]; !ok {
-			p.errorf(append(kpath, "plan"), "%q: no such plan (have %s)", k.Plan, strings.Join(sortedKeys(plans), ", "))
-			continue
-		}
-		if prev, ok := ids[k.ID]; ok && prev != k.Plan {
-			p.errorf(append(kpath, "plan"), "key %s is in plan %s elsewhere: one caller, one plan", k.ID, prev)
-			continue
-		}
-		h, err := apikey.ParseHash(k.SHA256)
-		if err != nil {
-			p.errorf(append(kpath, "sha256"), "%v", err)
-			continue
-		}
-		if err := set.Add(h, apikey.Key{ID: k.ID, Plan: k.Plan}); err != nil {
-			p.errorf(append(kpath, "sha256"), "%v", err)
-			continue
-		}
-		ids[k.ID] = k.Plan
+// addKey checks k and adds it to set, or returns the field it is wrong in
+// and why; ids maps each ID to its plan (one caller, one plan). What set
+// keeps of it is its ID and the plan's own name, so that a million keys of
+// a few plans hold a few plan names.
+func addKey(set *apikey.Set, ids map[string]string, plans map[string]*PlanConfig, k APIKey) (field string, err error) {
+	if err := policy.ValidName(k.ID); err != nil {
+		return "id", err
 	}
-}
-
-// walkFile reads the YAML file at path into v (a pointer to a struct),
-// reporting its problems to p with their lines.
-func (p *parser) walkFile(path string, v any) error {
-	data, err := fileerr.Read(path)
+	pc, ok := plans[k.Plan]
+	if !ok {
+		return "plan", fmt.Errorf("%q: no such plan (have %s)", k.Plan, strings.Join(sortedKeys(plans), ", "))
+	}
+	if prev, ok := ids[k.ID]; ok && prev != pc.Name {
+		return "plan", fmt.Errorf("key %s is in plan %s elsewhere: one caller, one plan", k.ID, prev)
+	}
+	h, err := apikey.ParseHash(k.SHA256)
 	if err != nil {
-		return err
+		return "sha256", err
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		p.errs = append(p.errs, p.yamlErrors(err).(Errors)...)
-		return nil
+	if err := set.Add(h, apikey.Key{ID: k.ID, Plan: pc.Name}); err != nil {
+		return "sha256", err
 	}
-	p.root = &root
-	n := &root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	if n.Kind == 0 || n.Kind == yaml.DocumentNode {
-		return errors.New("empty keys file: want keys: [{id: ..., plan: ..., sha256: ...}]")
-	}
-	w := &walker{p: p}
-	w.value(n, reflect.ValueOf(v).Elem(), nil)
-	return nil
+	ids[k.ID] = pc.Name
+	return "", nil
 }
 
 // rateRule compiles a look-back rule.

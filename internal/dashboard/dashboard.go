@@ -143,6 +143,10 @@ type Options struct {
 	// History is the number of samples kept for the charts; 0 means 900
 	// (15 minutes at one a second).
 	History int
+	// Ticks, when not nil, are the instants Run samples at, one per value
+	// received (a test's or a simulation's clock); nil samples once at the
+	// start and then every Interval of the wall clock.
+	Ticks <-chan time.Time
 }
 
 // Dashboard serves the page and its data. It is safe for concurrent use.
@@ -205,16 +209,20 @@ func New(src Source, o Options) *Dashboard {
 // RegisterOnShutdown). Later streams end at once; the rest keeps working.
 func (d *Dashboard) Close() { d.once.Do(func() { close(d.closed) }) }
 
-// Run samples every Interval until ctx is done.
+// Run samples every Interval (or at Options.Ticks) until ctx is done.
 func (d *Dashboard) Run(ctx context.Context) {
-	t := time.NewTicker(d.opts.Interval)
-	defer t.Stop()
-	d.Sample(time.Now())
+	ticks := d.opts.Ticks
+	if ticks == nil {
+		t := time.NewTicker(d.opts.Interval)
+		defer t.Stop()
+		ticks = t.C
+		d.Sample(time.Now())
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case now := <-ticks:
 			d.Sample(now)
 		}
 	}
@@ -318,6 +326,11 @@ type state struct {
 	Latency       latency      `json:"latency"`
 	Quotas        []UsageEntry `json:"quotas"`
 	History       *history     `json:"history,omitempty"`
+	// Window counts each rule's decisions over the samples kept, by rule
+	// name: allowed (with near-limit and check-only), refused (with
+	// can-never-pass) and shadow-refused, what the rule cards show beside
+	// their charts.
+	Window map[string][3]float64 `json:"window"`
 }
 
 type latency struct {
@@ -409,6 +422,7 @@ func (d *Dashboard) encode(withHistory bool) []byte {
 		}
 	}
 	st.Latency = latency{P50: ms(p50), P99: ms(p99)}
+	st.Window = d.window(samples)
 	if withHistory {
 		h := &history{Rules: map[string]*ruleHistory{}}
 		for _, r := range st.Rules {
@@ -430,6 +444,28 @@ func (d *Dashboard) encode(withHistory bool) []byte {
 	}
 	b, _ := json.Marshal(st)
 	return b
+}
+
+// window returns the decisions of each rule of the latest snapshot over
+// the samples kept. Until the history is full they span the whole run, so
+// the snapshot's counters, cumulative since the start, are the window's
+// exactly; after, the samples' rates times their intervals. d.mu is held.
+func (d *Dashboard) window(samples []sample) map[string][3]float64 {
+	w := make(map[string][3]float64, len(d.last.Rules))
+	for _, r := range d.last.Rules {
+		if !d.full {
+			c := r.Counts
+			w[r.Name] = [3]float64{c["allowed"] + c["near-limit"] + c["check-only"], c["refused"] + c["can-never-pass"], c["shadow-refused"]}
+			continue
+		}
+		var n [3]float64
+		for _, s := range samples {
+			a, rf, sh := valueOf(s, r.Name)
+			n[0], n[1], n[2] = n[0]+a*s.Elapsed, n[1]+rf*s.Elapsed, n[2]+sh*s.Elapsed
+		}
+		w[r.Name] = [3]float64{math.Round(n[0]), math.Round(n[1]), math.Round(n[2])}
+	}
+	return w
 }
 
 // valueOf returns a sample's rates for the rule named (0 when the rule was
@@ -501,8 +537,13 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// no other site can frame the page.
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	if rest == "login" {
+	switch rest {
+	case "login":
 		d.login(w, r)
+		return
+	case "app.css":
+		// The login page's style too: nothing in it is secret.
+		d.file(w, r, "app.css", "text/css; charset=utf-8")
 		return
 	}
 	if !d.authorized(r) {
@@ -519,8 +560,6 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.file(w, r, "index.html", "text/html; charset=utf-8")
 	case "app.js":
 		d.file(w, r, "app.js", "text/javascript; charset=utf-8")
-	case "app.css":
-		d.file(w, r, "app.css", "text/css; charset=utf-8")
 	case "state":
 		d.mu.Lock()
 		b := d.encode(true)

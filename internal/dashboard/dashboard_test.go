@@ -128,6 +128,10 @@ func TestAuth(t *testing.T) {
 	if code, body := get(t, c, srv.URL+"/dashboard/"); code != http.StatusUnauthorized || !strings.Contains(body, `name="token"`) {
 		t.Errorf("GET / without the token = %d, want 401 with the login form:\n%s", code, body)
 	}
+	// The login page's style sheet, which it links, loads without it.
+	if code, body := get(t, c, srv.URL+"/dashboard/app.css"); code != 200 || !strings.Contains(body, ".login-card") {
+		t.Errorf("GET app.css without the token = %d, want 200 and the style sheet", code)
+	}
 	if code, _ := get(t, c, srv.URL+"/dashboard/state", "Authorization", "Bearer s3cret"); code != 200 {
 		t.Errorf("GET state with the bearer token = %d, want 200", code)
 	}
@@ -260,5 +264,41 @@ func TestUsage(t *testing.T) {
 	u.SetRules([]string{"b"}) // a reload keeps b's keys
 	if top = u.Top(now.Add(12 * time.Second)); len(top) != 1 || top[0].Key != "q" {
 		t.Errorf("Top after SetRules(b) = %+v", top)
+	}
+}
+
+// TestWindowCounts: the rule cards count the decisions of the samples kept
+// (the window the charts show): all of them while the history has not
+// wrapped, then only those of the samples still held — never the counters
+// since the start once those reach further back. Samples on the test's
+// clock.
+func TestWindowCounts(t *testing.T) {
+	src := newFake()
+	d := New(src, Options{History: 3})
+	t0 := time.Unix(1_700_000_000, 0)
+	window := func() [3]float64 {
+		t.Helper()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var st state
+		if err := json.Unmarshal(d.encode(false), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Window["per-ip"]
+	}
+	src.add("per-ip", "allowed", 2) // before the first sample: since the start
+	d.Sample(t0)
+	src.add("per-ip", "refused", 5)
+	src.add("per-ip", "near-limit", 1)
+	d.Sample(t0.Add(700 * time.Millisecond))
+	if got := window(); got != [3]float64{3, 5, 0} {
+		t.Errorf("before the history wraps: window %v, want [3 5 0] (every decision since the start)", got)
+	}
+	for i := range 3 {
+		src.add("per-ip", "shadow-refused", 1)
+		d.Sample(t0.Add(time.Duration(i+2) * time.Second))
+	}
+	if got := window(); got != [3]float64{0, 0, 3} {
+		t.Errorf("the history of 3 samples wrapped: window %v, want [0 0 3] (the last three samples' only)", got)
 	}
 }

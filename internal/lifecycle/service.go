@@ -84,6 +84,9 @@ type Options struct {
 	// Reload triggers a reload for every value received (SIGHUP, see
 	// NotifySignals).
 	Reload <-chan struct{}
+	// Triggers are reloads from elsewhere (a file the configuration names,
+	// such as the API keys file), each value the reason Hooks.Reload gets.
+	Triggers <-chan string
 	// Hurry, when it receives or is closed, ends the drain early (the
 	// second SIGTERM).
 	Hurry <-chan struct{}
@@ -92,7 +95,8 @@ type Options struct {
 // Hooks are what Run asks of the command while it serves.
 type Hooks struct {
 	// Reload reads the configuration again and applies it (or logs why
-	// not); why is "signal" or "file change". Called from Run's goroutine,
+	// not); why is "signal", "file change" or what Options.Triggers sent.
+	// Called from Run's goroutine,
 	// one at a time. Nil: reload triggers are ignored.
 	Reload func(why string)
 	// DrainPeriod and ShutdownTimeout are asked at stop time, so that a
@@ -346,6 +350,10 @@ loop:
 		case <-s.changes:
 			if h.Reload != nil {
 				h.Reload("file change")
+			}
+		case why := <-s.opts.Triggers:
+			if h.Reload != nil {
+				h.Reload(why)
 			}
 		}
 	}

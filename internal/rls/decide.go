@@ -95,7 +95,8 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		return nil, errNoConfig
 	}
 	a := answerPool.Get().(*answer)
-	if err := s.compiler.Compile(req, &a.plan); err != nil {
+	now := s.opts.Now()
+	if err := s.compiler.Compile(req, now, &a.plan); err != nil {
 		if obs != nil {
 			obs.Observe(req, &a.plan, &a.v, 0, err)
 		}
@@ -109,7 +110,6 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	now := s.opts.Now()
 	var start time.Time
 	if obs != nil {
 		start = time.Now()

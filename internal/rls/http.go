@@ -89,23 +89,18 @@ func ConfigHandler(limits func() *descriptor.Config) http.Handler {
 // DumpConfig formats c as envoyproxy/ratelimit's /rlconfig does.
 func DumpConfig(c *descriptor.Config) string {
 	var b strings.Builder
-	var walk func(nodes []*descriptor.Node)
-	walk = func(nodes []*descriptor.Node) {
-		for _, n := range nodes {
-			if l := n.Limit; l != nil {
-				unit := "UNKNOWN"
-				if !l.Unlimited {
-					unit = pb.RateLimitResponse_RateLimit_Unit(l.Unit).String()
-				}
-				fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
-					l.FullKey, unit, l.RequestsPerUnit, n.ShadowMode, n.QuotaMode)
-			}
-			walk(n.Children)
+	c.Walk(func(_ *descriptor.Domain, n *descriptor.Node) {
+		l := n.Limit
+		if l == nil {
+			return
 		}
-	}
-	for _, name := range c.Domains() {
-		walk(c.Domain(name).Nodes)
-	}
+		unit := "UNKNOWN"
+		if !l.Unlimited {
+			unit = pb.RateLimitResponse_RateLimit_Unit(l.Unit).String()
+		}
+		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+			l.FullKey, unit, l.RequestsPerUnit, n.ShadowMode, n.QuotaMode)
+	})
 	return b.String()
 }
 

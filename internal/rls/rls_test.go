@@ -367,6 +367,38 @@ func TestLimitOverride(t *testing.T) {
 	})
 }
 
+// TestLimitOverridesPerDomain: a caller that fills one domain's overrides
+// gets INVALID_ARGUMENT saying that domain is full, the other domains still
+// take new ones, and the full domain takes them again once its overrides
+// have gone unused (the service's clock, no sleep).
+func TestLimitOverridesPerDomain(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, transport string) {
+		e := start(t, setup{transport: transport, compile: descriptor.Options{MaxOverrides: 2, OverrideIdle: time.Minute}})
+		ask := func(domain string, rpu uint32) error {
+			d := desc("user", "alice")
+			d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_SECOND}
+			_, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: domain, Descriptors: []*commonv3.RateLimitDescriptor{d}})
+			return err
+		}
+		for rpu := range uint32(2) {
+			if err := ask("edge", rpu+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := ask("edge", 3)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `domain "edge" has 2 limit overrides in use`) {
+			t.Fatalf("a third override in edge: %v; want INVALID_ARGUMENT saying edge's overrides are all in use", err)
+		}
+		if err := ask("api", 3); err != nil {
+			t.Fatalf("an override in api while edge is full: %v", err)
+		}
+		e.clock.Add(time.Minute)
+		if err := ask("edge", 3); err != nil {
+			t.Fatalf("a third override in edge once its two are unused for a minute: %v", err)
+		}
+	})
+}
+
 func TestShadowReplacesExtension(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, transport string) {
 		e := start(t, setup{transport: transport})

@@ -35,7 +35,7 @@ func TestObserveAllocatesNothing(t *testing.T) {
 	req := &descriptor.Request{Domain: "b", Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "ip", Value: "1"}}}}}
 	var p descriptor.Plan
 	var v engine.Verdict
-	if err := comp.Compile(req, &p); err != nil {
+	if err := comp.Compile(req, time.Now(), &p); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Decide(context.Background(), time.Now(), p.Hits, &v); err != nil {

@@ -193,15 +193,6 @@ func fromHeader(h http.Header) answer {
 	return answer{Policy: h.Get("RateLimit-Policy"), RateLimit: h.Get("RateLimit"), RetryAfter: h.Get("Retry-After")}
 }
 
-// checkPolicy: the rule as {"policy": ...} at /v1/check.
-type checkPolicy struct{ url string }
-
-func (checkPolicy) name() string { return "check API (policy)" }
-
-func (d checkPolicy) ask(t *testing.T, r request) answer {
-	return postCheck(t, d.url, fmt.Sprintf(`{"policy":%q,"key":"k","cost":%d}`, r.rule, r.cost))
-}
-
 // checkDomain: the rule as a descriptor at /v1/check.
 type checkDomain struct{ url string }
 
@@ -312,8 +303,7 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := checkapi.New(checkapi.Config{Compiler: descriptor.NewCompiler(lim, descriptor.Options{}), Engine: e,
-			Policy: func() *policy.Policy { return p }, Now: now, Logger: quiet})
+		h, err := checkapi.New(checkapi.Config{Compiler: descriptor.NewCompiler(lim, descriptor.Options{}), Engine: e, Now: now, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +311,7 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 		t.Cleanup(srv.Close)
 		return srv
 	}
-	out = append(out, checkPolicy{checkDoor(open()).URL}, checkDomain{checkDoor(open()).URL})
+	out = append(out, checkDomain{checkDoor(open()).URL})
 
 	// The RLS on both of its transports, each over a store of its own.
 	for _, tr := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
@@ -476,14 +466,9 @@ func TestSameFailurePolicies(t *testing.T) {
 	// middleware refuses the setting (TestStoreFailure in httplimit).
 	for _, d := range errs {
 		switch d := d.(type) {
-		case checkPolicy, checkDomain:
-			var url, body string
-			if c, ok := d.(checkPolicy); ok {
-				url, body = c.url, `{"policy":"api","key":"k"}`
-			} else {
-				url, body = d.(checkDomain).url, `{"domain":"edge","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}]}`
-			}
-			resp, err := http.Post(url+"/v1/check", "application/json", bytes.NewReader([]byte(body)))
+		case checkDomain:
+			body := `{"domain":"edge","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}]}`
+			resp, err := http.Post(d.url+"/v1/check", "application/json", bytes.NewReader([]byte(body)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,13 +151,33 @@ rules:
 }
 
 // TestDashboardRLS: portero rls mounts the same dashboard on its admin
-// listener, behind its token: after a burst of refusals through /v1/check
-// its state shows the descriptor's refused count that /metrics reports
-// and the refused key, and the page in a real Chromium shows them.
+// listener, behind its token, and a real Chromium shows what its
+// configuration and its decisions say: every configured limit, with or
+// without traffic, as the file writes it ("4/minute") and in its mode (a
+// shadow_mode limit is shadow); the refusals /metrics counts; the key
+// closest to its limit; a login page styled before the token is given;
+// and rule cards that count the window the charts show, not the time since
+// the start. The decisions and the dashboard's samples run on the test's
+// clock.
 func TestDashboardRLS(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "limits.yaml")
-	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 4}\n")
-	r := startRLS(t, server.RLSOptions{ConfigPath: path, AdminToken: "s3cret"})
+	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 4}\n"+
+		"  - key: path\n    value: /export\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+	t0 := time.Unix(1_700_000_040, 0) // the start of a minute
+	var clock atomic.Int64
+	clock.Store(t0.UnixNano())
+	ticks := make(chan time.Time)
+	tick := func(at time.Time) { clock.Store(at.UnixNano()); ticks <- at }
+	r := startRLS(t, server.RLSOptions{ConfigPath: path, AdminToken: "s3cret", DashboardTicks: ticks,
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	sampled := func(at time.Time) {
+		t.Helper()
+		waitFor(t, "the dashboard's sample at "+at.String(), func() bool {
+			_, _, st := get(t, r.admin+"/dashboard/state", "Authorization", "Bearer s3cret")
+			return strings.Contains(st, fmt.Sprintf(`"now":%d,`, at.UnixMilli()))
+		})
+	}
+	tick(t0) // before any decision
 	for range 10 {
 		if code := check(t, r.http); code != http.StatusOK { // refusals too: the check API answers them in its body
 			t.Fatalf("/v1/check = %d", code)
@@ -165,31 +186,64 @@ func TestDashboardRLS(t *testing.T) {
 	if code, _, _ := get(t, r.admin+"/dashboard/state"); code != http.StatusUnauthorized {
 		t.Errorf("the dashboard without the token = %d, want 401", code)
 	}
+	if code, _, css := get(t, r.admin+"/dashboard/app.css"); code != http.StatusOK || !strings.Contains(css, ".login{") {
+		t.Errorf("the login page's style sheet without the token = %d, want 200 and the style", code)
+	}
 	metric := metricValue(t, r.admin, "s3cret", `portero_rls_decisions_total{domain="edge",key="remote_address",outcome="refused"}`)
 	if metric != 6 {
 		t.Fatalf("metrics say %v refused, want 6 (10 checks against 4/min)", metric)
 	}
-	waitFor(t, "the dashboard's state to show the refusals", func() bool {
-		_, _, st := get(t, r.admin+"/dashboard/state", "Authorization", "Bearer s3cret")
-		return strings.Contains(st, `"name":"edge remote_address"`) && strings.Contains(st, `"refused":6`) &&
-			strings.Contains(st, `"service":"portero rls"`) && strings.Contains(st, `"count":6`)
-	})
+	tick(t0.Add(time.Second))
+	sampled(t0.Add(time.Second))
+
 	ctx := browsertest.New(t, 1280, 900, 2*time.Minute)
 	step, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if err := chromedp.Do(step, chromedp.Navigate(r.admin+"/"), chromedp.WaitVisible(`#token`)); err != nil {
+		t.Fatal(err)
+	}
+	if display, err := chromedp.Run(step, chromedp.Evaluate[string](`getComputedStyle(document.body).display`)); err != nil || display != "flex" {
+		t.Errorf("the login page's body is display %q (%v), want flex: its style sheet did not load", display, err)
+	}
 	if err := chromedp.Do(step,
-		chromedp.Navigate(r.admin+"/"),
-		chromedp.WaitVisible(`#token`),
 		chromedp.SendKeys(`#token`, "s3cret"),
 		chromedp.Submit(`#token`),
 		chromedp.WaitVisible(`[data-rule="edge remote_address"]`),
 	); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.Run(step, chromedp.Poll[bool](`document.querySelector('[data-rule="edge remote_address"] .v-refused')?.textContent === "6"`)); err != nil {
-		got, _ := chromedp.Run(step, chromedp.Evaluate[string](`document.querySelector('[data-rule="edge remote_address"] .v-refused')?.textContent || "(none)"`))
-		t.Fatalf("the page shows %q refused, want 6: %v", got, err)
+	const addr, shadow = `[data-rule="edge remote_address"]`, `[data-rule="edge path_/export"]`
+	text := func(sel string) string {
+		return `document.querySelector(` + strconv.Quote(sel) + `)?.textContent`
 	}
+	shows := func(what, sel, want string) {
+		t.Helper()
+		if _, err := chromedp.Run(step, chromedp.Poll[bool](text(sel)+` === `+strconv.Quote(want), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			got, _ := chromedp.Run(step, chromedp.Evaluate[string](text(sel)+` || "(none)"`))
+			t.Errorf("%s: %s shows %q, want %q", what, sel, got, want)
+		}
+	}
+	shows("refusals", addr+" .v-refused", "6")
+	shows("a limit as the file writes it", addr+" .limit", "4/minute · remote_address")
+	shows("a configured limit without traffic", shadow+" .limit", "10/second · path_/export")
+	shows("a shadow_mode limit", shadow+" .badge.shadow", "shadow")
+	shows("the configuration's mode of a shadow_mode limit", `#config-rules tr:nth-child(2) td:nth-child(5)`, "shadow")
+	shows("the key closest to its limit", `#near tr:first-child td:first-child`, "edge remote_address")
+	shows("how much of its limit it used", `#near tr:first-child td:nth-child(3)`, "4 / 4")
+
+	// 900 more samples without a decision: the history (15 minutes) no
+	// longer holds the second in which the six were refused, so the card
+	// counts none; two decisions in a new minute are the window's two
+	// allowed, not the six allowed since the start.
+	for i := range 900 {
+		tick(t0.Add(time.Duration(i+2) * time.Second))
+	}
+	shows("refusals of the last 15 minutes", addr+" .v-refused", "0")
+	for range 2 {
+		check(t, r.http)
+	}
+	tick(t0.Add(902 * time.Second))
+	shows("allowed in the last 15 minutes", addr+" .v-allowed", "2")
 	if err := r.stop(t); err != nil {
 		t.Errorf("RunRLS = %v", err)
 	}

@@ -61,6 +61,12 @@ rules: [{name: r, key: ip, algorithm: fixed-window, limit: 3/h}]
 			if code, _, _ := get(t, r.gateway+"/"); code != tt.status {
 				t.Errorf("a request while Redis is down = %d, want %d", code, tt.status)
 			}
+			// A refusal of the failure policy is logged as one, not as the
+			// rule's own refusal of the client.
+			if logs := r.logs.String(); strings.Contains(logs, "msg=refused ") ||
+				tt.onError == "deny" && !strings.Contains(logs, `msg="refused by the failure policy: the store is unavailable" rule=r on_error=deny`) {
+				t.Errorf("the log of a request while Redis is down under %s:\n%s", tt.onError, logs)
+			}
 
 			srv.Restart()
 			// Redis counts once the store has connected: the first request

@@ -200,6 +200,18 @@ func (o *observer) onDecision(r *http.Request, v *engine.Verdict, took time.Dura
 				continue
 			}
 			now := o.now()
+			if res.Failure != "" {
+				// The store failed and the failure policy refused: not this
+				// key's doing, so neither a refusal of the rule's nor one of
+				// the keys refused most.
+				if o.log.Enabled(r.Context(), slog.LevelInfo) {
+					if ok, n := o.sample.Allow(res.Rule.Name+" (failure policy)", now); ok {
+						o.log.Info("refused by the failure policy: the store is unavailable", "rule", res.Rule.Name, "on_error", string(res.Failure),
+							"method", r.Method, "path", r.URL.Path, "suppressed", n)
+					}
+				}
+				continue
+			}
 			o.refused.add(res.Rule.Name, res.Key, false, now)
 			// Sampled per rule: a flood of refusals is a few lines a
 			// second, each saying how many it stands for. The level is

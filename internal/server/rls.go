@@ -112,6 +112,9 @@ type RLSOptions struct {
 	Logger *slog.Logger
 	// Now is the clock of the decisions; nil means time.Now.
 	Now func() time.Time
+	// DashboardTicks, when not nil, are the instants the dashboard samples
+	// at (dashboard.Options.Ticks); nil samples every second.
+	DashboardTicks <-chan time.Time
 
 	// RedisTimeout bounds each call of the Redis store
 	// (redisstore.DefaultTimeout when 0; envoyproxy/ratelimit's
@@ -306,6 +309,10 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	}
 	r.redis, _ = store.(*redisstore.Store)
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
+	if o.Now != nil {
+		r.metrics.now = o.Now
+	}
+	r.metrics.setLimits(limits)
 	r.source.Store(&rlsSource{limits: limits, at: time.Now()})
 	r.metrics.domains.Set(float64(len(limits.Domains())))
 	r.ready.AddCheck(r.readyCheck)
@@ -421,7 +428,7 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 			return &ConfigError{fmt.Errorf("admin listener TLS: %w", err)}
 		}
 		token := func() string { return o.AdminToken }
-		r.dash = dashboard.New(rlsDashSource{r}, dashboard.Options{Token: token})
+		r.dash = dashboard.New(rlsDashSource{r}, dashboard.Options{Token: token, Ticks: o.DashboardTicks})
 		base := adminBase{reg: r.metrics.reg, ready: r.ready, token: token, dash: r.dash}
 		srv := base.server(r.log, r.adminRoutes)
 		srv.RegisterOnShutdown(r.dash.Close) // its event streams would hold the shutdown
@@ -519,7 +526,7 @@ func (r *rlsServer) apply(why string, c *descriptor.Config, err error) {
 		return
 	}
 	r.compiler.SetLimits(c)
-	r.metrics.reloaded()
+	r.metrics.setLimits(c)
 	r.source.Store(&rlsSource{limits: c, at: time.Now()})
 	r.metrics.reloads.WithLabelValues("ok").Inc()
 	r.metrics.domains.Set(float64(len(c.Domains())))

@@ -1,16 +1,20 @@
 package server
 
 import (
+	"fmt"
 	"sort"
-	"time"
+	"strings"
 
+	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/dashboard"
 )
 
 // rlsDashSource is rls's Source of the dashboard: its rules are the
-// descriptor keys of its metrics (domain and envoyproxy/ratelimit's stat
-// key), with their decision counters; the refused keys come from its
-// observer; the store's health and the configuration's source as for
+// limits of the configuration (named by domain and envoyproxy/ratelimit's
+// stat key, as its metrics name them), with their decision counters, and
+// the keys its metrics saw beyond them (limit overrides, detailed_metric
+// values); the keys closest to their limits and the refused keys come from
+// its observer; the store's health and the configuration's source as for
 // serve.
 type rlsDashSource struct{ r *rlsServer }
 
@@ -59,6 +63,19 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 			}
 		}
 	}
+	if src := r.source.Load(); src != nil {
+		src.limits.Walk(func(dom *descriptor.Domain, n *descriptor.Node) {
+			l := n.Limit
+			if l == nil {
+				return
+			}
+			k := ruleKey{dom.Name, strings.TrimPrefix(l.FullKey, dom.Name+".")}
+			snap.Rules = append(snap.Rules, dashRule(k.domain, k.key, l, counts[k]))
+			delete(counts, k)
+		})
+	}
+	// Series of no configured limit: overrides, detailed_metric values, a
+	// limit a reload removed.
 	keys := make([]ruleKey, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
@@ -70,13 +87,46 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 		return keys[i].key < keys[j].key
 	})
 	for _, k := range keys {
-		mode := "enforce"
-		if counts[k]["shadow-refused"] > 0 && counts[k]["refused"] == 0 {
-			mode = "shadow"
-		}
-		snap.Rules = append(snap.Rules, dashboard.Rule{Name: k.domain + " " + k.key, Key: k.key, Limit: "domain " + k.domain,
-			Mode: mode, Counts: counts[k]})
+		snap.Rules = append(snap.Rules, dashRule(k.domain, k.key, nil, counts[k]))
 	}
-	snap.TopRefused = dashKeys(m.refused.top(time.Now(), 5, 20))
+	now := m.now()
+	snap.Usage = m.usage.Top(now)
+	snap.TopRefused = dashKeys(m.refused.top(now, 5, 20))
 	return snap
+}
+
+// dashRule is the dashboard's rule of limit l (nil for a series of no
+// configured limit) with its counters.
+func dashRule(domain, key string, l *descriptor.Limit, counts map[string]float64) dashboard.Rule {
+	if counts == nil {
+		counts = map[string]float64{}
+	}
+	r := dashboard.Rule{Name: domain + " " + key, Key: key, Mode: "enforce", Limit: "(override, or a detailed_metric value)", Counts: counts}
+	switch {
+	case l == nil:
+	case l.Unlimited:
+		r.Limit = "unlimited"
+	default:
+		r.Limit, r.Algorithm = limitText(l), string(l.Rule.Algorithm)
+		r.Quota = l.Rule.Limit.IsCalendar()
+		if l.Rule.Shadow {
+			r.Mode = "shadow"
+		}
+	}
+	return r
+}
+
+// limitText writes a limit as its file does: requests_per_unit/unit
+// ("10/second"), with Portero's extension's burst, or the look-back
+// window of a look-back limit.
+func limitText(l *descriptor.Limit) string {
+	lim := l.Rule.Limit
+	if l.Unit == descriptor.UnitUnknown {
+		return lim.String()
+	}
+	s := fmt.Sprintf("%d/%s", l.RequestsPerUnit, l.Unit)
+	if lim.Burst > 0 && lim.Burst != lim.Count {
+		s += fmt.Sprintf(" burst %d", lim.Burst)
+	}
+	return s
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/dashboard"
 )
 
 // DefaultMaxDetailedSeries caps the descriptor keys that detailed_metric
@@ -46,18 +47,24 @@ type rlsMetrics struct {
 	fallback      atomic.Bool
 	dropped       prometheus.Counter
 
-	// byLimit caches each limit's series (*descriptor.Limit →
+	// byLimit caches each configured limit's series (*descriptor.Limit →
 	// *keySeries), so that a decision costs one map load and no label
 	// hashing; a reload clears it. detailed holds the detailed keys'
-	// (domain + "\x00" + key → *keySeries), at most maxDetailed.
-	byLimit     sync.Map
-	detailed    sync.Map
-	maxDetailed int64
-	nDetailed   atomic.Int64
+	// series, overrides those of limit overrides (whose keys come from
+	// requests, and whose Limits come and go), each bounded.
+	byLimit   sync.Map
+	detailed  seriesSet
+	overrides seriesSet
 
 	// refused counts the refused keys of the last minutes, for the
 	// dashboard (the same bounded list as serve's /api/refused).
 	refused refusals
+	// usage keeps the keys closest to their limits, for the dashboard, of
+	// the configured limits (usageOf: their trackers, per configuration);
+	// now is the decisions' clock.
+	usage   *dashboard.Usage
+	usageOf atomic.Pointer[map[*descriptor.Limit]*dashboard.RuleUsage]
+	now     func() time.Time
 }
 
 // keySeries are one descriptor key's counters: by outcome (engine.Outcome
@@ -76,7 +83,9 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 	if maxDetailed <= 0 {
 		maxDetailed = DefaultMaxDetailedSeries
 	}
-	m := &rlsMetrics{reg: newRegistry(), maxDetailed: int64(maxDetailed)}
+	m := &rlsMetrics{reg: newRegistry(), detailed: seriesSet{max: int64(maxDetailed)},
+		overrides: seriesSet{max: maxOverrideSeries}, usage: dashboard.NewUsage(0), now: time.Now}
+	m.usageOf.Store(&map[*descriptor.Limit]*dashboard.RuleUsage{})
 	m.reloads = newReloads()
 	m.domains = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "portero_rls_config_domains",
@@ -144,22 +153,62 @@ func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
 // each entry, joined by "."), or the plain key once maxDetailed keys exist.
 func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
 	key := descriptor.Key(entries)
-	if len(key) > maxDetailedKey {
-		m.dropped.Inc()
-		return m.plain(domain, l)
+	if len(key) <= maxDetailedKey {
+		if ks := m.detailed.get(m, domain, key); ks != nil {
+			return ks
+		}
 	}
-	sk := domain + "\x00" + key
-	if v, ok := m.detailed.Load(sk); ok {
+	m.dropped.Inc()
+	return m.plain(domain, l)
+}
+
+// maxOverrideSeries caps the descriptor keys that limit overrides add to
+// the metrics (the keys come from requests); beyond it overrides are
+// counted under the key overflowKey.
+const maxOverrideSeries = 1024
+
+// overflowKey is the key of the limit overrides past maxOverrideSeries.
+const overflowKey = "(override)"
+
+// override returns the series of limit override l: its stat key, or
+// overflowKey once maxOverrideSeries keys exist or for a key longer than
+// maxDetailedKey.
+func (m *rlsMetrics) override(domain string, l *descriptor.Limit) *keySeries {
+	if key := strings.TrimPrefix(l.FullKey, domain+"."); len(key) <= maxDetailedKey {
+		if ks := m.overrides.get(m, domain, key); ks != nil {
+			return ks
+		}
+	}
+	sk := domain + "\x00" + overflowKey
+	if v, ok := m.overrides.m.Load(sk); ok {
 		return v.(*keySeries)
 	}
-	if m.nDetailed.Add(1) > m.maxDetailed {
-		m.nDetailed.Add(-1)
-		m.dropped.Inc()
-		return m.plain(domain, l)
+	v, _ := m.overrides.m.LoadOrStore(sk, m.newSeries(domain, overflowKey))
+	return v.(*keySeries)
+}
+
+// seriesSet holds series by domain and key (domain + "\x00" + key →
+// *keySeries), at most max of them.
+type seriesSet struct {
+	m   sync.Map
+	n   atomic.Int64
+	max int64
+}
+
+// get returns the series of (domain, key), made if the set has room; nil
+// when it has none.
+func (s *seriesSet) get(m *rlsMetrics, domain, key string) *keySeries {
+	sk := domain + "\x00" + key
+	if v, ok := s.m.Load(sk); ok {
+		return v.(*keySeries)
 	}
-	v, loaded := m.detailed.LoadOrStore(sk, m.newSeries(domain, key))
+	if s.n.Add(1) > s.max {
+		s.n.Add(-1)
+		return nil
+	}
+	v, loaded := s.m.LoadOrStore(sk, m.newSeries(domain, key))
 	if loaded {
-		m.nDetailed.Add(-1) // another call made it first
+		s.n.Add(-1) // another call made it first
 	}
 	return v.(*keySeries)
 }
@@ -179,10 +228,32 @@ func (m *rlsMetrics) count(ks *keySeries, res *engine.Result) {
 	c.(prometheus.Counter).Inc()
 }
 
-// reloaded forgets the cached series of the previous configuration's
-// limits (the counters themselves stay: the same labels are the same
-// series).
-func (m *rlsMetrics) reloaded() { m.byLimit.Clear() }
+// setLimits prepares for the limits of c: it forgets the cached series
+// of the previous configuration's (the counters themselves stay: the same
+// labels are the same series) and tracks the keys closest to each limit
+// under its dashboard name (a limit of the same name keeps its keys).
+func (m *rlsMetrics) setLimits(c *descriptor.Config) {
+	m.byLimit.Clear()
+	var names []string
+	var limits []*descriptor.Limit
+	c.Walk(func(d *descriptor.Domain, n *descriptor.Node) {
+		if l := n.Limit; l != nil && !l.Unlimited {
+			names, limits = append(names, dashName(d.Name, l)), append(limits, l)
+		}
+	})
+	m.usage.SetRules(names)
+	byLimit := make(map[*descriptor.Limit]*dashboard.RuleUsage, len(limits))
+	for i, l := range limits {
+		byLimit[l] = m.usage.Rule(i)
+	}
+	m.usageOf.Store(&byLimit)
+}
+
+// dashName is the dashboard's name of limit l of domain: the domain and
+// the stat key of its metrics.
+func dashName(domain string, l *descriptor.Limit) string {
+	return domain + " " + strings.TrimPrefix(l.FullKey, domain+".")
+}
 
 // rlsObserver feeds rlsMetrics from one door's verdicts: it is the
 // descriptor.Observer of the gRPC service (door "grpc") and of the check
@@ -250,12 +321,23 @@ func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *en
 			continue
 		}
 		var ks *keySeries
-		if l.DetailedMetric {
+		switch {
+		case req.Descriptors[d].Override != nil:
+			ks = m.override(req.Domain, l)
+		case l.DetailedMetric:
 			ks = m.withValues(req.Domain, l, req.Descriptors[d].Entries)
-		} else {
+		default:
 			ks = m.plain(req.Domain, l)
 		}
 		m.count(ks, res)
+		if u := (*m.usageOf.Load())[l]; u != nil && res.Failure == "" &&
+			(res.Outcome == engine.Allowed || res.Outcome == engine.NearLimit || res.Outcome == engine.Refused) {
+			// What the key has used of its limit; cheap below the rule's
+			// few nearest keys.
+			if dd := &res.Decision; u.Wants(dd.Limit-dd.Remaining, dd.Limit) {
+				u.Observe(res.Key, dd.Limit-dd.Remaining, dd.Limit, dd.ResetAfter, m.now())
+			}
+		}
 		switch res.Outcome {
 		case engine.Refused, engine.CanNeverPass, engine.ShadowRefused:
 			m.refused.add(ks.domain+" "+ks.key, res.Key, res.Rule.Shadow, time.Now())

@@ -249,13 +249,12 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Watch {
 		watchPath = opts.ConfigPath
 	}
-	// Reloads come from the signal and, once the configuration names one,
-	// from the API keys file's watcher.
-	reload, forward, stopForward := reloads()
+	// Reloads come from the signal, the configuration's watcher and, once
+	// the configuration names one, the API keys file's.
+	triggers, forward, stopForward := reloads()
 	defer stopForward()
-	forward(opts.Reload)
 	svc := lifecycle.Start(lifecycle.Options{Name: "portero", Stdout: opts.Stdout, Logger: s.log,
-		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: reload, Hurry: opts.Hurry})
+		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Triggers: triggers, Hurry: opts.Hurry})
 	defer svc.Close()
 	s.ready = svc.Readiness()
 	cfg, err := s.load()
@@ -271,7 +270,7 @@ func Run(ctx context.Context, opts Options) error {
 			s.log.Warn("cannot watch the API keys file; reload with SIGHUP", "path", kf, "err", err)
 		} else {
 			defer w.Close()
-			forward(w.C)
+			forward(w.C, "API keys file change")
 		}
 	}
 	st, err := s.opts.OpenStore(cfg, s.log)
@@ -404,8 +403,10 @@ func Run(ctx context.Context, opts Options) error {
 
 	return svc.Run(ctx, lifecycle.Hooks{
 		Serving: func() {
-			fmt.Fprintf(opts.Stdout, "portero: config %s: %d rules, %d routes, %s store\n", cfg.Source, len(cfg.Policy.Rules()), len(cfg.Routes), cfg.StoreType)
-			fmt.Fprintf(opts.Stdout, "portero: try: for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\\n' %s/; done\n", svc.URL("gateway"))
+			fmt.Fprintf(opts.Stdout, "portero: config %s: %s\n", cfg.Source, cfg.Summary())
+			if hint := tryHint(cfg, svc.URL("gateway")); hint != "" {
+				fmt.Fprintf(opts.Stdout, "portero: try: %s\n", hint)
+			}
 		},
 		Reload: func(why string) { _ = s.Reload(why) },
 		// Read at stop time: a reload may have changed them.
@@ -484,17 +485,15 @@ func (s *Server) Reload(why string) error {
 	return nil
 }
 
-// reloads returns a reload channel for the lifecycle and forward, which
-// feeds it from another channel (the signal's, a keys file watcher's)
-// until stop, which waits for the forwarding goroutines.
-func reloads() (reload chan struct{}, forward func(<-chan struct{}), stop func()) {
-	reload = make(chan struct{}, 1)
+// reloads returns a channel of reload triggers for the lifecycle and
+// forward, which feeds it from another channel (a keys file watcher's),
+// each change sent with the reason why, until stop, which waits for the
+// forwarding goroutines.
+func reloads() (triggers chan string, forward func(c <-chan struct{}, why string), stop func()) {
+	triggers = make(chan string, 1)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	forward = func(c <-chan struct{}) {
-		if c == nil {
-			return
-		}
+	forward = func(c <-chan struct{}, why string) {
 		wg.Go(func() {
 			for {
 				select {
@@ -505,12 +504,12 @@ func reloads() (reload chan struct{}, forward func(<-chan struct{}), stop func()
 						return
 					}
 					select {
-					case reload <- struct{}{}:
+					case triggers <- why:
 					default: // one is pending already
 					}
 				}
 			}
 		})
 	}
-	return reload, forward, func() { close(done); wg.Wait() }
+	return triggers, forward, func() { close(done); wg.Wait() }
 }

@@ -75,17 +75,14 @@
     return svg;
   }
 
-  function sum(counts, ...names) { let n = 0; for (const k of names) n += counts[k] || 0; return n; }
-
   function renderRules() {
     const box = $("rules");
     box.replaceChildren();
     const usage = {};
     for (const u of state.usage) if (!usage[u.rule]) usage[u.rule] = u;
     for (const r of state.rules) {
-      const allowed = sum(r.counts, "allowed", "near-limit", "check-only");
-      const refused = sum(r.counts, "refused", "can-never-pass");
-      const shadow = sum(r.counts, "shadow-refused");
+      // The decisions of the window the charts show, not since the start.
+      const [allowed, refused, shadow] = (state.window && state.window[r.name]) || [0, 0, 0];
       const h = (hist && hist.rules[r.name]) || { allowed: [], refused: [], shadow: [] };
       const u = usage[r.name];
       let bar = null;
@@ -150,7 +147,7 @@
     $("t-share").textContent = exact(state.refused_last_minute);
     $("t-p99").textContent = ms(state.latency.p99_ms);
     $("t-fallback").textContent = exact(st.fallback_decisions);
-    $("window").textContent = hist && hist.t.length ? "· last " + Math.max(1, Math.round((hist.t[hist.t.length - 1] - hist.t[0]) / 60000)) + " min, per second" : "";
+    $("window").textContent = hist && hist.t.length ? "· last " + Math.max(1, Math.round((hist.t[hist.t.length - 1] - hist.t[0]) / 60000)) + " min: decisions, and per second in the charts" : "";
 
     renderRules();
     rows("near", state.usage.slice(0, 10), (u) => el("tr", {},
