@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -98,6 +99,12 @@ func writeObjects(w io.Writer, header []string, rows [][]string) error {
 	_, err := w.Write(b)
 	return err
 }
+
+// Number writes v in as few digits as say it exactly ("120", "0.95");
+// Fixed with prec decimals. They write the experiments' figures.
+func Number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+func Fixed(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 
 // isJSONNumber reports whether s is a number in JSON's grammar.
 func isJSONNumber(s string) bool {

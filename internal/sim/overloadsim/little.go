@@ -136,7 +136,7 @@ var LittleHeader = []string{"limiter", "service_time_s", "admitted_per_s", "in_f
 func (r *LittleResult) Table() sim.Table {
 	t := sim.Table{Header: LittleHeader}
 	for _, o := range r.Rows {
-		t.Rows = append(t.Rows, []string{o.Limiter, sim.FormatSeconds(o.ServiceTime), fixed(o.Admitted, 2), fixed(o.InFlight, 2)})
+		t.Rows = append(t.Rows, []string{o.Limiter, sim.FormatSeconds(o.ServiceTime), sim.Fixed(o.Admitted, 2), sim.Fixed(o.InFlight, 2)})
 	}
 	return t
 }

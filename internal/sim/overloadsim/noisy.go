@@ -118,7 +118,7 @@ var NoisyHeader = []string{"policy", "tenant_class", "offered", "served", "serve
 func (r *NoisyResult) Table() sim.Table {
 	t := sim.Table{Header: NoisyHeader}
 	for _, o := range r.Rows {
-		t.Rows = append(t.Rows, []string{o.Policy, o.Class, strconv.Itoa(o.Offered), strconv.Itoa(o.Served), fixed(o.Ratio, 3)})
+		t.Rows = append(t.Rows, []string{o.Policy, o.Class, strconv.Itoa(o.Offered), strconv.Itoa(o.Served), sim.Fixed(o.Ratio, 3)})
 	}
 	return t
 }

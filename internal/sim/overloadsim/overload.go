@@ -3,7 +3,6 @@ package overloadsim
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/portero-rl/portero/internal/sim"
@@ -160,11 +159,7 @@ var OverloadHeader = []string{"mode", "offered_per_s", "capacity_per_s", "throug
 func (r *OverloadResult) Table() sim.Table {
 	t := sim.Table{Header: OverloadHeader}
 	for _, o := range r.Rows {
-		t.Rows = append(t.Rows, []string{o.Mode, num(o.Offered), num(o.Capacity), fixed(o.Throughput, 2), fixed(o.Goodput, 2), fixed(o.GoodputRatio, 3), sim.FormatSeconds(o.P99.Round(time.Millisecond))})
+		t.Rows = append(t.Rows, []string{o.Mode, sim.Number(o.Offered), sim.Number(o.Capacity), sim.Fixed(o.Throughput, 2), sim.Fixed(o.Goodput, 2), sim.Fixed(o.GoodputRatio, 3), sim.FormatSeconds(o.P99.Round(time.Millisecond))})
 	}
 	return t
 }
-
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func fixed(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }

@@ -202,9 +202,9 @@ func (r HerdResult) Table() sim.Table {
 		t.Header = append(t.Header, v.Name)
 	}
 	for k, ts := range r.T {
-		row := []string{fixed(ts, 1)}
+		row := []string{sim.Fixed(ts, 1)}
 		for _, v := range r.Variants {
-			row = append(row, num(v.Load[k]))
+			row = append(row, sim.Number(v.Load[k]))
 		}
 		t.Rows = append(t.Rows, row)
 	}

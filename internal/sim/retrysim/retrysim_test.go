@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 func summary(t *testing.T, r StormResult, s Strategy) StormSummary {
@@ -278,7 +280,7 @@ func TestDocFigures(t *testing.T) {
 		{Portero, "0.10", 4290, 0, 1710},
 	} {
 		got := summary(t, r, want.s)
-		if amp := fixed(got.Amplification, 2); amp != want.amp || got.Succeeded != want.succeeded || got.Failed != want.failed || got.Unsent != want.unsent {
+		if amp := sim.Fixed(got.Amplification, 2); amp != want.amp || got.Succeeded != want.succeeded || got.Failed != want.failed || got.Unsent != want.unsent {
 			t.Errorf("%s: %s× demand, ok/failed/unsent %d/%d/%d; want %s×, %d/%d/%d (docs/client.md)",
 				want.s, amp, got.Succeeded, got.Failed, got.Unsent, want.amp, want.succeeded, want.failed, want.unsent)
 		}

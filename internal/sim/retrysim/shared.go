@@ -1,17 +1,9 @@
 package retrysim
 
-import (
-	"strconv"
-	"time"
-
-	"github.com/portero-rl/portero/internal/chart"
-)
+import "github.com/portero-rl/portero/internal/chart"
 
 // attempt is attempt n (from 1) of request, or client, req.
 type attempt struct{ req, n int }
-
-// epoch is the instant trace time 0 maps to for the pacer.
-var epoch = time.Unix(0, 0).UTC()
 
 // steps draws a result's Series as staircases over time to path.
 func steps(path, title, ylabel string, r interface {
@@ -27,7 +19,3 @@ func steps(path, title, ylabel string, r interface {
 	}
 	return []string{path}, nil
 }
-
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func fixed(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }

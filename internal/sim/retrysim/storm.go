@@ -251,7 +251,7 @@ func (s *storm) jitter(i int, now, wait time.Duration) time.Duration {
 // pacer, and sleep (ask again later) or give up when the wait would not end
 // within the budget. It reports whether the attempt was held back.
 func (s *storm) heldBack(now time.Duration, e attempt) bool {
-	at := epoch.Add(now)
+	at := sim.Epoch.Add(now)
 	w := s.pacer.Take(at)
 	switch {
 	case w == 0:
@@ -286,9 +286,9 @@ func (s *storm) send(now time.Duration, e attempt) {
 		}
 	}
 	if s.strat == Portero {
-		s.pacer.Observe(epoch.Add(now), pol, lim)
+		s.pacer.Observe(sim.Epoch.Add(now), pol, lim)
 		if !ok {
-			s.pacer.Block(epoch.Add(now), ra)
+			s.pacer.Block(sim.Epoch.Add(now), ra)
 		}
 	}
 	switch {
@@ -313,7 +313,7 @@ func (s *storm) send(now time.Duration, e attempt) {
 	}
 	at := now + wait
 	if s.strat == Portero {
-		at += s.pacer.Delay(epoch.Add(at))
+		at += s.pacer.Delay(sim.Epoch.Add(at))
 	}
 	if at >= s.budget(e.req) {
 		s.sum.Failed++
@@ -357,11 +357,11 @@ func (r StormResult) Table() sim.Table {
 	}
 	t.Header = append(t.Header, "capacity")
 	for k, ts := range r.T {
-		row := []string{num(ts)}
+		row := []string{sim.Number(ts)}
 		for i := range r.Summary {
-			row = append(row, num(r.Offered[i][k]), num(r.Accepted[i][k]))
+			row = append(row, sim.Number(r.Offered[i][k]), sim.Number(r.Accepted[i][k]))
 		}
-		t.Rows = append(t.Rows, append(row, num(r.Capacity[k])))
+		t.Rows = append(t.Rows, append(row, sim.Number(r.Capacity[k])))
 	}
 	return t
 }
