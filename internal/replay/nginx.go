@@ -558,7 +558,7 @@ func internMethod(m []byte) string {
 // sets URL.Path: origin form (/a%20b?q), absolute form
 // (http://host/a) or *; and, when query is set, its raw query (URL.RawQuery).
 func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
-	if len(t) > 0 && t[0] == '/' && bytes.IndexAny(t, "%?#") < 0 {
+	if len(t) > 0 && t[0] == '/' && !bytes.ContainsAny(t, "%?#") {
 		return string(t), "", nil // the common case: nothing to decode
 	}
 	u, err := url.ParseRequestURI(string(t))

@@ -105,8 +105,7 @@ type input struct {
 	latest  time.Time   // latest arrival read
 	eof     bool
 	pending []*LineError // malformed lines not yet reported
-	pool    *[]*Request
-	seq     *int64
+	seq     *int64       // the Reader's count of requests read
 }
 
 func newRequest(pool *[]*Request) *Request {
@@ -224,7 +223,7 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 			rd.Close()
 			return nil, err
 		}
-		in := &input{name: p, index: i, closer: f, window: opts.ReorderWindow, max: opts.ReorderMax, host: opts.Host, pool: &rd.pool, seq: &rd.seq}
+		in := &input{name: p, index: i, closer: f, window: opts.ReorderWindow, max: opts.ReorderMax, host: opts.Host, seq: &rd.seq}
 		rd.inputs = append(rd.inputs, in)
 		br := bufio.NewReaderSize(f, MaxLineBytes)
 		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
