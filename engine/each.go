@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/portero-rl/portero"
@@ -39,18 +40,42 @@ const (
 // Valid reports whether c is one of the countings, or empty (the default).
 func (c Counting) Valid() bool { return c == "" || c == AllOrNothing || c == CountEach }
 
+// OverLimitCache is envoyproxy/ratelimit's local cache under CountEach
+// (its LOCAL_CACHE_SIZE_IN_BYTES; internal/rlscache): the counters known to
+// be over their limit. A hit whose counter it holds is refused without
+// asking the store and is not counted (no INCRBY, no EXPIRE: other
+// instances' counts are not seen until it expires), and under
+// StopIncrementWhenOver nothing else of that request is counted either. A
+// counter that goes over its limit is remembered for its window's length.
+// Its keys are a counter's key followed by its window's start in Unix
+// seconds, so that an entry is never looked up after its window. It must
+// be safe for concurrent use.
+type OverLimitCache interface {
+	// Over reports whether key is over its limit.
+	Over(key string) bool
+	// SetOver remembers key as over its limit for ttl.
+	SetOver(key string, ttl time.Duration)
+}
+
 // decideEach is decide under CountEach.
 func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
 	var ibuf [4]int
 	counts, of := v.counts[:0], ibuf[:0] // the counted hits and their indexes in v.Results
 	defer func() { v.counts = counts }()
+	cached := false // a hit's counter is in the over-limit cache
 	for i := range v.Results {
 		res := &v.Results[i]
 		r := res.Rule
+		res.Counter, res.LocalCache = 0, false
 		if r.Algorithm != portero.FixedWindow || r.Limit.IsCalendar() {
 			if err := e.decideAlone(ctx, st, now, v, res); err != nil {
 				return err
 			}
+			continue
+		}
+		if e.overCache != nil && e.overCache.Over(overKey(res.Key, now, r.Limit.Window)) {
+			cached, res.LocalCache = true, true
+			e.overLimit(res, now, r.Limit.Window, uint64(max(r.Limit.Count, 0)))
 			continue
 		}
 		add := uint64(max(res.Cost, 0))
@@ -67,59 +92,99 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 	if len(counts) > 0 {
 		counter, share := counterOf(st)
 		if e.stopWhenOver {
-			// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
-			// read every counter first; when a hit would go over its limit,
-			// only the hits that would go over are counted.
-			adds := make([]uint64, len(counts))
-			for j := range counts {
-				adds[j], counts[j].Add = counts[j].Add, 0
-			}
-			if err := counter.Count(ctx, now, counts); err != nil {
+			if err := e.stopIncrement(ctx, counter, share, now, counts, of, v, cached); err != nil {
 				return err
-			}
-			over := make([]bool, len(counts))
-			any := false
-			for j, i := range of {
-				over[j] = counts[j].Value+adds[j] > threshold(v.Results[i].Rule, share)
-				any = any || over[j]
-			}
-			for j := range counts {
-				if !any || over[j] {
-					counts[j].Add = adds[j]
-				}
 			}
 		}
 		if err := counter.Count(ctx, now, counts); err != nil {
 			return err
 		}
+		// Only the store's own counters fill the cache: a failure
+		// policy's are made up.
+		remember := e.overCache != nil && st == e.store
 		for j, i := range of {
 			res := &v.Results[i]
 			l := threshold(res.Rule, share)
 			n := counts[j].Value
 			res.Counter = n
-			d := portero.Decision{Limit: int64(l), ResetAfter: WindowRemainder(now, res.Rule.Limit.Window)}
+			w := res.Rule.Limit.Window
+			if n > l {
+				e.overLimit(res, now, w, l)
+				if remember {
+					e.overCache.SetOver(overKey(res.Key, now, w), w)
+				}
+				continue
+			}
+			d := portero.Decision{Allowed: true, Limit: int64(l), Remaining: int64(l - n), ResetAfter: WindowRemainder(now, w)}
 			switch {
-			case n > l:
-				d.RetryAfter = d.ResetAfter
-				res.Outcome = Refused
-				if res.Rule.Shadow {
-					res.Outcome = ShadowRefused
-				}
 			case res.CheckOnly:
-				d.Allowed, d.Remaining = true, int64(l-n)
 				res.Outcome = CheckOnly
+			case float64(n) >= e.near*float64(l):
+				res.Outcome = NearLimit
 			default:
-				d.Allowed, d.Remaining = true, int64(l-n)
 				res.Outcome = Allowed
-				if float64(n) >= e.near*float64(l) {
-					res.Outcome = NearLimit
-				}
 			}
 			res.Decision = d
 		}
 	}
 	e.verdict(v)
 	return nil
+}
+
+// overLimit decides res, a counter over its limit l.
+func (e *Engine) overLimit(res *Result, now time.Time, w time.Duration, l uint64) {
+	d := portero.Decision{Limit: int64(l), ResetAfter: WindowRemainder(now, w)}
+	d.RetryAfter = d.ResetAfter
+	res.Outcome = Refused
+	if res.Rule.Shadow {
+		res.Outcome = ShadowRefused
+	}
+	res.Decision = d
+}
+
+// stopIncrement is envoyproxy/ratelimit's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when a hit's counter is in the
+// over-limit cache, nothing is counted; otherwise every counter is read
+// first, and when a hit would go over its limit only the hits that would
+// go over are counted. It sets each count's Add.
+func (e *Engine) stopIncrement(ctx context.Context, counter portero.Counter, share float64, now time.Time, counts []portero.Count, of []int, v *Verdict, cached bool) error {
+	adds := make([]uint64, len(counts))
+	for j := range counts {
+		adds[j], counts[j].Add = counts[j].Add, 0
+	}
+	if cached {
+		return nil
+	}
+	if err := counter.Count(ctx, now, counts); err != nil {
+		return err
+	}
+	over := make([]bool, len(counts))
+	any := false
+	for j, i := range of {
+		over[j] = counts[j].Value+adds[j] > threshold(v.Results[i].Rule, share)
+		any = any || over[j]
+	}
+	for j := range counts {
+		if !any || over[j] {
+			counts[j].Add = adds[j]
+		}
+	}
+	return nil
+}
+
+// overKey is the over-limit cache's key of a counter: its key and its
+// window's start in Unix seconds at now, as the Redis store names it.
+func overKey(key string, now time.Time, w time.Duration) string {
+	ws := int64(w / time.Second)
+	if ws <= 0 {
+		return key + "0"
+	}
+	t := now.Unix()
+	start := t - t%ws
+	if t%ws < 0 {
+		start -= ws
+	}
+	return key + strconv.FormatInt(start, 10)
 }
 
 // decideAlone decides a hit of a Portero algorithm under CountEach: on its

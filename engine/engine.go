@@ -100,6 +100,9 @@ type Options struct {
 	// EXPIRATION_JITTER_MAX_SECONDS), so that counters of one window do
 	// not all expire at once; 0 means none.
 	CounterJitter time.Duration
+	// OverLimitCache, under CountEach, is envoyproxy/ratelimit's local
+	// cache (each.go); nil for none.
+	OverLimitCache OverLimitCache
 }
 
 // Engine decides requests against a store. It is immutable and safe for
@@ -116,6 +119,7 @@ type Engine struct {
 	counting     Counting
 	stopWhenOver bool
 	jitter       time.Duration
+	overCache    OverLimitCache
 }
 
 // New validates o and returns an engine.
@@ -172,7 +176,7 @@ func New(o Options) (*Engine, error) {
 		o.Leases, _ = o.Store.(portero.LeaseStore)
 	}
 	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: o.RetryAfterOnFailure, leaseRetry: o.LeaseRetryAfter, near: o.NearLimit,
-		counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter}
+		counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter, overCache: o.OverLimitCache}
 	if o.OnError == portero.FailLocal {
 		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
 		if err != nil {

@@ -91,6 +91,9 @@ type Result struct {
 	// limitAfterIncrease, from which its statistics split the hit into
 	// within, near and over the limit); 0 otherwise.
 	Counter uint64
+	// LocalCache reports a hit refused by Options.OverLimitCache, neither
+	// asked in the store nor counted.
+	LocalCache bool
 }
 
 // Verdict is the engine's answer for one request. A door owns it and may

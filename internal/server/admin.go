@@ -51,6 +51,9 @@ type adminBase struct {
 	// token is read at every request: a reload may change it. Nil or ""
 	// means none.
 	token func() string
+	// index, when set, answers / and every path no route takes, in place
+	// of the redirect to the dashboard (envoyproxy/ratelimit's debug port).
+	index http.HandlerFunc
 }
 
 // handler returns the admin handler: the common endpoints, and those
@@ -70,6 +73,9 @@ func (a adminBase) handler(routes func(*http.ServeMux)) http.Handler {
 	if routes != nil {
 		routes(mux)
 	}
+	if a.index != nil {
+		mux.HandleFunc("/", a.index)
+	}
 	probes := http.NewServeMux()
 	probes.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -85,7 +91,7 @@ func (a adminBase) handler(routes func(*http.ServeMux)) http.Handler {
 			a.dash.ServeHTTP(w, r)
 			return
 		}
-		if a.dash != nil && r.URL.Path == "/" {
+		if a.dash != nil && r.URL.Path == "/" && a.index == nil {
 			http.Redirect(w, r, "/dashboard/", http.StatusFound) // which asks for the token itself
 			return
 		}

@@ -83,6 +83,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,6 +137,11 @@ type Config struct {
 	// redis-sentinel://host:port[,host:port…]/master[/db] (see sentinel.go).
 	// Either URL or Addrs is required.
 	URL string
+	// TLS, when set, replaces the TLS configuration of a rediss:// or
+	// rediss-sentinel:// URL (a private CA, a client certificate:
+	// TLSFiles.Config), or turns TLS on for Addrs; with a redis:// URL it
+	// is an error.
+	TLS *tls.Config
 	// Addrs are host:port addresses: one server, or seed nodes of a Redis
 	// Cluster (detected automatically), or with SentinelMaster the Redis
 	// Sentinels.
@@ -394,6 +400,11 @@ func New(cfg Config) (*Store, error) {
 		opt.InitAddress, opt.Sentinel.MasterSet = cfg.Addrs, cfg.SentinelMaster
 	default:
 		return nil, errors.New("redisstore: no Redis address: set Config.URL or Config.Addrs")
+	}
+	if cfg.TLS != nil {
+		if err := useTLS(&opt, cfg.TLS, cfg.URL != ""); err != nil {
+			return nil, fmt.Errorf("redisstore: redis URL %q: %w", redactURL(cfg.URL), err)
+		}
 	}
 	opt.DisableCache = true // no client-side caching: every decision asks Redis
 	opt.MaxFlushDelay = cfg.MaxFlushDelay
