@@ -84,7 +84,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) (
 				st, found = next[j], true
 			}
 		}
-		next[i], decs[i] = d.Decide(st, found, now.UnixNano(), h.Cost)
+		next[i], decs[i] = algorithm.DecideWithin(d, st, found, now.UnixNano(), h.Cost, h.MaxDelay)
 		all = all && decs[i].Allowed
 	}
 	if all {
