@@ -136,6 +136,7 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		if err != nil {
 			return err
 		}
+		within(&d, res.MaxDelay)
 		switch {
 		case d.Allowed:
 			res.Outcome = CheckOnly
@@ -147,7 +148,7 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		res.Decision = d
 		return nil
 	}
-	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost})
+	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost, MaxDelay: res.MaxDelay})
 	decs, err := st.AllowAll(ctx, now, v.hits)
 	if err != nil {
 		return err

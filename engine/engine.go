@@ -333,6 +333,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 			if d, err = st.Peek(ctx, r.Rule, res.Key, now, cost); err != nil {
 				return err
 			}
+			within(&d, res.MaxDelay)
 		}
 		switch {
 		case never:
@@ -364,6 +365,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 			if err != nil {
 				return err
 			}
+			within(&d, res.MaxDelay)
 			switch {
 			case d.Allowed:
 				res.Outcome = NotCounted
@@ -439,7 +441,7 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		hits = hits[:0]
 		for _, i := range active {
 			res := &v.Results[i]
-			hits = append(hits, portero.Hit{Rule: res.Rule.Rule, Key: res.Key, Cost: res.Cost})
+			hits = append(hits, portero.Hit{Rule: res.Rule.Rule, Key: res.Key, Cost: res.Cost, MaxDelay: res.MaxDelay})
 		}
 		decs, err := st.AllowAll(ctx, now, hits)
 		if err != nil {
@@ -500,6 +502,14 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		active = next
 	}
 	return nil
+}
+
+// within applies a hit's MaxDelay to a look at it, since Store.Peek knows
+// no bound: a queue place that would depart later refuses.
+func within(d *portero.Decision, maxDelay time.Duration) {
+	if d.Allowed && maxDelay > 0 && d.Delay > maxDelay {
+		d.Allowed, d.RetryAfter, d.Delay = false, d.Delay-maxDelay, 0
+	}
 }
 
 // untaken turns the decision of an admitted hit of cost that AllowAll
@@ -578,7 +588,7 @@ func (l *localStore) AllowAll(ctx context.Context, now time.Time, hits []portero
 		if err != nil {
 			return nil, fmt.Errorf("local share of rule %q: %w", h.Rule.Name, err)
 		}
-		scaled[i], maxes[i] = portero.Hit{Rule: sr, Key: h.Key, Cost: h.Cost}, max
+		scaled[i], maxes[i] = portero.Hit{Rule: sr, Key: h.Key, Cost: h.Cost, MaxDelay: h.MaxDelay}, max
 		over = over || h.Cost > max
 	}
 	if !over {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
 )
 
 // Adjustment is one settlement after a response: Delta units charged to
@@ -78,16 +79,39 @@ func (e *Engine) Settle(ctx context.Context, now time.Time, adj []Adjustment) er
 	return fmt.Errorf("engine: settlement dropped: %w", err)
 }
 
+// Refunds appends to adj the refunds that give back what admitted verdict
+// v, decided at at, counted: for a request that ends before it runs (its
+// client left while a queue held it), so that it counts in no rule, as a
+// refused request. Leases are not among them (the door's Keeper releases
+// them), nor hits the failure policy decided (the store counted nothing),
+// nor a sliding log's, which cannot be refunded (it keeps the instant of
+// every unit). Settle applies them.
+func (v *Verdict) Refunds(at time.Time, adj []Adjustment) []Adjustment {
+	for i := range v.Results {
+		res := &v.Results[i]
+		if res.Outcome != Allowed && res.Outcome != NearLimit || res.Failure != "" || res.Rule.IsConcurrency() {
+			continue
+		}
+		if _, ok := algorithm.CanAdjust(res.Rule.Algorithm); ok {
+			adj = append(adj, Adjustment{Rule: res.Rule, Key: res.Key, Delta: -res.Cost, At: at})
+		}
+	}
+	return adj
+}
+
 // Peek looks at hits at instant now without counting any of them, and
 // writes into v the verdict a request would get if they were all
-// check-only: each hit's decision says what is available now. It is what
-// a door answers "how much have I left?" with (the gateway's GET
-// /v1/limits). The failure policy applies as for Decide.
+// check-only: each hit's decision says what is available now, and
+// Verdict.Look is set. It is what a door answers "how much have I left?"
+// with (the gateway's GET /v1/limits). The failure policy applies as for
+// Decide.
 func (e *Engine) Peek(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
 	look := make([]Hit, len(hits))
 	for i, h := range hits {
 		h.CheckOnly = true
 		look[i] = h
 	}
-	return e.Decide(ctx, now, look, v)
+	err := e.Decide(ctx, now, look, v)
+	v.Look = err == nil
+	return err
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/bits"
+	"time"
 
 	"github.com/portero-rl/portero"
 )
@@ -21,6 +22,11 @@ type Hit struct {
 	// request when a request of its cost would not pass (as Envoy's
 	// descriptor hits_addend 0 asks, for one unit).
 	CheckOnly bool
+	// MaxDelay, when positive, is the longest a leaky-queue hit may wait
+	// for its departure (portero.Hit.MaxDelay): a later one refuses the
+	// request, and nothing of it is counted. Doors that hold requests set
+	// it from their shape and the request's deadline.
+	MaxDelay time.Duration
 }
 
 // Outcome is what happened to a request under one hit. Its String (and
@@ -108,6 +114,9 @@ type Verdict struct {
 	// Degraded is the store's error when the failure policy decided the
 	// request (Result.Failure is set); nil otherwise.
 	Degraded error
+	// Look marks the verdict of Engine.Peek: nothing was decided, so the
+	// doors tell every rule's state and no retry time, refused or not.
+	Look bool
 
 	// Scratch space kept between decisions.
 	hits   []portero.Hit

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
@@ -62,14 +63,17 @@ type prepared struct {
 	texts  *httpanswer.Texts
 	shape  []overload.Shape // by rule index; nil when no rule is shaped
 	queue  []overload.Queue // by rule index; nil when no rule queues (Size 0: none)
+	queues bool             // some rule is a leaky queue
 }
 
 func prepare(p *policy.Policy, legacy bool) *prepared {
 	rules := make([]*engine.Rule, 0, len(p.Rules()))
+	queues := false
 	for _, r := range p.Rules() {
 		rules = append(rules, r.Engine())
+		queues = queues || r.StoreRule().Algorithm == portero.LeakyQueue
 	}
-	return &prepared{writer: header.NewWriter(rules, legacy), texts: httpanswer.NewTexts(rules)}
+	return &prepared{writer: header.NewWriter(rules, legacy), texts: httpanswer.NewTexts(rules), queues: queues}
 }
 
 func writeProblem(w http.ResponseWriter, p Problem) { httpanswer.Write(w, p) }

@@ -318,7 +318,7 @@ func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string,
 	cfg.fill(&s.req, r, route, s.id)
 	s.hits, s.keys, err = cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
 	if err == nil {
-		err = cfg.engine.Admit(r.Context(), now, s.hits, &s.v)
+		err = cfg.admit(r.Context(), now, s)
 	}
 	if err == nil && wait && !s.v.Allowed && len(cfg.pre.queue) > 0 {
 		err = l.wait(cfg, r, s)
@@ -331,21 +331,20 @@ func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string,
 		return http.StatusInternalServerError, 0, err
 	}
 	v := &s.v
-	if v.Allowed {
-		left, ok := budget(r.Context())
-		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
-			delay = 0 // refused: the wait would outlast its bound
-			refuseQueued(cfg, r, v, now, left, ok)
-			l.giveBack(cfg, r, v)
-		}
-	}
 	switch {
 	case v.Allowed:
-		return 0, delay, nil
+		return 0, queueDelay(v, cfg.pre), nil
 	case v.Unavailable():
 		return http.StatusServiceUnavailable, 0, nil
 	}
 	return http.StatusTooManyRequests, 0, nil
+}
+
+// admit has the engine admit s's hits at now, each queue hit bounded by its
+// shape and the request's deadline (ctx's).
+func (cfg *Config) admit(ctx context.Context, now time.Time, s *scratch) error {
+	cfg.pre.bound(ctx, s.hits)
+	return cfg.engine.Admit(ctx, now, s.hits, &s.v)
 }
 
 // Decision is the limiter's decision on one request, with no answer
@@ -527,7 +526,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		k := l.keep(cfg, r, v)
 		var back []engine.Adjustment
 		if delay > 0 {
-			back = counted(v, now)
+			back = v.Refunds(now, nil)
 		}
 		s.release() // before the handler runs: it may take long
 		defer l.release(k)

@@ -130,7 +130,7 @@ func (l *Limiter) wait(cfg *Config, r *http.Request, s *scratch) error {
 			w = nil
 			return errGone
 		}
-		if err := cfg.engine.Admit(ctx, cfg.Now(), s.hits, &s.v); err != nil {
+		if err := cfg.admit(ctx, cfg.Now(), s); err != nil {
 			return err
 		}
 	}
@@ -146,25 +146,6 @@ func (l *Limiter) signal(held []engine.Held) {
 	for _, h := range held {
 		l.waiting.Signal(lineKey(h.Rule.Name, h.Key))
 	}
-}
-
-// giveBack releases the leases of a verdict that the middleware itself
-// refused after Admit admitted it (a shaped hold longer than its bound),
-// so that the refused request holds no slot: each becomes NotCounted.
-func (l *Limiter) giveBack(cfg *Config, r *http.Request, v *engine.Verdict) {
-	held := v.Held()
-	if len(held) == 0 {
-		return
-	}
-	releaseAll(cfg, r, held)
-	for i := range v.Results {
-		res := &v.Results[i]
-		if res.Rule.IsConcurrency() && res.Outcome != engine.NotCounted && res.Decision.Allowed {
-			res.Outcome = engine.NotCounted
-			res.Decision.Remaining = min(res.Decision.Remaining+1, res.Decision.Limit)
-		}
-	}
-	l.signal(held)
 }
 
 // releaseAll gives back every lease in held (engine.Release), reporting

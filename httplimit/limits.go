@@ -43,14 +43,10 @@ func (l *Limiter) Limits(r *http.Request, method, path string, v *engine.Verdict
 // SetLimitsHeaders sets on h the RateLimit-Policy and RateLimit fields of
 // a verdict from Limits, written by the middleware's one header writer
 // (engine/header), so that every announced rule, calendar quotas among
-// them, is its own RateLimit-Policy item. A look is no refusal: there is
-// no Retry-After.
+// them, is its own RateLimit-Policy item, and every rule's state is told
+// (engine.Verdict.Look): a look is no refusal, with no Retry-After.
 func (l *Limiter) SetLimitsHeaders(h http.Header, v *engine.Verdict) {
-	cfg := l.cfg.Load()
-	allowed := v.Allowed
-	v.Allowed = true // every rule's state, not only the exhausted ones
 	var f httpanswer.Fields
-	f.Verdict(cfg.pre.writer, v)
-	v.Allowed = allowed
+	f.Verdict(l.cfg.Load().pre.writer, v)
 	f.Apply(h)
 }

@@ -19,9 +19,9 @@
 // "name";q=C;qu="concurrent-requests" with no w: it has no window.
 //
 // RateLimit gives the current state, "name";r=R;t=T: when the request is
-// allowed, for every enforced rule; when refused, for the rules that refused
-// it. r is what is available now (never negative); t is, for a rule that
-// refused, the seconds until the same request could pass (rounded up, at
+// allowed, and for a look (engine.Verdict.Look), for every enforced rule;
+// when refused, for the rules that refused it. r is what is available now
+// (never negative); t is, for a rule that refused, the seconds until the same request could pass (rounded up, at
 // least 1), otherwise the seconds until the rule's quota is whole again
 // (rounded up); a concurrency limit's item has no t, r being the slots
 // still free. A rule the failure policy decided (engine.Result.Failure)
@@ -30,7 +30,7 @@
 //
 // Retry-After (whole seconds, rounded up, at least 1) comes with every
 // refusal except one that can never pass (engine.Verdict.NeverPasses):
-// retrying such a request never helps.
+// retrying such a request never helps; a look is no refusal.
 //
 // The legacy fields, when asked for, describe the rule that decided
 // (engine.Verdict.Decider): X-RateLimit-Limit is its q, X-RateLimit-Remaining
@@ -241,7 +241,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 	// failure policy decided.
 	start := len(buf)
 	for _, e := range ents {
-		if e.res.Failure != "" || !v.Allowed && !violated(e.res) {
+		if e.res.Failure != "" || !v.Allowed && !v.Look && !violated(e.res) {
 			continue
 		}
 		if len(buf) > start {
@@ -280,7 +280,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 // least 1; 0 when v is allowed or can never pass. Doors that repeat it (in
 // a problem body) use it, so that they agree with the field.
 func RetryAfterSeconds(v *engine.Verdict) int64 {
-	if v.Allowed || v.NeverPasses() {
+	if v.Allowed || v.Look || v.NeverPasses() {
 		return 0
 	}
 	retry := int64(1)
