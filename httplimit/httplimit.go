@@ -219,6 +219,10 @@ func (l *Limiter) Update(cfg Config) error {
 	return nil
 }
 
+// Engine returns the engine the limiter decides with: its store and its
+// failure policy (Config.OnStoreError).
+func (l *Limiter) Engine() *engine.Engine { return l.cfg.Load().engine }
+
 // Config returns the configuration in use. The caller must not change it.
 func (l *Limiter) Config() *Config { return l.cfg.Load() }
 
