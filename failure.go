@@ -28,8 +28,9 @@ const (
 	// take the service down with it.
 	FailAllow FailurePolicy = "allow"
 	// FailDeny refuses the request. It is the service's failure, not the
-	// client's, so HTTP doors answer 503 (temporary-reduced-capacity), not
-	// 429; the Envoy door answers OVER_LIMIT.
+	// client's: the middleware and the gateway answer 503
+	// (temporary-reduced-capacity), not 429; /v1/auth its proxy's deny
+	// status; the Envoy door OVER_LIMIT.
 	FailDeny FailurePolicy = "deny"
 	// FailLocal decides in this instance's memory with a share of each
 	// limit (engine.Options.LocalShare) while the store fails: approximate,

@@ -6,7 +6,6 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -24,9 +23,6 @@ const (
 // and the max-cost of the rule.
 type Problem = httpanswer.Problem
 
-// ceilSeconds rounds d up to whole seconds, as every RateLimit field does.
-func ceilSeconds(d time.Duration) int64 { return header.CeilSeconds(d) }
-
 // SetHeaders writes the rate-limit fields of v on h, as the middleware
 // does (package engine/header): RateLimit-Policy for the enforced rules
 // that applied, RateLimit with their state (only the violated rules of a
@@ -35,32 +31,19 @@ func ceilSeconds(d time.Duration) int64 { return header.CeilSeconds(d) }
 // and with legacy the X-RateLimit-* fields of the deciding rule.
 func SetHeaders(h http.Header, v *engine.Verdict, legacy bool) {
 	var f httpanswer.Fields
-	f.Verdict(&header.Writer{Legacy: legacy}, v)
+	httpanswer.NewWriter(nil, legacy).Fields(&f, v)
 	if !v.Allowed {
-		f.Static(hCacheControl, "no-store")
+		f.Static("Cache-Control", "no-store")
 	}
 	f.Apply(h)
 }
 
-// Canonical header names, assigned directly to the header map: Header.Set
-// would canonicalize them again on every response.
-const (
-	hRateLimitPolicy    = "Ratelimit-Policy"
-	hRateLimit          = "Ratelimit"
-	hRetryAfter         = "Retry-After"
-	hCacheControl       = "Cache-Control"
-	hContentType        = "Content-Type"
-	hContentLength      = "Content-Length"
-	hContentTypeOptions = "X-Content-Type-Options"
-)
-
 // prepared holds what the middleware formats once per policy rather than
-// once per request: the header writer with the policy's joined
-// RateLimit-Policy, the fixed parts of the 429 bodies, the queue shapes
-// and the concurrency queues, by rule index.
+// once per request: the answers of its verdicts (the joined
+// RateLimit-Policy, the fixed parts of the problem bodies), the queue
+// shapes and the concurrency queues, by rule index.
 type prepared struct {
-	writer *header.Writer
-	texts  *httpanswer.Texts
+	answer *httpanswer.Writer
 	shape  []overload.Shape // by rule index; nil when no rule is shaped
 	queue  []overload.Queue // by rule index; nil when no rule queues (Size 0: none)
 	queues bool             // some rule is a leaky queue
@@ -73,10 +56,8 @@ func prepare(p *policy.Policy, legacy bool) *prepared {
 		rules = append(rules, r.Engine())
 		queues = queues || r.StoreRule().Algorithm == portero.LeakyQueue
 	}
-	return &prepared{writer: header.NewWriter(rules, legacy), texts: httpanswer.NewTexts(rules), queues: queues}
+	return &prepared{answer: httpanswer.NewWriter(rules, legacy), queues: queues}
 }
-
-func writeProblem(w http.ResponseWriter, p Problem) { httpanswer.Write(w, p) }
 
 // WriteUnavailable answers 503 Service Unavailable with a problem body of
 // type temporary-reduced-capacity and Retry-After (whole seconds, at least
@@ -92,6 +73,5 @@ func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail st
 // is unknown. (A cost above what a rule can ever admit is no error: the
 // engine refuses it with a 429 that says it can never pass.)
 func WriteCostError(w http.ResponseWriter, re *policy.RuleError) {
-	status := costStatus(re)
-	writeProblem(w, Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: re.Error()})
+	httpanswer.Error(w, costStatus(re), re.Error())
 }

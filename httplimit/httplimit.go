@@ -63,7 +63,6 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -334,14 +333,10 @@ func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string,
 		}
 		return http.StatusInternalServerError, 0, err
 	}
-	v := &s.v
-	switch {
-	case v.Allowed:
-		return 0, queueDelay(v, cfg.pre), nil
-	case v.Unavailable():
-		return http.StatusServiceUnavailable, 0, nil
+	if s.v.Allowed {
+		return 0, queueDelay(&s.v, cfg.pre), nil
 	}
-	return http.StatusTooManyRequests, 0, nil
+	return httpanswer.Status(&s.v), 0, nil
 }
 
 // admit has the engine admit s's hits at now, each queue hit bounded by its
@@ -441,24 +436,6 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
-// serviceRefusal is the 503 problem of a verdict refused for the service's
-// sake.
-func serviceRefusal(v *engine.Verdict) Problem {
-	retry := header.RetryAfterSeconds(v)
-	p := Problem{Type: ProblemTemporaryReducedCapacity, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
-		Detail: "the rate limiter cannot reach its store", RetryAfter: retry}
-	if v.StoreFailed() {
-		return p
-	}
-	for _, i := range v.Violated {
-		p.ViolatedPolicies = append(p.ViolatedPolicies, v.Results[i].Rule.Name)
-	}
-	r := v.Results[v.Violated[0]].Rule
-	q, _ := r.Quota()
-	p.Detail = fmt.Sprintf("rule %q allows %d requests in flight; retry in %d s", r.Name, q, retry)
-	return p
-}
-
 // Handler wraps next: the standard middleware shape.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -504,7 +481,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		}
 		// Only a bug reaches here (the failure policy answers store
 		// failures): say so rather than guess.
-		writeProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: status, Detail: err.Error()})
+		httpanswer.Error(w, status, err.Error())
 		return
 	}
 	v := &s.v
@@ -514,57 +491,37 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	if cfg.OnDecision != nil {
 		cfg.OnDecision(r, v, time.Since(start))
 	}
-	h := w.Header()
 	f := &s.fields
-	f.Verdict(cfg.pre.writer, v)
-	if status == 0 {
-		f.Apply(h)
-		var pending []policy.Settlement
-		var req policy.Request
-		if cfg.Policy.Settles() {
-			if pending = cfg.Policy.Pending(v, now, nil); len(pending) > 0 {
-				req = s.req
-				req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
-			}
-		}
-		k := l.keep(cfg, r, v)
-		var back []engine.Adjustment
-		if delay > 0 {
-			back = v.Refunds(now, nil)
-		}
-		s.release() // before the handler runs: it may take long
-		defer l.release(k)
-		if delay > 0 && !hold(r.Context(), delay) {
-			refund(cfg, r, back)
-			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
-			return
-		}
-		if len(pending) > 0 {
-			cfg.serveSettled(w, r, next, &req, pending)
-			return
-		}
-		next.ServeHTTP(w, r)
-		return
-	}
-	f.Static(hCacheControl, "no-store")
-	if v.Unavailable() {
-		// The store failed and the failure policy is deny, or the service's
-		// own concurrency limit is full: the service's fault, not the
-		// client's.
-		f.Apply(h)
-		p := serviceRefusal(v)
+	if status != 0 {
+		s.body = cfg.pre.answer.Refuse(w, f, s.body, v, status)
 		s.release()
-		writeProblem(w, p)
 		return
 	}
-	// Refused: the problem body and its headers go out with the rate-limit
-	// headers in one batch.
-	s.body = cfg.pre.texts.AppendRefusal(s.body, http.StatusTooManyRequests, v, header.RetryAfterSeconds(v))
-	f.Static(hContentType, "application/problem+json")
-	f.Static(hContentTypeOptions, "nosniff")
-	f.Int(hContentLength, int64(len(s.body)))
-	f.Apply(h)
-	w.WriteHeader(status)
-	_, _ = w.Write(s.body)
-	s.release()
+	cfg.pre.answer.Fields(f, v)
+	f.Apply(w.Header())
+	var pending []policy.Settlement
+	var req policy.Request
+	if cfg.Policy.Settles() {
+		if pending = cfg.Policy.Pending(v, now, nil); len(pending) > 0 {
+			req = s.req
+			req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
+		}
+	}
+	k := l.keep(cfg, r, v)
+	var back []engine.Adjustment
+	if delay > 0 {
+		back = v.Refunds(now, nil)
+	}
+	s.release() // before the handler runs: it may take long
+	defer l.release(k)
+	if delay > 0 && !hold(r.Context(), delay) {
+		refund(cfg, r, back)
+		WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
+		return
+	}
+	if len(pending) > 0 {
+		cfg.serveSettled(w, r, next, &req, pending)
+		return
+	}
+	next.ServeHTTP(w, r)
 }

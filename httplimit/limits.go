@@ -47,6 +47,6 @@ func (l *Limiter) Limits(r *http.Request, method, path string, v *engine.Verdict
 // (engine.Verdict.Look): a look is no refusal, with no Retry-After.
 func (l *Limiter) SetLimitsHeaders(h http.Header, v *engine.Verdict) {
 	var f httpanswer.Fields
-	f.Verdict(l.cfg.Load().pre.writer, v)
+	l.cfg.Load().pre.answer.Fields(&f, v)
 	f.Apply(h)
 }

@@ -81,10 +81,12 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/quote"
 )
@@ -125,8 +127,9 @@ type Config struct {
 // Handler serves /v1/check, /v1/auth and /healthz. It is safe for
 // concurrent use.
 type Handler struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg    Config
+	mux    *http.ServeMux
+	fields *httpanswer.Writer // nil: each rule's text is prepared when its configuration loads
 }
 
 // New validates cfg and returns the handler.
@@ -235,14 +238,7 @@ type DescriptorResult struct {
 	Failure string `json:"failure,omitempty"`
 }
 
-func problem(w http.ResponseWriter, status int, detail string) {
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(httpanswer.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-}
+func problem(w http.ResponseWriter, status int, detail string) { httpanswer.Error(w, status, detail) }
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -266,19 +262,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "reading body: "+err.Error())
 		return
 	}
-	if err := duplicateMembers(body); err != nil {
-		problem(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
-		return
-	}
 	var req CheckRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		problem(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
-		return
-	}
-	if dec.More() {
-		problem(w, http.StatusBadRequest, "malformed JSON: more than one value")
+	if msg := decodeCheck(body, &req); msg != "" {
+		problem(w, http.StatusBadRequest, "malformed JSON: "+msg)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
@@ -309,76 +295,53 @@ func checkMediaType(ct string) string {
 	return ""
 }
 
-// duplicateMembers reports the first object member named twice in the JSON
-// text body, with where it is (such as descriptors[0].limit): encoding/json
-// silently keeps the last, so {"domain":"a","domain":"b"} would be decided
-// for b while a log or a proxy that read the first saw a. Malformed JSON is
-// left for the decoder to report.
-func duplicateMembers(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	type level struct {
-		obj  bool
-		seen map[string]bool
-		name string // the member or index this level is the value of
-		next int    // arrays: the index of the next element
-		key  bool   // objects: the next token is a member name
-	}
-	var stack []level
-	path := func() string {
-		var b strings.Builder
-		for i, l := range stack[1:] {
-			if strings.HasPrefix(l.name, "[") || i == 0 {
-				b.WriteString(l.name)
-			} else {
-				b.WriteString("." + l.name)
-			}
+// decodeCheck reads a /v1/check body into req and returns why it refuses
+// it, or "": one JSON object, no unknown member, and no member named twice
+// in one object, where encoding/json keeps the last: {"domain":"a","domain":"b"}
+// would be decided for b while a log or a proxy that read the first saw a.
+// github.com/go-json-experiment/json (json/v2, which Go 1.26 has only
+// under GOEXPERIMENT) refuses both and says where.
+func decodeCheck(body []byte, req *CheckRequest) string {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	err := jsonv2.UnmarshalDecode(dec, req, jsonv2.RejectUnknownMembers(true))
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
+	switch {
+	case err == nil:
+		if _, err := dec.ReadToken(); err != io.EOF {
+			return "more than one value"
 		}
-		return b.String()
+		return ""
+	case errors.As(err, &syn) && errors.Is(err, jsontext.ErrDuplicateName):
+		return "duplicate member " + quote.Input(syn.JSONPointer.LastToken()) + within(syn.JSONPointer.Parent())
+	case errors.As(err, &sem) && errors.Is(err, jsonv2.ErrUnknownName):
+		return "unknown field " + quote.Input(sem.JSONPointer.LastToken()) + within(sem.JSONPointer.Parent())
+	case errors.As(err, &sem):
+		return fmt.Sprintf("%s %s: want a %v%s", sem.JSONKind, quote.Input(string(sem.JSONValue)), sem.GoType, within(sem.JSONPointer))
+	case errors.As(err, &syn):
+		return fmt.Sprintf("%v at byte %d", syn.Err, syn.ByteOffset)
 	}
-	var member string
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil // io.EOF, or malformed: the decoder says which
-		}
-		if len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].key {
-			top := &stack[len(stack)-1]
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				continue
-			}
-			k, _ := tok.(string)
-			if top.seen[k] {
-				if where := path(); where != "" {
-					return fmt.Errorf("duplicate member %s in %s", quote.Input(k), quote.Cut(where))
-				}
-				return fmt.Errorf("duplicate member %s", quote.Input(k))
-			}
-			top.seen[k] = true
-			top.key = false
-			member = k
+	return err.Error()
+}
+
+// within spells where p points, as " in descriptors[0].limit"; "" for the
+// top level.
+func within(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
 			continue
 		}
-		// n is what the value now starting is called in its parent.
-		var n string
-		if len(stack) > 0 {
-			top := &stack[len(stack)-1]
-			if top.obj {
-				n, top.key = member, true
-			} else {
-				n = "[" + strconv.Itoa(top.next) + "]"
-				top.next++
-			}
+		if b.Len() > 0 {
+			b.WriteByte('.')
 		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, level{obj: true, seen: map[string]bool{}, name: n, key: true})
-		case json.Delim('['):
-			stack = append(stack, level{name: n})
-		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
+		b.WriteString(tok)
 	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return " in " + quote.Cut(b.String())
 }
 
 func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
@@ -493,37 +456,17 @@ func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.E
 // a request that can never pass, the 429 problem every HTTP door sends.
 func (h *Handler) answer(w http.ResponseWriter, v *engine.Verdict, out CheckResponse) {
 	var f httpanswer.Fields
-	f.Verdict(&writer, v)
+	if v.NeverPasses() {
+		h.fields.Refuse(w, &f, nil, v, http.StatusTooManyRequests)
+		return
+	}
+	h.fields.Fields(&f, v)
 	if !v.Allowed {
 		f.Static("Cache-Control", "no-store")
 	}
 	f.Apply(w.Header())
-	if v.NeverPasses() {
-		writeRefusal(w, http.StatusTooManyRequests, v)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// writer writes the RateLimit fields of every answer (each rule's text is
-// prepared when its configuration loads).
-var writer header.Writer
-
-// writeRefusal writes the problem body of refused verdict v with status.
-func writeRefusal(w http.ResponseWriter, status int, v *engine.Verdict) {
-	body := (*httpanswer.Texts)(nil).AppendRefusal(nil, status, v, header.RetryAfterSeconds(v))
-	hd := w.Header()
-	hd.Set("Content-Type", "application/problem+json")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 // original is what /v1/auth knows about the proxied request.
@@ -672,22 +615,20 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f httpanswer.Fields
-	f.Verdict(&writer, &v)
 	if i := v.Decider(); i >= 0 {
 		f.Static("X-Portero-Rule", v.Results[i].Rule.Name)
 	}
-	if v.Allowed {
-		decision := "allowed"
-		if v.Degraded != nil {
-			decision = "allowed-store-unavailable"
-		}
-		f.Static("X-Portero-Decision", decision)
-		f.Apply(hd)
-		w.WriteHeader(http.StatusOK)
+	if !v.Allowed {
+		f.Static("X-Portero-Decision", "refused")
+		h.fields.Refuse(w, &f, nil, &v, deny)
 		return
 	}
-	f.Static("X-Portero-Decision", "refused")
-	f.Static("Cache-Control", "no-store")
+	decision := "allowed"
+	if v.Degraded != nil {
+		decision = "allowed-store-unavailable"
+	}
+	f.Static("X-Portero-Decision", decision)
+	h.fields.Fields(&f, &v)
 	f.Apply(hd)
-	writeRefusal(w, deny, &v)
+	w.WriteHeader(http.StatusOK)
 }

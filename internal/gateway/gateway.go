@@ -37,6 +37,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -362,7 +363,7 @@ func (t *table) match(r *http.Request) *route {
 type notFound struct{}
 
 func (notFound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+quote.Cut(r.Method)+" "+quote.Cut(r.URL.Path))
+	httpanswer.Error(w, http.StatusNotFound, "no route matches "+quote.Cut(r.Method)+" "+quote.Cut(r.URL.Path))
 }
 
 // build prepares the table of cfg; old is the table it replaces (nil for
@@ -497,14 +498,14 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 			if g.hooks.OnProxyError != nil {
 				g.hooks.OnProxyError(r, uc.Name, err)
 			}
-			status, title := http.StatusBadGateway, "Bad Gateway"
+			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err) {
-				status, title = http.StatusGatewayTimeout, "Gateway Timeout"
+				status = http.StatusGatewayTimeout
 			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away: nobody to answer
 			}
-			writeJSONProblem(w, status, title, "upstream "+uc.Name+" did not answer properly")
+			httpanswer.Error(w, status, "upstream "+uc.Name+" did not answer properly")
 		},
 	}
 	return &route{handler: rp, closer: transport.CloseIdleConnections}
@@ -533,13 +534,6 @@ func (p *bufferPool) Put(b []byte) {
 	if cap(b) >= copyBufferSize {
 		p.pool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
 	}
-}
-
-func writeJSONProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 }
 
 // demoHandler is the built-in upstream of the default configuration: it

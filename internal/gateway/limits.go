@@ -122,9 +122,7 @@ func limitsStatus(method string) int {
 	return http.StatusOK
 }
 
-func refuse(w http.ResponseWriter, ref refusal) {
-	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: http.StatusText(ref.status), Status: ref.status, Detail: ref.detail})
-}
+func refuse(w http.ResponseWriter, ref refusal) { httpanswer.Error(w, ref.status, ref.detail) }
 
 // LimitsAnswer is the body of GET /v1/limits.
 type LimitsAnswer struct {
@@ -190,8 +188,7 @@ type LimitView struct {
 func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	if limitsStatus(r.Method) != http.StatusOK {
 		w.Header().Set("Allow", "GET, HEAD")
-		httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
-			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})
+		httpanswer.Error(w, http.StatusMethodNotAllowed, "GET "+t.cfg.Gateway.LimitsPath+" tells which limits apply and how much of each is left")
 		return
 	}
 	method, path := asked(r)

@@ -39,7 +39,7 @@ func TestAppendRefusalMatchesMarshal(t *testing.T) {
 	tiny := rule(t, 1, "tiny.window", portero.SlidingCounter, portero.Limit{Count: 2, Window: 500 * time.Millisecond}, "")
 	bytes := rule(t, 2, "bytes", portero.TokenBucket, portero.PerSecond(1000), "content-bytes")
 	none := rule(t, 3, "blocked", portero.FixedWindow, portero.Limit{Window: time.Second}, "")
-	texts := NewTexts([]*engine.Rule{ip, tiny, bytes, none})
+	texts := NewWriter([]*engine.Rule{ip, tiny, bytes, none}, false)
 	e, err := engine.New(engine.Options{Store: storetest.NewReference()})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestAppendRefusalMatchesMarshal(t *testing.T) {
 		if v.Allowed {
 			t.Fatalf("%v allowed", hits)
 		}
-		for _, tx := range []*Texts{texts, nil} {
+		for _, tx := range []*Writer{texts, nil} {
 			for _, status := range []int{429, 403} {
 				retry := int64(7)
 				if v.NeverPasses() {

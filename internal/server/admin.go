@@ -17,10 +17,10 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/buildinfo"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/dashboard"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/lifecycle"
 )
 
@@ -156,12 +156,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 }
 
 // writeProblem answers an RFC 9457 problem body.
-func writeProblem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-}
+func writeProblem(w http.ResponseWriter, status int, detail string) { httpanswer.Error(w, status, detail) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
