@@ -17,9 +17,8 @@ import (
 // decide, and its verdict says which hits the policy decided, so that no
 // door announces quota figures it does not have.
 //
-// The zero value is not a policy; each user documents its default
-// (FailAllow for the middleware and the gateway, FailError for the Envoy
-// rate limit service).
+// The zero value means FailAllow wherever a policy is given: the engine
+// decides it (engine.Options.OnError), for every door.
 type FailurePolicy string
 
 // The failure policies.

@@ -62,8 +62,8 @@ type Options struct {
 	// Store keeps the counters. Required. The engine does not close it.
 	Store portero.Store
 	// OnError is what the engine does when the store fails: FailAllow (the
-	// default when empty), FailDeny, FailLocal, or FailError, which makes
-	// Decide return the error for the door to report.
+	// meaning of the empty policy, for every door), FailDeny, FailLocal, or
+	// FailError, which makes Decide return the error for the door to report.
 	OnError portero.FailurePolicy
 	// LocalShare is the share of each limit (count, burst and rate) this
 	// instance may admit from its own memory under FailLocal, in (0, 1]; 0

@@ -74,9 +74,8 @@ type ConcurrencyConfig struct {
 	// acquisition (OnStoreError answers), a renewal or a release.
 	OnError func(r *http.Request, err error)
 	// OnStoreError is the failure policy when the store fails, as in
-	// Config; the default (empty) here is portero.FailDeny: a limit that
-	// protects a resource does not let requests through uncounted unless
-	// told to. Config's default, for rate limits, is FailAllow.
+	// Config (empty means FailAllow, as everywhere); a limit that protects
+	// a resource sets FailDeny.
 	OnStoreError portero.FailurePolicy
 	// Queues lets refused requests wait for a slot, by rule name, as in
 	// Config.
@@ -135,16 +134,12 @@ func (cfg ConcurrencyConfig) limiterConfig() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("httplimit: concurrency %w", err)
 	}
-	onError := cfg.OnStoreError
-	if onError == "" {
-		onError = portero.FailDeny
-	}
 	st, ok := cfg.Store.(portero.Store)
 	if !ok {
 		st = leasesOnly{}
 	}
 	return Config{Policy: p, Store: st, Leases: cfg.Store, ClientIP: cfg.ClientIP, UserHeader: cfg.UserHeader,
-		TenantHeader: cfg.TenantHeader, Route: cfg.Route, Now: cfg.Now, OnError: cfg.OnError, OnStoreError: onError,
+		TenantHeader: cfg.TenantHeader, Route: cfg.Route, Now: cfg.Now, OnError: cfg.OnError, OnStoreError: cfg.OnStoreError,
 		LeaseRetryAfter: cfg.RetryAfter, Queues: cfg.Queues}, nil
 }
 

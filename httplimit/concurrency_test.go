@@ -408,16 +408,17 @@ func (failingLeases) Acquire(context.Context, time.Time, portero.ConcurrencyRule
 	return nil, portero.Decision{}, fmt.Errorf("test: %w", portero.ErrStoreUnavailable)
 }
 
-// TestConcurrencyStoreDown: when the store fails, the request is refused
-// with 503 (never let through uncounted, never blamed on the client), and
-// OnError hears of it.
+// TestConcurrencyStoreDown: when the store fails under deny, the request is
+// refused with 503 (never let through uncounted, never blamed on the
+// client), and OnError hears of it.
 func TestConcurrencyStoreDown(t *testing.T) {
 	var mu sync.Mutex
 	var errs []error
 	c := concurrency(t, httplimit.ConcurrencyConfig{
-		Rules:   []httplimit.ConcurrencyRule{{Name: "per-ip", Key: policy.MustParseKey("ip"), Max: 5}},
-		Store:   failingLeases{},
-		OnError: func(_ *http.Request, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+		Rules:        []httplimit.ConcurrencyRule{{Name: "per-ip", Key: policy.MustParseKey("ip"), Max: 5}},
+		Store:        failingLeases{},
+		OnError:      func(_ *http.Request, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+		OnStoreError: portero.FailDeny,
 	})
 	called := false
 	srv := httptest.NewServer(c.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })))
@@ -430,6 +431,21 @@ func TestConcurrencyStoreDown(t *testing.T) {
 	defer mu.Unlock()
 	if len(errs) != 1 || !errors.Is(errs[0], portero.ErrStoreUnavailable) {
 		t.Errorf("OnError got %v", errs)
+	}
+}
+
+// TestConcurrencyZeroFailurePolicy: an empty OnStoreError means allow, as
+// for every door (the engine decides it): a failing store lets the request
+// through without a lease.
+func TestConcurrencyZeroFailurePolicy(t *testing.T) {
+	c := concurrency(t, httplimit.ConcurrencyConfig{
+		Rules: []httplimit.ConcurrencyRule{{Name: "per-ip", Key: policy.MustParseKey("ip"), Max: 5}},
+		Store: failingLeases{},
+	})
+	srv := httptest.NewServer(c.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	if resp, body := do(t, "GET", srv.URL, nil, ""); resp.StatusCode != 200 {
+		t.Errorf("store down, no failure policy given: %d %s, want 200 (allow)", resp.StatusCode, body)
 	}
 }
 
