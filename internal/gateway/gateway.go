@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -172,32 +173,12 @@ func (g *Gateway) Gate() *overload.Gate {
 
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/healthz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-		return
-	case "/readyz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if g.hooks.Ready != nil {
-			if err := g.hooks.Ready(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
-				return
-			}
-		} else if !g.ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
+	if isProbe(r.URL.Path) {
+		g.probe(w, r)
 		return
 	}
 	// One table for the whole request, so that a reload cannot give it the
-	// route of one configuration and the limits of another's; the route is
-	// found before the limiter runs, so that keys can name it. Requests
-	// that match no route are still limited, then answered 404.
+	// route of one configuration and the limits of another's.
 	t := g.table.Load()
 	if t.shed == nil {
 		g.serve(w, r, t)
@@ -208,38 +189,82 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.shed.Serve(w, r, t.served)
 }
 
-// serve runs r through t after shedding: its API key, its route, the
-// limiter, the upstream.
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
+func isProbe(path string) bool { return path == "/healthz" || path == "/readyz" }
+
+// probe answers /healthz (200 while the process runs) and /readyz.
+func (g *Gateway) probe(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if r.URL.Path == "/healthz" {
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	var why string
+	if g.hooks.Ready != nil {
+		if err := g.hooks.Ready(); err != nil {
+			why = "not ready: " + err.Error()
+		}
+	} else if !g.ready.Load() {
+		why = "not ready"
+	}
+	if why != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, why+"\n")
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// front is what the gateway decides about a request before its limiter,
+// for ServeHTTP and Decide alike: an answer of its own, or the route.
+type front struct {
+	r        *http.Request // with its API key's identities
+	answered string        // an Answered* value; "" to go on to the limiter
+	status   int           // the answer's status
+	detail   string        // why, for a refusal
+	route    *route        // nil: no route matches (404 once the limiter admits it)
+}
+
+// front decides r under t before the limiter: the probes, the API key and
+// the plan's routes (door), GET /v1/limits, then the route match. Requests
+// that match no route are still limited, then answered 404.
+func (t *table) front(r *http.Request) front {
+	if isProbe(r.URL.Path) {
+		return front{r: r, answered: AnsweredProbe, status: http.StatusOK}
+	}
 	r, ref, limits := door(r, t)
 	switch {
 	case ref.status != 0:
-		if g.hooks.OnAnswered != nil {
-			g.hooks.OnAnswered(r, ref.answered())
-		}
-		refuse(w, ref)
-		return
+		return front{r: r, answered: ref.answered(), status: ref.status, detail: ref.detail}
 	case limits:
+		return front{r: r, answered: AnsweredLimits, status: limitsStatus(r.Method)}
+	}
+	return front{r: r, route: t.match(r)}
+}
+
+// serve runs r through t after shedding: front, the limiter, the upstream.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
+	f := t.front(r)
+	if f.answered != "" {
 		if g.hooks.OnAnswered != nil {
-			g.hooks.OnAnswered(r, AnsweredLimits)
+			g.hooks.OnAnswered(f.r, f.answered)
 		}
-		g.limits(w, r, t)
+		if f.answered == AnsweredLimits {
+			g.limits(w, f.r, t)
+		} else {
+			httpanswer.Error(w, f.status, f.detail)
+		}
 		return
 	}
-	var name string
+	var name, up string
 	var next http.Handler = notFound{}
-	rt := t.match(r)
-	if rt != nil {
-		name, next = rt.cfg.Name, rt.handler
+	if f.route != nil {
+		name, up, next = f.route.cfg.Name, f.route.cfg.Upstream.Name, f.route.handler
 	}
 	if g.hooks.OnRoute != nil {
-		var up string
-		if rt != nil {
-			up = rt.cfg.Upstream.Name
-		}
-		g.hooks.OnRoute(r, name, up)
+		g.hooks.OnRoute(f.r, name, up)
 	}
-	g.limiter.Serve(w, r, name, next)
+	g.limiter.Serve(w, f.r, name, next)
 }
 
 // Decision is the gateway's decision on one request (Decide): the
@@ -279,73 +304,68 @@ func (ref refusal) answered() string {
 	return AnsweredForbidden
 }
 
-// Decide decides r at now exactly as ServeHTTP would — the API key and
-// the plan's routes, the route match, then the limiter's one decision path
+// Decide decides r at now exactly as ServeHTTP would — the same front
+// (API key, plan, route) and the limiter's one decision path
 // (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
-// d.Status is the status the gateway answers itself (httplimit.Decision's;
-// 400 or 403, or 200 for /healthz, /readyz and GET /v1/limits — 405 for another
-// method there —, which are never limited, with d.Answered saying which;
-// 404 for a request that passes the limits but matches no route), or 0
-// when it would forward r to d.Upstream. A request replayed from serve's
-// access log carries its API key as the log recorded it
-// (WithLoggedAPIKey). What it does not model: the overload section (decisions
-// take no time here), a request canceled while a queue rule holds it, and
-// the response (Owe and Pay settle the rules counted after it). It is what
-// `portero replay` decides with.
+// d.Status is the status the gateway answers itself (the limiter's; 400,
+// 403, 200 for /healthz, /readyz and GET /v1/limits, 405 for another
+// method there, with d.Answered saying which; 404 for a request that
+// passes the limits but matches no route), or 0 when it would forward r
+// to d.Upstream. A request replayed from serve's access log carries its
+// API key as the log recorded it (WithLoggedAPIKey). What it does not
+// model: the overload section (decisions take no time here), a request
+// canceled while a queue rule holds it, and the response (Pending and
+// Settle settle the rules counted after it). It is what `portero replay`
+// decides with.
 func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
-	d.Route, d.Upstream, d.Answered, d.Detail = "", "", "", ""
 	t := g.table.Load()
-	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-		d.Answered = AnsweredProbe
-		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
-		return
-	}
-	r, ref, limits := door(r, t)
-	if ref.status != 0 || limits {
-		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
-		if ref.status != 0 {
-			d.Status, d.Answered, d.Detail = ref.status, ref.answered(), ref.detail
+	f := t.front(r)
+	d.Route, d.Upstream, d.Answered, d.Detail = "", "", f.answered, f.detail
+	if f.answered != "" {
+		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = f.status, 0, nil, nil, netip.Addr{}
+		if f.answered != AnsweredProbe {
+			d.ClientIP = t.cfg.ClientIP.Resolve(f.r)
 		}
-		d.Delay, d.Verdict, d.Err, d.ClientIP = 0, nil, nil, t.cfg.ClientIP.Resolve(r)
 		return
 	}
-	if rt := t.match(r); rt != nil {
-		d.Route, d.Upstream = rt.cfg.Name, rt.cfg.Upstream.Name
+	if f.route != nil {
+		d.Route, d.Upstream = f.route.cfg.Name, f.route.cfg.Upstream.Name
 	}
-	g.limiter.Decide(r, d.Route, now, &d.Decision)
+	g.limiter.Decide(f.r, d.Route, now, &d.Decision)
 	if d.Status == 0 && d.Route == "" {
 		d.Status = http.StatusNotFound
 	}
 }
 
-// Owed is what a request Decide passed owes once its response ends
-// (httplimit.Owed): the rules counted after the response.
-type Owed struct {
-	httplimit.Owed
+// Pending is what a request Decide passed still has to settle once its
+// response ends (httplimit.Pending): the rules counted after the response.
+type Pending struct {
+	httplimit.Pending
 	notFound bool // no route matched: the gateway answered 404 itself
 }
 
-// Owe sets o to what d, decided at now, owes once its response ends, and
-// reports whether it owes anything (httplimit.Limiter.Owe): nothing for a
-// request refused or answered before the limiter (d.Answered).
-func (g *Gateway) Owe(d *Decision, now time.Time, o *Owed) bool {
+// Pending sets p to what d, decided at now, settles once its response
+// ends, and reports whether there is anything (httplimit.Limiter.Pending):
+// nothing for a request refused or answered before the limiter
+// (d.Answered).
+func (g *Gateway) Pending(d *Decision, now time.Time, p *Pending) bool {
 	if d.Answered != "" {
 		return false
 	}
-	o.notFound = d.Route == ""
-	return g.limiter.Owe(&d.Decision, now, &o.Owed)
+	p.notFound = d.Route == ""
+	return g.limiter.Pending(&d.Decision, now, &p.Pending)
 }
 
-// Pay settles o with resp, the response that ended at now, as ServeHTTP
+// Settle settles p with resp, the response that ended at now, as ServeHTTP
 // settles a request once the upstream has answered resp — or, for one no
 // route matched, once the gateway has answered it 404 itself.
-func (g *Gateway) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
-	if o.notFound {
+func (g *Gateway) Settle(ctx context.Context, p *Pending, resp *policy.Response, now time.Time) error {
+	if p.notFound {
 		nf := *resp
 		nf.Status = http.StatusNotFound
 		resp = &nf
 	}
-	return g.limiter.Pay(ctx, &o.Owed, resp, now)
+	return g.limiter.Settle(ctx, &p.Pending, resp, now)
 }
 
 // match returns the first route that matches r, or nil.

@@ -32,7 +32,7 @@ type refusal struct {
 }
 
 // door is what the API-gateway model decides about r before any limit is
-// counted, for ServeHTTP and Decide alike: r with its API key's caller ID
+// counted (part of front): r with its API key's caller ID
 // and plan as identities (httplimit.WithIdentity) for the plans' rules;
 // a refusal when the key header is given more than once (400), or the key
 // is missing, unknown or its plan does not cover r (403); limits when r
@@ -121,8 +121,6 @@ func limitsStatus(method string) int {
 	}
 	return http.StatusOK
 }
-
-func refuse(w http.ResponseWriter, ref refusal) { httpanswer.Error(w, ref.status, ref.detail) }
 
 // LimitsAnswer is the body of GET /v1/limits.
 type LimitsAnswer struct {
