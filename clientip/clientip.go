@@ -273,7 +273,7 @@ func ParseHop(s string) (netip.Addr, bool) {
 // ParsePrefixes reads CIDRs such as "10.0.0.0/8" or single addresses
 // ("192.0.2.1" means /32), IPv4 and IPv6, each made Canonical: the one
 // reader of the address prefixes of trusted-proxy lists and address lists
-// (package policy's AddrSet), so that both read a prefix alike.
+// (AddrSet), so that both read a prefix alike.
 func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(list))
 	for _, s := range list {

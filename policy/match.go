@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/portero-rl/portero/clientip"
 )
 
 // Match selects the requests a rule (or a gateway route) applies to. Every
@@ -24,7 +26,7 @@ type Match struct {
 	// Addresses, when not nil, selects only clients whose address
 	// (Request.ClientIP) is in the set; NotAddresses excludes the clients
 	// in it (a request whose address is unknown is in no set).
-	Addresses, NotAddresses *AddrSet
+	Addresses, NotAddresses *clientip.AddrSet
 	// Identity maps an identity name to the value it must have
 	// (Request.Identity), such as {"plan": "gold"}: values set by the door
 	// or by earlier middleware, never by the client's headers.

@@ -156,7 +156,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 }
 
 // writeProblem answers an RFC 9457 problem body.
-func writeProblem(w http.ResponseWriter, status int, detail string) { httpanswer.Error(w, status, detail) }
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	httpanswer.Error(w, status, detail)
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
