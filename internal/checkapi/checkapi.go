@@ -1,67 +1,21 @@
-// Package checkapi is Portero's HTTP decision service: a JSON API that
-// answers "allowed or not" for a domain and descriptors (compiled by
-// package descriptor, as the Envoy RLS door compiles them), and an
-// auth_request-style endpoint for nginx and Traefik ForwardAuth. It is a door: every request is decided by package
-// engine, and its RateLimit fields are written by engine/header, as at
-// every other door.
+// Package checkapi is Portero's HTTP decision service, a door to the
+// engine for envoyproxy/ratelimit's descriptors (package descriptor, as
+// the Envoy RLS compiles them):
 //
-// # POST /v1/check
+//   - POST /v1/check answers a JSON request ({"domain": "edge",
+//     "descriptors": [{"entries": [{"key": "remote_address", "value":
+//     "10.0.0.1"}]}], "cost": 1}) with 200 and the decision in JSON for
+//     every decision, allowed or refused, with the RateLimit fields; a
+//     request that can never pass gets the 429 of every HTTP door.
+//   - /v1/auth answers nginx's auth_request and Traefik's forwardAuth: the
+//     descriptors come from the query (descriptor=remote_address={ip},
+//     with placeholders {ip}, {method}, {path}, {uri}, {host} and
+//     {header:Name}) and the original request from the proxy's headers; a
+//     refusal is the deny status (403 behind nginx, which turns any other
+//     status into a 500; 429 otherwise).
 //
-// Request (Content-Type application/json or none; unknown fields and a
-// member given twice in one object are refused; bodies are at most MaxBody
-// bytes):
-//
-//	{"domain": "edge",
-//	 "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}],
-//	 "cost": 1}
-//
-// A descriptor may also carry "hits_addend" (0 checks without counting) and
-// "limit": {"requests_per_unit": 5, "unit": "minute"}, as in Envoy.
-//
-// Response, 200 for every decision, allowed or refused:
-//
-//	{"allowed": false, "code": "OVER_LIMIT", "rule": "edge.remote_address",
-//	 "limit": 10, "remaining": 0, "retry_after": 0.9, "reset_after": 0.9,
-//	 "descriptors": [...]}
-//
-// Times are seconds (fractions allowed). The response also carries the
-// RateLimit-Policy, RateLimit and (when refused) Retry-After headers.
-//
-// A request whose cost is more than a rule can ever admit at once is
-// answered as at every HTTP door: 429 with an application/problem+json body
-// of type quota-exceeded whose detail names the rule, the cost and the most
-// the rule admits (also in its cost and max-cost members), and no
-// Retry-After, since waiting never helps.
-//
-// When the store fails, the engine's failure policy answers: allow and deny
-// are decisions (200, with "degraded" saying why, and no RateLimit item for
-// the rules the policy decided); error is a 503. Errors are RFC 9457
-// problem bodies: 400 for bad input, 404 for an unknown domain,
-// 405, 413 for an oversized body, 415, 503.
-//
-// # /v1/auth (nginx auth_request, Traefik forwardAuth)
-//
-// Any method. The original request is read from the headers the proxy sets:
-// X-Original-Method / X-Original-URI (nginx, by convention) or
-// X-Forwarded-Method / X-Forwarded-Uri / X-Forwarded-Host (Traefik), and the
-// client address as configured by ClientIP (forwarding headers are trusted
-// only from TrustedProxies). The query string says what to ask:
-//
-//	/v1/auth?domain=edge&descriptor=remote_address={ip}&descriptor=path={path},method={method}
-//
-// Each descriptor parameter is a comma-separated list of key=value entries;
-// values may hold the placeholders {ip}, {method}, {path}, {uri}, {host}
-// and {header:Name}. A descriptor whose placeholder has no value (a missing
-// header) is dropped, as Envoy drops it. Without descriptor parameters the
-// one descriptor is remote_address={ip}.
-//
-// Allowed: 200 with X-Portero-Decision: allowed and the RateLimit fields.
-// Refused: deny_status (403 by default when X-Original-URI is present,
-// since nginx turns any other status into a 500; 429 otherwise, which
-// Traefik passes on to the client as is) with Retry-After (none when the
-// request can never pass), RateLimit, RateLimit-Policy, Cache-Control:
-// no-store and a problem body. The store failing is decided by AuthEngine's
-// failure policy (allow lets traffic through; error is a 503).
+// Under the failure policy FailError both answer 503; errors are RFC 9457
+// problems. docs/nginx.md has the whole protocol.
 package checkapi
 
 import (
@@ -94,19 +48,16 @@ import (
 // Config configures a Handler. Compiler and Engine are required; the zero
 // value of every other field means its default.
 type Config struct {
-	// Compiler compiles domain/descriptor requests (shared with the RLS
-	// door).
+	// Compiler compiles the requests (shared with the RLS door).
 	Compiler *descriptor.Compiler
-	// Engine decides /v1/check requests (shared with the RLS door: the same counters, the same failure policy, under
-	// which portero.FailError answers 503).
+	// Engine decides /v1/check requests (shared with the RLS door).
 	Engine *engine.Engine
 	// AuthEngine decides /v1/auth requests; nil means Engine. Its failure
-	// policy is the auth endpoint's: nginx turns a 503 into a 500 for the
-	// client and Traefik passes it on, so FailAllow lets traffic through
-	// while the store is down.
+	// policy is the proxies': FailAllow lets traffic through while the
+	// store is down, where a 503 would be nginx's 500.
 	AuthEngine *engine.Engine
-	// ClientIP finds the original client's address for {ip}. Its zero value
-	// trusts forwarding headers (X-Forwarded-For) from loopback proxies only.
+	// ClientIP finds the original client's address for {ip}; its zero
+	// value trusts X-Forwarded-For from loopback proxies only.
 	ClientIP clientip.Config
 	// DefaultDomain is used by /v1/auth when the query names none.
 	DefaultDomain string
@@ -118,9 +69,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives store failures; nil means slog.Default().
 	Logger *slog.Logger
-	// Observer, when set, is told of every request (/v1/check's and
-	// /v1/auth's): its plan and verdict, or its error (portero rls's
-	// metrics).
+	// Observer, when set, is told of every request's plan and verdict, or
+	// its error (portero rls's metrics).
 	Observer descriptor.Observer
 }
 
@@ -129,7 +79,7 @@ type Config struct {
 type Handler struct {
 	cfg    Config
 	mux    *http.ServeMux
-	fields *httpanswer.Writer // nil: each rule's text is prepared when its configuration loads
+	writer *httpanswer.Writer // nil: formats each rule's text per request
 }
 
 // New validates cfg and returns the handler.
@@ -203,9 +153,8 @@ type CheckOverride struct {
 type CheckResponse struct {
 	Allowed bool   `json:"allowed"`
 	Code    string `json:"code"`
-	// Rule, Limit, Remaining, RetryAfter and ResetAfter describe the rule
-	// that decided: the refusing one with the longest wait, or when allowed
-	// the one closest to its limit. Rule is empty when no limit applied.
+	// Rule to ResetAfter describe the rule that decided
+	// (engine.Verdict.Decider); Rule is empty when no limit applied.
 	Rule       string  `json:"rule,omitempty"`
 	Limit      int64   `json:"limit"`
 	Remaining  int64   `json:"remaining"`
@@ -213,8 +162,7 @@ type CheckResponse struct {
 	ResetAfter float64 `json:"reset_after"`
 	// Descriptors has one entry per request descriptor.
 	Descriptors []DescriptorResult `json:"descriptors,omitempty"`
-	// Degraded is set when the failure policy answered because the store
-	// failed.
+	// Degraded is the store's error when the failure policy answered.
 	Degraded string `json:"degraded,omitempty"`
 }
 
@@ -232,8 +180,7 @@ type DescriptorResult struct {
 	Shadow          bool    `json:"shadow,omitempty"`
 	Unlimited       bool    `json:"unlimited,omitempty"`
 	CheckOnly       bool    `json:"check_only,omitempty"`
-	// Outcome is the engine's outcome for the descriptor; Failure the
-	// failure policy that decided it when the store could not.
+	// Outcome is the engine's; Failure the failure policy that decided.
 	Outcome string `json:"outcome,omitempty"`
 	Failure string `json:"failure,omitempty"`
 }
@@ -457,10 +404,10 @@ func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.E
 func (h *Handler) answer(w http.ResponseWriter, v *engine.Verdict, out CheckResponse) {
 	var f httpanswer.Fields
 	if v.NeverPasses() {
-		h.fields.Refuse(w, &f, nil, v, http.StatusTooManyRequests)
+		h.writer.Refuse(w, &f, nil, v, http.StatusTooManyRequests)
 		return
 	}
-	h.fields.Fields(&f, v)
+	h.writer.Fields(&f, v)
 	if !v.Allowed {
 		f.Static("Cache-Control", "no-store")
 	}
@@ -620,7 +567,7 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	}
 	if !v.Allowed {
 		f.Static("X-Portero-Decision", "refused")
-		h.fields.Refuse(w, &f, nil, &v, deny)
+		h.writer.Refuse(w, &f, nil, &v, deny)
 		return
 	}
 	decision := "allowed"
@@ -628,7 +575,7 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		decision = "allowed-store-unavailable"
 	}
 	f.Static("X-Portero-Decision", decision)
-	h.fields.Fields(&f, &v)
+	h.writer.Fields(&f, &v)
 	f.Apply(hd)
 	w.WriteHeader(http.StatusOK)
 }

@@ -1,20 +1,12 @@
-// Package gateway is Portero's reverse proxy: the httplimit middleware in
-// front of httputil.ReverseProxy (with Rewrite) to the upstreams a
-// configuration names per route, plus /healthz and /readyz. Its
-// configuration can be replaced while it serves (Update), all at once or
-// not at all.
-//
-// In front of the middleware, outermost, the overload section sheds load
-// for the service's own sake (httplimit.Shedder over an overload.Gate):
-// before the body is read and before any upstream is touched, right after
-// the route is matched (so that a tenant key may name it). The Gate is the
-// gateway's one in-flight cap (server.max_in_flight is its short form). A
-// reload that changes the overload section builds a new Gate for the
-// requests that come after it; the requests running or queued in the old
-// one keep their slots and places there until they finish, so a reload
-// drops none of them and counts none twice (for the moment of the change,
-// the old and the new Gate's requests add up). A reload that leaves it
-// unchanged keeps the Gate.
+// Package gateway is Portero's reverse proxy (`portero serve`): the
+// httplimit middleware in front of httputil.ReverseProxy to the upstreams a
+// configuration names per route, with /healthz, /readyz, the API-gateway
+// model (API keys, plans, GET /v1/limits) and, outermost, the overload
+// section's load shedding (httplimit.Shedder over an overload.Gate, the
+// gateway's one in-flight cap). Update replaces its configuration all at
+// once or not at all; a reload that changes the overload section builds a
+// new Gate for the requests after it, while those in the old one keep
+// their places there until they finish.
 package gateway
 
 import (
@@ -47,16 +39,14 @@ import (
 // Hooks observe the gateway; nil fields do nothing. They must be fast and
 // safe for concurrent use.
 type Hooks struct {
-	// OnDecision is called after every evaluation (see httplimit.Config).
+	// OnDecision is called after every decision (httplimit.Config).
 	OnDecision func(r *http.Request, v *engine.Verdict, storeTime time.Duration)
-	// OnError is called when a request could not be evaluated.
+	// OnError is called when a request could not be decided.
 	OnError func(r *http.Request, err error)
-	// OnProxyError is called when an upstream could not be reached or gave a
-	// malformed answer.
+	// OnProxyError is called when an upstream did not answer properly.
 	OnProxyError func(r *http.Request, upstream string, err error)
-	// OnRoute, when not nil, is called with the route a request matched
-	// and its upstream (both empty when none matched), before the limiter
-	// decides (the access log records them).
+	// OnRoute is called with the route and upstream a request matched
+	// (empty when none), before the limiter decides.
 	OnRoute func(r *http.Request, route, upstream string)
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
@@ -65,10 +55,9 @@ type Hooks struct {
 	Ready func() error
 	// OnShed is called for every request the overload section refuses.
 	OnShed func(r *http.Request, ref *overload.Refusal)
-	// OnAnswered is called when the gateway answers a request itself
-	// before the limiter (AnsweredForbidden, AnsweredBadRequest,
-	// AnsweredLimits), instead of
-	// OnRoute and OnDecision; the probes are not reported.
+	// OnAnswered is called, instead of OnRoute and OnDecision, when the
+	// gateway answers a request itself before the limiter (an Answered*
+	// value but AnsweredProbe).
 	OnAnswered func(r *http.Request, why string)
 }
 
@@ -84,12 +73,8 @@ type table struct {
 	cfg    *config.Config
 	routes []*route
 	shed   *httplimit.Shedder // nil when the overload section is off
-	// keyField is cfg.Gateway.KeyHeader as http.Header keys it, so that
-	// Header.Get need not canonicalize it (an allocation) per request.
-	keyField string
-	// served is g.serve over this table, the handler shed admits into,
-	// built once so that a request does not allocate a closure.
-	served http.Handler
+	keyField string       // cfg.Gateway.KeyHeader, canonical
+	served   http.Handler // g.serve over this table, for shed, built once
 }
 
 type route struct {
@@ -114,9 +99,8 @@ func New(cfg *config.Config, store portero.Store, hooks Hooks) (*Gateway, error)
 	return g, nil
 }
 
-// Update replaces the configuration and the store (which may be the same
-// as before: unchanged rules then keep their counters). Either everything
-// is replaced or, on error, nothing.
+// Update replaces the configuration and the store (unchanged rules of the
+// same store keep their counters): everything, or on error nothing.
 func (g *Gateway) Update(cfg *config.Config, store portero.Store) error {
 	t, err := g.build(cfg, g.table.Load())
 	if err != nil {
@@ -226,13 +210,13 @@ type front struct {
 }
 
 // front decides r under t before the limiter: the probes, the API key and
-// the plan's routes (door), GET /v1/limits, then the route match. Requests
+// the plan's routes (caller), GET /v1/limits, then the route match. Requests
 // that match no route are still limited, then answered 404.
 func (t *table) front(r *http.Request) front {
 	if isProbe(r.URL.Path) {
 		return front{r: r, answered: AnsweredProbe, status: http.StatusOK}
 	}
-	r, ref, limits := door(r, t)
+	r, ref, limits := t.caller(r)
 	switch {
 	case ref.status != 0:
 		return front{r: r, answered: ref.answered(), status: ref.status, detail: ref.detail}
@@ -304,19 +288,14 @@ func (ref refusal) answered() string {
 	return AnsweredForbidden
 }
 
-// Decide decides r at now exactly as ServeHTTP would — the same front
-// (API key, plan, route) and the limiter's one decision path
-// (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
-// d.Status is the status the gateway answers itself (the limiter's; 400,
-// 403, 200 for /healthz, /readyz and GET /v1/limits, 405 for another
-// method there, with d.Answered saying which; 404 for a request that
-// passes the limits but matches no route), or 0 when it would forward r
-// to d.Upstream. A request replayed from serve's access log carries its
-// API key as the log recorded it (WithLoggedAPIKey). What it does not
-// model: the overload section (decisions take no time here), a request
-// canceled while a queue rule holds it, and the response (Pending and
-// Settle settle the rules counted after it). It is what `portero replay`
-// decides with.
+// Decide decides r at now as ServeHTTP would (the same front, then
+// httplimit.Limiter.Decide) but answers and forwards nothing: d.Status is
+// what the gateway answers itself (the limiter's, front's, or 404 for a
+// request admitted that matches no route), or 0 when it would forward r to
+// d.Upstream. A request replayed from serve's access log carries its API
+// key as the log recorded it (WithLoggedAPIKey). It models neither the
+// overload section nor a hold canceled, nor the response (Pending and
+// Settle do). It is what `portero replay` decides with.
 func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
 	t := g.table.Load()
 	f := t.front(r)
@@ -488,9 +467,8 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   uc.DialTimeout,
 		ForceAttemptHTTP2:     true,
-		// Pass the client's Accept-Encoding through as it is: otherwise the
-		// Transport asks the upstream for gzip on the client's behalf (one
-		// more header map per request) and decompresses what it gets.
+		// Pass the client's Accept-Encoding through rather than ask for gzip
+		// and decompress on its behalf.
 		DisableCompression: true,
 	}
 	rp := &httputil.ReverseProxy{
@@ -534,11 +512,9 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 // copyBufferSize is the size of ReverseProxy's own response copy buffer.
 const copyBufferSize = 32 << 10
 
-// copyBuffers are the response copy buffers of every upstream. Without a
-// pool ReverseProxy allocates 32 KiB per request, which made the garbage
-// collector the largest cost of a proxied request (see
-// docs/benchmarks-gateway.md). Arrays, not slices, are pooled, so that Put
-// allocates nothing.
+// copyBuffers are every upstream's response copy buffers: without a pool
+// ReverseProxy allocates 32 KiB per request (docs/benchmarks-gateway.md).
+// Arrays are pooled, so that Put allocates nothing.
 var copyBuffers bufferPool
 
 type bufferPool struct{ pool sync.Pool }
