@@ -23,12 +23,9 @@ const (
 // and the max-cost of the rule.
 type Problem = httpanswer.Problem
 
-// SetHeaders writes the rate-limit fields of v on h, as the middleware
-// does (package engine/header): RateLimit-Policy for the enforced rules
-// that applied, RateLimit with their state (only the violated rules of a
-// refusal, none for a rule the failure policy decided), Retry-After on a
-// refusal that a retry can cure, Cache-Control: no-store on a refusal,
-// and with legacy the X-RateLimit-* fields of the deciding rule.
+// SetHeaders writes the rate-limit fields of v on h as the middleware does
+// (engine/header), with Cache-Control: no-store on a refusal and, with
+// legacy, the X-RateLimit-* fields.
 func SetHeaders(h http.Header, v *engine.Verdict, legacy bool) {
 	var f httpanswer.Fields
 	httpanswer.NewWriter(nil, legacy).Fields(&f, v)
@@ -38,10 +35,8 @@ func SetHeaders(h http.Header, v *engine.Verdict, legacy bool) {
 	f.Apply(h)
 }
 
-// prepared holds what the middleware formats once per policy rather than
-// once per request: the answers of its verdicts (the joined
-// RateLimit-Policy, the fixed parts of the problem bodies), the queue
-// shapes and the concurrency queues, by rule index.
+// prepared holds what the middleware prepares once per policy: the answers
+// of its verdicts, and the shapes and concurrency queues by rule index.
 type prepared struct {
 	answer *httpanswer.Writer
 	shape  []overload.Shape // by rule index; nil when no rule is shaped
@@ -59,19 +54,15 @@ func prepare(p *policy.Policy, legacy bool) *prepared {
 	return &prepared{answer: httpanswer.NewWriter(rules, legacy), queues: queues}
 }
 
-// WriteUnavailable answers 503 Service Unavailable with a problem body of
-// type temporary-reduced-capacity and Retry-After (whole seconds, at least
-// 1): the answer when refusing for the service's own sake rather than the
-// client's.
+// WriteUnavailable answers 503 temporary-reduced-capacity with Retry-After
+// (whole seconds, at least 1): a refusal for the service's own sake.
 func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail string) {
 	httpanswer.WriteUnavailable(w, retryAfter, detail)
 }
 
-// WriteCostError answers a request whose cost cannot be read (the
-// middleware's answer, and the gateway's GET /v1/limits's): 400 for a
-// malformed cost header, 411 when a rule counts body bytes and the length
-// is unknown. (A cost above what a rule can ever admit is no error: the
-// engine refuses it with a 429 that says it can never pass.)
+// WriteCostError answers a request whose cost cannot be read: 400 for a
+// malformed cost header, 411 when a rule counts body bytes of unknown
+// length.
 func WriteCostError(w http.ResponseWriter, re *policy.RuleError) {
 	httpanswer.Error(w, costStatus(re), re.Error())
 }

@@ -183,7 +183,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 	}
 	if len(ents) == 0 {
 		if retry := RetryAfterSeconds(v); retry > 0 {
-			fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
+			fields, buf = AppendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
 		}
 		return fields, buf
 	}
@@ -230,16 +230,16 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 	}
 
 	if retry := RetryAfterSeconds(v); retry > 0 {
-		fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
+		fields, buf = AppendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
 	}
 
 	if w.Legacy {
 		if i := v.Decider(); i >= 0 && v.Results[i].Failure == "" {
 			res := &v.Results[i]
 			q, _ := res.Rule.Quota()
-			fields, buf = appendInt(fields, buf, LegacyLimit, canonicalLegacyLimit, q)
-			fields, buf = appendInt(fields, buf, LegacyRemaining, canonicalLegacyRemaining, max(res.Decision.Remaining, 0))
-			fields, buf = appendInt(fields, buf, LegacyReset, canonicalLegacyReset, effectiveWindow(res))
+			fields, buf = AppendInt(fields, buf, LegacyLimit, canonicalLegacyLimit, q)
+			fields, buf = AppendInt(fields, buf, LegacyRemaining, canonicalLegacyRemaining, max(res.Decision.Remaining, 0))
+			fields, buf = AppendInt(fields, buf, LegacyReset, canonicalLegacyReset, effectiveWindow(res))
 		}
 	}
 	return fields, buf
@@ -307,14 +307,11 @@ func CeilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// staticInt is a small integer field: strconv keeps 0–99 as constants.
-func staticInt(name, key string, n int64) Field {
-	return Field{Name: name, Key: key, Static: strconv.FormatInt(n, 10)}
-}
-
-func appendInt(fields []Field, buf []byte, name, key string, n int64) ([]Field, []byte) {
+// AppendInt appends the field name (key canonical) of value n to fields,
+// in buf unless it is below 100 (strconv keeps 0–99 as constants).
+func AppendInt(fields []Field, buf []byte, name, key string, n int64) ([]Field, []byte) {
 	if n >= 0 && n < 100 {
-		return append(fields, staticInt(name, key, n)), buf
+		return append(fields, Field{Name: name, Key: key, Static: strconv.FormatInt(n, 10)}), buf
 	}
 	start := len(buf)
 	buf = strconv.AppendInt(buf, n, 10)

@@ -70,11 +70,11 @@ type Gateway struct {
 }
 
 type table struct {
-	cfg    *config.Config
-	routes []*route
-	shed   *httplimit.Shedder // nil when the overload section is off
-	keyField string       // cfg.Gateway.KeyHeader, canonical
-	served   http.Handler // g.serve over this table, for shed, built once
+	cfg      *config.Config
+	routes   []*route
+	shed     *httplimit.Shedder // nil when the overload section is off
+	keyField string             // cfg.Gateway.KeyHeader, canonical
+	served   http.Handler       // g.serve over this table, for shed, built once
 }
 
 type route struct {

@@ -148,19 +148,15 @@ func (w *Writer) Refuse(rw http.ResponseWriter, f *Fields, body []byte, v *engin
 }
 
 // Fields collects the header fields of one response and sets them on an
-// http.Header with two allocations at most, whatever their number: the
-// dynamic values live in one buffer that becomes one string, and every
-// value's one-element slice is cut from one []string (with its capacity
-// capped, so that a later Header.Add copies instead of writing into its
-// neighbour). The zero value is ready; Reset keeps the memory.
+// http.Header with two allocations, whatever their number: one string for
+// the dynamic values, one []string cut into capped one-element slices. The
+// zero value is ready; Reset keeps the memory.
 type Fields struct {
 	List []header.Field
 	Buf  []byte
 }
 
-// Reset empties f for reuse. The old entries are not cleared: they refer
-// to header names and to texts prepared with the configuration, not to a
-// request, and each is overwritten before it is read again.
+// Reset empties f for reuse (its entries refer to no request).
 func (f *Fields) Reset() {
 	f.List, f.Buf = f.List[:0], f.Buf[:0]
 }
@@ -170,32 +166,13 @@ func (f *Fields) Static(key, val string) {
 	f.List = append(f.List, header.Field{Name: key, Key: key, Static: val})
 }
 
-// Int adds n in decimal under key; 0–99 take no room in the buffer
-// (strconv keeps them as constants).
+// Int adds n in decimal under key.
 func (f *Fields) Int(key string, n int64) {
-	if n >= 0 && n < 100 {
-		f.Static(key, strconv.FormatInt(n, 10))
-		return
-	}
-	start := len(f.Buf)
-	f.Buf = strconv.AppendInt(f.Buf, n, 10)
-	f.List = append(f.List, header.Field{Name: key, Key: key, Start: start, End: len(f.Buf), Dynamic: true})
+	f.List, f.Buf = header.AppendInt(f.List, f.Buf, key, key, n)
 }
 
-// Has reports whether a field has the canonical key.
-func (f *Fields) Has(key string) bool {
-	for _, fd := range f.List {
-		if fd.Key == key {
-			return true
-		}
-	}
-	return false
-}
-
-// Apply sets the collected fields on h, replacing the values they had,
-// except RateLimit-Policy and RateLimit, whose values are added after
-// those already there: they are lists, and an earlier middleware's (a
-// second limiter stacked around this one) must not be lost.
+// Apply sets the fields on h, replacing their values, except the RateLimit
+// lists, which are added to (a second limiter stacked around this one).
 func (f *Fields) Apply(h http.Header) {
 	if len(f.List) == 0 {
 		return
@@ -211,7 +188,7 @@ func (f *Fields) Apply(h http.Header) {
 		} else {
 			vals[i] = fd.Static
 		}
-		if fd.Key == canonicalRateLimit || fd.Key == canonicalRateLimitPolicy {
+		if fd.Name == header.RateLimit || fd.Name == header.RateLimitPolicy {
 			if old := h[fd.Key]; len(old) > 0 {
 				h[fd.Key] = append(old[:len(old):len(old)], vals[i])
 				continue
@@ -220,12 +197,6 @@ func (f *Fields) Apply(h http.Header) {
 		h[fd.Key] = vals[i : i+1 : i+1]
 	}
 }
-
-// The canonical keys of the two list fields that Apply adds to.
-const (
-	canonicalRateLimit       = "Ratelimit"
-	canonicalRateLimitPolicy = "Ratelimit-Policy"
-)
 
 // texts are the fixed parts of the problem bodies of a rule set, per rule
 // by Index: the JSON "detail" up to its seconds, and the name as a JSON
