@@ -15,6 +15,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,67 +101,41 @@ type Engine struct {
 	jitter       time.Duration
 }
 
-// New validates o and returns an engine.
+// New validates o and returns an engine, or every problem of o at once.
 func New(o Options) (*Engine, error) {
 	if o.Store == nil {
 		return nil, errors.New("engine: a store is required")
 	}
-	if o.OnError == "" {
-		o.OnError = portero.FailAllow
+	o.OnError, o.Counting = cmp.Or(o.OnError, portero.FailAllow), cmp.Or(o.Counting, AllOrNothing)
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("engine: "+format, args...))
+		}
 	}
-	if !o.OnError.Valid() {
-		return nil, fmt.Errorf("engine: on error: %q: want allow, deny, local or error", string(o.OnError))
-	}
-	if o.LocalShare == 0 {
-		o.LocalShare = 1
-	}
-	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
-		return nil, fmt.Errorf("engine: local share %v: want a share in (0, 1]", o.LocalShare)
-	}
-	if o.LocalMaxKeys < 0 {
-		return nil, fmt.Errorf("engine: local max keys %d: must not be negative", o.LocalMaxKeys)
-	}
-	if o.LocalMaxKeys == 0 {
-		o.LocalMaxKeys = DefaultLocalMaxKeys
-	}
-	if o.RetryAfterOnFailure < 0 {
-		return nil, fmt.Errorf("engine: retry after on failure %v: must not be negative", o.RetryAfterOnFailure)
-	}
-	if o.RetryAfterOnFailure == 0 {
-		o.RetryAfterOnFailure = DefaultRetryAfterOnFailure
-	}
-	if o.NearLimit == 0 {
-		o.NearLimit = DefaultNearLimit
-	}
-	if !(o.NearLimit > 0 && o.NearLimit <= 1) {
-		return nil, fmt.Errorf("engine: near limit %v: want a share in (0, 1]", o.NearLimit)
-	}
-	if o.Counting == "" {
-		o.Counting = AllOrNothing
-	}
-	if !o.Counting.Valid() {
-		return nil, fmt.Errorf("engine: counting %q: want %s or %s", string(o.Counting), AllOrNothing, CountEach)
-	}
-	if o.CounterJitter < 0 {
-		return nil, fmt.Errorf("engine: counter jitter %v: must not be negative", o.CounterJitter)
-	}
-	if o.LeaseRetryAfter < 0 {
-		return nil, fmt.Errorf("engine: lease retry after %v: must not be negative", o.LeaseRetryAfter)
-	}
-	if o.LeaseRetryAfter == 0 {
-		o.LeaseRetryAfter = DefaultLeaseRetryAfter
+	check(o.OnError.Valid(), "on error: %q: want allow, deny, local or error", string(o.OnError))
+	check(o.Counting.Valid(), "counting %q: want %s or %s", string(o.Counting), AllOrNothing, CountEach)
+	check(o.LocalShare >= 0 && o.LocalShare <= 1, "local share %v: want a share in (0, 1]", o.LocalShare)
+	check(o.NearLimit >= 0 && o.NearLimit <= 1, "near limit %v: want a share in (0, 1]", o.NearLimit)
+	check(o.LocalMaxKeys >= 0, "local max keys %d: must not be negative", o.LocalMaxKeys)
+	check(o.RetryAfterOnFailure >= 0, "retry after on failure %v: must not be negative", o.RetryAfterOnFailure)
+	check(o.CounterJitter >= 0, "counter jitter %v: must not be negative", o.CounterJitter)
+	check(o.LeaseRetryAfter >= 0, "lease retry after %v: must not be negative", o.LeaseRetryAfter)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	if o.Leases == nil {
 		o.Leases, _ = o.Store.(portero.LeaseStore)
 	}
-	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: o.RetryAfterOnFailure, leaseRetry: o.LeaseRetryAfter, near: o.NearLimit,
-		counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter}
+	retry := cmp.Or(o.RetryAfterOnFailure, DefaultRetryAfterOnFailure)
+	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: retry, leaseRetry: cmp.Or(o.LeaseRetryAfter, DefaultLeaseRetryAfter),
+		near: cmp.Or(o.NearLimit, DefaultNearLimit), counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter}
 	if o.OnError == portero.FailLocal {
-		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
+		mem, err := memstore.New(memstore.Config{MaxKeys: cmp.Or(o.LocalMaxKeys, DefaultLocalMaxKeys), SweepInterval: -1})
 		if err != nil {
 			return nil, fmt.Errorf("engine: local memory: %w", err)
 		}
-		e.local = &localStore{mem: mem, share: o.LocalShare, retry: o.RetryAfterOnFailure}
+		e.local = &localStore{mem: mem, share: cmp.Or(o.LocalShare, 1), retry: retry}
 	}
 	return e, nil
 }

@@ -20,6 +20,7 @@ package checkapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -425,8 +426,8 @@ type original struct {
 
 func (h *Handler) original(r *http.Request) original {
 	o := original{header: r.Header}
-	o.method = first(r.Header.Get("X-Original-Method"), r.Header.Get("X-Forwarded-Method"), r.Method)
-	o.uri = first(r.Header.Get("X-Original-URI"), r.Header.Get("X-Forwarded-Uri"), r.URL.RequestURI())
+	o.method = cmp.Or(r.Header.Get("X-Original-Method"), r.Header.Get("X-Forwarded-Method"), r.Method)
+	o.uri = cmp.Or(r.Header.Get("X-Original-URI"), r.Header.Get("X-Forwarded-Uri"), r.URL.RequestURI())
 	o.path = o.uri
 	if i := strings.IndexAny(o.path, "?#"); i >= 0 {
 		o.path = o.path[:i]
@@ -434,18 +435,9 @@ func (h *Handler) original(r *http.Request) original {
 	if p, err := url.PathUnescape(o.path); err == nil {
 		o.path = p
 	}
-	o.host = first(r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Original-Host"), r.Host)
+	o.host = cmp.Or(r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Original-Host"), r.Host)
 	o.ip = h.cfg.ClientIP.Resolve(r)
 	return o
-}
-
-func first(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // expand resolves the placeholders of one template value; ok is false when
@@ -496,6 +488,38 @@ func (o *original) expand(tmpl string) (string, bool, error) {
 	}
 }
 
+// request is the descriptor request of /v1/auth's templates for o (one
+// remote_address={ip} when none), or why they cannot be read. A
+// descriptor whose placeholder has no value is dropped, as Envoy drops it.
+func (o original) request(domain string, templates []string) (*descriptor.Request, string) {
+	if len(templates) == 0 {
+		templates = []string{"remote_address={ip}"}
+	}
+	req := &descriptor.Request{Domain: domain}
+	for _, t := range templates {
+		var d descriptor.Descriptor
+		for _, part := range strings.Split(t, ",") {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				return nil, fmt.Sprintf("descriptor %s: want key=value[,key=value...]", quote.Input(t))
+			}
+			val, has, err := o.expand(v)
+			if err != nil {
+				return nil, fmt.Sprintf("descriptor %s: %v", quote.Input(t), err)
+			}
+			if !has {
+				d.Entries = nil
+				break
+			}
+			d.Entries = append(d.Entries, descriptor.Entry{Key: k, Value: val})
+		}
+		if len(d.Entries) > 0 {
+			req.Descriptors = append(req.Descriptors, d)
+		}
+	}
+	return req, ""
+}
+
 func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	deny := http.StatusTooManyRequests
@@ -510,40 +534,15 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		}
 		deny = n
 	}
-	domain := first(q.Get("domain"), h.cfg.DefaultDomain)
+	domain := cmp.Or(q.Get("domain"), h.cfg.DefaultDomain)
 	if domain == "" {
 		problem(w, http.StatusBadRequest, "no domain: add ?domain=... to the auth URL")
 		return
 	}
-	o := h.original(r)
-	templates := q["descriptor"]
-	if len(templates) == 0 {
-		templates = []string{"remote_address={ip}"}
-	}
-	req := &descriptor.Request{Domain: domain}
-	for _, t := range templates {
-		var d descriptor.Descriptor
-		keep := true
-		for _, part := range strings.Split(t, ",") {
-			k, v, ok := strings.Cut(part, "=")
-			if !ok || k == "" {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %s: want key=value[,key=value...]", quote.Input(t)))
-				return
-			}
-			val, has, err := o.expand(v)
-			if err != nil {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %s: %v", quote.Input(t), err))
-				return
-			}
-			if !has {
-				keep = false
-				break
-			}
-			d.Entries = append(d.Entries, descriptor.Entry{Key: k, Value: val})
-		}
-		if keep {
-			req.Descriptors = append(req.Descriptors, d)
-		}
+	req, msg := h.original(r).request(domain, q["descriptor"])
+	if msg != "" {
+		problem(w, http.StatusBadRequest, msg)
+		return
 	}
 	hd := w.Header()
 	if len(req.Descriptors) == 0 {
