@@ -196,27 +196,21 @@ func waitFree(t *testing.T, s portero.LeaseStore, rule portero.ConcurrencyRule, 
 	}
 }
 
-// TestConcurrencyReleasedHoweverTheRequestEnds: one slot, and for each way a
-// request can end on a real loopback server — success, an error status, a
-// panic, a client that goes away, http.TimeoutHandler giving up, a hijacked
-// connection (closed, or kept open after the handler returns) — the slot is
-// held while the handler runs and free once it has returned.
-func TestConcurrencyReleasedHoweverTheRequestEnds(t *testing.T) {
-	store := leaseStore(t)
-	const key = "global=*"
+// ending is a way a request can end: its handler signals entered, then
+// waits for goOn (closed once the test has seen the slot taken) before it
+// ends its own way; its client waits for goOn before it does its part.
+type ending struct {
+	name    string
+	handler func(entered chan<- struct{}, goOn <-chan struct{}) http.Handler
+	wrap    func(http.Handler) http.Handler // around the middleware; nil for none
+	client  func(t *testing.T, url string, goOn <-chan struct{})
+}
 
-	// Each handler signals entered, then waits for goOn (closed once the
-	// test has seen the slot taken) before it ends its own way; each client
-	// waits for goOn before it does its part of the ending.
-	type tc struct {
-		name    string
-		handler func(entered chan<- struct{}, goOn <-chan struct{}) http.Handler
-		wrap    func(http.Handler) http.Handler // around the middleware; nil for none
-		client  func(t *testing.T, url string, goOn <-chan struct{})
-	}
+// endings are the ways a request can end on a real loopback server; the
+// last keeps its hijacked connection open, handing it over on hijacked.
+func endings(t *testing.T, hijacked chan<- net.Conn) []ending {
 	get := func(t *testing.T, url string, _ <-chan struct{}) { <-goGet(url, nil) }
-	hijacked := make(chan net.Conn, 1)
-	cases := []tc{
+	return []ending{
 		{name: "success", client: get, handler: func(entered chan<- struct{}, goOn <-chan struct{}) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { entered <- struct{}{}; <-goOn })
 		}},
@@ -312,7 +306,18 @@ func TestConcurrencyReleasedHoweverTheRequestEnds(t *testing.T) {
 			resp.Body.Close()
 		}},
 	}
-	for i, cs := range cases {
+}
+
+// TestConcurrencyReleasedHoweverTheRequestEnds: one slot, and for each way a
+// request can end on a real loopback server — success, an error status, a
+// panic, a client that goes away, http.TimeoutHandler giving up, a hijacked
+// connection (closed, or kept open after the handler returns) — the slot is
+// held while the handler runs and free once it has returned.
+func TestConcurrencyReleasedHoweverTheRequestEnds(t *testing.T) {
+	store := leaseStore(t)
+	const key = "global=*"
+	hijacked := make(chan net.Conn, 1)
+	for i, cs := range endings(t, hijacked) {
 		t.Run(cs.name, func(t *testing.T) {
 			// A rule of its own, so that a leak fails this case only.
 			rule := portero.ConcurrencyRule{Name: fmt.Sprint("one-", i), Max: 1}
