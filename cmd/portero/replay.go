@@ -320,7 +320,7 @@ func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 // recorded it) and decides it at now, after settling the responses that
 // ended by now; for a request passed on, it keeps what the rules counted
 // after the response owe, to settle them with the response the log
-// recorded when it ends (Gateway.Owe and Pay: as serve did once the
+// recorded when it ends (Gateway.Pending and Settle: as serve did once the
 // upstream answered).
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
 	ctx := context.Background()
