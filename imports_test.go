@@ -2,6 +2,7 @@ package portero_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,6 +66,8 @@ func TestImportsFlowDownward(t *testing.T) {
 //   - internal/gateway, the middleware in front of a reverse proxy, may
 //     import httplimit and no other door;
 //   - internal/server may import the gateway and the doors, not cmd;
+//   - a compiler (policy, descriptor) imports no other compiler: they are
+//     peers, and what they share (clientip.AddrSet) lives below both;
 //   - every other package (the vocabulary, algorithm, the stores, engine,
 //     engine/header, the compilers policy and descriptor, config, sim, the
 //     polite clients client and client/grpcclient …) imports no door and
@@ -88,6 +91,7 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 		t.Fatalf("go list ./...: %v\n%s", err, out)
 	}
 	restricted := append(append([]string(nil), doors...), above...)
+	compilers := []string{mod + "/policy", mod + "/descriptor"}
 	checked := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
@@ -104,6 +108,11 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 			for _, r := range restricted {
 				if d == r && !ok[d] {
 					t.Errorf("%s depends on %s: a door or what is above the doors", pkg, d)
+				}
+			}
+			for _, c := range compilers {
+				if d == c && slices.Contains(compilers, pkg) {
+					t.Errorf("%s depends on %s: the compilers are peers", pkg, d)
 				}
 			}
 		}

@@ -19,21 +19,13 @@ const (
 	// request are decided together and, when one enforced hit refuses,
 	// none is counted; a hit is admitted only when its whole cost fits.
 	AllOrNothing Counting = "all-or-nothing"
-	// CountEach is envoyproxy/ratelimit's counting: every fixed-window hit
-	// is counted on its own, whatever the others say, by adding its cost
-	// to a plain counter of the window and then comparing (Redis INCRBY,
-	// then "count > limit"), so that a refused request still consumes and
-	// a check-only hit (cost 0) exactly at its limit passes. Hits of other
-	// algorithms (Portero's extension) are each decided alone by their
-	// algorithm. The request is refused when an enforced hit is over its
-	// limit, or when every quota hit is. A counter is named by the hit's
-	// key alone and its window's length (envoyproxy/ratelimit's cache key,
-	// which names the domain and the descriptor's entries): hits of two
-	// rules on one key and window share it. A store that implements
-	// portero.Counter (store/redisstore) keeps the counters natively;
-	// on any other store (store/memstore) they are fixed windows of the
-	// store with a count no request reaches (at most 10^9 per second: a
-	// per-second limit above that never refuses there).
+	// CountEach is envoyproxy/ratelimit's counting: each fixed-window hit
+	// adds its cost to a plain counter of its key and window, then compares
+	// (INCRBY, then count > limit), whatever the others say, so a refused
+	// request still counts and a check-only hit exactly at its limit passes;
+	// hits of other algorithms are each decided alone. The counters are a
+	// portero.Counter's (store/redisstore), or fixed windows of the store
+	// with a count no request reaches (at most 10^9 per second).
 	CountEach Counting = "each"
 )
 
@@ -188,8 +180,7 @@ func overKey(key string, now time.Time, w time.Duration) string {
 }
 
 // decideAlone decides a hit of a Portero algorithm under CountEach: on its
-// own, admitted only when its cost fits. The store's hit is built in
-// v.hits, whose memory v keeps.
+// own, admitted only when its cost fits.
 func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Time, v *Verdict, res *Result) error {
 	r := res.Rule
 	if r.maxCost == 0 || res.Cost > r.maxCost {
@@ -197,7 +188,7 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		return nil
 	}
 	if res.CheckOnly {
-		d, err := st.Peek(ctx, r.Rule, res.Key, now, max(res.Cost, 1))
+		d, err := look(ctx, st, now, res, max(res.Cost, 1))
 		if err != nil {
 			return err
 		}
@@ -212,7 +203,7 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		res.Decision = d
 		return nil
 	}
-	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost})
+	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost, MaxDelay: res.MaxDelay})
 	decs, err := st.AllowAll(ctx, now, v.hits)
 	if err != nil {
 		return err
@@ -244,9 +235,8 @@ func threshold(r *Rule, share float64) uint64 {
 	return uint64(max(r.Limit.Count, 0))
 }
 
-// counterOf returns the counters of st and the share of each limit they
-// may admit: the store's own when it keeps counters natively, the failure
-// policies' answers, or fixed windows of the store.
+// counterOf returns st's counters (its own, the failure policies', or fixed
+// windows of it) and the share of each limit they admit.
 func counterOf(st portero.Store) (portero.Counter, float64) {
 	switch s := st.(type) {
 	case portero.Counter:
@@ -257,15 +247,12 @@ func counterOf(st portero.Store) (portero.Counter, float64) {
 	return storeCounter{st}, 1
 }
 
-// storeCounter keeps plain counters in any portero.Store: a counter of
-// window W is a fixed window of W under a rule of its own (one per window
-// length) whose count no request reaches, so that every addition is
-// admitted and the decision's Remaining tells the count.
+// storeCounter keeps plain counters in any portero.Store, as fixed windows
+// under a rule per window length whose count no request reaches: every
+// addition is admitted, and Remaining tells the count.
 type storeCounter struct{ st portero.Store }
 
-// counterCap is the count of a counter rule of window w: as high as the
-// stores allow (a count of at most one per nanosecond; the Redis store's
-// 2^50).
+// counterCap is a counter rule's count: as high as the stores allow.
 func counterCap(w time.Duration) int64 { return min(int64(w), 1<<50) }
 
 func counterRule(w time.Duration) portero.Rule {
@@ -286,9 +273,8 @@ func (c storeCounter) Count(ctx context.Context, now time.Time, counts []portero
 		if added(counts[:i], cn) {
 			continue // read below, after the additions before it
 		}
-		// A read before any addition on its key: asked first, so that
-		// what this call adds later is not seen (as INCRBY 0 in a
-		// pipeline would not see it).
+		// A read before any addition on its key does not see what this
+		// call adds later (as INCRBY 0 in a pipeline).
 		d, err := c.st.Peek(ctx, counterRule(cn.Window), cn.Key, now, 1)
 		if err != nil {
 			return err
@@ -306,8 +292,8 @@ func (c storeCounter) Count(ctx context.Context, now time.Time, counts []portero
 		return fmt.Errorf("%w: the store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
 	}
 	if !allAllowed(decs) {
-		// A counter at its cap: count each one alone, and fill the ones
-		// that overflow, so that they stay over any limit.
+		// A counter at its cap: count each alone, filling those that
+		// overflow so that they stay over any limit.
 		if decs, err = c.oneByOne(ctx, now, hits); err != nil {
 			return err
 		}
@@ -386,9 +372,8 @@ func (p policyStore) Count(_ context.Context, _ time.Time, counts []portero.Coun
 }
 
 // WindowRemainder returns the time from now to the end of its
-// epoch-aligned window of length w (0 for no window): the reset of
-// envoyproxy/ratelimit's counters, which the descriptor compiler reports
-// too.
+// epoch-aligned window of length w (0 for none): the reset of
+// envoyproxy/ratelimit's counters.
 func WindowRemainder(now time.Time, w time.Duration) time.Duration {
 	if w <= 0 {
 		return 0

@@ -217,7 +217,7 @@ type gatewayDecider struct {
 type owed struct {
 	due  time.Time
 	seq  int64
-	o    gateway.Owed
+	o    gateway.Pending
 	resp policy.Response
 }
 
@@ -251,7 +251,7 @@ func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
 	} else {
 		ow = &owed{}
 	}
-	if !g.gw.Owe(&g.d, now, &ow.o) {
+	if !g.gw.Pending(&g.d, now, &ow.o) {
 		g.free = append(g.free, ow)
 		return
 	}
@@ -265,7 +265,7 @@ func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
 func (g *gatewayDecider) payDue(now time.Time) error {
 	for len(g.owed) > 0 && !g.owed[0].due.After(now) {
 		ow := heap.Pop(&g.owed).(*owed)
-		err := g.gw.Pay(context.Background(), &ow.o, &ow.resp, ow.due)
+		err := g.gw.Settle(context.Background(), &ow.o, &ow.resp, ow.due)
 		ow.resp = policy.Response{}
 		g.free = append(g.free, ow)
 		var re *policy.RuleError
@@ -320,7 +320,7 @@ func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 // recorded it) and decides it at now, after settling the responses that
 // ended by now; for a request passed on, it keeps what the rules counted
 // after the response owe, to settle them with the response the log
-// recorded when it ends (Gateway.Owe and Pay: as serve did once the
+// recorded when it ends (Gateway.Pending and Settle: as serve did once the
 // upstream answered).
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
 	ctx := context.Background()

@@ -16,18 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/portero-rl/portero"
-	"github.com/portero-rl/portero/httplimit"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/buildinfo"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/dashboard"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/lifecycle"
 )
-
-// Peeker is implemented by stores that can show a key's state without
-// counting a request.
-type Peeker interface {
-	Peek(ctx context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error)
-}
 
 // Resetter is implemented by stores that can forget a key's state.
 type Resetter interface {
@@ -168,10 +163,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 
 // writeProblem answers an RFC 9457 problem body.
 func writeProblem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	httpanswer.Error(w, status, detail)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -184,8 +176,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // keys: GET /api/keys?rule=R&key=K shows a key's state, DELETE resets it,
-// when the store supports it (501 otherwise). The state is the decision a
-// request of cost 1 from the key would get now, without counting it:
+// when the store supports it (501 otherwise). The state is the engine's
+// look at a request of cost 1 from the key now, counting nothing and under
+// the failure policy when the store fails (decided_by names it then):
 // whether it would pass, what it would leave (remaining), how long until
 // such a request passes (retry_after_seconds, 0 when it would) and until
 // the key is full again (reset_after_seconds).
@@ -205,23 +198,23 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "rule " + strconv.Quote(name) + " is a concurrency limit: its state is the requests in flight, which end by themselves"})
 		return
 	}
-	store := s.currentStore()
 	switch r.Method {
 	case http.MethodGet:
-		p, ok := store.(Peeker)
-		if !ok {
-			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this store cannot show a key's state"})
-			return
-		}
-		d, err := p.Peek(r.Context(), rule.StoreRule(), key, s.now(), 1)
-		if err != nil {
+		var v engine.Verdict
+		if err := s.gw.Limiter().Engine().Peek(r.Context(), s.now(), []engine.Hit{{Rule: rule.Engine(), Key: key, Cost: 1}}, &v); err != nil {
 			writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"rule": name, "key": key, "allowed": d.Allowed, "limit": d.Limit,
-			"remaining": d.Remaining, "retry_after_seconds": d.RetryAfter.Seconds(), "reset_after_seconds": d.ResetAfter.Seconds()})
+		res := &v.Results[0]
+		d := res.Decision
+		out := map[string]any{"rule": name, "key": key, "allowed": d.Allowed, "limit": d.Limit,
+			"remaining": d.Remaining, "retry_after_seconds": d.RetryAfter.Seconds(), "reset_after_seconds": d.ResetAfter.Seconds()}
+		if res.Failure != "" {
+			out["decided_by"] = res.Failure
+		}
+		writeJSON(w, http.StatusOK, out)
 	case http.MethodDelete:
-		rs, ok := store.(Resetter)
+		rs, ok := s.currentStore().(Resetter)
 		if !ok {
 			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this store cannot reset a key"})
 			return

@@ -604,7 +604,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		// The common case: one hit, one slot, the one-hit script; built
 		// without split's maps and slices.
 		key := s.key(cs[0], hits[0])
-		if s.over != nil && cs[0].decider != nil {
+		if s.over != nil && cs[0].decider != nil && hits[0].MaxDelay <= 0 {
 			at := now
 			if s.cfg.Clock == ServerClock {
 				at = time.Now()
@@ -727,7 +727,7 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 	}
 	for _, i := range c.idx {
 		a := s.argv(cs[i], now)
-		args = append(args, string(cs[i].alg), strconv.FormatInt(hits[i].Cost, 10), a[0], a[1], a[2])
+		args = append(args, string(cs[i].alg), strconv.FormatInt(hits[i].Cost, 10), a[0], cs[i].p2(a, hits[i]), a[2])
 	}
 	script := s.scripts.pick(c.algs)
 	var all bool
