@@ -22,7 +22,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +32,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -275,17 +275,9 @@ const (
 	DefaultDialTimeout       = 5 * time.Second
 )
 
-// FieldError is one problem in a configuration file.
-type FieldError struct {
-	File         string
-	Line, Column int    // 1-based; Column 0 when unknown (YAML syntax errors)
-	Field        string // such as rules[2].limit; empty for syntax errors
-	Msg          string
-}
-
-func (e *FieldError) Error() string {
-	return fileerr.Format(e.File, e.Line, e.Column, e.Field, e.Msg)
-}
+// FieldError is one problem in a configuration file, at its line, column
+// and field.
+type FieldError = fileerr.Error
 
 // Options tune ParseWith and LoadWith. The zero value is what Parse and
 // Load use: what `portero serve` runs.
@@ -431,31 +423,10 @@ type parser struct {
 	lists map[string][]netip.Prefix
 }
 
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
-
-// yamlErrors turns the YAML library's errors into FieldErrors with lines;
-// one about a tab in p.data is put at the tab, with a hint.
+// yamlErrors turns a YAML syntax error into Errors.
 func (p *parser) yamlErrors(err error) error {
-	var msgs []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	} else {
-		msgs = []string{err.Error()}
-	}
-	var out Errors
-	for _, m := range msgs {
-		fe := &FieldError{File: p.file, Msg: strings.TrimPrefix(m, "yaml: ")}
-		if sm := yamlLine.FindStringSubmatch(m); sm != nil {
-			fe.Line, _ = strconv.Atoi(sm[1])
-			fe.Msg = strings.ReplaceAll(sm[2], "type config.", "")
-			if line, col, hint, ok := fileerr.TabError(p.data, fe.Line, fe.Msg); ok {
-				fe.Line, fe.Column, fe.Msg = line, col, fe.Msg+": "+hint
-			}
-		}
-		out = append(out, fe)
-	}
-	return out
+	line, col, msg := yamlwalk.SyntaxError(p.data, err)
+	return Errors{{File: p.file, Line: line, Column: col, Msg: msg}}
 }
 
 // node finds the YAML node at a path of mapping keys (string) and sequence

@@ -121,7 +121,7 @@ func TestAliasesBounded(t *testing.T) {
 	src += "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules:\n  - <<: *m9\n    key: ip\n    limit: 1/s\n"
 	start := time.Now()
 	_, err := config.Parse("bomb.yaml", []byte(src))
-	if err == nil || !strings.Contains(err.Error(), "rules[0].name: more than 1000000 values once YAML aliases are expanded") {
+	if err == nil || !strings.Contains(err.Error(), "rules[0]: more than 1000000 values once YAML aliases are expanded") {
 		t.Errorf("alias bomb: %v", err)
 	}
 	if strings.Contains(err.Error(), "required") {
@@ -129,5 +129,30 @@ func TestAliasesBounded(t *testing.T) {
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("alias bomb took %v", took)
+	}
+}
+
+// TestMergeKeys: a rule that merges another's fields with << keeps its own
+// where it gives them, whole: its own match replaces the merged one rather
+// than adding to its lists, and of two merged mappings the first that has
+// a field gives it.
+func TestMergeKeys(t *testing.T) {
+	src := `upstreams: {d: {type: demo}}
+routes: [{upstream: d}]
+rules:
+  - &base {name: base, key: ip, limit: 1/s, match: {methods: [GET], headers: {X-A: a}}}
+  - &other {name: other, key: ip, limit: 9/s, algorithm: gcra}
+  - <<: [*base, *other]
+    name: own
+    match: {methods: [POST]}
+`
+	c, err := config.Parse("m.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Policy.Rule("own")
+	// The limit is base's, the algorithm other's: base has none.
+	if got := fmt.Sprintf("%v %v %v %v", r.Match.Methods, r.Match.Headers, r.Limit, r.Algorithm); got != "[POST] map[] 1/s gcra" {
+		t.Errorf("merged rule: %s, want [POST] map[] 1/s gcra", got)
 	}
 }

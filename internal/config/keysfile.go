@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/portero-rl/portero/internal/config/fileerr"
 )
 
 // The keys file (api_keys.file) may hold millions of keys, so it is read as
@@ -219,13 +221,7 @@ func (kr *keysReader) top(c *cursor) {
 		return
 	}
 	if string(name) != "keys" {
-		msg := "unknown field"
-		if s := suggest(string(name), []string{"keys"}); s != "" {
-			msg += "; did you mean keys?"
-		} else {
-			msg += " (known here: keys)"
-		}
-		kr.errorAt(kr.line, 1, string(name), "%s", msg)
+		kr.errorAt(kr.line, 1, string(name), "%s", fileerr.Unknown(string(name), []string{"keys"}))
 		kr.state = keysSkip
 		return
 	}
@@ -370,14 +366,7 @@ func (kr *keysReader) set(it *keyItem, name, v []byte, keyCol, valCol int) {
 		}
 	}
 	if i < 0 {
-		field := kr.itemField() + "." + string(name)
-		msg := "unknown field"
-		if s := suggest(string(name), keysFields); s != "" {
-			msg += "; did you mean " + s + "?"
-		} else {
-			msg += " (known here: " + strings.Join(keysFields, ", ") + ")"
-		}
-		kr.errorAt(kr.line, keyCol+1, field, "%s", msg)
+		kr.errorAt(kr.line, keyCol+1, kr.itemField()+"."+string(name), "%s", fileerr.Unknown(string(name), keysFields))
 		return
 	}
 	if it.have[i] {

@@ -31,14 +31,18 @@
 // # Its parser, exactly: Options.Envoyproxy
 //
 // By default the reading is Portero's: strict (a field in the wrong place,
-// a key given twice, a second YAML document are errors) and lenient where
-// that cannot mislead ("5" is 5). With Options.Envoyproxy it is
+// a key given twice, a second YAML document are errors; an unknown field
+// gets a "did you mean"), lenient where that cannot mislead ("5" is 5),
+// and its aliases and << merge keys read as in Portero's own file
+// (yamlwalk.Portero: a mapping's own keys win). With Options.Envoyproxy it is
 // envoyproxy/ratelimit's, file for file (TestEnvoyproxyConfigTests holds
 // the cases, each checked against its own config check): every file of a
 // directory whatever its name (dot files unless IgnoreDotFiles), an empty
 // directory as no domains, the first document of a file, every key
 // checked against its set of known keys wherever it stands (a known key
-// out of place is then ignored), the last of a key given twice, YAML 1.1
+// out of place is then ignored), aliases, merge keys and keys given twice
+// as yaml.v2 decodes its structs (yamlwalk.YAMLv2: keys in order, the last
+// of a key wins, a mapping given again adds to the first), YAML 1.1
 // scalars (yes/no booleans; a quoted number or boolean is an error),
 // descriptors that collide as key_value strings ((a, b_c) and (a_b, c))
 // refused, an unreadable unit beside unlimited ignored, any count per

@@ -12,6 +12,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -211,7 +212,7 @@ func (p *parser) fileExtension(n *yaml.Node, field string) {
 			return
 		}
 		if v.Kind != yaml.MappingNode {
-			p.errorf(v, f, "want a mapping of names to lists of addresses and CIDRs, found %s", kindName(v))
+			p.errorf(v, f, "want a mapping of names to lists of addresses and CIDRs, found %s", yamlwalk.Describe(v))
 			return
 		}
 		p.lists = map[string][]netip.Prefix{}
@@ -238,13 +239,15 @@ func (p *parser) fileExtension(n *yaml.Node, field string) {
 // strList reads a list of strings.
 func (p *parser) strList(n *yaml.Node, field string) []*yaml.Node {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, field, "want a list, found %s", kindName(n))
+		p.errorf(n, field, "want a list, found %s", yamlwalk.Describe(n))
 		return nil
 	}
 	var out []*yaml.Node
 	for i, item := range n.Content {
-		item = deref(item)
-		if p.str(item, fmt.Sprintf("%s[%d]", field, i)); item.Kind == yaml.ScalarNode && item.Tag != "!!null" {
+		if item = p.resolve(item, field); item == nil {
+			return out
+		}
+		if p.str(item, fmt.Sprintf("%s[%d]", field, i)); item.Kind == yaml.ScalarNode && !yamlwalk.IsNull(item) {
 			out = append(out, item)
 		}
 	}
