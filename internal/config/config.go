@@ -22,7 +22,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -548,9 +547,32 @@ func (p *parser) duration(s string, def time.Duration, path []any) time.Duration
 	return d
 }
 
+// validate checks f, section by section, into a Config; p.errs says what
+// is wrong.
 func (p *parser) validate(f *File) *Config {
 	c := &Config{Source: p.file, File: *f}
-	// server
+	p.server(f, c)
+	p.admin(f, c)
+	p.store(f, c)
+	p.clientIP(f, c)
+	p.upstreams(f, c)
+	p.addressLists(f)
+	p.routes(f, c)
+	rules, seen, ruleOK := p.rules(f, c)
+	rules = p.gatewayModel(f, c, rules, seen)
+	if ruleOK && len(p.errs) == 0 {
+		pol, err := policy.New(rules, policy.Options{IPv6Prefix: f.ClientIP.IPv6Prefix, IPv4Prefix: f.ClientIP.IPv4Prefix})
+		if err != nil {
+			p.errorf(at("rules"), "%v", err)
+		}
+		c.Policy = pol
+	}
+	return c
+}
+
+// server reads the gateway listener: its address, timeouts, load shedding
+// and TLS.
+func (p *parser) server(f *File, c *Config) {
 	c.Listen = f.Server.Listen
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -564,8 +586,10 @@ func (p *parser) validate(f *File) *Config {
 	c.DrainPeriod = p.duration(f.Server.DrainPeriod, DefaultDrainPeriod, at("server", "drain_period"))
 	p.overload(f, c)
 	c.ServerTLS = p.tls(c, f.Server.TLS, at("server", "tls"))
+}
 
-	// admin
+// admin reads the admin listener: its address, token and TLS.
+func (p *parser) admin(f *File, c *Config) {
 	switch f.Admin.Listen {
 	case "":
 		c.AdminListen = DefaultAdminListen
@@ -589,8 +613,10 @@ func (p *parser) validate(f *File) *Config {
 	}
 
 	c.AdminTLS = p.tls(c, f.Admin.TLS, at("admin", "tls"))
+}
 
-	// store
+// store reads where counters live and what happens when the store fails.
+func (p *parser) store(f *File, c *Config) {
 	switch f.Store.Type {
 	case "", "memory":
 		c.StoreType = "memory"
@@ -635,8 +661,11 @@ func (p *parser) validate(f *File) *Config {
 		p.errorf(at("store", "max_keys"), "%d: want the most keys per rule, at least 1 (leave max_keys out for the default)", f.Store.MaxKeys)
 	}
 	c.MaxKeys = f.Store.MaxKeys
+}
 
-	// client_ip
+// clientIP reads how the client's address is found, and the identity
+// headers.
+func (p *parser) clientIP(f *File, c *Config) {
 	for i, s := range f.ClientIP.TrustedProxies {
 		pfx, err := clientip.ParsePrefixes([]string{s})
 		if err != nil {
@@ -663,15 +692,12 @@ func (p *parser) validate(f *File) *Config {
 			p.errorf(at("identity", h.name), "%q: not a header name", h.v)
 		}
 	}
+}
 
-	// upstreams
+// upstreams reads the services the gateway forwards to.
+func (p *parser) upstreams(f *File, c *Config) {
 	c.Upstreams = map[string]*UpstreamConfig{}
-	names := make([]string, 0, len(f.Upstreams))
-	for name := range f.Upstreams {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range sortedKeys(f.Upstreams) {
 		u := f.Upstreams[name]
 		path := at("upstreams", name)
 		uc := &UpstreamConfig{Name: name, PreserveHost: u.PreserveHost, MaxIdleConns: u.MaxIdleConns}
@@ -706,10 +732,10 @@ func (p *parser) validate(f *File) *Config {
 		}
 		c.Upstreams[name] = uc
 	}
+}
 
-	p.addressLists(f)
-
-	// routes
+// routes reads which upstream each request goes to.
+func (p *parser) routes(f *File, c *Config) {
 	if len(f.Routes) == 0 {
 		p.errorf(at("routes"), "at least one route is required, such as - upstream: NAME")
 	}
@@ -725,7 +751,7 @@ func (p *parser) validate(f *File) *Config {
 		if r.Upstream == "" {
 			p.errorf(append(path, "upstream"), "required: the name of an upstream")
 		} else if u, ok := c.Upstreams[r.Upstream]; !ok {
-			have := strings.Join(names, ", ")
+			have := strings.Join(sortedKeys(f.Upstreams), ", ")
 			if have == "" {
 				have = "none defined under upstreams"
 			}
@@ -738,102 +764,102 @@ func (p *parser) validate(f *File) *Config {
 		}
 		c.Routes = append(c.Routes, rc)
 	}
+}
 
-	// rules
-	rules := make([]policy.Rule, 0, len(f.Rules))
-	seen := map[string]int{}
-	ruleOK := true
+// rules reads the file's own rules; seen maps each name to its index, and
+// ok is false when one is wrong.
+func (p *parser) rules(f *File, c *Config) (rules []policy.Rule, seen map[string]int, ok bool) {
+	seen, ok = map[string]int{}, true
 	for i, r := range f.Rules {
-		path := at("rules", i)
-		pr := policy.Rule{Name: r.Name}
-		ok := true
-		bad := func(field []any, format string, args ...any) {
-			p.errorf(field, format, args...)
-			ok = false
+		pr, counts, rok := p.rule(c, r, at("rules", i), i, seen)
+		if counts {
+			rules = append(rules, pr)
 		}
-		if err := policy.ValidName(r.Name); err != nil {
-			bad(append(path, "name"), "%v", strings.TrimPrefix(err.Error(), "name: "))
-		} else if j, dup := seen[r.Name]; dup {
-			bad(append(path, "name"), "%q: already used by rules[%d]", r.Name, j)
-		} else {
-			seen[r.Name] = i
-		}
-		before := p.problems
-		pr.Match = p.match(r.Match, append(path, "match"))
-		ok = ok && p.problems == before // reported once, not again below
-		kind, nok := p.neighbours(c, r, &pr, path)
-		ok = ok && nok
-		if kind == priorityOnly {
-			ruleOK = ruleOK && ok
-			continue // it gives requests a class; nothing to count
-		}
-		if r.Key == "" {
-			bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
-		} else if k, err := policy.ParseKey(r.Key); err != nil {
-			bad(append(path, "key"), "%v", err)
-		} else {
-			pr.Key = k
-		}
-		if r.Algorithm != "" && kind != concurrency {
-			a, err := portero.ParseAlgorithm(r.Algorithm)
-			if err != nil {
-				bad(append(path, "algorithm"), "%v", err)
-			}
-			pr.Algorithm = a
-		}
-		if kind == concurrency {
-			// Its limit is the concurrency section (neighbours).
-		} else if r.Limit == "" {
-			bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
-		} else if l, err := portero.ParseLimit(r.Limit); err != nil {
-			bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
-		} else {
-			pr.Limit = l
-		}
-		if kind == concurrency {
-			// A cost is reported by neighbours: one slot per request.
-		} else if cost, err := policy.ParseCost(r.Cost); err != nil {
-			bad(append(path, "cost"), "%v", err)
-		} else {
-			pr.Cost = cost
-		}
-		switch r.Mode {
-		case "", "enforce":
-			pr.Mode = policy.Enforce
-		case "shadow":
-			pr.Mode = policy.Shadow
-		default:
-			bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
-		}
-		if p.zero(append(path, "reserve")) {
-			bad(append(path, "reserve"), "0: want the units counted at the decision, at least 1 (leave reserve out for 1)")
-		}
-		if set, err := policy.ParseStatuses(r.CountResponses); err != nil {
-			bad(append(path, "count_responses"), "%v", err)
-		} else {
-			pr.Responses, pr.Reserve = set, r.Reserve
-		}
-		if ok {
-			// What only the combination can tell (a cost larger than the
-			// limit could ever admit, an algorithm's own bounds).
-			if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
-				_, msg, _ := strings.Cut(err.Error(), "): ")
-				bad(path, "%s", msg)
-			}
-			p.shapeHolds(r, pr.Limit, path)
-		}
-		ruleOK = ruleOK && ok
-		rules = append(rules, pr)
+		ok = ok && rok
 	}
-	rules = p.gatewayModel(f, c, rules, seen)
-	if ruleOK && len(p.errs) == 0 {
-		pol, err := policy.New(rules, policy.Options{IPv6Prefix: f.ClientIP.IPv6Prefix, IPv4Prefix: f.ClientIP.IPv4Prefix})
+	return rules, seen, ok
+}
+
+// rule reads rules[i], whose name seen notes; counts is false for a rule
+// that only gives requests a priority, ok false when it is wrong.
+func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int) (pr policy.Rule, counts, ok bool) {
+	pr = policy.Rule{Name: r.Name}
+	ok = true
+	bad := func(field []any, format string, args ...any) {
+		p.errorf(field, format, args...)
+		ok = false
+	}
+	if err := policy.ValidName(r.Name); err != nil {
+		bad(append(path, "name"), "%v", strings.TrimPrefix(err.Error(), "name: "))
+	} else if j, dup := seen[r.Name]; dup {
+		bad(append(path, "name"), "%q: already used by rules[%d]", r.Name, j)
+	} else {
+		seen[r.Name] = i
+	}
+	before := p.problems
+	pr.Match = p.match(r.Match, append(path, "match"))
+	ok = ok && p.problems == before // reported once, not again below
+	kind, nok := p.neighbours(c, r, &pr, path)
+	ok = ok && nok
+	if kind == priorityOnly {
+		return pr, false, ok // it gives requests a class; nothing to count
+	}
+	if r.Key == "" {
+		bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
+	} else if k, err := policy.ParseKey(r.Key); err != nil {
+		bad(append(path, "key"), "%v", err)
+	} else {
+		pr.Key = k
+	}
+	if r.Algorithm != "" && kind != concurrency {
+		a, err := portero.ParseAlgorithm(r.Algorithm)
 		if err != nil {
-			p.errorf(at("rules"), "%v", err)
+			bad(append(path, "algorithm"), "%v", err)
 		}
-		c.Policy = pol
+		pr.Algorithm = a
 	}
-	return c
+	if kind == concurrency {
+		// Its limit is the concurrency section (neighbours).
+	} else if r.Limit == "" {
+		bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
+	} else if l, err := portero.ParseLimit(r.Limit); err != nil {
+		bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
+	} else {
+		pr.Limit = l
+	}
+	if kind == concurrency {
+		// A cost is reported by neighbours: one slot per request.
+	} else if cost, err := policy.ParseCost(r.Cost); err != nil {
+		bad(append(path, "cost"), "%v", err)
+	} else {
+		pr.Cost = cost
+	}
+	switch r.Mode {
+	case "", "enforce":
+		pr.Mode = policy.Enforce
+	case "shadow":
+		pr.Mode = policy.Shadow
+	default:
+		bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
+	}
+	if p.zero(append(path, "reserve")) {
+		bad(append(path, "reserve"), "0: want the units counted at the decision, at least 1 (leave reserve out for 1)")
+	}
+	if set, err := policy.ParseStatuses(r.CountResponses); err != nil {
+		bad(append(path, "count_responses"), "%v", err)
+	} else {
+		pr.Responses, pr.Reserve = set, r.Reserve
+	}
+	if ok {
+		// What only the combination can tell (a cost larger than the
+		// limit could ever admit, an algorithm's own bounds).
+		if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
+			_, msg, _ := strings.Cut(err.Error(), "): ")
+			bad(path, "%s", msg)
+		}
+		p.shapeHolds(r, pr.Limit, path)
+	}
+	return pr, true, ok
 }
 
 // limitMessage drops the repetition of the input from ParseLimit's error.
