@@ -32,6 +32,7 @@ import (
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 	"github.com/portero-rl/portero/internal/config/yamlwalk"
+	"github.com/portero-rl/portero/internal/plans"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -59,7 +60,7 @@ type File struct {
 	Upstreams map[string]Upstream `yaml:"upstreams,omitempty"`
 	Routes    []Route             `yaml:"routes,omitempty"`
 	Rules     []Rule              `yaml:"rules,omitempty"`
-	// The API-gateway model (plans.go): address lists, levels, usage
+	// The API-gateway model (model.go): address lists, levels, usage
 	// plans and API keys, look-back rules, GET /v1/limits.
 	AddressLists   map[string][]string `yaml:"address_lists,omitempty"`
 	Levels         Levels              `yaml:"levels,omitempty"`
@@ -237,9 +238,9 @@ type Config struct {
 	// Upstreams by name, and Routes in order.
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
-	// Gateway is the API-gateway model (plans.go): levels, plans, keys,
-	// GET /v1/limits.
-	Gateway GatewayModel
+	// Gateway is the API-gateway model (package plans): levels, plans,
+	// keys, GET /v1/limits.
+	Gateway plans.Model
 }
 
 // UpstreamConfig is a validated upstream.
@@ -418,7 +419,7 @@ type parser struct {
 	// zeros holds the number fields written as 0 (the walker's), which
 	// their zero value cannot tell from a field left out.
 	zeros map[string]bool
-	// lists are the address lists, by name (plans.go).
+	// lists are the address lists, by name (model.go).
 	lists map[string][]netip.Prefix
 }
 
