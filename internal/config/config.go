@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -419,8 +418,8 @@ type parser struct {
 	// zeros holds the number fields written as 0 (the walker's), which
 	// their zero value cannot tell from a field left out.
 	zeros map[string]bool
-	// lists are the address lists, by name (model.go).
-	lists map[string][]netip.Prefix
+	// lists are the file's address lists (model.go).
+	lists plans.AddressLists
 }
 
 // yamlErrors turns a YAML syntax error into Errors.

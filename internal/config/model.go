@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -84,23 +83,16 @@ const (
 
 // addressLists reads address_lists into p.lists.
 func (p *parser) addressLists(f *File) {
-	p.lists = map[string][]netip.Prefix{}
+	p.lists = plans.AddressLists{}
 	for _, name := range sortedKeys(f.AddressLists) {
 		path := at("address_lists", name)
-		if err := policy.ValidName(name); err != nil {
+		bad, err := p.lists.Add(name, f.AddressLists[name])
+		if err != nil {
 			p.errorf(path, "%v", err)
-			continue
 		}
-		var out []netip.Prefix
-		for i, s := range f.AddressLists[name] {
-			pfx, err := clientip.ParsePrefixes([]string{s})
-			if err != nil {
-				p.errorf(append(path, i), "%v", err)
-				continue
-			}
-			out = append(out, pfx...)
+		for _, b := range bad {
+			p.errorf(append(path, b.Index), "%v", b.Err)
 		}
-		p.lists[name] = out
 	}
 }
 
@@ -109,24 +101,10 @@ func (p *parser) addresses(items []string, path []any) *policy.AddrSet {
 	if len(items) == 0 {
 		return nil
 	}
-	var all []netip.Prefix
-	for i, s := range items {
-		if l, ok := p.lists[s]; ok {
-			all = append(all, l...)
-			continue
-		}
-		pfx, err := clientip.ParsePrefixes([]string{s})
-		if err != nil {
-			have := strings.Join(sortedKeys(p.lists), ", ")
-			if have == "" {
-				have = "none under address_lists"
-			}
-			p.errorf(append(path, i), "%q: neither an address list (have %s) nor an address or CIDR", s, have)
-			continue
-		}
-		all = append(all, pfx...)
+	set, bad, err := p.lists.Set(items, "address_lists")
+	for _, b := range bad {
+		p.errorf(append(path, b.Index), "%v", b.Err)
 	}
-	set, err := policy.NewAddrSet(all)
 	if err != nil {
 		p.errorf(path, "%v", err)
 		return nil

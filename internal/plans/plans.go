@@ -2,7 +2,9 @@
 // throttles applied in order (global, stage or host, route and method, the
 // caller's usage plan), each bounded by the one above, usage plans with a
 // quota per calendar period, and the API keys that map callers to plans, as
-// AWS API Gateway's usage plans describe an API (docs/plans.md).
+// AWS API Gateway's usage plans describe an API (docs/plans.md). It also
+// holds the address lists that matches of either configuration format may
+// name (AddressLists).
 //
 // internal/config reads the model's sections and hands each throttle here
 // (Compiler); the rules go ahead of the file's own and the one engine
@@ -12,15 +14,18 @@
 package plans
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/policy"
 )
@@ -261,4 +266,56 @@ func (c *Compiler) AddKey(e apikey.Entry) (field string, err error) {
 	}
 	c.ids[e.ID] = pl.Name
 	return "", nil
+}
+
+// AddressLists are the named lists of addresses and CIDRs a file gives
+// (address_lists): a match may name a list where it gives addresses.
+type AddressLists map[string][]netip.Prefix
+
+// BadItem is an item of a list that is wrong: its index, and why.
+type BadItem struct {
+	Index int
+	Err   error
+}
+
+// Add reads the list name of items, and returns its items that are no
+// address or CIDR; err says that name is no name.
+func (l AddressLists) Add(name string, items []string) (bad []BadItem, err error) {
+	if err := policy.ValidName(name); err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for i, s := range items {
+		pfx, err := clientip.ParsePrefixes([]string{s})
+		if err != nil {
+			bad = append(bad, BadItem{i, err})
+			continue
+		}
+		out = append(out, pfx...)
+	}
+	l[name] = out
+	return bad, nil
+}
+
+// Set returns the addresses items name, each a list, an address or a
+// CIDR, and the items that are none of these; section is where the file
+// gives its lists, for the message.
+func (l AddressLists) Set(items []string, section string) (*policy.AddrSet, []BadItem, error) {
+	var all []netip.Prefix
+	var bad []BadItem
+	for i, s := range items {
+		if list, ok := l[s]; ok {
+			all = append(all, list...)
+			continue
+		}
+		pfx, err := clientip.ParsePrefixes([]string{s})
+		if err != nil {
+			have := cmp.Or(strings.Join(slices.Sorted(maps.Keys(l)), ", "), "none under "+section)
+			bad = append(bad, BadItem{i, fmt.Errorf("%q: neither an address list (have %s) nor an address or CIDR", s, have)})
+			continue
+		}
+		all = append(all, pfx...)
+	}
+	set, err := policy.NewAddrSet(all)
+	return set, bad, err
 }

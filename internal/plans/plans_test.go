@@ -1,6 +1,7 @@
 package plans_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -96,5 +97,26 @@ func TestAddKey(t *testing.T) {
 	}
 	if k, ok := c.Model.Keys.Lookup("k2"); !ok || k != (apikey.Key{ID: "acme", Plan: "gold"}) || c.Model.Keys.Len() != 2 {
 		t.Errorf("set: %v %v, %d keys", k, ok, c.Model.Keys.Len())
+	}
+}
+
+// TestAddressLists: a list is read with its bad items, and a match's
+// addresses resolve list names, addresses and CIDRs into one set.
+func TestAddressLists(t *testing.T) {
+	l := plans.AddressLists{}
+	if bad, err := l.Add("office", []string{"192.0.2.0/24", "10.0.0.0/33", "2001:db8::1"}); err != nil || len(bad) != 1 || bad[0].Index != 1 {
+		t.Fatalf("Add: %v, %v", bad, err)
+	}
+	if _, err := l.Add("no good", nil); err == nil {
+		t.Error("a list named with a space: no error")
+	}
+	set, bad, err := l.Set([]string{"office", "198.51.100.7", "nosuch"}, "address_lists")
+	if err != nil || len(bad) != 1 || bad[0].Index != 2 || bad[0].Err.Error() != `"nosuch": neither an address list (have office) nor an address or CIDR` {
+		t.Fatalf("Set: %v, %v", bad, err)
+	}
+	for addr, want := range map[string]bool{"192.0.2.9": true, "2001:db8::1": true, "198.51.100.7": true, "198.51.100.8": false} {
+		if got := set.Contains(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("%s in set = %v, want %v", addr, got, want)
+		}
 	}
 }

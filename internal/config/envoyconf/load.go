@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +18,7 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 	"github.com/portero-rl/portero/internal/config/yamlwalk"
+	"github.com/portero-rl/portero/internal/plans"
 )
 
 // Error is a configuration problem at a place in a file; Field is the
@@ -199,7 +199,7 @@ type parser struct {
 	// Options.Envoyproxy.
 	rules                 yamlwalk.Rules
 	walk                  yamlwalk.Walker
-	lists                 map[string][]netip.Prefix // portero.address_lists
+	lists                 plans.AddressLists // portero.address_lists
 	errs                  []error
 	domainLine, domainCol int
 	compat                bool // Options.Envoyproxy
