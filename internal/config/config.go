@@ -169,7 +169,7 @@ type Rule struct {
 	// CountResponses and Reserve: rules settled after the response.
 	CountResponses []string `yaml:"count_responses,omitempty"`
 	Reserve        int64    `yaml:"reserve,omitempty"`
-	// The rate limiter's neighbours (overload.go).
+	// The overload controls beside the limit (overload.go).
 	Concurrency *Concurrency `yaml:"concurrency,omitempty"`
 	Queue       *Queue       `yaml:"queue,omitempty"`
 	Shape       *Shape       `yaml:"shape,omitempty"`
@@ -289,12 +289,27 @@ type Options struct {
 	AllowUnsetEnv bool
 }
 
-// EnvVar is an environment variable a configuration reads, and where.
-type EnvVar struct {
-	Name         string
+// Place is where a setting is: its file, line, column and field.
+type Place struct {
 	File         string
 	Line, Column int
 	Field        string
+}
+
+func (pl Place) say(msg string) string {
+	return fileerr.Format(pl.File, pl.Line, pl.Column, pl.Field, msg)
+}
+
+// place returns where the field at path is.
+func (p *parser) place(path []any) Place {
+	n := p.node(path...)
+	return Place{File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path)}
+}
+
+// EnvVar is an environment variable a configuration reads, and where.
+type EnvVar struct {
+	Place
+	Name string
 	// Set reports whether it had a value when the file was read.
 	Set bool
 }
@@ -305,29 +320,24 @@ func (e EnvVar) String() string {
 	if !e.Set {
 		state = "unset here"
 	}
-	return fileerr.Format(e.File, e.Line, e.Column, e.Field, fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
+	return e.say(fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
 }
 
 // FileNeed is a file a configuration names that was missing where it was
 // checked (config validate in CI, without the production secrets).
 type FileNeed struct {
-	Path         string
-	File         string
-	Line, Column int
-	Field        string
+	Place
+	Path string
 }
 
 // String describes the need, as `config validate` prints it.
-func (n FileNeed) String() string {
-	return fileerr.Format(n.File, n.Line, n.Column, n.Field, fmt.Sprintf("needs file %s (missing here)", n.Path))
-}
+func (n FileNeed) String() string { return n.say(fmt.Sprintf("needs file %s (missing here)", n.Path)) }
 
 // Warning is a setting that loads but may not do what its writer meant,
 // at its place in the file.
 type Warning struct {
-	File         string
-	Line, Column int
-	Field, Msg   string
+	Place
+	Msg string
 }
 
 // String describes the warning as `FILE:LINE:COLUMN: warning: FIELD: MESSAGE`.
@@ -483,8 +493,7 @@ func fieldName(path []any) string {
 
 // warnf notes a warning about the field at path.
 func (p *parser) warnf(path []any, format string, args ...any) {
-	n := p.node(path...)
-	p.warnings = append(p.warnings, Warning{File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path), Msg: fmt.Sprintf(format, args...)})
+	p.warnings = append(p.warnings, Warning{Place: p.place(path), Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) errorf(path []any, format string, args ...any) {
@@ -605,8 +614,7 @@ func (p *parser) admin(f *File, c *Config) {
 			p.errorf(path, "give token or token_env, not both")
 		}
 		c.AdminToken = os.Getenv(f.Admin.TokenEnv)
-		n := p.node(path...)
-		c.Env = append(c.Env, EnvVar{Name: f.Admin.TokenEnv, File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path), Set: c.AdminToken != ""})
+		c.Env = append(c.Env, EnvVar{Place: p.place(path), Name: f.Admin.TokenEnv, Set: c.AdminToken != ""})
 		if c.AdminToken == "" && !p.opts.AllowUnsetEnv {
 			p.errorf(path, "environment variable %s is empty or unset", f.Admin.TokenEnv)
 		}
@@ -799,7 +807,7 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 	before := p.problems
 	pr.Match = p.match(r.Match, append(path, "match"))
 	ok = ok && p.problems == before // reported once, not again below
-	kind, nok := p.neighbours(c, r, &pr, path)
+	kind, nok := p.overloadSections(c, r, &pr, path)
 	ok = ok && nok
 	if kind == priorityOnly {
 		return pr, false, ok // it gives requests a class; nothing to count
@@ -819,7 +827,7 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 		pr.Algorithm = a
 	}
 	if kind == concurrency {
-		// Its limit is the concurrency section (neighbours).
+		// Its limit is the concurrency section (overloadSections).
 	} else if r.Limit == "" {
 		bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
 	} else if l, err := portero.ParseLimit(r.Limit); err != nil {
@@ -828,7 +836,7 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 		pr.Limit = l
 	}
 	if kind == concurrency {
-		// A cost is reported by neighbours: one slot per request.
+		// A cost is reported by overloadSections: one slot per request.
 	} else if cost, err := policy.ParseCost(r.Cost); err != nil {
 		bad(append(path, "cost"), "%v", err)
 	} else {
@@ -907,13 +915,17 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 		return f
 	}
 	fieldPath := func(field string) []any { return append(append([]any{}, path...), field) }
-	if err := f.Validate(); err != nil {
+	// An error about one file is put at its field.
+	tlsErr := func(err error) {
 		var fe *tlsreload.FileError
 		if errors.As(err, &fe) {
 			p.errorf(fieldPath(fe.Field), "%v", err)
 		} else {
 			p.errorf(path, "%v", err)
 		}
+	}
+	if err := f.Validate(); err != nil {
+		tlsErr(err)
 		return f
 	}
 	if p.opts.AllowUnsetEnv {
@@ -925,8 +937,7 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 				continue
 			}
 			if _, err := os.Stat(pf[1]); errors.Is(err, fs.ErrNotExist) {
-				n := p.node(fieldPath(pf[0])...)
-				c.Files = append(c.Files, FileNeed{Path: pf[1], File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(fieldPath(pf[0]))})
+				c.Files = append(c.Files, FileNeed{Place: p.place(fieldPath(pf[0])), Path: pf[1]})
 				present = false
 			}
 		}
@@ -935,12 +946,7 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 		}
 	}
 	if _, err := tlsreload.Load(f); err != nil {
-		var fe *tlsreload.FileError
-		if errors.As(err, &fe) {
-			p.errorf(fieldPath(fe.Field), "%v", err)
-		} else {
-			p.errorf(path, "%v", err)
-		}
+		tlsErr(err)
 	}
 	return f
 }

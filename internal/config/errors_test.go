@@ -11,11 +11,10 @@ import (
 	"github.com/portero-rl/portero/internal/config"
 )
 
-// TestAllErrorsAtOnce: an unknown field used to hide every other error (a
-// file with a typo, 0/min and magic reported only the typo), type errors
-// had no field path ("cannot unmarshal !!str into int"), one error was
-// printed twice and an empty file had no line. Now every error of the file
-// comes at once, once, each with file:line:column and the field, and a
+// TestAllErrorsAtOnce: every error of a file comes at once, once, each
+// with file:line:column and the field: an unknown field hides none of the
+// others (here a typo beside 0/min and an unknown algorithm), a type error
+// names its field rather than "cannot unmarshal !!str into int", and a
 // misspelt field gets a suggestion.
 func TestAllErrorsAtOnce(t *testing.T) {
 	src := `server:

@@ -390,13 +390,8 @@ func within(m, stage Match) Match {
 		m.Methods = stage.Methods
 	}
 	if len(stage.Headers) > 0 {
-		h := map[string]string{}
-		for k, v := range stage.Headers {
-			h[k] = v
-		}
-		for k, v := range m.Headers {
-			h[k] = v
-		}
+		h := maps.Clone(stage.Headers)
+		maps.Copy(h, m.Headers)
 		m.Headers = h
 	}
 	if len(m.Addresses) == 0 {
