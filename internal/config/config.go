@@ -1,16 +1,16 @@
-// Package config reads Portero's YAML configuration file and turns it into
-// the pieces the gateway runs: a policy, the client-IP settings, the store
-// settings, upstreams and routes. It is the only package that imports a
-// YAML library.
+// Package config reads Portero's YAML configuration file into the pieces
+// the gateway runs: a policy, the client-IP settings, the store settings,
+// upstreams and routes, and the API-gateway model (compiled by package
+// plans).
 //
 // Loading never half-succeeds: Parse returns either a complete, validated
 // Config or an Errors value listing every problem found, each once, with
 // the file, line, column and field ("portero.yaml:12:12: rules[2].limit:
-// ..."). The YAML node tree is walked field by field (walk.go), so an
-// unknown field does not hide the other errors and a type error names its
-// field. A Config that loads may carry Warnings: settings that do less
-// than they seem to say, each at its place. The file format is documented
-// field by field in docs/configuration.md.
+// ..."). The YAML node tree is walked field by field (walk.go, on
+// yamlwalk), so an unknown field does not hide the other errors and a type
+// error names its field. A Config that loads may carry Warnings: settings
+// that do less than they seem to say, each at its place. The file format
+// is documented field by field in docs/configuration.md.
 package config
 
 import (

