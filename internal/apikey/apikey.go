@@ -8,6 +8,8 @@
 // hash`). A lookup hashes the key a request presents and finds its entry by
 // that hash, then compares the two hashes with crypto/subtle, in constant
 // time.
+//
+// ReadFile (file.go) streams a keys file of millions of keys, key by key.
 package apikey
 
 import (
