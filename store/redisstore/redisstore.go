@@ -383,11 +383,9 @@ func New(cfg Config) (*Store, error) {
 	case cfg.URL != "" && (len(cfg.Addrs) > 0 || cfg.SentinelMaster != ""):
 		return nil, errors.New("redisstore: set URL, or Addrs (and SentinelMaster), not both")
 	case cfg.URL != "":
-		o, err := parseURL(cfg.URL)
+		o, err := ParseURL(cfg.URL)
 		if err != nil {
-			// The parser's message quotes the URL: hide its password.
-			msg := strings.ReplaceAll(err.Error(), cfg.URL, redactURL(cfg.URL))
-			return nil, fmt.Errorf("redisstore: redis URL %q: %s", redactURL(cfg.URL), msg)
+			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		opt = o
 	case len(cfg.Addrs) > 0:
@@ -465,16 +463,6 @@ func (s *Store) dial(opt rueidis.ClientOption) {
 // without Config.DialInBackground; with it, false until Redis first
 // answered (calls until then follow the failure policies).
 func (s *Store) Connected() bool { return s.conn.Load() != nil }
-
-// redactURL hides a password in a Redis URL.
-func redactURL(u string) string {
-	if at := strings.LastIndex(u, "@"); at >= 0 {
-		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
-			return u[:scheme+3] + "REDACTED" + u[at:]
-		}
-	}
-	return u
-}
 
 // Close releases the Redis client (unless it came from Config.Client).
 // Later calls return errors wrapping portero.ErrClosed; a second Close is
