@@ -310,6 +310,41 @@ func readReply(r *bufio.Reader) (string, error) {
 	return "", fmt.Errorf("unexpected reply %q", line)
 }
 
+// Micros reads the server's clock (TIME) in microseconds: the clock that
+// concurrency leases expire on.
+func (s *Server) Micros(t testing.TB) int64 {
+	t.Helper()
+	out, err := Do(s.Addr(), "TIME")
+	sec, us, _ := strings.Cut(out, "\n")
+	a, err1 := strconv.ParseInt(sec, 10, 64)
+	b, err2 := strconv.ParseInt(us, 10, 64)
+	if err = errors.Join(err, err1, err2); err != nil {
+		t.Fatalf("redistest: TIME: %v", err)
+	}
+	return a*1_000_000 + b
+}
+
+// Scores returns the scores of the sorted set at key, lowest first: for
+// the leases of a concurrency rule, their expiries in microseconds of the
+// server's clock.
+func (s *Server) Scores(t testing.TB, key string) []int64 {
+	t.Helper()
+	out, err := Do(s.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
+	if err != nil {
+		t.Fatalf("redistest: ZRANGE %s: %v", key, err)
+	}
+	var scores []int64
+	f := strings.Split(out, "\n")
+	for i := 1; i < len(f); i += 2 {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			t.Fatalf("redistest: ZRANGE %s: score %q: %v", key, f[i], err)
+		}
+		scores = append(scores, n)
+	}
+	return scores
+}
+
 // Cluster is a Redis Cluster of masters without replicas, each a Server.
 type Cluster struct {
 	Nodes []*Server

@@ -38,12 +38,12 @@ func TestLeaseServerClock(t *testing.T) {
 	s := newStore(t, srv, redisstore.Config{})
 	ctx := context.Background()
 	rule := portero.ConcurrencyRule{Name: "api", Max: 2, TTL: 30 * time.Second}
-	before := redisMicros(t, srv)
+	before := srv.Micros(t)
 	l, d, err := s.Acquire(ctx, time.Time{}, rule, "tenant-a")
 	if err != nil || !d.Allowed || d.Remaining != 1 || d.Limit != 2 {
 		t.Fatalf("Acquire = %+v, %v", d, err)
 	}
-	after := redisMicros(t, srv)
+	after := srv.Micros(t)
 	key := s.LeaseKey("api", "tenant-a")
 	if !strings.HasSuffix(key, "{tenant-a}:lease:api") {
 		t.Errorf("LeaseKey = %q", key)
@@ -77,19 +77,6 @@ func TestLeaseServerClock(t *testing.T) {
 	}
 }
 
-// redisMicros reads Redis TIME in microseconds.
-func redisMicros(t *testing.T, srv *redistest.Server) int64 {
-	t.Helper()
-	out, err := redistest.Do(srv.Addr(), "TIME")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Split(out, "\n")
-	s, _ := strconv.ParseInt(f[0], 10, 64)
-	us, _ := strconv.ParseInt(f[1], 10, 64)
-	return s*1_000_000 + us
-}
-
 // TestLeaseClosedClientStopsRenewing: an instance that holds a lease and
 // then loses its client (Close: no more renewals) keeps the slot taken only
 // until the lease's expiry on Redis's clock; then another instance gets it.
@@ -106,24 +93,20 @@ func TestLeaseClosedClientStopsRenewing(t *testing.T) {
 	if err := l.Renew(ctx, time.Time{}); err != nil {
 		t.Fatalf("Renew = %v", err)
 	}
-	members, err := redistest.Do(srv.Addr(), "ZRANGE", a.LeaseKey("one", "k"), "0", "-1", "WITHSCORES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exp, _ := strconv.ParseInt(strings.Split(members, "\n")[1], 10, 64)
+	exp := srv.Scores(t, a.LeaseKey("one", "k"))[0]
 	a.Close(ctx)
 	if err := l.Renew(ctx, time.Time{}); !errors.Is(err, portero.ErrClosed) {
 		t.Errorf("Renew after Close = %v, want ErrClosed", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		now := redisMicros(t, srv)
+		now := srv.Micros(t)
 		_, d, err := b.Acquire(ctx, time.Time{}, rule, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d.Allowed {
-			if after := redisMicros(t, srv); after < exp {
+			if after := srv.Micros(t); after < exp {
 				t.Errorf("slot came back at %d µs, before the lease's expiry %d", after, exp)
 			}
 			break
