@@ -52,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,27 +111,17 @@ func sec(n float64) time.Duration { return time.Duration(n * float64(time.Second
 // portero.Algorithms. The expected values are worked by hand (see Note and
 // the comments).
 func Tables() []Table {
-	rule := func(alg portero.Algorithm, l portero.Limit) portero.Rule {
-		return portero.Rule{Name: string(alg), Algorithm: alg, Limit: l}
-	}
-	// Token bucket, leaky meter and GCRA admit the same requests: burst 2,
-	// r = 0.5/s, so one token every 2 s (the seed: "con r = 0,5 por segundo,
-	// dos segundos dan una ficha entera").
-	bucket := portero.Limit{Count: 1, Window: 2 * time.Second, Burst: 2}
-	bucketSteps := []Step{
-		{At: 0, Allowed: true, Remaining: 1, ResetAfter: sec(2), CheckReset: true},
-		{At: 0, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true},
-		{At: 0, Remaining: 0, RetryAfter: sec(2), ResetAfter: sec(4), CheckReset: true, Note: "empty"},
-		{At: sec(1), Remaining: 0, RetryAfter: sec(1), Note: "half a token"},
-		{At: sec(2), Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "a whole token after 2 s"},
-		{At: sec(3), Cost: 2, Remaining: 0, RetryAfter: sec(3), Note: "half a token, needs two"},
-		{At: sec(10), Cost: 2, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "full again, no more than the burst"},
-		{At: ms(10500), Remaining: 0, RetryAfter: ms(1500)},
-	}
-	with := func(steps []Step, more ...Step) []Step {
-		return append(append([]Step(nil), steps...), more...)
-	}
-	tables := []Table{
+	tables := slices.Concat(windowTables(), slidingCounterTables(), bucketTables(), queueTables())
+	return append(tables, CalendarTables()...)
+}
+
+func rule(alg portero.Algorithm, l portero.Limit) portero.Rule {
+	return portero.Rule{Name: string(alg), Algorithm: alg, Limit: l}
+}
+
+// windowTables are the tables of the fixed windows and the sliding log.
+func windowTables() []Table {
+	return []Table{
 		{
 			Name: "fixed-window W=10s: an instant at exactly 10 s belongs to the new window",
 			Rule: rule(portero.FixedWindow, portero.Limit{Count: 3, Window: 10 * time.Second}),
@@ -175,6 +166,12 @@ func Tables() []Table {
 				{At: sec(22), Cost: 3, Allowed: true, Remaining: 0, ResetAfter: sec(10), CheckReset: true},
 			},
 		},
+	}
+}
+
+// slidingCounterTables are the sliding counter's tables.
+func slidingCounterTables() []Table {
+	return []Table{
 		{
 			Name: "sliding-counter L=100 W=60s: prev=80, cur=30 at 15 s estimates 90 and admits",
 			Rule: rule(portero.SlidingCounter, portero.Limit{Count: 100, Window: time.Minute}),
@@ -209,6 +206,30 @@ func Tables() []Table {
 				{At: hour + ms(125100) + time.Microsecond, Allowed: true, Remaining: 0, Note: "1 µs later the 34751st request of prev has slid out"},
 			},
 		},
+	}
+}
+
+// bucketTables are the tables of the token bucket, the leaky meter and
+// GCRA.
+func bucketTables() []Table {
+	// Token bucket, leaky meter and GCRA admit the same requests: burst 2,
+	// r = 0.5/s, so one token every 2 s (the seed: "con r = 0,5 por segundo,
+	// dos segundos dan una ficha entera").
+	bucket := portero.Limit{Count: 1, Window: 2 * time.Second, Burst: 2}
+	bucketSteps := []Step{
+		{At: 0, Allowed: true, Remaining: 1, ResetAfter: sec(2), CheckReset: true},
+		{At: 0, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true},
+		{At: 0, Remaining: 0, RetryAfter: sec(2), ResetAfter: sec(4), CheckReset: true, Note: "empty"},
+		{At: sec(1), Remaining: 0, RetryAfter: sec(1), Note: "half a token"},
+		{At: sec(2), Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "a whole token after 2 s"},
+		{At: sec(3), Cost: 2, Remaining: 0, RetryAfter: sec(3), Note: "half a token, needs two"},
+		{At: sec(10), Cost: 2, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "full again, no more than the burst"},
+		{At: ms(10500), Remaining: 0, RetryAfter: ms(1500)},
+	}
+	with := func(steps []Step, more ...Step) []Step {
+		return append(append([]Step(nil), steps...), more...)
+	}
+	return []Table{
 		{
 			Name:  "token-bucket burst 2, r=0.5/s",
 			Rule:  rule(portero.TokenBucket, bucket),
@@ -227,6 +248,12 @@ func Tables() []Table {
 				Step{At: sec(1), Remaining: 0, RetryAfter: sec(11),
 					Note: "time went back 9.5 s: the TAT is 13 s ahead, past the 4 s bucket; Remaining stays 0, not negative"}),
 		},
+	}
+}
+
+// queueTables are the leaky queue's tables.
+func queueTables() []Table {
+	return []Table{
 		{
 			Name: "leaky-queue of 6 places draining 2/s: 9 arrivals depart at 0.5…3.0 s, 3 dropped",
 			Rule: rule(portero.LeakyQueue, portero.Limit{Count: 2, Window: time.Second, Burst: 6}),
@@ -250,7 +277,6 @@ func Tables() []Table {
 			},
 		},
 	}
-	return append(tables, CalendarTables()...)
 }
 
 // slidingTie is a trace whose sliding-counter estimate (L=60, W=60s) is
