@@ -164,7 +164,9 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 	}
 	_, err := s.breaker.Execute(func() ([]int64, error) {
 		if s.execHook != nil {
-			s.execHook(ctx, items)
+			if err := s.execHook(ctx, items); err != nil {
+				return nil, err
+			}
 		}
 		sent := time.Now()
 		res, err := s.scripts.batch.Exec(ctx, cn.client, keys, args).ToArray()

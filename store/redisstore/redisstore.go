@@ -281,8 +281,9 @@ type Store struct {
 	dialMu    sync.Mutex    // orders the dialler's handover with Close
 	dialing   sync.WaitGroup
 	// execHook, when set by a test of this package, is called before each
-	// script run with the run's context and, for a batch, its items.
-	execHook func(ctx context.Context, batch []*batchItem)
+	// script run with the run's context and, for a batch, its items; an
+	// error it returns is the run's, and Redis is not called.
+	execHook func(ctx context.Context, batch []*batchItem) error
 	// minTTL is the scripts' ARGV 5, the TTL floor in ms: Config.MinTTL
 	// rounded up with CallerClock, "0" with ServerClock.
 	minTTL string
@@ -710,7 +711,9 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 	var all bool
 	_, err := s.breaker.Execute(func() ([]int64, error) {
 		if s.execHook != nil {
-			s.execHook(ctx, nil)
+			if err := s.execHook(ctx, nil); err != nil {
+				return nil, err
+			}
 		}
 		sent := time.Now()
 		res, err := script.Exec(ctx, cn.client, c.keys, args).ToArray()
