@@ -128,10 +128,10 @@ type Ticket struct {
 	class   int8
 	ten     *tenant // Fair only
 
-	prev, next   *Ticket // the class queue, oldest first
-	tprev, tnext *Ticket // its tenant's queue in the class (Fair)
-	pos          int     // index in queue.all (Random)
-	hpos         int     // index in the expiry heap; -1 when not in it
+	inClass  link[Ticket] // its place in the class's queue
+	inTenant link[Ticket] // in its tenant's queue of the class (Fair)
+	pos      int          // index in queue.all (Random)
+	hpos     int          // index in the expiry heap; -1 when not in it
 
 	wake chan struct{} // closed when it leaves Waiting (Acquire only)
 }
@@ -207,23 +207,19 @@ type Gate struct {
 	stats    Stats
 }
 
-// queue is one class's waiters.
+// queue is one class's waiters, oldest first.
 type queue struct {
-	head, tail *Ticket // oldest, newest
-	n          int
-	all        []*Ticket  // Random: every waiter, in no order
-	heavy      tenantHeap // Fair: tenants with waiters here, heaviest first
+	list[Ticket]
+	all   []*Ticket  // Random: every waiter, in no order
+	heavy tenantHeap // Fair: tenants with waiters here, heaviest first
 }
 
 // tenant is one tenant's share of the gate.
 type tenant struct {
 	name  string
-	usage int // running + waiting
-	w     [numClasses]struct {
-		head, tail *Ticket
-		n          int
-	}
-	hidx [numClasses]int // index in q[c].heavy; -1 when absent
+	usage int                      // running + waiting
+	w     [numClasses]list[Ticket] // its waiters per class, oldest first
+	hidx  [numClasses]int          // index in q[c].heavy; -1 when absent
 }
 
 // New validates cfg and returns a Gate.
@@ -438,9 +434,9 @@ func (g *Gate) admit(now time.Time, changed []*Ticket) []*Ticket {
 		if g.inFlight >= g.limit[c] {
 			break
 		}
-		t := q.head
+		t := q.front()
 		if g.cfg.Order == LIFO {
-			t = q.tail
+			t = q.back()
 		}
 		g.unqueue(t)
 		g.start(t, now)
@@ -456,7 +452,7 @@ func (g *Gate) unhealthy(now time.Time) bool {
 	}
 	if g.cfg.QueueDelayTarget > 0 && g.waiting > 0 {
 		for c := range g.q {
-			if h := g.q[c].head; h != nil && now.Sub(h.arrived) > g.cfg.QueueDelayTarget {
+			if h := g.q[c].front(); h != nil && now.Sub(h.arrived) > g.cfg.QueueDelayTarget {
 				return true
 			}
 		}
@@ -545,30 +541,30 @@ func (g *Gate) victim(t *Ticket) (v *Ticket, ok bool) {
 			// its own oldest, or the class's oldest if its tenant is as
 			// heavy as the newcomer's would be.
 			if own != nil && own.w[vc].n > 0 {
-				return own.w[vc].head, true
+				return own.w[vc].front(), true
 			}
-			if h := q.head; h != nil && h.ten.usage >= a {
+			if h := q.front(); h != nil && h.ten.usage >= a {
 				return h, true
 			}
 		}
 		return nil, false
 	}
 	if g.cfg.Order == LIFO {
-		return q.head, q.head != nil
+		return q.front(), q.n > 0
 	}
 	if in {
 		return nil, false
 	}
-	return q.tail, true
+	return q.back(), true
 }
 
 // pickTenant returns which of ten's waiters of class c goes: its newest
 // under FIFO (keep the oldest), its oldest under LIFO.
 func (g *Gate) pickTenant(ten *tenant, c int) *Ticket {
 	if g.cfg.Order == LIFO {
-		return ten.w[c].head
+		return ten.w[c].front()
 	}
-	return ten.w[c].tail
+	return ten.w[c].back()
 }
 
 func (g *Gate) refuse(t *Ticket, r Reason) {
@@ -592,14 +588,7 @@ func (g *Gate) start(t *Ticket, now time.Time) {
 func (g *Gate) enqueue(t *Ticket) {
 	t.state = Waiting
 	q := &g.q[t.class]
-	t.prev, t.next = q.tail, nil
-	if q.tail != nil {
-		q.tail.next = t
-	} else {
-		q.head = t
-	}
-	q.tail = t
-	q.n++
+	q.push(&t.inClass, t)
 	g.waiting++
 	if g.cfg.Shedding == Random {
 		t.pos = len(q.all)
@@ -609,16 +598,8 @@ func (g *Gate) enqueue(t *Ticket) {
 		heap.Push(&g.exp, t)
 	}
 	if ten := t.ten; ten != nil {
-		c := int(t.class)
-		w := &ten.w[c]
-		t.tprev, t.tnext = w.tail, nil
-		if w.tail != nil {
-			w.tail.tnext = t
-		} else {
-			w.head = t
-		}
-		w.tail = t
-		w.n++
+		w := &ten.w[t.class]
+		w.push(&t.inTenant, t)
 		if w.n == 1 {
 			heap.Push(&q.heavy, ten)
 		}
@@ -627,18 +608,7 @@ func (g *Gate) enqueue(t *Ticket) {
 
 func (g *Gate) unqueue(t *Ticket) {
 	q := &g.q[t.class]
-	if t.prev != nil {
-		t.prev.next = t.next
-	} else {
-		q.head = t.next
-	}
-	if t.next != nil {
-		t.next.prev = t.prev
-	} else {
-		q.tail = t.prev
-	}
-	t.prev, t.next = nil, nil
-	q.n--
+	q.remove(&t.inClass)
 	g.waiting--
 	if g.cfg.Shedding == Random {
 		last := q.all[len(q.all)-1]
@@ -651,22 +621,10 @@ func (g *Gate) unqueue(t *Ticket) {
 		heap.Remove(&g.exp, t.hpos)
 	}
 	if ten := t.ten; ten != nil {
-		c := int(t.class)
-		w := &ten.w[c]
-		if t.tprev != nil {
-			t.tprev.tnext = t.tnext
-		} else {
-			w.head = t.tnext
-		}
-		if t.tnext != nil {
-			t.tnext.tprev = t.tprev
-		} else {
-			w.tail = t.tprev
-		}
-		t.tprev, t.tnext = nil, nil
-		w.n--
+		w := &ten.w[t.class]
+		w.remove(&t.inTenant)
 		if w.n == 0 {
-			heap.Remove(&q.heavy, ten.hidx[c])
+			heap.Remove(&q.heavy, ten.hidx[t.class])
 		}
 	}
 }
