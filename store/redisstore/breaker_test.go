@@ -33,12 +33,12 @@ var breakerRule = portero.Rule{Name: "r", Algorithm: portero.TokenBucket, Limit:
 func TestLoadedHostKeepsBreakerClosed(t *testing.T) {
 	srv := redistest.Start(t)
 	log := &testenv.Buffer{}
-	var fallbacks atomic.Int64
+	var unanswered atomic.Int64
 	// Unbatched (Batch 1, as on a cluster): every caller has its own call
 	// in flight, so a stall fails them all.
 	s := newStore(t, srv, redisstore.Config{Timeout: 50 * time.Millisecond, Batch: 1, BreakerWindow: time.Hour,
-		Logger:     slog.New(slog.NewTextHandler(log, nil)),
-		OnFallback: func(redisstore.Fallback) { fallbacks.Add(1) }})
+		Logger:        slog.New(slog.NewTextHandler(log, nil)),
+		OnUnavailable: func(redisstore.UnavailableCall) { unanswered.Add(1) }})
 	call := func(key string) error {
 		_, err := s.AllowAll(context.Background(), time.Now(), []portero.Hit{{Rule: breakerRule, Key: key, Cost: 1}})
 		if err != nil && !errors.Is(err, portero.ErrStoreUnavailable) {
@@ -51,7 +51,7 @@ func TestLoadedHostKeepsBreakerClosed(t *testing.T) {
 		for i := range 200 {
 			call(fmt.Sprint("k", i))
 		}
-		before := fallbacks.Load()
+		before := unanswered.Load()
 		srv.Freeze()
 		var wg sync.WaitGroup
 		for i := range inFlight {
@@ -63,7 +63,7 @@ func TestLoadedHostKeepsBreakerClosed(t *testing.T) {
 		}
 		wg.Wait()
 		srv.Thaw()
-		if n := fallbacks.Load() - before; n != inFlight {
+		if n := unanswered.Load() - before; n != inFlight {
 			t.Errorf("stall %d: %d calls decided by the failure policy, want the %d in flight", stall, n, inFlight)
 		}
 		if st := s.Stats(); st.Breaker != "closed" {

@@ -29,7 +29,7 @@ type failureRig struct {
 	open, closed, local portero.Rule
 	engines             map[string]*engine.Engine // by rule name
 	rules               map[string]*engine.Rule
-	fallbacks           atomic.Int64
+	unanswered          atomic.Int64
 	log                 *testenv.Buffer
 
 	mu     sync.Mutex
@@ -49,8 +49,8 @@ func newFailureRig(t *testing.T) *failureRig {
 		BreakerMinCalls: 3,
 		BreakerOpen:     300 * time.Millisecond,
 		Logger:          slog.New(slog.NewTextHandler(r.log, nil)),
-		OnFallback: func(f redisstore.Fallback) {
-			r.fallbacks.Add(1)
+		OnUnavailable: func(f redisstore.UnavailableCall) {
+			r.unanswered.Add(1)
 			r.mu.Lock()
 			r.causes = append(r.causes, f.Err)
 			r.mu.Unlock()
@@ -147,7 +147,7 @@ func (r *failureRig) checkPolicies(t *testing.T, key string) {
 		}
 	}
 	if admitted != 5 {
-		t.Errorf("local fallback with share 0.5 of 10 admitted %d of 12, want 5", admitted)
+		t.Errorf("local failure policy with share 0.5 of 10 admitted %d of 12, want 5", admitted)
 	}
 	open := 0
 	causes := r.causesSince(from)
@@ -193,10 +193,10 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 		// A call that misses the deadline on a loaded machine is rightly
 		// decided by the failure policy; such a round says nothing about
 		// the shared store, so it is repeated on a fresh key (Stats counts
-		// the fallbacks). The round that Redis decided alone must be exact.
+		// the unanswered). The round that Redis decided alone must be exact.
 		exact := false
 		for try := 0; try < 3 && !exact; try++ {
-			before := r.store.Stats().Fallbacks
+			before := r.store.Stats().Unavailable
 			n := 0
 			for i := 0; i < 15; i++ {
 				res := r.call(t, rule, fmt.Sprintf("after-%s-%d", key, try))
@@ -204,7 +204,7 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 					n++
 				}
 			}
-			if fb := r.store.Stats().Fallbacks - before; fb > 0 {
+			if fb := r.store.Stats().Unavailable - before; fb > 0 {
 				t.Logf("%s after recovery, try %d: %d of 15 calls missed the deadline and fell back; again", rule.Name, try, fb)
 				continue
 			}
@@ -214,7 +214,7 @@ func (r *failureRig) waitExact(t *testing.T, key string) time.Duration {
 			}
 		}
 		if !exact {
-			t.Errorf("%s after recovery: every round had fallback decisions", rule.Name)
+			t.Errorf("%s after recovery: every round had decisions of the failure policy", rule.Name)
 		}
 	}
 	return took
@@ -255,8 +255,8 @@ func TestKillAndRestart(t *testing.T) {
 	r.srv.Restart()
 	took := r.waitExact(t, "kill")
 	t.Logf("exact limiting resumed %v after the restart", took)
-	if r.fallbacks.Load() == 0 {
-		t.Error("OnFallback was never called")
+	if r.unanswered.Load() == 0 {
+		t.Error("OnUnavailable was never called")
 	}
 	for _, want := range []string{"redis unavailable", "circuit breaker open", "exact shared limiting resumed"} {
 		if !strings.Contains(r.log.String(), want) {

@@ -124,18 +124,18 @@ func TestLeaseClosedClientStopsRenewing(t *testing.T) {
 
 // TestLeaseUnavailable: with Redis killed, Acquire decides nothing, as
 // AllowAll does: no lease, no decision, an error wrapping
-// ErrStoreUnavailable, counted as a fallback; a Redis lease cannot be
+// ErrStoreUnavailable, counted as unanswered; a Redis lease cannot be
 // renewed meanwhile. Then the engine, over the same dead Redis, applies its
 // one failure policy to the leases: allow admits without a lease, deny
 // refuses for the service's sake, local takes leases in the engine's memory
 // with LocalShare of Max, error returns the error.
 func TestLeaseUnavailable(t *testing.T) {
 	srv := redistest.Start(t)
-	var fallbacks atomic.Int64
+	var unanswered atomic.Int64
 	s := newStore(t, srv, redisstore.Config{
-		Timeout:    50 * time.Millisecond,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnFallback: func(redisstore.Fallback) { fallbacks.Add(1) },
+		Timeout:       50 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnUnavailable: func(redisstore.UnavailableCall) { unanswered.Add(1) },
 	})
 	ctx := context.Background()
 	rule := portero.ConcurrencyRule{Name: "conc", Max: 4}
@@ -151,8 +151,8 @@ func TestLeaseUnavailable(t *testing.T) {
 	if err := held.Renew(ctx, time.Now()); !errors.Is(err, portero.ErrStoreUnavailable) {
 		t.Errorf("Renew of a Redis lease while Redis is down = %v, want ErrStoreUnavailable", err)
 	}
-	if fallbacks.Load() == 0 || !s.Degraded() {
-		t.Errorf("fallbacks %d, degraded %v: want the fallback counted", fallbacks.Load(), s.Degraded())
+	if unanswered.Load() == 0 || !s.Degraded() {
+		t.Errorf("unanswered %d, degraded %v: want the unanswered call counted", unanswered.Load(), s.Degraded())
 	}
 
 	conc, err := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "conc"}, Concurrency: rule})

@@ -10,7 +10,7 @@
 //
 // By default (ServerClock) the scripts read the time with Redis TIME, so
 // instances whose clocks disagree still share one window; the now argument
-// of AllowAll is then not used (leases' local fallback reads it). Redis TIME has
+// of AllowAll is then not used. Redis TIME has
 // microsecond resolution. With CallerClock the script takes the caller's
 // instant, to the nanosecond, for simulations and replays.
 //
@@ -211,10 +211,10 @@ type Config struct {
 	// answers again, when the breaker changes state, when a background dial
 	// fails and succeeds; slog.Default() when nil.
 	Logger *slog.Logger
-	// OnFallback, when set, is called for every call Redis did not decide
+	// OnUnavailable, when set, is called for every call Redis did not decide
 	// because it was unavailable (an AllowAll, a Peek or an Acquire that
 	// returned the error). It must be quick and safe for concurrent use.
-	OnFallback func(Fallback)
+	OnUnavailable func(UnavailableCall)
 	// OverLimitCache, when positive, turns on the local over-limit cache
 	// with room for that many keys; 0 (the default) leaves it off. A
 	// one-hit call that Redis refuses leaves the key's state in the cache,
@@ -229,8 +229,9 @@ type Config struct {
 	OverLimitCache int
 }
 
-// Fallback describes one call Redis did not decide.
-type Fallback struct {
+// UnavailableCall describes one call Redis did not decide because it was
+// unavailable.
+type UnavailableCall struct {
 	// Hits are the hits of the call (for an Acquire, one hit of cost 1
 	// under the concurrency rule's name).
 	Hits []portero.Hit
@@ -243,9 +244,9 @@ type Stats struct {
 	// Calls is the number of AllowAll calls; Redis the number that Redis
 	// decided.
 	Calls, Redis uint64
-	// Fallbacks counts calls Redis did not decide because it was
+	// Unavailable counts calls Redis did not decide because it was
 	// unavailable (the caller's failure policy answered).
-	Fallbacks uint64
+	Unavailable uint64
 	// OverLimit counts calls answered by the over-limit cache.
 	OverLimit uint64
 	// Errors counts calls that returned an error.
@@ -289,7 +290,7 @@ type Store struct {
 	minTTL string
 	leases leaseState // concurrency leases (lease.go)
 
-	calls, redisCalls, fallbacks, errs, overHits, batches, batched atomic.Uint64
+	calls, redisCalls, unavailableCalls, errs, overHits, batches, batched atomic.Uint64
 }
 
 var _ portero.Store = (*Store)(nil)
@@ -491,16 +492,16 @@ func (s *Store) Degraded() bool { return s.degraded.Load() }
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Calls:     s.calls.Load(),
-		Redis:     s.redisCalls.Load(),
-		Fallbacks: s.fallbacks.Load(),
-		OverLimit: s.overHits.Load(),
-		Errors:    s.errs.Load(),
-		Batches:   s.batches.Load(),
-		Batched:   s.batched.Load(),
-		Degraded:  s.degraded.Load(),
-		Connected: s.Connected(),
-		Breaker:   s.breaker.State().String(),
+		Calls:       s.calls.Load(),
+		Redis:       s.redisCalls.Load(),
+		Unavailable: s.unavailableCalls.Load(),
+		OverLimit:   s.overHits.Load(),
+		Errors:      s.errs.Load(),
+		Batches:     s.batches.Load(),
+		Batched:     s.batched.Load(),
+		Degraded:    s.degraded.Load(),
+		Connected:   s.Connected(),
+		Breaker:     s.breaker.State().String(),
 	}
 }
 

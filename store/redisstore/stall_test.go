@@ -27,11 +27,11 @@ func TestShortStallCostsItsLength(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var stalled atomic.Bool
 		var mu sync.Mutex
-		var fallbacks []time.Time
+		var unanswered []time.Time
 		s, err := New(Config{Client: neverAnswers{}, Timeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-			OnFallback: func(Fallback) {
+			OnUnavailable: func(UnavailableCall) {
 				mu.Lock()
-				fallbacks = append(fallbacks, time.Now())
+				unanswered = append(unanswered, time.Now())
 				mu.Unlock()
 			}})
 		if err != nil {
@@ -82,7 +82,7 @@ func TestShortStallCostsItsLength(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		during, late := 0, 0
-		for _, at := range fallbacks {
+		for _, at := range unanswered {
 			if at.After(thawed.Add(50 * time.Millisecond)) {
 				late++
 			} else {
