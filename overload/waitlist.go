@@ -10,7 +10,7 @@ import (
 
 // Queue says how requests that a concurrency limit refuses wait for a slot
 // of their key, rather than being refused at once: a bounded queue with a
-// deadline per request, in the seed's two drop orders. Where a Gate's queue
+// deadline per request, in either drop order. Where a Gate's queue
 // waits for the whole service, a Queue waits for one key of one rule (one
 // client's, one tenant's, one route's share of slots).
 type Queue struct {

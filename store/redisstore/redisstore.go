@@ -1,84 +1,32 @@
 // Package redisstore keeps Portero's counters in Redis, so that every
-// instance of a service shares one limit. It implements portero.Store with
-// the same decisions as the memory store: each algorithm is Lua (embedded,
-// loaded as one function library and called with FCALL where Redis has
-// functions, else run by hash with EVALSHA; reloaded transparently when
-// missing) that reads the state, decides and writes it back in one atomic
-// step, and sets the key's expiry in the same step.
+// instance of a service shares one limit: a portero.Store that decides
+// exactly as the memory store, for Redis, Redis Cluster and Redis Sentinel.
 //
-// # Clock
+// Each algorithm is embedded Lua that reads a key's state, decides and
+// writes it back with its expiry in one atomic step; the scripts are loaded
+// as one function library and called with FCALL, or run by hash on servers
+// without functions (scripts.go). By default (ServerClock) they read Redis
+// TIME, one clock for every instance; CallerClock takes the caller's
+// instant, to the nanosecond, for simulations and the conformance suite.
+// Lua's doubles are exact below 2^53, so the scripts compute on whole
+// seconds plus nanoseconds and the store refuses rules beyond what they
+// compute exactly (rules.go); a calendar quota's periods, which Lua cannot
+// read from a time zone, are computed in Go for every call (calendar.go).
 //
-// By default (ServerClock) the scripts read the time with Redis TIME, so
-// instances whose clocks disagree still share one window; the now argument
-// of AllowAll is then not used. Redis TIME has
-// microsecond resolution. With CallerClock the script takes the caller's
-// instant, to the nanosecond, for simulations and replays.
+// A rule's state for a key lives under PREFIX{KEY}:FP, FP a fingerprint of
+// the rule: the hash tag {KEY} puts every rule of one key in one cluster
+// slot, so that a call over several rules of a key is one atomic script
+// (Config.HashTag chooses another tag). Hits in several slots are first
+// decided slot by slot without counting, then counted slot by slot:
+// stricter, never looser, if another caller takes the last unit between.
 //
-// # Exactness
-//
-// Lua numbers are doubles, exact only below 2^53, and a Unix time in
-// nanoseconds is not. The scripts keep each instant as whole seconds plus
-// nanoseconds and do every computation on exact integers below 2^53 (the
-// sliding counter's products, which can pass it, in pieces: see
-// lua/sliding_counter.lua); so in CallerClock mode the store makes exactly
-// the decisions of package algorithm (and of store/storetest.Reference), to
-// the nanosecond.
-// That bounds what a rule may be: windows of 1µs to 2^52 ns (about 52 days;
-// sliding log 2^50 ns, about 13 days), buckets that refill in at most 2^52
-// ns, counts up to 2^50, instants before the year 2116, and clock steps
-// backwards of less than about 104 days (larger ones saturate).
-//
-// # Calendar quotas
-//
-// A quota per calendar day, week or month (a fixed-window rule with a
-// portero.Limit.Period) follows a time zone, which Lua cannot read. For
-// every call the store computes, with its own clock (the caller's instant
-// with CallerClock), the two periods nearest that clock, and the script
-// (lua/fixed_window_calendar.lua) counts in the one its instant (Redis
-// TIME) falls in: exact at the boundaries, as long as the two clocks are
-// less than half a period apart; further apart the call fails with
-// ErrScript rather than count in a period it cannot name. See calendar.go.
-//
-// # Keys and Redis Cluster
-//
-// The state of a rule for a key lives under PREFIX{KEY}:FP, where FP is a
-// fingerprint of the rule (so a changed rule starts afresh) and {KEY} is a
-// hash tag: every rule applied to one key lands in one cluster slot, so an
-// AllowAll over several rules for one key is one atomic script even on a
-// cluster. Config.HashTag chooses another tag (a tenant, say) to put more
-// keys in one slot. Hits in different slots are decided slot by slot: first
-// every slot is asked without counting, then each slot counts in turn; if
-// another caller takes the last unit in between, the call is refused and the
-// slots already counted keep their count (stricter, never looser).
-//
-// # Cost
-//
-// A call of one hit, the common case, runs the one-hit driver: one GET, the
-// decision, one SET with the expiry when admitted; with the server's clock
-// it sends only the four arguments that vary (see scripts.go). Calls of
-// several hits, and the sliding log, run the multi-hit driver. One-hit
-// calls that queue up while two others are in flight are sent together, up
-// to Config.Batch of them, in one script that decides each exactly as the
-// one-hit script would (natural batching; not on a cluster). State is
-// three packed doubles in a string. Optionally (Config.OverLimitCache) a key
-// that Redis refused is decided locally from its stored state until it
-// would admit again: exactly Redis's decisions with CallerClock, never a
-// refusal that Redis would not make with ServerClock.
-//
-// # Failure
-//
-// Every call has a deadline (Config.Timeout) that starts when AllowAll is
-// called and bounds the caller's whole wait, queueing for a batch
-// included. A circuit breaker stops calling a Redis that fails most calls
-// over a short window, and probes it again soon after, so that a stall
-// costs about its own length. While Redis is unavailable (and, with
-// Config.DialInBackground, until it first answers) AllowAll and Peek decide
-// nothing: they return an error wrapping portero.ErrStoreUnavailable, never
-// a decision beside it, and the caller's failure policy answers
-// (portero.FailurePolicy, applied by package engine: allow, deny, or local
-// in the engine's own memory). Concurrency leases (Acquire) fail the same
-// way, and the engine's failure policy decides them too. See
-// docs/distributed.md.
+// One-hit calls that queue while two others are in flight are sent
+// together in one script, each decided as alone (Config.Batch; batch.go).
+// Every call has a deadline that starts when it is made (Config.Timeout),
+// and a circuit breaker stops calling a Redis that fails most calls. While
+// Redis is unavailable the store decides nothing, for rates and leases
+// alike: it returns an error wrapping portero.ErrStoreUnavailable and the
+// caller's failure policy answers. See docs/distributed.md.
 package redisstore
 
 import (
@@ -148,30 +96,23 @@ type Config struct {
 	// leaves it open, and the two fields below do not apply.
 	Client rueidis.Client
 	// DialInBackground makes New return the store even when Redis does not
-	// answer yet (a malformed address is still an error): calls then fail
-	// with portero.ErrStoreUnavailable, as in an outage, while the store
-	// dials again in the background (after 100 ms, doubling to at most
-	// 2 s) until Redis answers or Close. Connected says which. A gateway
-	// restarted during an outage thus starts and serves by its failure
-	// policy instead of failing.
+	// answer yet (a malformed address is still an error): calls fail with
+	// portero.ErrStoreUnavailable, as in an outage, while the store dials
+	// again (every 100 ms, doubling to 2 s) until Redis answers or Close.
 	DialInBackground bool
 	// MaxFlushDelay is how long rueidis's auto-pipelining may wait after
-	// writing a batch of commands to collect the next one: under load it
-	// cuts the write and read system calls per decision (measured on 2
-	// cores at 64 callers: 0.96 client syscalls per decision without a
-	// delay, 0.40 with 20µs) at no cost to one caller's latency, whose next
-	// command comes after a round trip anyway. DefaultMaxFlushDelay when
-	// zero; negative for none.
+	// writing commands to collect more: fewer system calls per decision
+	// under load, none of a lone caller's latency. DefaultMaxFlushDelay
+	// when zero; negative for none.
 	MaxFlushDelay time.Duration
 	// PipelineMultiplex sets rueidis's ClientOption.PipelineMultiplex: 2^n
 	// auto-pipelined connections per Redis node. Zero keeps rueidis's
 	// default (log2 of GOMAXPROCS, at most 2: 1 to 4 connections; 1 for a
 	// cluster); negative means one connection.
 	PipelineMultiplex int
-	// Batch is the most one-hit calls decided in one script: one-hit calls
-	// that queue up while others are in flight are sent together, each decided exactly as alone (see Cost in
-	// the package documentation and docs/distributed.md). DefaultBatch
-	// when zero; 1 or negative for none. Never on a cluster.
+	// Batch is the most queued one-hit calls decided in one script, each
+	// exactly as alone (batch.go). DefaultBatch when zero; 1 or negative
+	// for none. Never on a cluster.
 	Batch int
 	// Prefix starts every key; DefaultPrefix when empty.
 	Prefix string
@@ -181,27 +122,22 @@ type Config struct {
 	// real time, since the caller's instants need not follow Redis's clock
 	// (a replay may run slower than real time). DefaultMinTTL when zero.
 	MinTTL time.Duration
-	// Timeout bounds each AllowAll, Peek and Reset from the moment it is
-	// called: time spent queued for a batch counts, so no caller waits
-	// longer (plus scheduling). A caller's context deadline that comes
-	// first applies instead. DefaultTimeout when zero.
+	// Timeout bounds each call from the moment it is made, time queued for
+	// a batch included; a caller's earlier deadline applies instead.
+	// DefaultTimeout when zero.
 	Timeout time.Duration
-	// The circuit breaker opens when, over the last BreakerWindow (a
-	// rolling window of ten buckets; DefaultBreakerWindow when zero), at
-	// least BreakerMinCalls calls to Redis ended (DefaultBreakerMinCalls
-	// when zero) and at least BreakerRatio of them failed for want of
-	// Redis (a fraction in (0, 1]; DefaultBreakerRatio when zero). A ratio
-	// rather than a run of consecutive failures: a scheduling hiccup on a
-	// loaded host makes every call in flight time out at once, which is a
-	// run but a tiny share of the window's calls.
+	// The circuit breaker opens when, over the last BreakerWindow (ten
+	// rolling buckets), at least BreakerMinCalls calls to Redis ended and
+	// at least BreakerRatio (in (0, 1]) of them failed for want of Redis:
+	// a ratio, not a run of failures, since a stall of a loaded host fails
+	// every call in flight at once. Each is its default when zero.
 	BreakerWindow   time.Duration
 	BreakerRatio    float64
 	BreakerMinCalls int
 	// BreakerOpen is how long the open breaker answers without calling
-	// Redis before it lets one probe through (which closes it when Redis
-	// answers); DefaultBreakerOpen when zero. Short, so that a stall costs
-	// about its own length; each probe of a Redis still down costs one
-	// caller the Timeout.
+	// Redis before one probe goes through (closing it if Redis answers);
+	// short, so that a stall costs about its own length.
+	// DefaultBreakerOpen when zero.
 	BreakerOpen time.Duration
 	// HashTag returns the hash tag of a hit's key; nil means the hit's key.
 	// Hits with one tag share a cluster slot and so one atomic script. A tag
@@ -215,17 +151,11 @@ type Config struct {
 	// because it was unavailable (an AllowAll, a Peek or an Acquire that
 	// returned the error). It must be quick and safe for concurrent use.
 	OnUnavailable func(UnavailableCall)
-	// OverLimitCache, when positive, turns on the local over-limit cache
-	// with room for that many keys; 0 (the default) leaves it off. A
-	// one-hit call that Redis refuses leaves the key's state in the cache,
-	// and later one-hit calls on that key that the state refuses are
-	// answered locally without asking Redis. With CallerClock the answers
-	// are exactly Redis's; with ServerClock a local refusal holds at every
-	// instant Redis could have decided the call within the deadline, so it
-	// never refuses what Redis would admit. Other instances only make a key
-	// stricter, so a cached refusal stays a refusal; its RetryAfter,
-	// Remaining and ResetAfter do not see their traffic. Not for the
-	// sliding log, nor for calls of several hits. See docs/distributed.md.
+	// OverLimitCache, when positive, keeps up to that many keys that Redis
+	// refused and answers their one-hit calls locally while their state
+	// still refuses (cache.go; never for the sliding log): exactly Redis's
+	// answers with CallerClock, never a refusal Redis would not make with
+	// ServerClock. 0, the default, leaves it off.
 	OverLimitCache int
 }
 
