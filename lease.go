@@ -21,7 +21,7 @@ const MinLeaseTTL = time.Millisecond
 var ErrLeaseLost = errors.New("lease lost")
 
 // ConcurrencyRule limits how many requests may be in flight at once under a
-// name: the seed's concurrency limit C. Where a rate limit counts what
+// name: a concurrency limit C. Where a rate limit counts what
 // arrived, a concurrency limit counts what has not finished, so it admits at
 // most Max/S requests per second when each takes S seconds and tightens on
 // its own when the service slows down (Little's law).

@@ -22,8 +22,8 @@
 //
 //   - step tables for every algorithm in portero.Algorithms: requests at
 //     given instants with the expected Allowed, Remaining, RetryAfter, Delay
-//     and (where given) ResetAfter, including the worked examples of the
-//     seed and time that goes backwards;
+//     and (where given) ResetAfter, including worked examples and time
+//     that goes backwards;
 //   - seeded random traces whose decisions must equal Reference's;
 //   - all-or-nothing across rules: a refused hit consumes nothing anywhere;
 //   - errors: ErrInvalidCost, ErrCostExceedsLimit, ErrInvalidLimit,
@@ -181,7 +181,7 @@ func slidingCounterTables() []Table {
 				{At: sec(70), Cost: 30, Allowed: true, Note: "est 80·(1−10/60) = 66.67, +29 < 100",
 					// 80·(5/6)+30 = 96.67 after: room 3.33, so 4 more cost-1 requests.
 					Remaining: 4},
-				{At: sec(75), Allowed: true, Remaining: 9, Note: "the seed: 80·0.75 + 30 = 90 < 100",
+				{At: sec(75), Allowed: true, Remaining: 9, Note: "80·0.75 + 30 = 90 < 100",
 					// Whole again when 31·(1−e/60) < 1 in [120,180): e > 58.0645… s.
 					ResetAfter: 103064516130, CheckReset: true},
 				{At: sec(75), Cost: 10, Remaining: 9, RetryAfter: 1, Note: "91 + 9 = 100 is not below 100; below it 1 ns later"},
@@ -213,8 +213,7 @@ func slidingCounterTables() []Table {
 // GCRA.
 func bucketTables() []Table {
 	// Token bucket, leaky meter and GCRA admit the same requests: burst 2,
-	// r = 0.5/s, so one token every 2 s (the seed: "con r = 0,5 por segundo,
-	// dos segundos dan una ficha entera").
+	// r = 0.5/s, so one whole token every 2 s.
 	bucket := portero.Limit{Count: 1, Window: 2 * time.Second, Burst: 2}
 	bucketSteps := []Step{
 		{At: 0, Allowed: true, Remaining: 1, ResetAfter: sec(2), CheckReset: true},
