@@ -141,20 +141,12 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 	}
 	keys := make([]string, len(items))
 	args := make([]string, 5, 5+7*len(items))
-	args[0] = "server"
-	if s.cfg.Clock == CallerClock {
-		args[0] = "caller"
-	}
+	args[0], _, _ = s.clockArgs(time.Time{}, false)
 	args[1], args[2], args[3], args[4] = "0", "0", "1", s.minTTL
 	for i, it := range items {
 		keys[i] = it.key
 		a := s.argv(it.c, it.now)
-		var sec, ns string
-		if s.cfg.Clock == CallerClock {
-			sec, ns = strconv.FormatInt(it.now.Unix(), 10), strconv.Itoa(it.now.Nanosecond())
-		} else {
-			sec, ns = "0", "0"
-		}
+		_, sec, ns := s.clockArgs(it.now, false)
 		args = append(args, sec, ns, string(it.c.alg), strconv.FormatInt(it.hit.Cost, 10), a[0], a[1], a[2])
 	}
 	_, err := s.breaker.Execute(func() ([]int64, error) {

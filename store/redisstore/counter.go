@@ -27,7 +27,7 @@ var _ portero.Counter = (*Store)(nil)
 // error wrapping portero.ErrStoreUnavailable.
 func (s *Store) Count(ctx context.Context, now time.Time, counts []portero.Count) error {
 	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	if len(counts) == 0 {
 		return nil

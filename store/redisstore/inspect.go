@@ -33,7 +33,7 @@ import (
 // engine's check-only hits.
 func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	if s.closed.Load() {
-		return portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return portero.Decision{}, errClosed
 	}
 	c, err := s.compiled(rule)
 	if err != nil {
@@ -70,7 +70,7 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 // portero.ErrClosed, portero.ErrInvalidLimit or portero.ErrUnknownAlgorithm.
 func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error {
 	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	c, err := s.compiled(rule)
 	if err != nil {

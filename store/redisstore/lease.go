@@ -70,7 +70,7 @@ func (s *Store) LeaseKey(name, key string) string {
 // not used.
 func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
 	if s.closed.Load() {
-		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return nil, portero.Decision{}, errClosed
 	}
 	if err := rule.Validate(); err != nil {
 		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", err)
@@ -102,10 +102,8 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.Concurr
 
 // leaseCall runs lease.lua once under the breaker and the deadline.
 func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLeases, ttl string) (rueidis.RedisMessage, error) {
-	args := []string{op, "server", "0", "0", id, maxLeases, ttl, s.minTTL}
-	if s.cfg.Clock == CallerClock {
-		args[1], args[2], args[3] = "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond()/1000)
-	}
+	clock, sec, us := s.clockArgs(now, true)
+	args := []string{op, clock, sec, us, id, maxLeases, ttl, s.minTTL}
 	var msg rueidis.RedisMessage
 	cn := s.conn.Load()
 	if cn == nil {
@@ -118,8 +116,8 @@ func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLe
 		msg, err = leaseScript.Exec(ctx, cn.client, []string{key}, args).ToMessage()
 		return nil, err
 	})
-	if err == nil && s.degraded.Swap(false) {
-		s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
+	if err == nil {
+		s.answered()
 	}
 	return msg, err
 }
@@ -150,7 +148,7 @@ type redisLease struct {
 // Renew implements portero.Lease.
 func (l *redisLease) Renew(ctx context.Context, now time.Time) error {
 	if l.s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	res, err := l.s.leaseCall(ctx, now, l.key, "renew", l.id, "0", l.ttl)
 	if err != nil {
@@ -167,7 +165,7 @@ func (l *redisLease) Renew(ctx context.Context, now time.Time) error {
 // Config.Timeout.
 func (l *redisLease) Release(ctx context.Context) error {
 	if l.s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	if _, err := l.s.leaseCall(ctx, time.Time{}, l.key, "release", l.id, "0", "0"); err != nil {
 		return fmt.Errorf("redisstore: release lease %s of %q: %w", l.id, l.key, l.wrap(err))

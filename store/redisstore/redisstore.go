@@ -30,6 +30,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -232,40 +233,25 @@ type conn struct {
 	batch   *batcher // nil when batching is off (Config.Batch, cluster)
 }
 
-// errNotConnected is why calls fall back before Redis first answered.
+// errClosed is the error of every call after Close.
+var errClosed = fmt.Errorf("redisstore: %w", portero.ErrClosed)
+
+// errNotConnected is why Redis decides no call before it first answered.
 var errNotConnected = errors.New("not connected to redis yet")
 
 // New validates cfg, connects to Redis and returns the store. A malformed
 // URL or an address that does not answer is an error naming the store and
 // the address.
 func New(cfg Config) (*Store, error) {
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MinTTL == 0 {
-		cfg.MinTTL = DefaultMinTTL
-	}
-	if cfg.BreakerWindow == 0 {
-		cfg.BreakerWindow = DefaultBreakerWindow
-	}
-	if cfg.BreakerRatio == 0 {
-		cfg.BreakerRatio = DefaultBreakerRatio
-	}
-	if cfg.BreakerMinCalls == 0 {
-		cfg.BreakerMinCalls = DefaultBreakerMinCalls
-	}
-	if cfg.BreakerOpen == 0 {
-		cfg.BreakerOpen = DefaultBreakerOpen
-	}
-	if cfg.Batch == 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
+	cfg.BreakerWindow = cmp.Or(cfg.BreakerWindow, DefaultBreakerWindow)
+	cfg.BreakerRatio = cmp.Or(cfg.BreakerRatio, DefaultBreakerRatio)
+	cfg.BreakerMinCalls = cmp.Or(cfg.BreakerMinCalls, DefaultBreakerMinCalls)
+	cfg.BreakerOpen = cmp.Or(cfg.BreakerOpen, DefaultBreakerOpen)
+	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	switch {
 	case cfg.OverLimitCache < 0:
 		return nil, fmt.Errorf("redisstore: over-limit cache size %d: must be positive", cfg.OverLimitCache)
@@ -403,7 +389,7 @@ func (s *Store) Close(context.Context) error {
 	s.dialMu.Lock()
 	if s.closed.Swap(true) {
 		s.dialMu.Unlock()
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	s.dialMu.Unlock()
 	close(s.stop)
@@ -480,7 +466,7 @@ func oneCall(key string, alg portero.Algorithm) call {
 // documentation for hits in several cluster slots and for failures.
 func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return nil, errClosed
 	}
 	s.calls.Add(1)
 	cs := make([]*compiled, len(hits))
@@ -547,9 +533,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	}
 	if err == nil {
 		s.redisCalls.Add(1)
-		if s.degraded.Swap(false) {
-			s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
-		}
+		s.answered()
 		return out, nil
 	}
 	if !unavailable(err) {
@@ -557,6 +541,27 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		return nil, err
 	}
 	return nil, s.unavailableCall(hits, err)
+}
+
+// answered notes that Redis decided a call.
+func (s *Store) answered() {
+	if s.degraded.Swap(false) {
+		s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
+	}
+}
+
+// clockArgs are the scripts' first three arguments: the clock, and with
+// the caller's the instant now as seconds and nanoseconds (in
+// microseconds, with micro, for the lease script).
+func (s *Store) clockArgs(now time.Time, micro bool) (clock, sec, frac string) {
+	if s.cfg.Clock != CallerClock {
+		return "server", "0", "0"
+	}
+	f := now.Nanosecond()
+	if micro {
+		f /= 1000
+	}
+	return "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(f)
 }
 
 // deadline bounds ctx by Config.Timeout from now, unless ctx's own
@@ -622,15 +627,8 @@ func (s *Store) runSlots(ctx context.Context, cn *conn, now time.Time, cs []*com
 // hit was allowed. ctx carries the call's deadline (deadline).
 func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled, hits []portero.Hit, c call, commit bool, out []portero.Decision) (bool, error) {
 	args := make([]string, 5, 5+5*len(c.idx))
-	if s.cfg.Clock == CallerClock {
-		args[0] = "caller"
-		args[1] = strconv.FormatInt(now.Unix(), 10)
-		args[2] = strconv.Itoa(now.Nanosecond())
-	} else {
-		args[0], args[1], args[2] = "server", "0", "0"
-	}
-	args[4] = s.minTTL
-	args[3] = "0"
+	args[0], args[1], args[2] = s.clockArgs(now, false)
+	args[3], args[4] = "0", s.minTTL
 	if commit {
 		args[3] = "1"
 	}
