@@ -33,15 +33,13 @@ type Config struct {
 	// Shedding says who loses when the queue is full: ByOrder (the
 	// default), Fair (by tenant) or Random.
 	Shedding Shedding
-	// Rand draws the victims of Random shedding; nil means the
-	// math/rand/v2 top-level functions. A *rand.Rand is not safe for
-	// concurrent use, but the Gate only calls it under its lock.
+	// Rand draws the victims of Random shedding (called under the Gate's
+	// lock); nil means math/rand/v2's top-level functions.
 	Rand *rand.Rand
-	// ServiceTime is the first estimate of how long a request runs, until
-	// the Gate has measured some; zero means none. The Gate smooths the run
-	// times it sees (from start to Done) with weight 1/8, as TCP smooths
-	// round-trip times, and drops a waiter when its deadline minus that
-	// estimate has come: from then on it could not be answered in time.
+	// ServiceTime is the first estimate of how long a request runs; zero
+	// means none. The Gate smooths the run times it sees with weight 1/8,
+	// as TCP smooths round trips, and drops a waiter once its deadline
+	// minus that estimate has come.
 	ServiceTime time.Duration
 	// QueueDelayTarget, when not zero, refuses sheddable requests
 	// (Unhealthy) while the oldest waiter has waited longer than it: the
@@ -56,12 +54,10 @@ type Config struct {
 	RetryAfter time.Duration
 }
 
-// Reserve holds back slots of MaxInFlight for the more important classes.
-// A critical request may take any slot; a default one only while fewer
-// than MaxInFlight − Critical run; a sheddable one only while fewer than
-// MaxInFlight − Critical − Default run. So when the service fills up the
-// sheddable work is refused (or waits) first, and critical work still finds
-// room.
+// Reserve holds back slots of MaxInFlight for the more important classes:
+// a critical request may take any slot, a default one only while fewer
+// than MaxInFlight − Critical run, a sheddable one only while fewer than
+// MaxInFlight − Critical − Default run.
 type Reserve struct {
 	// Critical is the number of slots only critical requests may take.
 	Critical int
@@ -115,9 +111,8 @@ func (s State) String() string {
 }
 
 // Ticket is one request's passage through a Gate. Its methods read fields
-// that the Gate changes under its lock: call them from the goroutine that
-// holds the ticket once the Gate has handed it back (Acquire returned, or
-// the ticket was in a changed list), or under no concurrency at all.
+// the Gate changes under its lock: call them once the Gate has handed the
+// ticket back (Acquire returned, or it was in a changed list).
 type Ticket struct {
 	req     Request
 	arrived time.Time
@@ -181,18 +176,11 @@ type Stats struct {
 	RunTime time.Duration
 }
 
-// Gate is admission control for a whole service: at most MaxInFlight
-// requests run, a bounded queue with deadlines holds a few more, and when
-// something must give, the least important work goes first (priorities,
-// then fair shedding by tenant, then the drop order). It decides on the
-// service's health alone — slots, queueing delay, run time — never on a
-// client's behaviour, which is the rate limiter's business.
-//
-// The Gate knows nothing of HTTP or of the clock. Its core methods (Arrive,
-// Done, Cancel, Expire) take the instant and return the tickets whose state
-// changed, so that a simulation can drive it on a virtual clock; Acquire and
-// Release wrap them with the wall clock and real waiting for servers. A Gate
-// is safe for concurrent use.
+// Gate is admission control for a whole service (see the package doc): at
+// most MaxInFlight requests run, a bounded queue holds a few more, and the
+// least important work goes first. Its core methods (Arrive, Done, Cancel,
+// Expire) take the instant and return the tickets whose state changed;
+// Acquire and Release add the wall clock. It is safe for concurrent use.
 type Gate struct {
 	cfg   Config
 	limit [numClasses]int // a class runs while inFlight < limit[class]

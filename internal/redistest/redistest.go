@@ -1,14 +1,8 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server on a free loopback port, a Redis Cluster of several masters, or a
-// master with replicas watched by Redis Sentinels (redis-server
-// --sentinel).
-// Every process lives in the test's t.TempDir(), runs with persistence off
-// (--save "" --appendonly no) and is stopped in t.Cleanup.
-//
-// When redis-server is not on the PATH the tests that need it are skipped
-// with a hint on how to install it, except when PORTERO_REQUIRE_REDIS=1 or
-// CI=true, where they fail: a CI run must never pass by skipping
-// (testenv.NeedCommand).
+// server on a free loopback port, a Redis Cluster, or a master with
+// replicas watched by Redis Sentinels. Each runs in the test's t.TempDir()
+// without persistence and stops in t.Cleanup; a test fails, never skips,
+// when redis-server is not installed (testenv.NeedCommand).
 package redistest
 
 import (

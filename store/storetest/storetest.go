@@ -1,50 +1,31 @@
-// Package storetest is the conformance suite that every portero.Store must
+// Package storetest is the conformance suite every portero.Store must
 // pass, and Reference, the plain store it compares them with.
 //
-// A store's tests call Run with a constructor:
+// A store's tests call Run with a constructor that returns an empty store
+// and closes it in t.Cleanup (a second Close must be harmless: one subtest
+// closes its store itself):
 //
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) portero.Store {
-//			s, err := memstore.New(memstore.Config{})
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			t.Cleanup(func() { s.Close(context.Background()) })
-//			return s
-//		})
-//	}
+//	storetest.Run(t, func(t *testing.T) portero.Store {
+//		s, err := memstore.New(memstore.Config{})
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		t.Cleanup(func() { s.Close(context.Background()) })
+//		return s
+//	})
 //
-// Run calls the constructor once per subtest and expects an empty store
-// each time; the constructor owns closing it (t.Cleanup). Closing twice must
-// be harmless: one subtest closes its store itself to check ErrClosed.
+// The suite checks step tables worked by hand for every algorithm (time
+// going backwards too); seeded random traces whose decisions must equal
+// Reference's; all-or-nothing across rules; the errors and ErrClosed;
+// Peek, which must count nothing and say what the next call decides;
+// calendar quotas; and Adjust (portero.Adjuster): step tables and random
+// traces of charges and refunds, and ErrNotAdjustable checked before
+// anything changes. RunLeases does the same for concurrency leases.
 //
-// The suite checks:
-//
-//   - step tables for every algorithm in portero.Algorithms: requests at
-//     given instants with the expected Allowed, Remaining, RetryAfter, Delay
-//     and (where given) ResetAfter, including worked examples and time
-//     that goes backwards;
-//   - seeded random traces whose decisions must equal Reference's;
-//   - all-or-nothing across rules: a refused hit consumes nothing anywhere;
-//   - errors: ErrInvalidCost, ErrCostExceedsLimit, ErrInvalidLimit,
-//     ErrUnknownAlgorithm, ErrClosed, and no panics;
-//   - Peek: on random traces (time going back too, and a calendar quota),
-//     before every call, each hit's Peek at its cost equals Reference's,
-//     the calls that follow still decide as Reference's (a Peek counts
-//     nothing), and a call of one hit decides what its Peek said, as of
-//     before it (the remaining it leaves is the peek's less its cost);
-//     errors as for AllowAll;
-//   - Adjust (portero.Adjuster, which every store must implement): step
-//     tables of charges and refunds per algorithm, and random traces of
-//     AllowAll, Peek and Adjust (charges past the limit, refunds of earlier
-//     decisions, in the same window or after it) whose decisions must equal
-//     Reference's; ErrNotAdjustable for what an algorithm cannot adjust,
-//     checked before anything changes.
-//
-// Every instant in the tables and traces is a whole number of microseconds
-// after a base instant that is itself a whole number of hours since the Unix
-// epoch (so clock-aligned windows start where the tables say), which lets a
-// store that keeps time in microseconds (Redis) pass unchanged.
+// Every instant is a whole number of microseconds after Base, itself a
+// whole number of hours since the Unix epoch, so that clock-aligned
+// windows start where the tables say and a store that keeps time in
+// microseconds (Redis) passes unchanged.
 package storetest
 
 import (
