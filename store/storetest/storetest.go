@@ -301,12 +301,8 @@ func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
 					t.Fatalf("step %d: %d decisions, want 1", i, len(ds))
 				}
 				got := ds[0]
-				want := portero.Decision{Allowed: st.Allowed, Limit: tab.Rule.Limit.Capacity(), Remaining: st.Remaining,
+				want := portero.Decision{Allowed: st.Allowed, Limit: limitOf(tab.Rule), Remaining: st.Remaining,
 					RetryAfter: st.RetryAfter, Delay: st.Delay, ResetAfter: got.ResetAfter}
-				switch tab.Rule.Algorithm {
-				case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
-					want.Limit = tab.Rule.Limit.Count
-				}
 				if st.CheckReset {
 					want.ResetAfter = st.ResetAfter
 				}
@@ -368,23 +364,34 @@ func RandomTrace(seed uint64, rules []portero.Rule, n int, back bool) []Trace {
 		if back && r.IntN(20) == 0 {
 			callAt -= time.Duration(r.IntN(1_000_000)) * time.Microsecond
 		}
-		hits := make([]portero.Hit, 1+r.IntN(3))
-		for i := range hits {
-			rule := rules[r.IntN(len(rules))]
-			c := rule.Limit.Capacity()
-			if rule.Algorithm == portero.FixedWindow || rule.Algorithm == portero.FixedWindowAnchored ||
-				rule.Algorithm == portero.SlidingLog || rule.Algorithm == portero.SlidingCounter {
-				c = rule.Limit.Count
-			}
-			cost := int64(1)
-			if r.IntN(4) == 0 {
-				cost = 1 + r.Int64N(c)
-			}
-			hits[i] = portero.Hit{Rule: rule, Key: keys[r.IntN(len(keys))], Cost: cost}
-		}
-		out = append(out, Trace{At: callAt, Hits: hits})
+		out = append(out, Trace{At: callAt, Hits: randomHits(r, rules, keys)})
 	}
 	return out
+}
+
+// randomHits draws one to three hits over rules and keys, one in four with
+// a cost from 1 to the rule's largest, the others of cost 1.
+func randomHits(r *rand.Rand, rules []portero.Rule, keys []string) []portero.Hit {
+	hits := make([]portero.Hit, 1+r.IntN(3))
+	for i := range hits {
+		rule := rules[r.IntN(len(rules))]
+		cost := int64(1)
+		if r.IntN(4) == 0 {
+			cost = 1 + r.Int64N(limitOf(rule))
+		}
+		hits[i] = portero.Hit{Rule: rule, Key: keys[r.IntN(len(keys))], Cost: cost}
+	}
+	return hits
+}
+
+// limitOf is a rule's Decision.Limit, its largest cost: the count of the
+// window algorithms, the capacity of the buckets, GCRA and the queue.
+func limitOf(rule portero.Rule) int64 {
+	switch rule.Algorithm {
+	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
+		return rule.Limit.Count
+	}
+	return rule.Limit.Capacity()
 }
 
 func runRandom(t *testing.T, newStore func(t *testing.T) portero.Store) {
