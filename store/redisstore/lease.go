@@ -16,23 +16,13 @@ import (
 
 // Concurrency leases: Store implements portero.LeaseStore. The leases of a
 // rule under a key are one sorted set, PREFIX{KEY}:lease:NAME, of lease ids
-// scored by expiry in microseconds, changed only by lease.lua (embedded,
-// run by hash like the other scripts): acquire drops the expired leases,
-// counts and adds in one atomic step; renew moves a lease's expiry; release
-// removes it. With ServerClock every expiry is on Redis's clock, so
-// instances whose clocks disagree still agree on which leases are alive.
-//
-// A lease that its holder stops renewing (the process crashed, lost Redis,
-// or forgot) expires after the rule's TTL and its slot comes back; the set
-// itself expires with its last lease. httplimit renews every TTL/3.
-//
-// While Redis is unavailable, Acquire decides nothing: it returns an error
-// wrapping portero.ErrStoreUnavailable, never a lease or a decision beside
-// it, and the caller's failure policy answers (package engine: allow
-// admits without a lease, deny refuses, local takes the lease in the
-// engine's memory). Renew and Release of a Redis lease then fail with that
-// error; the lease runs out at its last expiry. Acquire's decisions are in
-// microseconds (RetryAfter) like Redis TIME.
+// scored by expiry in microseconds (of Redis's clock with ServerClock),
+// changed only by lua/lease.lua: acquire drops the expired leases, counts
+// and adds in one atomic step; renew moves an expiry; release removes it.
+// A lease its holder stops renewing expires after the rule's TTL, and the
+// set with its last lease. While Redis is unavailable, Acquire, Renew and
+// Release return an error wrapping portero.ErrStoreUnavailable and decide
+// nothing: the caller's failure policy answers.
 
 // leaseScript is lease.lua: immutable once built (it holds the hash).
 var leaseScript = rueidis.NewLuaScript(readLua("lease.lua"))
