@@ -67,19 +67,22 @@ upstreams:
   demo: {type: demo}
 routes:
   - {name: api, upstream: demo}
-store:
-  max_keys: %d
+%s
 rules:
   - {name: per-ip, key: ip, limit: 10/s}
 `
 
 // replayGenerated replays n generated lines and returns the report and the
 // most heap in use seen (sampled every minute of log time and at the end,
-// after a collection).
+// after a collection). maxKeys bounds the store; 0 leaves its default.
 func replayGenerated(tb testing.TB, n, rate, keys, maxKeys int) (*replay.Report, uint64) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "portero.yaml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(simplePolicy, maxKeys)), 0o644); err != nil {
+	store := "" // the default bound
+	if maxKeys > 0 {
+		store = fmt.Sprintf("store: {max_keys: %d}", maxKeys)
+	}
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(simplePolicy, store)), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	cfg, err := config.Load(path)
