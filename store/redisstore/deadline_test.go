@@ -45,10 +45,11 @@ func recordRuns(s *Store) (runs func() []scriptRun) {
 	}
 }
 
-// burst sends callers concurrent one-hit calls on keys of their own and
-// returns how long each took; each must be admitted or fail for want of
-// Redis, with no decision beside the error.
-func burst(t *testing.T, s *Store, rule portero.Rule, callers int) []time.Duration {
+// burst sends callers concurrent one-hit calls on keys of their own, the
+// i-th i×stagger after the first, and returns how long each took; each
+// must be admitted or fail for want of Redis, with no decision beside the
+// error.
+func burst(t *testing.T, s *Store, rule portero.Rule, callers int, stagger time.Duration) []time.Duration {
 	t.Helper()
 	start := make(chan struct{})
 	lat := make([]time.Duration, callers)
@@ -57,6 +58,7 @@ func burst(t *testing.T, s *Store, rule portero.Rule, callers int) []time.Durati
 	for i := range callers {
 		wg.Go(func() {
 			<-start
+			time.Sleep(time.Duration(i) * stagger)
 			t0 := time.Now()
 			d, err := s.AllowAll(context.Background(), t0, []portero.Hit{{Rule: rule, Key: fmt.Sprint("k", i), Cost: 1}})
 			lat[i] = time.Since(t0)
@@ -144,7 +146,7 @@ func TestDeadlineIncludesQueueing(t *testing.T) {
 			}
 			runs := recordRuns(s)
 			srv.Freeze()
-			lat := burst(t, s, rule, callers)
+			lat := burst(t, s, rule, callers, 0)
 			srv.Thaw()
 			batches, queued := checkRunDeadlines(t, runs(), timeout)
 			if batches == 0 {
@@ -190,7 +192,9 @@ func TestQueuedCallsWaitAtMostTheTimeout(t *testing.T) {
 					return ctx.Err()
 				}
 				rule := portero.Rule{Name: "r", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: 1000, Window: time.Hour}}
-				lat := burst(t, s, rule, callers)
+				// Callers arrive 10 µs apart, so that the queued ones are
+				// still waiting when the first calls' deadline frees a slot.
+				lat := burst(t, s, rule, callers, 10*time.Microsecond)
 				if worst := slices.Max(lat); worst > timeout {
 					t.Errorf("a caller waited %v, want at most the %v timeout", worst, timeout)
 				}
