@@ -270,8 +270,12 @@ func TestKillAndRestart(t *testing.T) {
 // breaker opens, and limiting resumes after SIGCONT.
 func TestFrozen(t *testing.T) {
 	r := newFailureRig(t)
-	if res := r.call(t, r.closed, "warm"); res.Failure != "" {
-		t.Fatalf("warm-up decided by the failure policy: %+v", res)
+	// Warm up (load the scripts): on a loaded machine the first call may
+	// miss its deadline, and the failure policy then rightly decides it.
+	for try := 0; r.call(t, r.closed, "warm").Failure != ""; try++ {
+		if try == 20 {
+			t.Fatal("20 warm-up calls decided by the failure policy: Redis never answered in time")
+		}
 	}
 	r.srv.Freeze()
 	r.waitOpen(t)
