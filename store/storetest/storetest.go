@@ -335,6 +335,17 @@ func RandomRules() []portero.Rule {
 	return rules
 }
 
+// rulesOf returns RandomRules' rules of algorithm a.
+func rulesOf(a portero.Algorithm) []portero.Rule {
+	var rules []portero.Rule
+	for _, r := range RandomRules() {
+		if r.Algorithm == a {
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
 // Trace is one call of a random trace: the hits of one AllowAll at At after
 // Base.
 type Trace struct {
@@ -402,12 +413,7 @@ func runRandom(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				name += "/time-back"
 			}
 			t.Run(name, func(t *testing.T) {
-				var rules []portero.Rule
-				for _, r := range RandomRules() {
-					if r.Algorithm == a {
-						rules = append(rules, r)
-					}
-				}
+				rules := rulesOf(a)
 				// Mix in one rule of another algorithm, so that
 				// all-or-nothing across algorithms is exercised too.
 				other := RandomRules()[(len(rules)*7+len(a))%len(RandomRules())]
@@ -561,12 +567,7 @@ func runPeek(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	}
 	for _, a := range portero.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
-			var rules []portero.Rule
-			for _, r := range RandomRules() {
-				if r.Algorithm == a {
-					rules = append(rules, r)
-				}
-			}
+			rules := rulesOf(a)
 			if a == portero.FixedWindow {
 				rules = append(rules, portero.Rule{Name: "quota", Algorithm: a, Limit: quota})
 			}
