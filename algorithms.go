@@ -6,7 +6,7 @@ import "fmt"
 // configuration files and on the command line.
 type Algorithm string
 
-// The algorithms of the seed. See docs/algorithms.md for each one's state,
+// The algorithms. See docs/algorithms.md for each one's state,
 // worst case and when to pick it.
 const (
 	// FixedWindow counts in clock-aligned windows [kW, (k+1)W).

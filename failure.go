@@ -6,16 +6,11 @@ import (
 )
 
 // FailurePolicy says what happens to a request when the store cannot
-// decide it (Redis down, a timeout, an open circuit breaker). It is one
-// vocabulary for the whole project: the same name means the same thing in
-// the library (package engine), at every door (the middleware, the gateway,
-// the Envoy rate limit service, the HTTP check API), in the YAML field
-// store.on_error and in every command-line flag that takes a policy.
-//
-// A store never applies a policy itself: it either decides or returns an
-// error. The engine applies the policy to the hits the store could not
-// decide, and its verdict says which hits the policy decided, so that no
-// door announces quota figures it does not have.
+// decide it (Redis down, a timeout, an open circuit breaker): the same name
+// means the same thing in package engine, at every door, in the YAML field
+// store.on_error and in every flag that takes a policy. A store never
+// applies one: it decides or returns an error, and the engine's verdict
+// says which hits the policy decided.
 //
 // The zero value means FailAllow wherever a policy is given: the engine
 // decides it (engine.Options.OnError), for every door.

@@ -21,14 +21,11 @@ const MinLeaseTTL = time.Millisecond
 var ErrLeaseLost = errors.New("lease lost")
 
 // ConcurrencyRule limits how many requests may be in flight at once under a
-// name: the seed's concurrency limit C. Where a rate limit counts what
-// arrived, a concurrency limit counts what has not finished, so it admits at
-// most Max/S requests per second when each takes S seconds and tightens on
-// its own when the service slows down (Little's law).
-//
-// A store keeps the leases of a rule under its Name and the key alone: a
-// rule whose Max or TTL changes (a reload) keeps the leases already held,
-// and admits again once fewer than the new Max are held.
+// name. Where a rate limit counts what arrived, a concurrency limit counts
+// what has not finished: it admits at most Max/S requests per second when
+// each takes S seconds, tightening when the service slows (Little's law).
+// A store keeps a rule's leases under its Name and the key, so a reload
+// that changes Max or TTL keeps the leases held.
 type ConcurrencyRule struct {
 	// Name identifies the rule in decisions, headers and failure policies.
 	Name string

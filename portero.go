@@ -1,22 +1,15 @@
-// Package portero is the vocabulary of the Portero rate limiter: a Limit
-// (how much, over what time), an Algorithm (how it is counted), the Decision
-// a limiter returns for one request, the Limiter interface every store
-// implements, and the sentinel errors.
+// Package portero is the vocabulary of the Portero rate limiter, shared by
+// every layer: a Limit (how much, over what time), an Algorithm (how it is
+// counted), the Rule, Hit and Decision of one request, the Store, Limiter
+// and LeaseStore interfaces, the FailurePolicy and the sentinel errors.
 //
 // Portero is the doorman in front of a service: for every request it asks
 // "has this client used its share?", lets it in or turns it away, and tells
-// the client honestly when to come back. This package imports only the
-// standard library; the algorithms live in package algorithm, the keyed
-// state in store/memstore (and store/redisstore), the HTTP door in httplimit.
-//
-// Beside the rate limits, the vocabulary has concurrency limits: a
-// ConcurrencyRule caps the requests in flight under a key, and a LeaseStore
-// hands out Leases that holders renew and release (httplimit.Concurrency is
-// the door). WaitN turns any Limiter into backpressure: it waits for the
-// admission instead of refusing.
-//
-// Being limited is a result, not an error: a refused request is a Decision
-// with Allowed false. An error means bad input or a failing backend.
+// the client when to come back. A refused request is a Decision with
+// Allowed false, not an error; an error means bad input or a failing store.
+// This package imports only the standard library; the algorithms live in
+// package algorithm, the keyed state in store/memstore and
+// store/redisstore, the decisions in package engine.
 package portero
 
 import (
@@ -34,9 +27,8 @@ var (
 	ErrInvalidLimit = errors.New("invalid limit")
 	// ErrInvalidCost reports a cost of zero or less.
 	ErrInvalidCost = errors.New("invalid cost")
-	// ErrCostExceedsLimit reports a cost larger than the limit or the bucket:
-	// such a request could never be admitted, so it is refused as an error
-	// rather than denied forever.
+	// ErrCostExceedsLimit reports a cost larger than the limit or the
+	// bucket: a request that could never be admitted.
 	ErrCostExceedsLimit = errors.New("cost exceeds limit")
 	// ErrUnknownAlgorithm reports an algorithm name that Portero does not know.
 	ErrUnknownAlgorithm = errors.New("unknown algorithm")

@@ -6,10 +6,9 @@ import (
 	"time"
 )
 
-// Rule is an algorithm with a limit under a name: what a store needs in
-// order to decide for keys. Two rules with equal fields share state in a
-// store; changing any field starts fresh counters (which is why a reload
-// that leaves a rule unchanged keeps its counters).
+// Rule is an algorithm with a limit under a name: what a store needs to
+// decide for keys. Rules with equal fields share state in a store, so a
+// reload that leaves a rule unchanged keeps its counters.
 type Rule struct {
 	// Name identifies the rule in decisions, headers and metrics.
 	Name      string
@@ -44,25 +43,19 @@ type Hit struct {
 // (store/memstore, store/redisstore) are safe for concurrent use.
 type Store interface {
 	// AllowAll decides every hit at instant now, all-or-nothing: when any
-	// hit is refused, none of them is counted. It returns one decision per
-	// hit, in order. The hits are decided in order, each seeing the state
-	// the earlier hits of the same call would leave (two hits on one rule
-	// and key add up; for the sliding log see algorithm.SlidingLog's
-	// DecideAfter). In a refused call an Allowed decision beside a refused
-	// one means "this hit alone would have passed", with the Remaining it
-	// would have left. Errors mean bad input or a failing backend: a store
-	// either decides or returns an error, never both (the failure policy
-	// that answers instead is the caller's, see FailurePolicy).
+	// hit is refused, none is counted. It returns one decision per hit, in
+	// order, each seeing the state the earlier hits of the call would leave
+	// (two hits on one rule and key add up). In a refused call an Allowed
+	// decision means "this hit alone would have passed". A store decides
+	// or returns an error (bad input, a failing backend), never both: the
+	// failure policy that answers then is the caller's.
 	AllowAll(ctx context.Context, now time.Time, hits []Hit) ([]Decision, error)
 	// Peek returns what a request of cost from key under rule would get
 	// at instant now, without counting it (algorithm.Look): Allowed,
-	// RetryAfter and Delay as AllowAll would decide that one hit, and
-	// Remaining and ResetAfter as they stand now, before it — what is left
-	// and when all of it is back, the figures of a refusal — so that what a
-	// client is told equals what its next request then gets. A key with no
-	// state answers as a fresh one. Nothing observable changes. Errors are
-	// those of AllowAll for a hit of that cost; a store never answers a
-	// Peek it could not make.
+	// RetryAfter and Delay as AllowAll would decide that one hit, Remaining
+	// and ResetAfter as they stand before it, so that what a client is told
+	// equals what its next request gets. Nothing observable changes; errors
+	// are those of AllowAll.
 	Peek(ctx context.Context, rule Rule, key string, now time.Time, cost int64) (Decision, error)
 	// Close releases the store and stops every goroutine it started.
 	Close(ctx context.Context) error

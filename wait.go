@@ -10,26 +10,20 @@ import (
 // WaitN blocks until l admits a request of the given cost from key, and
 // returns the decision that admitted it: backpressure for a producer (a
 // batch job, a queue consumer, a copy loop) that must slow down rather than
-// drop. It works for every algorithm, since every refusal says how long to
-// wait: it asks l at clock() (time.Now when clock is nil), and after a
-// refusal sleeps its RetryAfter and asks again; an admission with a Delay (a
-// leaky-queue rule) sleeps the Delay, when the request departs.
+// drop. It asks l at clock() (time.Now when nil), sleeps a refusal's
+// RetryAfter and asks again; an admission with a Delay (a leaky queue)
+// sleeps until the request departs.
 //
-// It returns early, without sleeping, an error wrapping
-// context.DeadlineExceeded when the next wake-up would come after ctx's
-// deadline, so a caller learns at once that it cannot be served in time. It
-// returns ctx's error when ctx ends during a sleep, and l's error as soon as
-// l returns one (a bad cost, a closed store, a store that failed closed).
-// When l has a method Done() <-chan struct{} (memstore's Limiter has), a
-// sleep also ends when that channel is closed, with an error wrapping
-// ErrClosed.
+// It returns at once an error wrapping context.DeadlineExceeded when the
+// next wake-up would come after ctx's deadline, ctx's error when ctx ends
+// during a sleep, and l's error as soon as l returns one. When l has a
+// method Done() <-chan struct{} (memstore's Limiter), its closing ends a
+// sleep with an error wrapping ErrClosed.
 //
-// Waiters are not queued: each asks again when its own wait ends, so under
-// contention a newcomer may pass before a waiter, and a waiter may be
-// refused again and sleep once more. A leaky-queue rule is the fair
-// alternative: each admission reserves its place in the queue. A leaky-queue
-// place taken by a wait that ctx then cancels stays taken here (l has no
-// way to give it back); memstore's Limiter.WaitN gives it back.
+// Waiters are not queued: under contention a newcomer may pass before a
+// waiter. A leaky queue is the fair alternative, each admission reserving
+// its place; a place whose wait ctx cancels stays taken here, where
+// memstore's Limiter.WaitN gives it back.
 func WaitN(ctx context.Context, l Limiter, key string, cost int64, clock func() time.Time) (Decision, error) {
 	if clock == nil {
 		clock = time.Now

@@ -161,7 +161,7 @@ func TestStepTables(t *testing.T) {
 			{at: 10.5, cost: 1, allowed: false, remaining: 0, retry: 500 * time.Millisecond},
 			{at: 12, cost: 2, allowed: true, remaining: 0},
 		}},
-		{"sliding counter: the seed's 80·0.75 + 30 = 90", portero.SlidingCounter, portero.Limit{Count: 100, Window: 60 * time.Second}, cat(
+		{"sliding counter: 80·0.75 + 30 = 90", portero.SlidingCounter, portero.Limit{Count: 100, Window: 60 * time.Second}, cat(
 			times(80, step{at: 10, cost: 1, allowed: true}), // prev = 80 in [0, 60)
 			times(30, step{at: 74, cost: 1, allowed: true}), // cur = 30 in [60, 120)
 			[]step{

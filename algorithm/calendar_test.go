@@ -170,7 +170,7 @@ func TestCalendarWindowExpiry(t *testing.T) {
 	}
 }
 
-// The seed's point: a client within its rate still spends a day's quota.
+// A client within its rate still spends a day's quota.
 // 3 per day in Madrid on the day of the spring change, which has 23 hours.
 func TestCalendarWindowDST(t *testing.T) {
 	dec, err := algorithm.New(portero.FixedWindow, portero.PerDay(3).WithZone("Europe/Madrid"))

@@ -66,7 +66,7 @@ func countIn(s State, end, limit, now, cost int64) (State, portero.Decision) {
 func (a *FixedWindow) Expiry(s State) int64 { return (s.A + 1) * a.window }
 
 // AnchoredWindow is the fixed window that starts at the first request of an
-// absent or expired key and lasts W: the seed's INCR + EXPIRE form. State:
+// absent or expired key and lasts W: the INCR + EXPIRE form. State:
 // A = start of the window, B = count admitted in it.
 type AnchoredWindow struct{ windowed }
 

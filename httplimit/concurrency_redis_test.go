@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,27 +124,14 @@ func TestConcurrencyKilledInstance(t *testing.T) {
 	defer parent.Close(context.Background())
 	key := parent.LeaseKey("held", "global=*")
 	rule := portero.ConcurrencyRule{Name: "held", Max: holderMax, TTL: holderTTL}
-	scores := func() []int64 {
-		t.Helper()
-		s, err := redistest.Do(srv.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []int64
-		f := strings.Split(s, "\n")
-		for i := 1; i < len(f); i += 2 {
-			n, _ := strconv.ParseInt(f[i], 10, 64)
-			out = append(out, n)
-		}
-		return out
-	}
+	scores := func() []int64 { return srv.Scores(t, key) }
 	ttl := holderTTL.Microseconds()
 
 	// All three requests are in flight, holding their leases.
 	var t0 int64
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if len(scores()) == holderMax {
-			t0 = redisMicros(t, srv)
+			t0 = srv.Micros(t)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -157,7 +144,7 @@ func TestConcurrencyKilledInstance(t *testing.T) {
 	// While the child lives its leases outlast their first TTL: renewed.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		s := scores()
-		if len(s) == holderMax && minOf(s) > t0+ttl {
+		if len(s) == holderMax && slices.Min(s) > t0+ttl {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -168,12 +155,12 @@ func TestConcurrencyKilledInstance(t *testing.T) {
 	child.Process.Kill()
 	child.Wait()
 	killed = true
-	tk := redisMicros(t, srv)
+	tk := srv.Micros(t)
 	held := scores()
 	if len(held) == 0 {
 		t.Fatal("no leases left right after the kill")
 	}
-	if mx := maxOf(held); mx > tk+ttl {
+	if mx := slices.Max(held); mx > tk+ttl {
 		t.Errorf("a lease expires at %d µs, %d µs after the kill at %d: longer than the %v lease", mx, mx-tk, tk, holderTTL)
 	}
 	got := 0
@@ -184,8 +171,8 @@ func TestConcurrencyKilledInstance(t *testing.T) {
 		}
 		if d.Allowed {
 			got++
-			if now := redisMicros(t, srv); now < minOf(held) {
-				t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, minOf(held))
+			if now := srv.Micros(t); now < slices.Min(held) {
+				t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, slices.Min(held))
 			}
 			continue
 		}
@@ -193,34 +180,5 @@ func TestConcurrencyKilledInstance(t *testing.T) {
 			t.Fatalf("%d of %d slots back %v after the kill, want all within the %v lease", got, holderMax, holderTTL+20*time.Second, holderTTL)
 		}
 	}
-	t.Logf("killed at %d µs; leases expired by %d µs (TTL %v); all %d slots taken by another instance", tk, maxOf(held), holderTTL, holderMax)
-}
-
-func minOf(s []int64) int64 {
-	m := s[0]
-	for _, v := range s {
-		m = min(m, v)
-	}
-	return m
-}
-
-func maxOf(s []int64) int64 {
-	m := s[0]
-	for _, v := range s {
-		m = max(m, v)
-	}
-	return m
-}
-
-// redisMicros reads Redis TIME in microseconds.
-func redisMicros(t *testing.T, srv *redistest.Server) int64 {
-	t.Helper()
-	out, err := redistest.Do(srv.Addr(), "TIME")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Split(out, "\n")
-	s, _ := strconv.ParseInt(f[0], 10, 64)
-	us, _ := strconv.ParseInt(f[1], 10, 64)
-	return s*1_000_000 + us
+	t.Logf("killed at %d µs; leases expired by %d µs (TTL %v); all %d slots taken by another instance", tk, slices.Max(held), holderTTL, holderMax)
 }

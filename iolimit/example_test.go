@@ -12,7 +12,7 @@ import (
 )
 
 // Example copies a body through a Writer limited to 2 MB/s with a 16 MB
-// burst (the seed's bucket): this 1 MB fits in the burst and goes at once;
+// burst: this 1 MB fits in the burst and goes at once;
 // a longer copy would run at full speed for B/(M−R) and then at 2 MB/s.
 func Example() {
 	b, err := iolimit.NewBucket(2_000_000, 16_000_000)

@@ -1,18 +1,13 @@
 // Package iolimit limits the bytes per second that flow through an
 // io.Reader or io.Writer with a token bucket of bytes: a Bucket refills at
-// Rate bytes per second up to Burst bytes, and a Reader or Writer takes a
-// token for every byte, waiting (backpressure, not dropping) when the
-// bucket is empty. A full bucket lets a transfer run at the full speed of
-// the link for a while, then at the rate: with a burst B, a rate R and a
-// link of M bytes per second, at full speed for B/(M−R) seconds (the seed's
-// 16 MB, 2 MB/s and 10 MB/s give 16/8 = 2 s), then at R.
+// Rate bytes per second up to Burst bytes, and a Reader or Writer waits for
+// a token per byte (backpressure, not dropping). With a burst B, a rate R
+// and a link of M bytes per second, a transfer runs at full speed for
+// B/(M−R) seconds (16 MB, 2 MB/s and 10 MB/s give 2 s), then at R.
 //
-// One Bucket may be shared by any number of Readers and Writers (and
-// goroutines), which then share its rate: the total of a host's uploads,
-// say. The bucket is package algorithm's token bucket, and the waiting is
-// portero.WaitN: the same arithmetic and the same wait as every Portero
-// limiter. The package imports only the standard library and Portero's
-// core.
+// One Bucket may be shared by many Readers, Writers and goroutines, which
+// then share its rate: the total of a host's uploads, say. The bucket is
+// package algorithm's token bucket and the waiting portero.WaitN's.
 package iolimit
 
 import (

@@ -14,7 +14,7 @@ import (
 	"github.com/portero-rl/portero/iolimit"
 )
 
-// The seed's example: a bucket of B = 16 MB refilling at R = 2 MB/s, on a
+// The example: a bucket of B = 16 MB refilling at R = 2 MB/s, on a
 // link of M = 10 MB/s.
 const (
 	mb    = 1_000_000
@@ -61,14 +61,14 @@ func (l *slowLink) rate(from, to time.Duration) float64 {
 	return float64(l.bytesBy(to)-l.bytesBy(from)) / (to - from).Seconds()
 }
 
-// TestSeedByteShaping reproduces the seed's worked example on a virtual
+// TestByteShapingBurstThenRate reproduces the 16 MB burst, 2 MB/s example on a virtual
 // clock, through a Writer and through a Reader: a full 16 MB bucket lets
 // the 10 MB/s link run at full speed for B/(M−R) = 16/8 = 2 s, then the
 // transfer falls to R = 2 MB/s. With 50 kB pieces (5 ms on the link), the
 // arithmetic: piece k may start at 5k ms while 16 MB + 2 MB/s·5k ms ≥
 // 50 kB·(k+1), that is k ≤ 398, so 399 pieces (19.95 MB) go at full speed
 // until 1.995 s; from 2 s on a piece starts every 25 ms.
-func TestSeedByteShaping(t *testing.T) {
+func TestByteShapingBurstThenRate(t *testing.T) {
 	for _, dir := range []string{"writer", "reader"} {
 		t.Run(dir, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -33,15 +33,13 @@ type Config struct {
 	// Shedding says who loses when the queue is full: ByOrder (the
 	// default), Fair (by tenant) or Random.
 	Shedding Shedding
-	// Rand draws the victims of Random shedding; nil means the
-	// math/rand/v2 top-level functions. A *rand.Rand is not safe for
-	// concurrent use, but the Gate only calls it under its lock.
+	// Rand draws the victims of Random shedding (called under the Gate's
+	// lock); nil means math/rand/v2's top-level functions.
 	Rand *rand.Rand
-	// ServiceTime is the first estimate of how long a request runs, until
-	// the Gate has measured some; zero means none. The Gate smooths the run
-	// times it sees (from start to Done) with weight 1/8, as TCP smooths
-	// round-trip times, and drops a waiter when its deadline minus that
-	// estimate has come: from then on it could not be answered in time.
+	// ServiceTime is the first estimate of how long a request runs; zero
+	// means none. The Gate smooths the run times it sees with weight 1/8,
+	// as TCP smooths round trips, and drops a waiter once its deadline
+	// minus that estimate has come.
 	ServiceTime time.Duration
 	// QueueDelayTarget, when not zero, refuses sheddable requests
 	// (Unhealthy) while the oldest waiter has waited longer than it: the
@@ -56,12 +54,10 @@ type Config struct {
 	RetryAfter time.Duration
 }
 
-// Reserve holds back slots of MaxInFlight for the more important classes.
-// A critical request may take any slot; a default one only while fewer
-// than MaxInFlight − Critical run; a sheddable one only while fewer than
-// MaxInFlight − Critical − Default run. So when the service fills up the
-// sheddable work is refused (or waits) first, and critical work still finds
-// room.
+// Reserve holds back slots of MaxInFlight for the more important classes:
+// a critical request may take any slot, a default one only while fewer
+// than MaxInFlight − Critical run, a sheddable one only while fewer than
+// MaxInFlight − Critical − Default run.
 type Reserve struct {
 	// Critical is the number of slots only critical requests may take.
 	Critical int
@@ -115,9 +111,8 @@ func (s State) String() string {
 }
 
 // Ticket is one request's passage through a Gate. Its methods read fields
-// that the Gate changes under its lock: call them from the goroutine that
-// holds the ticket once the Gate has handed it back (Acquire returned, or
-// the ticket was in a changed list), or under no concurrency at all.
+// the Gate changes under its lock: call them once the Gate has handed the
+// ticket back (Acquire returned, or it was in a changed list).
 type Ticket struct {
 	req     Request
 	arrived time.Time
@@ -128,10 +123,10 @@ type Ticket struct {
 	class   int8
 	ten     *tenant // Fair only
 
-	prev, next   *Ticket // the class queue, oldest first
-	tprev, tnext *Ticket // its tenant's queue in the class (Fair)
-	pos          int     // index in queue.all (Random)
-	hpos         int     // index in the expiry heap; -1 when not in it
+	inClass  link[Ticket] // its place in the class's queue
+	inTenant link[Ticket] // in its tenant's queue of the class (Fair)
+	pos      int          // index in queue.all (Random)
+	hpos     int          // index in the expiry heap; -1 when not in it
 
 	wake chan struct{} // closed when it leaves Waiting (Acquire only)
 }
@@ -181,18 +176,11 @@ type Stats struct {
 	RunTime time.Duration
 }
 
-// Gate is admission control for a whole service: at most MaxInFlight
-// requests run, a bounded queue with deadlines holds a few more, and when
-// something must give, the least important work goes first (priorities,
-// then fair shedding by tenant, then the drop order). It decides on the
-// service's health alone — slots, queueing delay, run time — never on a
-// client's behaviour, which is the rate limiter's business.
-//
-// The Gate knows nothing of HTTP or of the clock. Its core methods (Arrive,
-// Done, Cancel, Expire) take the instant and return the tickets whose state
-// changed, so that a simulation can drive it on a virtual clock; Acquire and
-// Release wrap them with the wall clock and real waiting for servers. A Gate
-// is safe for concurrent use.
+// Gate is admission control for a whole service (see the package doc): at
+// most MaxInFlight requests run, a bounded queue holds a few more, and the
+// least important work goes first. Its core methods (Arrive, Done, Cancel,
+// Expire) take the instant and return the tickets whose state changed;
+// Acquire and Release add the wall clock. It is safe for concurrent use.
 type Gate struct {
 	cfg   Config
 	limit [numClasses]int // a class runs while inFlight < limit[class]
@@ -207,23 +195,19 @@ type Gate struct {
 	stats    Stats
 }
 
-// queue is one class's waiters.
+// queue is one class's waiters, oldest first.
 type queue struct {
-	head, tail *Ticket // oldest, newest
-	n          int
-	all        []*Ticket  // Random: every waiter, in no order
-	heavy      tenantHeap // Fair: tenants with waiters here, heaviest first
+	list[Ticket]
+	all   []*Ticket  // Random: every waiter, in no order
+	heavy tenantHeap // Fair: tenants with waiters here, heaviest first
 }
 
 // tenant is one tenant's share of the gate.
 type tenant struct {
 	name  string
-	usage int // running + waiting
-	w     [numClasses]struct {
-		head, tail *Ticket
-		n          int
-	}
-	hidx [numClasses]int // index in q[c].heavy; -1 when absent
+	usage int                      // running + waiting
+	w     [numClasses]list[Ticket] // its waiters per class, oldest first
+	hidx  [numClasses]int          // index in q[c].heavy; -1 when absent
 }
 
 // New validates cfg and returns a Gate.
@@ -438,9 +422,9 @@ func (g *Gate) admit(now time.Time, changed []*Ticket) []*Ticket {
 		if g.inFlight >= g.limit[c] {
 			break
 		}
-		t := q.head
+		t := q.front()
 		if g.cfg.Order == LIFO {
-			t = q.tail
+			t = q.back()
 		}
 		g.unqueue(t)
 		g.start(t, now)
@@ -456,7 +440,7 @@ func (g *Gate) unhealthy(now time.Time) bool {
 	}
 	if g.cfg.QueueDelayTarget > 0 && g.waiting > 0 {
 		for c := range g.q {
-			if h := g.q[c].head; h != nil && now.Sub(h.arrived) > g.cfg.QueueDelayTarget {
+			if h := g.q[c].front(); h != nil && now.Sub(h.arrived) > g.cfg.QueueDelayTarget {
 				return true
 			}
 		}
@@ -545,30 +529,30 @@ func (g *Gate) victim(t *Ticket) (v *Ticket, ok bool) {
 			// its own oldest, or the class's oldest if its tenant is as
 			// heavy as the newcomer's would be.
 			if own != nil && own.w[vc].n > 0 {
-				return own.w[vc].head, true
+				return own.w[vc].front(), true
 			}
-			if h := q.head; h != nil && h.ten.usage >= a {
+			if h := q.front(); h != nil && h.ten.usage >= a {
 				return h, true
 			}
 		}
 		return nil, false
 	}
 	if g.cfg.Order == LIFO {
-		return q.head, q.head != nil
+		return q.front(), q.n > 0
 	}
 	if in {
 		return nil, false
 	}
-	return q.tail, true
+	return q.back(), true
 }
 
 // pickTenant returns which of ten's waiters of class c goes: its newest
 // under FIFO (keep the oldest), its oldest under LIFO.
 func (g *Gate) pickTenant(ten *tenant, c int) *Ticket {
 	if g.cfg.Order == LIFO {
-		return ten.w[c].head
+		return ten.w[c].front()
 	}
-	return ten.w[c].tail
+	return ten.w[c].back()
 }
 
 func (g *Gate) refuse(t *Ticket, r Reason) {
@@ -592,14 +576,7 @@ func (g *Gate) start(t *Ticket, now time.Time) {
 func (g *Gate) enqueue(t *Ticket) {
 	t.state = Waiting
 	q := &g.q[t.class]
-	t.prev, t.next = q.tail, nil
-	if q.tail != nil {
-		q.tail.next = t
-	} else {
-		q.head = t
-	}
-	q.tail = t
-	q.n++
+	q.push(&t.inClass, t)
 	g.waiting++
 	if g.cfg.Shedding == Random {
 		t.pos = len(q.all)
@@ -609,16 +586,8 @@ func (g *Gate) enqueue(t *Ticket) {
 		heap.Push(&g.exp, t)
 	}
 	if ten := t.ten; ten != nil {
-		c := int(t.class)
-		w := &ten.w[c]
-		t.tprev, t.tnext = w.tail, nil
-		if w.tail != nil {
-			w.tail.tnext = t
-		} else {
-			w.head = t
-		}
-		w.tail = t
-		w.n++
+		w := &ten.w[t.class]
+		w.push(&t.inTenant, t)
 		if w.n == 1 {
 			heap.Push(&q.heavy, ten)
 		}
@@ -627,18 +596,7 @@ func (g *Gate) enqueue(t *Ticket) {
 
 func (g *Gate) unqueue(t *Ticket) {
 	q := &g.q[t.class]
-	if t.prev != nil {
-		t.prev.next = t.next
-	} else {
-		q.head = t.next
-	}
-	if t.next != nil {
-		t.next.prev = t.prev
-	} else {
-		q.tail = t.prev
-	}
-	t.prev, t.next = nil, nil
-	q.n--
+	q.remove(&t.inClass)
 	g.waiting--
 	if g.cfg.Shedding == Random {
 		last := q.all[len(q.all)-1]
@@ -651,22 +609,10 @@ func (g *Gate) unqueue(t *Ticket) {
 		heap.Remove(&g.exp, t.hpos)
 	}
 	if ten := t.ten; ten != nil {
-		c := int(t.class)
-		w := &ten.w[c]
-		if t.tprev != nil {
-			t.tprev.tnext = t.tnext
-		} else {
-			w.head = t.tnext
-		}
-		if t.tnext != nil {
-			t.tnext.tprev = t.tprev
-		} else {
-			w.tail = t.tprev
-		}
-		t.tprev, t.tnext = nil, nil
-		w.n--
+		w := &ten.w[t.class]
+		w.remove(&t.inTenant)
 		if w.n == 0 {
-			heap.Remove(&q.heavy, ten.hidx[c])
+			heap.Remove(&q.heavy, ten.hidx[t.class])
 		}
 	}
 }

@@ -114,12 +114,13 @@ func (g *Gate) check() error {
 	for c := range g.q {
 		q := &g.q[c]
 		n := 0
-		var prev *Ticket
-		for t := q.head; t != nil; t = t.next {
-			if t.prev != prev || int(t.class) != c || t.state != Waiting {
+		var prev *link[Ticket]
+		for l := q.head; l != nil; l = l.next {
+			t := l.v
+			if l.prev != prev || &t.inClass != l || int(t.class) != c || t.state != Waiting {
 				return fmt.Errorf("class %d: broken list at a ticket %v class %d", c, t.state, t.class)
 			}
-			if prev != nil && t.arrived.Before(prev.arrived) {
+			if prev != nil && t.arrived.Before(prev.v.arrived) {
 				return fmt.Errorf("class %d: list out of arrival order", c)
 			}
 			if !t.dropAt.IsZero() {
@@ -134,7 +135,7 @@ func (g *Gate) check() error {
 				}
 				usage[t.ten]++
 			}
-			prev, n = t, n+1
+			prev, n = l, n+1
 		}
 		if q.tail != prev || q.n != n {
 			return fmt.Errorf("class %d: n %d tail ok %v, list has %d", c, q.n, q.tail == prev, n)
@@ -172,7 +173,10 @@ func (g *Gate) check() error {
 			running += ten.usage - waiting
 			for c := range ten.w {
 				n := 0
-				for t := ten.w[c].head; t != nil; t = t.tnext {
+				for l := ten.w[c].head; l != nil; l = l.next {
+					if t := l.v; &t.inTenant != l || t.ten != ten || int(t.class) != c {
+						return fmt.Errorf("tenant %q class %d: broken list", name, c)
+					}
 					n++
 				}
 				if n != ten.w[c].n || (n > 0) != (ten.hidx[c] >= 0) {

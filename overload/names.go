@@ -42,29 +42,40 @@ func (p Priority) index() int {
 
 // String returns "sheddable", "default" or "critical".
 func (p Priority) String() string {
-	switch p {
-	case Sheddable:
-		return "sheddable"
-	case Default:
-		return "default"
-	case Critical:
-		return "critical"
-	}
-	return fmt.Sprintf("Priority(%d)", int8(p))
+	return name(p, priorityNames[:], "Priority", int(p)+1)
 }
+
+var priorityNames = [numClasses]string{"sheddable", "default", "critical"}
 
 // ParsePriority reads "critical", "default" or "sheddable" (any case).
 func ParsePriority(s string) (Priority, error) {
-	for _, p := range priorities {
-		if strings.EqualFold(s, p.String()) {
-			return p, nil
+	i, ok := parseName(s, priorityNames[:])
+	if !ok {
+		return Default, fmt.Errorf("priority %q: want critical, default or sheddable", s)
+	}
+	return priorities[i], nil
+}
+
+// name returns names[i], or typ(v) when i is out of their range.
+func name[T ~int8](v T, names []string, typ string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%s(%d)", typ, int8(v))
+}
+
+// parseName returns the index of s among names, in any case.
+func parseName(s string, names []string) (int, bool) {
+	for i, n := range names {
+		if strings.EqualFold(s, n) {
+			return i, true
 		}
 	}
-	return Default, fmt.Errorf("priority %q: want critical, default or sheddable", s)
+	return 0, false
 }
 
 // Order says which waiters a full queue keeps and which it serves first:
-// the seed's two drop policies. The zero value is FIFO.
+// the two drop policies. The zero value is FIFO.
 type Order int8
 
 const (
@@ -81,15 +92,7 @@ const (
 )
 
 // String returns "fifo" or "lifo".
-func (o Order) String() string {
-	switch o {
-	case FIFO:
-		return "fifo"
-	case LIFO:
-		return "lifo"
-	}
-	return fmt.Sprintf("Order(%d)", int8(o))
-}
+func (o Order) String() string { return name(o, []string{"fifo", "lifo"}, "Order", int(o)) }
 
 // ParseOrder reads "fifo" (or "wine") and "lifo" (or "milk"), any case.
 func ParseOrder(s string) (Order, error) {
@@ -116,9 +119,8 @@ const (
 	// tenant is refused. Within the losing tenant the Order picks which
 	// request goes. Among tenants equally heavy, FIFO refuses the newcomer
 	// and LIFO drops the oldest waiter, so that a flood of tenants with one
-	// request each is shed in the drop order. Small tenants within their share are then served in
-	// full while one tenant far over it absorbs all the loss: the seed's
-	// answer to the noisy neighbour.
+	// request each is shed in the drop order. Small tenants within their
+	// share are served in full while a noisy neighbour absorbs the loss.
 	Fair
 	// Random drops a request chosen uniformly among the waiters of the class
 	// and the newcomer, so that every tenant loses in the same proportion.
@@ -128,26 +130,17 @@ const (
 )
 
 // String returns "by-order", "fair" or "random".
-func (s Shedding) String() string {
-	switch s {
-	case ByOrder:
-		return "by-order"
-	case Fair:
-		return "fair"
-	case Random:
-		return "random"
-	}
-	return fmt.Sprintf("Shedding(%d)", int8(s))
-}
+func (s Shedding) String() string { return name(s, sheddingNames, "Shedding", int(s)) }
+
+var sheddingNames = []string{"by-order", "fair", "random"}
 
 // ParseShedding reads "by-order", "fair" or "random" (any case).
 func ParseShedding(s string) (Shedding, error) {
-	for _, v := range []Shedding{ByOrder, Fair, Random} {
-		if strings.EqualFold(s, v.String()) {
-			return v, nil
-		}
+	i, ok := parseName(s, sheddingNames)
+	if !ok {
+		return ByOrder, fmt.Errorf("shedding %q: want by-order, fair or random", s)
 	}
-	return ByOrder, fmt.Errorf("shedding %q: want by-order, fair or random", s)
+	return Shedding(i), nil
 }
 
 // Reason says why a request was refused.
@@ -171,17 +164,7 @@ const (
 
 // String returns "full", "evicted", "late" or "unhealthy".
 func (r Reason) String() string {
-	switch r {
-	case Full:
-		return "full"
-	case Evicted:
-		return "evicted"
-	case Late:
-		return "late"
-	case Unhealthy:
-		return "unhealthy"
-	}
-	return fmt.Sprintf("Reason(%d)", int8(r))
+	return name(r, []string{"full", "evicted", "late", "unhealthy"}, "Reason", int(r)-1)
 }
 
 // detail is the sentence a door shows for a refusal of reason r.

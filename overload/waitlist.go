@@ -10,7 +10,7 @@ import (
 
 // Queue says how requests that a concurrency limit refuses wait for a slot
 // of their key, rather than being refused at once: a bounded queue with a
-// deadline per request, in the seed's two drop orders. Where a Gate's queue
+// deadline per request, in either drop order. Where a Gate's queue
 // waits for the whole service, a Queue waits for one key of one rule (one
 // client's, one tenant's, one route's share of slots).
 type Queue struct {
@@ -54,25 +54,20 @@ func (q Queue) Validate() error {
 // requests waiting: a key's line goes when its last waiter leaves.
 type Waitlist struct {
 	mu      sync.Mutex
-	lines   map[string]*line
-	waiting atomic.Int64 // waiters in every line, read without mu by Idle
-}
-
-type line struct {
-	head, tail *Waiter // oldest, newest
-	n          int
+	lines   map[string]*list[Waiter] // each key's line, oldest first
+	waiting atomic.Int64             // waiters in every line, read without mu by Idle
 }
 
 // Waiter is one request's place in a Waitlist.
 type Waiter struct {
-	wl         *Waitlist
-	key        string
-	deadline   time.Time
-	order      Order
-	prev, next *Waiter
-	in         bool          // still in its line
-	signal     chan struct{} // one pending wake-up at most
-	evicted    chan struct{} // closed when a full LIFO line drops it
+	wl       *Waitlist
+	key      string
+	deadline time.Time
+	order    Order
+	inLine   link[Waiter]  // its place in its line
+	in       bool          // still in its line
+	signal   chan struct{} // one pending wake-up at most
+	evicted  chan struct{} // closed when a full LIFO line drops it
 }
 
 // ErrQueueFull is Join's error when a FIFO line is full: the newcomer is
@@ -86,7 +81,7 @@ var (
 )
 
 // NewWaitlist returns an empty Waitlist.
-func NewWaitlist() *Waitlist { return &Waitlist{lines: map[string]*line{}} }
+func NewWaitlist() *Waitlist { return &Waitlist{lines: map[string]*list[Waiter]{}} }
 
 // Join puts a request at the back of key's line under q, to wait at most
 // until deadline (or q.Timeout after now, whichever is earlier). A full
@@ -103,7 +98,7 @@ func (wl *Waitlist) Join(key string, q Queue, now, deadline time.Time) (*Waiter,
 	defer wl.mu.Unlock()
 	ln := wl.lines[key]
 	if ln == nil {
-		ln = &line{}
+		ln = &list[Waiter]{}
 		wl.lines[key] = ln
 	}
 	passed := false
@@ -112,7 +107,7 @@ func (wl *Waitlist) Join(key string, q Queue, now, deadline time.Time) (*Waiter,
 			return nil, ErrQueueFull
 		}
 		for ln.n >= q.Size { // milk: the oldest go
-			old := ln.head
+			old := ln.front()
 			wl.unlink(ln, old)
 			close(old.evicted)
 			select {
@@ -127,14 +122,8 @@ func (wl *Waitlist) Join(key string, q Queue, now, deadline time.Time) (*Waiter,
 	}
 	w := &Waiter{wl: wl, key: key, deadline: deadline, signal: make(chan struct{}, 1), evicted: make(chan struct{})}
 	// The line keeps arrival order; LIFO is read from the back.
-	w.prev, w.in = ln.tail, true
-	if ln.tail != nil {
-		ln.tail.next = w
-	} else {
-		ln.head = w
-	}
-	ln.tail = w
-	ln.n++
+	ln.push(&w.inLine, w)
+	w.in = true
 	wl.waiting.Add(1)
 	w.order = q.Order
 	if passed {
@@ -156,16 +145,16 @@ func (wl *Waitlist) Signal(key string) {
 	}
 	// The waiters of one line may have joined under different orders (a
 	// reload changed it): the newest waiter's order decides.
-	if ln.tail.order == LIFO {
-		for w := ln.tail; w != nil; w = w.prev {
-			if nudge(w) {
+	if ln.back().order == LIFO {
+		for l := ln.tail; l != nil; l = l.prev {
+			if nudge(l.v) {
 				return
 			}
 		}
 		return
 	}
-	for w := ln.head; w != nil; w = w.next {
-		if nudge(w) {
+	for l := ln.head; l != nil; l = l.next {
+		if nudge(l.v) {
 			return
 		}
 	}
@@ -261,20 +250,11 @@ func (w *Waiter) Leave() {
 }
 
 // unlink takes w out of ln; wl.mu is held.
-func (wl *Waitlist) unlink(ln *line, w *Waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		ln.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		ln.tail = w.prev
-	}
-	w.prev, w.next, w.in = nil, nil, false
+func (wl *Waitlist) unlink(ln *list[Waiter], w *Waiter) {
+	ln.remove(&w.inLine)
+	w.in = false
 	wl.waiting.Add(-1)
-	if ln.n--; ln.n == 0 {
+	if ln.n == 0 {
 		delete(wl.lines, w.key)
 	}
 }

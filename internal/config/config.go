@@ -35,6 +35,7 @@ import (
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
+	"github.com/portero-rl/portero/store/redisstore"
 )
 
 //go:embed default.yaml
@@ -636,8 +637,8 @@ func (p *parser) store(f *File, c *Config) {
 		c.StoreURL = f.Store.URL
 		if f.Store.URL == "" {
 			p.errorf(at("store", "url"), "required for type redis, such as redis://127.0.0.1:6379/0")
-		} else if !redisURL(f.Store.URL) {
-			p.errorf(at("store", "url"), "%q: want redis://[user:password@]host:port[/db], rediss://… for TLS, or redis-sentinel://host:port[,host:port…]/master[/db]", redactURL(f.Store.URL))
+		} else if _, err := redisstore.ParseURL(f.Store.URL); err != nil {
+			p.errorf(at("store", "url"), "%v: want redis://[user:password@]host:port[/db], rediss://… for TLS, or redis-sentinel://host:port[,host:port…]/master[/db]", err)
 		}
 	default:
 		p.errorf(at("store", "type"), "%q: want memory or redis", f.Store.Type)
@@ -951,47 +952,12 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 	return f
 }
 
-// redactURL hides a password in a URL for error messages and the admin API.
-// redisURL reports whether u looks like a Redis URL the Redis store takes;
-// the store itself checks a sentinel URL's parts when it opens.
-func redisURL(u string) bool {
-	if scheme, rest, ok := strings.Cut(u, "://"); ok && (scheme == "redis-sentinel" || scheme == "rediss-sentinel") {
-		hosts, master, _ := strings.Cut(rest, "/")
-		return hosts != "" && hosts[len(hosts)-1] != '@' && master != ""
-	}
-	pu, err := url.Parse(u)
-	return err == nil && (pu.Scheme == "redis" || pu.Scheme == "rediss") && pu.Host != ""
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err == nil {
-		if u.User == nil {
-			return s
-		}
-		return u.Redacted()
-	}
-	// A URL that url.Parse refuses, such as a sentinel list
-	// (redis-sentinel://u:pw@h1:26379,h2/m), may still hold a password.
-	scheme, rest, ok := strings.Cut(s, "://")
-	authority, path, slash := strings.Cut(rest, "/")
-	at := strings.LastIndex(authority, "@")
-	if !ok || at < 0 {
-		return s
-	}
-	out := scheme + "://REDACTED@" + authority[at+1:]
-	if slash {
-		out += "/" + path
-	}
-	return out
-}
-
 // Redacted returns a copy of f with secrets (admin token, Redis password)
 // hidden, for display.
 func (f File) Redacted() File {
 	if f.Admin.Token != "" {
 		f.Admin.Token = "REDACTED"
 	}
-	f.Store.URL = redactURL(f.Store.URL)
+	f.Store.URL = redisstore.Redact(f.Store.URL)
 	return f
 }

@@ -1,14 +1,8 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server on a free loopback port, a Redis Cluster of several masters, or a
-// master with replicas watched by Redis Sentinels (redis-server
-// --sentinel).
-// Every process lives in the test's t.TempDir(), runs with persistence off
-// (--save "" --appendonly no) and is stopped in t.Cleanup.
-//
-// When redis-server is not on the PATH the tests that need it are skipped
-// with a hint on how to install it, except when PORTERO_REQUIRE_REDIS=1 or
-// CI=true, where they fail: a CI run must never pass by skipping
-// (testenv.NeedCommand).
+// server on a free loopback port, a Redis Cluster, or a master with
+// replicas watched by Redis Sentinels. Each runs in the test's t.TempDir()
+// without persistence and stops in t.Cleanup; a test fails, never skips,
+// when redis-server is not installed (testenv.NeedCommand).
 package redistest
 
 import (
@@ -310,6 +304,41 @@ func readReply(r *bufio.Reader) (string, error) {
 	return "", fmt.Errorf("unexpected reply %q", line)
 }
 
+// Micros reads the server's clock (TIME) in microseconds: the clock that
+// concurrency leases expire on.
+func (s *Server) Micros(t testing.TB) int64 {
+	t.Helper()
+	out, err := Do(s.Addr(), "TIME")
+	sec, us, _ := strings.Cut(out, "\n")
+	a, err1 := strconv.ParseInt(sec, 10, 64)
+	b, err2 := strconv.ParseInt(us, 10, 64)
+	if err = errors.Join(err, err1, err2); err != nil {
+		t.Fatalf("redistest: TIME: %v", err)
+	}
+	return a*1_000_000 + b
+}
+
+// Scores returns the scores of the sorted set at key, lowest first: for
+// the leases of a concurrency rule, their expiries in microseconds of the
+// server's clock.
+func (s *Server) Scores(t testing.TB, key string) []int64 {
+	t.Helper()
+	out, err := Do(s.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
+	if err != nil {
+		t.Fatalf("redistest: ZRANGE %s: %v", key, err)
+	}
+	var scores []int64
+	f := strings.Split(out, "\n")
+	for i := 1; i < len(f); i += 2 {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			t.Fatalf("redistest: ZRANGE %s: score %q: %v", key, f[i], err)
+		}
+		scores = append(scores, n)
+	}
+	return scores
+}
+
 // Cluster is a Redis Cluster of masters without replicas, each a Server.
 type Cluster struct {
 	Nodes []*Server
@@ -341,25 +370,33 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Fatalf("redistest: CLUSTER MEET %s: %v", s.Addr(), err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
+	waitFor(t, 20*time.Second, "cluster ready", func() (bool, string) {
 		for _, s := range c.Nodes {
 			info, err := Do(s.Addr(), "CLUSTER", "INFO")
 			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
 				!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
-				ok = false
-				break
+				return false, fmt.Sprintf("%s: %v\n%s", s.Addr(), err, info)
 			}
 		}
+		return true, ""
+	})
+	return c
+}
+
+// waitFor calls ready until it reports true, every 20 ms, and fails the
+// test with the last reason it gave after timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, ready func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := ready()
 		if ok {
-			return c
+			return
 		}
 		if time.Now().After(deadline) {
-			info, _ := Do(c.Nodes[0].Addr(), "CLUSTER", "INFO")
-			t.Fatalf("redistest: cluster not ready after 20s:\n%s", info)
+			t.Fatalf("redistest: %s: not within %v: %s", what, timeout, why)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -421,17 +458,8 @@ func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 			return path
 		}, []string{"--sentinel"}))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ready, why := s.ready(replicas, sentinels)
-		if ready {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: sentinels not ready after 30s: %s", why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, 30*time.Second, "sentinels ready", func() (bool, string) { return s.ready(replicas, sentinels) })
+	return s
 }
 
 // ready reports whether the setup is ready for a failover, or why not.
@@ -524,16 +552,12 @@ func (s *Sentinel) Promoted(old string) string {
 // returns its address; it fails the test after timeout.
 func (s *Sentinel) WaitFailover(t testing.TB, old string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if addr := s.Promoted(old); addr != "" {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: no failover away from %s within %v", old, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var addr string
+	waitFor(t, timeout, "failover away from "+old, func() (bool, string) {
+		addr = s.Promoted(old)
+		return addr != "", "the sentinels promoted no other master"
+	})
+	return addr
 }
 
 // WaitSynced waits until every replica of the master at addr has received
@@ -541,28 +565,23 @@ func (s *Sentinel) WaitFailover(t testing.TB, old string, timeout time.Duration)
 // after timeout.
 func (s *Sentinel) WaitSynced(t testing.TB, addr string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	waitFor(t, timeout, "replicas of "+addr+" in sync", func() (bool, string) {
 		info, err := Do(addr, "INFO", "replication")
-		synced := err == nil
 		want := infoField(info, "master_repl_offset")
+		if err != nil || want == "" {
+			return false, fmt.Sprintf("master: %v", err)
+		}
 		for _, srv := range append([]*Server{s.Master}, s.Replicas...) {
 			if srv.Addr() == addr || srv.process() == nil {
 				continue
 			}
 			ri, err := Do(srv.Addr(), "INFO", "replication")
 			if err != nil || !strings.Contains(ri, "master_link_status:up") || infoField(ri, "slave_repl_offset") != want {
-				synced = false
+				return false, fmt.Sprintf("replica %s: %v", srv.Addr(), err)
 			}
 		}
-		if synced && want != "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replicas of %s not in sync within %v: %v", addr, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 // infoField is one field of an INFO reply.

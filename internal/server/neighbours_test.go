@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,25 +121,12 @@ rules:
 	}
 
 	key := "portero:{global=*}:lease:held"
-	scores := func() []int64 {
-		t.Helper()
-		s, err := redistest.Do(srv.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []int64
-		f := strings.Split(s, "\n")
-		for i := 1; i < len(f); i += 2 {
-			n, _ := strconv.ParseInt(f[i], 10, 64)
-			out = append(out, n)
-		}
-		return out
-	}
+	scores := func() []int64 { return srv.Scores(t, key) }
 	ttl := killTTL.Microseconds()
 	var t0 int64
 	waitFor(t, "the child's three requests holding leases", func() bool {
 		if len(scores()) == killMax {
-			t0 = redisMicros(t, srv)
+			t0 = srv.Micros(t)
 			return true
 		}
 		return false
@@ -152,18 +139,18 @@ rules:
 	// While the child lives its leases outlast their first TTL: renewed.
 	waitFor(t, "the child's leases renewed past their first TTL", func() bool {
 		s := scores()
-		return len(s) == killMax && minOf(s) > t0+ttl
+		return len(s) == killMax && slices.Min(s) > t0+ttl
 	})
 
 	child.Process.Kill()
 	child.Wait()
 	killed = true
-	tk := redisMicros(t, srv)
+	tk := srv.Micros(t)
 	held := scores()
 	if len(held) == 0 {
 		t.Fatal("no leases left right after the kill")
 	}
-	if mx := maxOf(held); mx > tk+ttl {
+	if mx := slices.Max(held); mx > tk+ttl {
 		t.Errorf("a lease expires at %d µs, %d µs after the kill at %d: longer than the %v lease", mx, mx-tk, tk, killTTL)
 	}
 	// The slots come back at the leases' expiry, not before: the second
@@ -188,8 +175,8 @@ rules:
 				t.Fatalf("second instance after the kill: %d, want 503 until a slot is back", code)
 			}
 		case <-entered:
-			if now := redisMicros(t, srv); now < minOf(held) {
-				t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, minOf(held))
+			if now := srv.Micros(t); now < slices.Min(held) {
+				t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, slices.Min(held))
 			}
 			got++
 		}
@@ -203,34 +190,5 @@ rules:
 	if n := inFlight.Load(); n != 2*killMax {
 		t.Errorf("the upstream serves %d requests, want %d: the killed child's %d, still running, and the second instance's %d", n, 2*killMax, killMax, killMax)
 	}
-	t.Logf("killed at %d µs; the child's leases expired by %d µs (TTL %v); all %d slots taken by the second instance", tk, maxOf(held), killTTL, killMax)
-}
-
-func minOf(s []int64) int64 {
-	m := s[0]
-	for _, v := range s {
-		m = min(m, v)
-	}
-	return m
-}
-
-func maxOf(s []int64) int64 {
-	m := s[0]
-	for _, v := range s {
-		m = max(m, v)
-	}
-	return m
-}
-
-// redisMicros reads Redis TIME in microseconds.
-func redisMicros(t *testing.T, srv *redistest.Server) int64 {
-	t.Helper()
-	out, err := redistest.Do(srv.Addr(), "TIME")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Split(out, "\n")
-	s, _ := strconv.ParseInt(f[0], 10, 64)
-	us, _ := strconv.ParseInt(f[1], 10, 64)
-	return s*1_000_000 + us
+	t.Logf("killed at %d µs; the child's leases expired by %d µs (TTL %v); all %d slots taken by the second instance", tk, slices.Max(held), killTTL, killMax)
 }

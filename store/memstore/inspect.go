@@ -8,21 +8,9 @@ import (
 	"github.com/portero-rl/portero/algorithm"
 )
 
-// Peek returns what a request of cost from key under rule would get at
-// now, without counting it (portero.Store.Peek, algorithm.Look): Allowed,
-// RetryAfter and Delay as AllowN would decide it, Remaining and ResetAfter
-// as they stand now. A key the store holds no state for answers as a fresh
-// one. Nothing observable changes: the fixed-size state is only read, and
-// a sliding log is pruned of the entries that have expired at now and its
-// latest instant moved to now, as a refused request does (which changes no
-// decision while time goes forward), but nothing is logged. Errors wrap
-// portero.ErrClosed, portero.ErrInvalidLimit, portero.ErrUnknownAlgorithm,
-// portero.ErrInvalidCost or portero.ErrCostExceedsLimit. ctx is not
-// consulted.
-//
-// Peek and Reset serve the gateway's admin API (GET and DELETE on
-// /api/keys), for an operator inspecting or forgiving one client, and the
-// engine's check-only hits.
+// Peek implements portero.Store.Peek (algorithm.Look): the fixed-size
+// state is only read, and a sliding log is only pruned of its expired
+// entries, as a refused request does. ctx is not consulted.
 func (s *Store) Peek(_ context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	if s.closed.Load() {
 		return portero.Decision{}, errClosed

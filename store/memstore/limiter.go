@@ -44,11 +44,10 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 		return portero.Decision{}, t.badCall(cost)
 	}
 	// The whole of the common case is here, with no call but the hash: a
-	// layer that passes a Decision through costs a quarter of a hot-key
-	// decision (BenchmarkAlgorithms/gcra/now, 25 against 19 ns). For a
-	// one-word algorithm and a key the array holds, the decision is a
-	// compare-and-swap of the key's state word, without the lock (see
-	// table.go); everything else takes the shard lock.
+	// layer that passes a Decision through would cost a quarter of a
+	// hot-key decision. For a one-word algorithm and a key the array
+	// holds, the decision is a compare-and-swap of the key's state word,
+	// without the lock (table.go).
 	ns := now.UnixNano()
 	h := t.hash(key)
 	sh := t.shard(h)
@@ -152,22 +151,13 @@ func (t *table) decideLog(sh *shard, h uint64, now, cost int64) portero.Decision
 // Wait is WaitN with cost 1.
 func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
 
-// WaitN blocks until a request of the given cost from key is admitted:
-// backpressure for a producer that must slow down rather than drop. It
-// reads the store's clock (Store.Now) and sleeps with a time.Timer. When the
-// wait would end after ctx's deadline it returns at once with an error
-// wrapping context.DeadlineExceeded; when ctx ends first, ctx's error; when
-// the store is closed meanwhile, an error wrapping portero.ErrClosed.
-//
-// For every algorithm but the queue it is portero.WaitN: ask, sleep the
-// refusal's RetryAfter, ask again (waiters are not served in order).
-//
-// For a leaky-queue rule it takes a place in key's queue and sleeps until
-// the request departs. When the queue is full it returns at once with an
-// error wrapping ErrQueueFull (the request was dropped). When ctx ends
-// first, or its deadline comes before the departure, it gives the place
-// back, as Store.Adjust does (see package algorithm: the requests queued
-// behind it keep their departures).
+// WaitN blocks until a request of the given cost from key is admitted, on
+// the store's clock (Store.Now): portero.WaitN, whose errors it returns,
+// and ErrClosed once the store is closed. For a leaky-queue rule it takes a
+// place in key's queue and sleeps until the request departs: a full queue
+// is an error wrapping ErrQueueFull, and when ctx ends first, or its
+// deadline comes before the departure, the place is given back as
+// Store.Adjust gives it.
 func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
 	t := l.t
 	if t.rule.Algorithm != portero.LeakyQueue {

@@ -1,73 +1,38 @@
 // Package memstore keeps Portero's rate-limit state in memory, for one
 // process: a sharded store with bounded memory, safe for concurrent use.
 //
-// A Store holds any number of rules. Each rule (the whole portero.Rule
-// value: name, algorithm and limit) has its own table, split into shards of
-// one cache line each, with a mutex. A key is found by a 64-bit hash (the
-// Go runtime's wyhash mixing, with random seeds per rule); the high bits
-// pick the shard and the low bits where the probe starts in the shard's
-// open-addressing array (linear probing). A slot holds the hash and the algorithm's state:
-// 16 bytes, four to a cache line, for GCRA and the leaky queue, whose state
-// is one word (probes start at a line's first slot), 24 bytes for the
-// others. The arrays are rebuilt when keys and tombstones pass 13/16 of the
-// slots, to 10/16 keys, so a key costs 20 to 26 bytes (one-word state) or 30
-// to 38 bytes. The sliding log keeps a map of logs per shard instead, 8
-// bytes per admitted request plus about 100 bytes per key.
+// Each rule (the whole portero.Rule value) has its own table, split into
+// shards with a mutex each. A key is found by a 64-bit hash, random per
+// store and rule (the runtime's wyhash mixing): its high bits pick the shard
+// and the low bits where linear probing starts in the shard's array. A
+// slot holds the hash and the state, 16 bytes for GCRA and the leaky queue
+// (one word of state), 24 for the others; arrays are rebuilt past 13/16
+// full, so a key costs 20 to 38 bytes. The sliding log keeps a map of logs
+// per shard: 8 bytes per admitted request plus about 100 per key.
 //
-// # Decisions without a lock
+// For GCRA and the leaky queue a decision on a known key is one
+// compare-and-swap of its state word, without the lock (why that is exact:
+// table.go); everything else takes the shard's lock.
 //
-// For GCRA and the leaky queue a decision on a key the array holds is one
-// compare-and-swap of the key's state word: no lock, and nothing written on
-// a refusal. It is exact because a slot of an array belongs to one key for
-// the array's life (a dropped key leaves a tombstone, not a slot for the
-// next key) and whoever deletes a key or moves it to a new array holds the
-// shard's lock and first swaps the word for a marker that sends a
-// concurrent decision to the lock (see table.go). The other algorithms, new
-// keys, eviction, sweeping and AllowAll calls of several hits take the lock.
+// The key itself is not stored: two keys with equal hashes share one
+// state, which limits each as if the other's requests were its own
+// (stricter, never looser). With 63 bits the chance of any collision among
+// a million keys is about 5·10⁻⁸, and the random seeds keep anyone from
+// aiming for one.
 //
-// # Hash collisions
-//
-// The key itself is not stored: two keys whose 64-bit hashes are equal
-// share one state, so each is limited as if the other's requests were its
-// own (stricter for both, never looser). One bit of the hash marks a slot in
-// use, so 63 bits tell keys apart: among n keys of one rule the chance that
-// any two collide is about n²/2⁶⁴, 5·10⁻⁸ for a million keys. The seed
-// is random per store and rule, so no one can aim for a collision.
-//
-// # Bounded memory and eviction
-//
-// Config.MaxKeys caps the keys of each rule (each shard holds its share).
-// A flood of distinct keys, such as 200,000 spoofed addresses, therefore
-// costs a bounded amount of memory. When a shard is full and a new key
-// arrives, the store looks at the entries near where the new key goes and
-// at a few from a random place (16 in all): it drops those whose state has
-// expired (returned to "full", so dropping them changes nothing), or if
-// there are none, the one with the most room left (the key that has used
-// least of its limit, so that forgetting it gives away least), the earliest
-// to expire among equals. An evicted key starts afresh at its next request,
-// so a key may be admitted more than its limit only if it was evicted, which
-// under this policy means that at least 16 keys looked at were as far from
-// full as it was; keys whose state is kept are decided exactly. A client
-// that has used up its limit therefore survives a flood of one-request
-// addresses.
-//
-// A background sweeper (Config.SweepInterval) also drops expired state, so
-// that memory follows the keys that are active; until it runs, expired state
-// is also replaced in place when its key comes back.
-//
-// # Time
+// Config.MaxKeys caps each rule's keys, so a flood of distinct keys costs
+// bounded memory. A full shard makes room by looking at 16 entries, near
+// the new key and at random: it drops the expired ones (returned to
+// "full", which changes no decision), else the one with the most room
+// left, so a client that has used up its limit survives a flood of
+// one-request addresses; a key is admitted beyond its limit only after
+// being evicted that way. A sweeper (Config.SweepInterval) drops expired
+// state in the background.
 //
 // Every decision has a form that takes the instant (AllowN, AllowAll) and
-// one that reads the clock (Allow, Wait). When time goes backwards the
-// algorithms create no capacity (see package algorithm). The forms that
-// read the clock, and the sweeper, read Config.Now, by default the wall time
-// at New advanced by the monotonic clock (one clock read instead of two, and
-// immune to steps of the wall clock). Config.ClockResolution makes that
-// clock coarse, an atomic load refreshed by a goroutine, for programs whose
-// decisions are so many that the clock read counts; its error is bounded
-// by the resolution plus the scheduler's delay, and only ever towards an
-// earlier instant. A program that drives the store with a virtual clock
-// should set Now to that clock or turn the sweeper off.
+// one that reads the store's clock (Allow, Wait): Config.Now, or the wall
+// time at New advanced by the monotonic clock, coarse with
+// Config.ClockResolution (clock.go).
 package memstore
 
 import (
@@ -112,23 +77,15 @@ type Config struct {
 	// DefaultSweepInterval; a negative value turns the sweeper off.
 	SweepInterval time.Duration
 	// Now is the clock of the forms that read one (Allow, Wait) and of the
-	// sweeper; the forms that take the instant never read it. nil means the
-	// store's own clock: the wall time at New plus the monotonic time
-	// elapsed since, which costs one clock read instead of time.Now's two
-	// and never goes back (it does not follow steps of the wall clock).
+	// sweeper. nil means the store's own: the wall time at New plus the
+	// monotonic time since, one clock read and never going back. A program
+	// on a virtual clock sets Now to it (or turns the sweeper off).
 	Now func() time.Time
-	// ClockResolution, when positive, makes the store's own clock coarse:
-	// a goroutine of the store (which Close stops) reads the monotonic
-	// clock every ClockResolution while decisions use it, and the forms
-	// that read the clock take that reading, an atomic load instead of a
-	// clock read. Their instant is then behind the monotonic clock by up to
-	// ClockResolution, plus however late the runtime runs that goroutine
-	// (on a machine whose CPUs are all busy, the scheduler's delay), never
-	// ahead of it and never going back: decisions are those of a slightly
-	// earlier instant, RetryAfter and Delay longer by at most that lag.
-	// After a hundred readings that no decision used the goroutine sleeps,
-	// and the clock is read at each decision until it has woken. 0 reads
-	// the clock at each decision. It needs Now nil.
+	// ClockResolution, when positive, makes the store's own clock a reading
+	// that a goroutine refreshes every ClockResolution while decisions use
+	// it: an atomic load instead of a clock read, behind the clock by up to
+	// the resolution plus the scheduler's delay, never ahead (clock.go).
+	// It needs Now nil.
 	ClockResolution time.Duration
 }
 
@@ -288,12 +245,10 @@ func (s *Store) table(rule portero.Rule) (*table, error) {
 // inlines.
 func (t *table) hash(key string) uint64 { return strHash(key, &t.k) | 1 }
 
-// strHash hashes s under the seeds k with the Go runtime's own string hash
-// for machines without AES (runtime/hash64.go, after wyhash: 64-bit words of
-// the key, each xored with a seed, multiplied to 128 bits and folded, then
-// once more with the length), which the runtime relies on against hash
-// flooding there. It calls nothing, so it needs no stack frame: about 40
-// instructions fewer than hash/maphash's three calls for a short key.
+// strHash hashes s under the keys k with the Go runtime's string hash for
+// machines without AES (runtime/hash64.go, after wyhash), which the runtime
+// relies on against hash flooding. It calls nothing, so it needs no stack
+// frame: about 40 instructions fewer than hash/maphash for a short key.
 func strHash(s string, k *[4]uint64) uint64 {
 	var a, b uint64
 	seed, n := k[0], len(s)
@@ -424,15 +379,11 @@ func (s *Store) sweeper() {
 // bounds how long it keeps a shard from deciding.
 const sweepChunk = 1024
 
-// Sweep drops every state that has expired at now (returned to "full", so
-// that dropping it changes no decision), and the keys whose concurrency
-// leases have all expired, and returns how many keys it dropped. The background sweeper calls it with Config.Now; a program that
-// turned the sweeper off may call it itself. It locks one shard at a time:
-// for the fixed-size algorithms, sweepChunk slots at a time, and once more
-// to rebuild an array left more than a quarter tombstones (as long as an
-// insert that grows it); for a sliding log, the shard's whole map of logs
-// at once. Decisions of GCRA and the leaky queue on known keys go on
-// meanwhile: they take no lock.
+// Sweep drops every state that has expired at now (returned to "full",
+// which changes no decision) and the keys whose leases have all expired,
+// and returns how many keys it dropped; the sweeper calls it, and so may a
+// program that turned the sweeper off. It locks one shard at a time, for
+// sweepChunk slots of an array (a sliding log's whole map at once).
 func (s *Store) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	dropped := 0

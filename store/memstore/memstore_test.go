@@ -565,7 +565,7 @@ func TestSweeper(t *testing.T) {
 	})
 }
 
-// The seed's queue: 9 arrivals into 6 places drained 2/s depart at
+// A queue of 6 places: 9 arrivals into 6 places drained 2/s depart at
 // 0.5 … 3.0 s; 3 are dropped.
 func TestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -87,8 +87,8 @@ func referenceChain(t *testing.T, rule portero.Rule, start time.Time, n int) []t
 }
 
 // TestWaitProducers: ten producers that Wait on one token bucket (burst 10,
-// 10/s) for 5 s get exactly B + r·T = 10 + 10·5 = 60 requests through (the
-// seed's bound for any interval of T seconds, met because some producer
+// 10/s) for 5 s get exactly B + r·T = 10 + 10·5 = 60 requests through (the bucket's
+// bound for any interval of T seconds, met because some producer
 // asks at every instant a token comes back).
 func TestWaitProducers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -34,7 +34,7 @@ func AdjustSource() string { return readLua("prelude.lua") + "\n" + readLua("adj
 // effect, and keeps the script's arithmetic exact.
 func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustment) error {
 	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	cs := make([]*compiled, len(adj))
 	for i, a := range adj {
@@ -63,10 +63,8 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustm
 		if a.Delta > 0 {
 			age = 0
 		}
-		args := []string{"server", "0", "0", "1", s.minTTL, string(c.alg), strconv.FormatInt(delta, 10), strconv.FormatInt(int64(age), 10)}
-		if s.cfg.Clock == CallerClock {
-			args[0], args[1], args[2] = "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond())
-		}
+		clock, sec, ns := s.clockArgs(now, false)
+		args := []string{clock, sec, ns, "1", s.minTTL, string(c.alg), strconv.FormatInt(delta, 10), strconv.FormatInt(int64(age), 10)}
 		p := s.argv(c, now)
 		args = append(args, p[0], p[1], p[2])
 		key := s.key(c, portero.Hit{Rule: a.Rule, Key: a.Key})

@@ -10,22 +10,18 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// Natural batching. A one-hit call (other than the sliding log's) takes one
-// of a few slots and runs the one-hit script at once, as without batching:
-// a lone caller never waits. Calls that arrive while every slot is taken
-// queue up; when a call in flight returns, its slot passes to the queue,
-// whose first call sends up to Config.Batch queued hits in one EVALSHA of
-// the batch script (batch.lua), which decides each exactly as the one-hit
-// script would, in order, and independently (a refusal refuses only its
-// own hit). Not on a cluster, where a batch would have to be one slot's.
+// Natural batching. A one-hit call (but the sliding log's) takes one of a
+// few slots and runs the one-hit script at once: a lone caller never
+// waits. Calls that arrive while every slot is taken queue up; when a call
+// in flight returns, its slot passes to the queue, whose first call sends
+// up to Config.Batch queued hits in one run of batch.lua, which decides
+// each exactly and independently as the one-hit script would. Not on a
+// cluster, where a batch would have to be one slot's.
 //
-// Every call's deadline starts when it enters AllowAll (Store.deadline), so
-// a call's wait in the queue is spent out of its own Timeout: a queued call
-// leaves at its deadline if no batch took it, and a batch runs until the
-// earliest deadline among its calls, so that none of them waits past its
-// own. (Before, a queued call waited for the call in flight and then for
-// its batch's full Timeout: 105 ms at 64 callers and 157 ms at 256 for a
-// 50 ms deadline at a freeze.)
+// A call's deadline starts when it enters AllowAll, so its wait in the
+// queue is spent out of its own Timeout: a queued call leaves at its
+// deadline if no batch took it, and a batch runs until the earliest
+// deadline among its calls.
 type batcher struct {
 	max, slots int
 	mu         sync.Mutex
@@ -48,10 +44,9 @@ type batchItem struct {
 	rerun    bool // the batch could not decide it: run it alone
 }
 
-// batchSlots is how many one-hit calls or batches may be in flight at
-// once before calls queue up. Measured at 64 callers on 2 cores (bench,
-// TestRedisReport): 1 slot 76k decisions/s, 2 slots 112k, 4 slots 108k;
-// one slot leaves Redis idle while the client turns a batch around.
+// batchSlots is how many one-hit calls or batches may be in flight before
+// calls queue up: with one, Redis would idle while the client turns a
+// batch around (bench's TestRedisReport measures it).
 const batchSlots = 2
 
 func newBatcher(max int) *batcher { return &batcher{max: max, slots: batchSlots} }
@@ -146,25 +141,19 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 	}
 	keys := make([]string, len(items))
 	args := make([]string, 5, 5+7*len(items))
-	args[0] = "server"
-	if s.cfg.Clock == CallerClock {
-		args[0] = "caller"
-	}
+	args[0], _, _ = s.clockArgs(time.Time{}, false)
 	args[1], args[2], args[3], args[4] = "0", "0", "1", s.minTTL
 	for i, it := range items {
 		keys[i] = it.key
 		a := s.argv(it.c, it.now)
-		var sec, ns string
-		if s.cfg.Clock == CallerClock {
-			sec, ns = strconv.FormatInt(it.now.Unix(), 10), strconv.Itoa(it.now.Nanosecond())
-		} else {
-			sec, ns = "0", "0"
-		}
+		_, sec, ns := s.clockArgs(it.now, false)
 		args = append(args, sec, ns, string(it.c.alg), strconv.FormatInt(it.hit.Cost, 10), a[0], it.c.p2(a, it.hit), a[2])
 	}
 	_, err := s.breaker.Execute(func() ([]int64, error) {
 		if s.execHook != nil {
-			s.execHook(ctx, items)
+			if err := s.execHook(ctx, items); err != nil {
+				return nil, err
+			}
 		}
 		sent := time.Now()
 		res, err := s.scripts.batch.Exec(ctx, cn.client, keys, args).ToArray()

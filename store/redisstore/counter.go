@@ -14,20 +14,16 @@ import (
 
 var _ portero.Counter = (*Store)(nil)
 
-// Count implements portero.Counter the way envoyproxy/ratelimit counts in
-// Redis: for each count INCRBY key add then EXPIRE key ttl (in whole
-// seconds, rounded up), all in one pipeline, where key is the count's Key
-// followed by the window's start in Unix seconds, computed from now. With
-// envoyproxy/ratelimit's keys (CACHE_KEY_PREFIX, domain, then key_value_
-// per entry, which is what package descriptor builds in its compatibility
-// mode) Portero and envoyproxy/ratelimit count in the same counters, so
-// that a fleet can move from one to the other without a fresh window.
-// Config.Prefix does not apply: the keys are the caller's. The calls go
-// through the store's deadline and circuit breaker; a failing Redis is an
-// error wrapping portero.ErrStoreUnavailable.
+// Count implements portero.Counter as envoyproxy/ratelimit counts in
+// Redis: INCRBY then EXPIRE (whole seconds, rounded up) per count, in one
+// pipeline, on the count's Key followed by its window's start in Unix
+// seconds. With envoyproxy/ratelimit's keys (package descriptor's
+// compatibility mode) both count in the same counters, so that a fleet can
+// move from one to the other mid-window. Config.Prefix does not apply; the
+// deadline and the breaker do.
 func (s *Store) Count(ctx context.Context, now time.Time, counts []portero.Count) error {
 	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	if len(counts) == 0 {
 		return nil

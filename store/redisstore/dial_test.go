@@ -47,8 +47,8 @@ func TestDialInBackground(t *testing.T) {
 			t.Fatalf("before Redis answers: %v; want ErrStoreUnavailable and no decision", err)
 		}
 	}
-	if st := s.Stats(); st.Fallbacks != 5 || st.Redis != 0 || !st.Degraded {
-		t.Errorf("stats before Redis answers: %+v, want 5 fallbacks, none decided by Redis", st)
+	if st := s.Stats(); st.Unavailable != 5 || st.Redis != 0 || !st.Degraded {
+		t.Errorf("stats before Redis answers: %+v, want 5 unanswered calls, none decided by Redis", st)
 	}
 	srv.Restart()
 	deadline := time.Now().Add(20 * time.Second)

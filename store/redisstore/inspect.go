@@ -9,31 +9,17 @@ import (
 	"github.com/portero-rl/portero/algorithm"
 )
 
-// Peek returns what a request of cost from key under rule would get,
-// without counting it (portero.Store.Peek, algorithm.Look): Allowed,
-// RetryAfter and Delay as AllowAll would decide that one hit, Remaining and
-// ResetAfter as they stand now. It runs the rule's script once in its
-// decide-only mode (ARGV 4 "0", which writes no state and sets no expiry)
-// on two hits of the key: one of cost 0, which takes nothing and so
-// reports what stands now, then one of cost, which sees the state the
-// first brought up to date (it decides the same); so Redis answers exactly
-// as for a real call and exactly as memstore's Peek does on the same
-// state. A key with no state answers as a fresh one. As with a refused
-// call, a sliding log is pruned of the entries that have expired and its
-// latest instant moved to now (which changes no decision while time goes
-// forward); nothing is logged. The instant is now with CallerClock and
-// Redis's own with ServerClock. Peek neither reads nor fills the
-// over-limit cache, and no failure policy applies: when Redis does not
-// answer the error wraps portero.ErrStoreUnavailable. Other errors wrap
-// portero.ErrClosed, portero.ErrInvalidLimit, portero.ErrUnknownAlgorithm,
-// portero.ErrInvalidCost, portero.ErrCostExceedsLimit or ErrScript.
-//
-// Peek and Reset serve the gateway's admin API (GET and DELETE on
-// /api/keys), for an operator inspecting or forgiving one client, and the
-// engine's check-only hits.
+// Peek implements portero.Store.Peek: it runs the rule's script once in
+// its decide-only mode (which writes no state and sets no expiry) on two
+// hits of the key, one of cost 0, which reports what stands now, then one
+// of cost, which decides as AllowAll would; so Redis answers exactly as
+// memstore's Peek on the same state. As with a refused call, a sliding log
+// is pruned of its expired entries. Peek leaves the over-limit cache
+// alone; when Redis does not answer the error wraps
+// portero.ErrStoreUnavailable.
 func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	if s.closed.Load() {
-		return portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return portero.Decision{}, errClosed
 	}
 	c, err := s.compiled(rule)
 	if err != nil {
@@ -60,17 +46,14 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 	return d, nil
 }
 
-// Reset forgets key's state under rule: it deletes the one Redis key that
-// holds it (Key: the prefix, the hash tag, the rule's fingerprint), which
-// lives in one cluster slot, so a single DEL serves a cluster too. Resetting
-// a key that has no state is not an error. It also forgets the key in this
-// store's over-limit cache; the over-limit caches of other instances keep a refusal until it
-// would lapse anyway (the gateway does not turn that cache on). Errors
-// wrap portero.ErrStoreUnavailable when Redis does not answer, and
-// portero.ErrClosed, portero.ErrInvalidLimit or portero.ErrUnknownAlgorithm.
+// Reset forgets key's state under rule (for an operator forgiving a
+// client): one DEL of the Redis key that holds it (Key), in one cluster
+// slot, and of the key in this store's over-limit cache; other instances'
+// caches keep a refusal until it lapses. A key with no state is no error;
+// when Redis does not answer the error wraps portero.ErrStoreUnavailable.
 func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error {
 	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	c, err := s.compiled(rule)
 	if err != nil {

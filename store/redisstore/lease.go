@@ -16,23 +16,13 @@ import (
 
 // Concurrency leases: Store implements portero.LeaseStore. The leases of a
 // rule under a key are one sorted set, PREFIX{KEY}:lease:NAME, of lease ids
-// scored by expiry in microseconds, changed only by lease.lua (embedded,
-// run by hash like the other scripts): acquire drops the expired leases,
-// counts and adds in one atomic step; renew moves a lease's expiry; release
-// removes it. With ServerClock every expiry is on Redis's clock, so
-// instances whose clocks disagree still agree on which leases are alive.
-//
-// A lease that its holder stops renewing (the process crashed, lost Redis,
-// or forgot) expires after the rule's TTL and its slot comes back; the set
-// itself expires with its last lease. httplimit renews every TTL/3.
-//
-// While Redis is unavailable, Acquire decides nothing: it returns an error
-// wrapping portero.ErrStoreUnavailable, never a lease or a decision beside
-// it, and the caller's failure policy answers (package engine: allow
-// admits without a lease, deny refuses, local takes the lease in the
-// engine's memory). Renew and Release of a Redis lease then fail with that
-// error; the lease runs out at its last expiry. Acquire's decisions are in
-// microseconds (RetryAfter) like Redis TIME.
+// scored by expiry in microseconds (of Redis's clock with ServerClock),
+// changed only by lua/lease.lua: acquire drops the expired leases, counts
+// and adds in one atomic step; renew moves an expiry; release removes it.
+// A lease its holder stops renewing expires after the rule's TTL, and the
+// set with its last lease. While Redis is unavailable, Acquire, Renew and
+// Release return an error wrapping portero.ErrStoreUnavailable and decide
+// nothing: the caller's failure policy answers.
 
 // leaseScript is lease.lua: immutable once built (it holds the hash).
 var leaseScript = rueidis.NewLuaScript(readLua("lease.lua"))
@@ -70,7 +60,7 @@ func (s *Store) LeaseKey(name, key string) string {
 // not used.
 func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
 	if s.closed.Load() {
-		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return nil, portero.Decision{}, errClosed
 	}
 	if err := rule.Validate(); err != nil {
 		return nil, portero.Decision{}, fmt.Errorf("redisstore: %w", err)
@@ -102,10 +92,8 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.Concurr
 
 // leaseCall runs lease.lua once under the breaker and the deadline.
 func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLeases, ttl string) (rueidis.RedisMessage, error) {
-	args := []string{op, "server", "0", "0", id, maxLeases, ttl, s.minTTL}
-	if s.cfg.Clock == CallerClock {
-		args[1], args[2], args[3] = "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond()/1000)
-	}
+	clock, sec, us := s.clockArgs(now, true)
+	args := []string{op, clock, sec, us, id, maxLeases, ttl, s.minTTL}
 	var msg rueidis.RedisMessage
 	cn := s.conn.Load()
 	if cn == nil {
@@ -118,8 +106,8 @@ func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLe
 		msg, err = leaseScript.Exec(ctx, cn.client, []string{key}, args).ToMessage()
 		return nil, err
 	})
-	if err == nil && s.degraded.Swap(false) {
-		s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
+	if err == nil {
+		s.answered()
 	}
 	return msg, err
 }
@@ -150,7 +138,7 @@ type redisLease struct {
 // Renew implements portero.Lease.
 func (l *redisLease) Renew(ctx context.Context, now time.Time) error {
 	if l.s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	res, err := l.s.leaseCall(ctx, now, l.key, "renew", l.id, "0", l.ttl)
 	if err != nil {
@@ -167,7 +155,7 @@ func (l *redisLease) Renew(ctx context.Context, now time.Time) error {
 // Config.Timeout.
 func (l *redisLease) Release(ctx context.Context) error {
 	if l.s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	if _, err := l.s.leaseCall(ctx, time.Time{}, l.key, "release", l.id, "0", "0"); err != nil {
 		return fmt.Errorf("redisstore: release lease %s of %q: %w", l.id, l.key, l.wrap(err))

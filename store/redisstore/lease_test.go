@@ -38,12 +38,12 @@ func TestLeaseServerClock(t *testing.T) {
 	s := newStore(t, srv, redisstore.Config{})
 	ctx := context.Background()
 	rule := portero.ConcurrencyRule{Name: "api", Max: 2, TTL: 30 * time.Second}
-	before := redisMicros(t, srv)
+	before := srv.Micros(t)
 	l, d, err := s.Acquire(ctx, time.Time{}, rule, "tenant-a")
 	if err != nil || !d.Allowed || d.Remaining != 1 || d.Limit != 2 {
 		t.Fatalf("Acquire = %+v, %v", d, err)
 	}
-	after := redisMicros(t, srv)
+	after := srv.Micros(t)
 	key := s.LeaseKey("api", "tenant-a")
 	if !strings.HasSuffix(key, "{tenant-a}:lease:api") {
 		t.Errorf("LeaseKey = %q", key)
@@ -77,19 +77,6 @@ func TestLeaseServerClock(t *testing.T) {
 	}
 }
 
-// redisMicros reads Redis TIME in microseconds.
-func redisMicros(t *testing.T, srv *redistest.Server) int64 {
-	t.Helper()
-	out, err := redistest.Do(srv.Addr(), "TIME")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Split(out, "\n")
-	s, _ := strconv.ParseInt(f[0], 10, 64)
-	us, _ := strconv.ParseInt(f[1], 10, 64)
-	return s*1_000_000 + us
-}
-
 // TestLeaseClosedClientStopsRenewing: an instance that holds a lease and
 // then loses its client (Close: no more renewals) keeps the slot taken only
 // until the lease's expiry on Redis's clock; then another instance gets it.
@@ -106,24 +93,20 @@ func TestLeaseClosedClientStopsRenewing(t *testing.T) {
 	if err := l.Renew(ctx, time.Time{}); err != nil {
 		t.Fatalf("Renew = %v", err)
 	}
-	members, err := redistest.Do(srv.Addr(), "ZRANGE", a.LeaseKey("one", "k"), "0", "-1", "WITHSCORES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exp, _ := strconv.ParseInt(strings.Split(members, "\n")[1], 10, 64)
+	exp := srv.Scores(t, a.LeaseKey("one", "k"))[0]
 	a.Close(ctx)
 	if err := l.Renew(ctx, time.Time{}); !errors.Is(err, portero.ErrClosed) {
 		t.Errorf("Renew after Close = %v, want ErrClosed", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		now := redisMicros(t, srv)
+		now := srv.Micros(t)
 		_, d, err := b.Acquire(ctx, time.Time{}, rule, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d.Allowed {
-			if after := redisMicros(t, srv); after < exp {
+			if after := srv.Micros(t); after < exp {
 				t.Errorf("slot came back at %d µs, before the lease's expiry %d", after, exp)
 			}
 			break
@@ -141,18 +124,18 @@ func TestLeaseClosedClientStopsRenewing(t *testing.T) {
 
 // TestLeaseUnavailable: with Redis killed, Acquire decides nothing, as
 // AllowAll does: no lease, no decision, an error wrapping
-// ErrStoreUnavailable, counted as a fallback; a Redis lease cannot be
+// ErrStoreUnavailable, counted as unanswered; a Redis lease cannot be
 // renewed meanwhile. Then the engine, over the same dead Redis, applies its
 // one failure policy to the leases: allow admits without a lease, deny
 // refuses for the service's sake, local takes leases in the engine's memory
 // with LocalShare of Max, error returns the error.
 func TestLeaseUnavailable(t *testing.T) {
 	srv := redistest.Start(t)
-	var fallbacks atomic.Int64
+	var unanswered atomic.Int64
 	s := newStore(t, srv, redisstore.Config{
-		Timeout:    50 * time.Millisecond,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnFallback: func(redisstore.Fallback) { fallbacks.Add(1) },
+		Timeout:       50 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnUnavailable: func(redisstore.UnavailableCall) { unanswered.Add(1) },
 	})
 	ctx := context.Background()
 	rule := portero.ConcurrencyRule{Name: "conc", Max: 4}
@@ -168,8 +151,8 @@ func TestLeaseUnavailable(t *testing.T) {
 	if err := held.Renew(ctx, time.Now()); !errors.Is(err, portero.ErrStoreUnavailable) {
 		t.Errorf("Renew of a Redis lease while Redis is down = %v, want ErrStoreUnavailable", err)
 	}
-	if fallbacks.Load() == 0 || !s.Degraded() {
-		t.Errorf("fallbacks %d, degraded %v: want the fallback counted", fallbacks.Load(), s.Degraded())
+	if unanswered.Load() == 0 || !s.Degraded() {
+		t.Errorf("unanswered %d, degraded %v: want the unanswered call counted", unanswered.Load(), s.Degraded())
 	}
 
 	conc, err := engine.NewRule(engine.Rule{Rule: portero.Rule{Name: "conc"}, Concurrency: rule})

@@ -13,13 +13,13 @@ func (s *Store) unavailableCall(hits []portero.Hit, cause error) error {
 	if !errors.Is(cause, portero.ErrStoreUnavailable) {
 		cause = &unavailableError{err: cause}
 	}
-	s.fallbacks.Add(1)
+	s.unavailableCalls.Add(1)
 	s.errs.Add(1)
 	if !s.degraded.Swap(true) {
 		s.log.Warn("redisstore: redis unavailable: the callers' failure policies decide", "err", cause)
 	}
-	if s.cfg.OnFallback != nil {
-		s.cfg.OnFallback(Fallback{Hits: hits, Err: cause})
+	if s.cfg.OnUnavailable != nil {
+		s.cfg.OnUnavailable(UnavailableCall{Hits: hits, Err: cause})
 	}
 	return cause
 }

@@ -1,87 +1,36 @@
 // Package redisstore keeps Portero's counters in Redis, so that every
-// instance of a service shares one limit. It implements portero.Store with
-// the same decisions as the memory store: each algorithm is Lua (embedded,
-// loaded as one function library and called with FCALL where Redis has
-// functions, else run by hash with EVALSHA; reloaded transparently when
-// missing) that reads the state, decides and writes it back in one atomic
-// step, and sets the key's expiry in the same step.
+// instance of a service shares one limit: a portero.Store that decides
+// exactly as the memory store, for Redis, Redis Cluster and Redis Sentinel.
 //
-// # Clock
+// Each algorithm is embedded Lua that reads a key's state, decides and
+// writes it back with its expiry in one atomic step; the scripts are loaded
+// as one function library and called with FCALL, or run by hash on servers
+// without functions (scripts.go). By default (ServerClock) they read Redis
+// TIME, one clock for every instance; CallerClock takes the caller's
+// instant, to the nanosecond, for simulations and the conformance suite.
+// Lua's doubles are exact below 2^53, so the scripts compute on whole
+// seconds plus nanoseconds and the store refuses rules beyond what they
+// compute exactly (rules.go); a calendar quota's periods, which Lua cannot
+// read from a time zone, are computed in Go for every call (calendar.go).
 //
-// By default (ServerClock) the scripts read the time with Redis TIME, so
-// instances whose clocks disagree still share one window; the now argument
-// of AllowAll is then not used (leases' local fallback reads it). Redis TIME has
-// microsecond resolution. With CallerClock the script takes the caller's
-// instant, to the nanosecond, for simulations and replays.
+// A rule's state for a key lives under PREFIX{KEY}:FP, FP a fingerprint of
+// the rule: the hash tag {KEY} puts every rule of one key in one cluster
+// slot, so that a call over several rules of a key is one atomic script
+// (Config.HashTag chooses another tag). Hits in several slots are first
+// decided slot by slot without counting, then counted slot by slot:
+// stricter, never looser, if another caller takes the last unit between.
 //
-// # Exactness
-//
-// Lua numbers are doubles, exact only below 2^53, and a Unix time in
-// nanoseconds is not. The scripts keep each instant as whole seconds plus
-// nanoseconds and do every computation on exact integers below 2^53 (the
-// sliding counter's products, which can pass it, in pieces: see
-// lua/sliding_counter.lua); so in CallerClock mode the store makes exactly
-// the decisions of package algorithm (and of store/storetest.Reference), to
-// the nanosecond.
-// That bounds what a rule may be: windows of 1µs to 2^52 ns (about 52 days;
-// sliding log 2^50 ns, about 13 days), buckets that refill in at most 2^52
-// ns, counts up to 2^50, instants before the year 2116, and clock steps
-// backwards of less than about 104 days (larger ones saturate).
-//
-// # Calendar quotas
-//
-// A quota per calendar day, week or month (a fixed-window rule with a
-// portero.Limit.Period) follows a time zone, which Lua cannot read. For
-// every call the store computes, with its own clock (the caller's instant
-// with CallerClock), the two periods nearest that clock, and the script
-// (lua/fixed_window_calendar.lua) counts in the one its instant (Redis
-// TIME) falls in: exact at the boundaries, as long as the two clocks are
-// less than half a period apart; further apart the call fails with
-// ErrScript rather than count in a period it cannot name. See calendar.go.
-//
-// # Keys and Redis Cluster
-//
-// The state of a rule for a key lives under PREFIX{KEY}:FP, where FP is a
-// fingerprint of the rule (so a changed rule starts afresh) and {KEY} is a
-// hash tag: every rule applied to one key lands in one cluster slot, so an
-// AllowAll over several rules for one key is one atomic script even on a
-// cluster. Config.HashTag chooses another tag (a tenant, say) to put more
-// keys in one slot. Hits in different slots are decided slot by slot: first
-// every slot is asked without counting, then each slot counts in turn; if
-// another caller takes the last unit in between, the call is refused and the
-// slots already counted keep their count (stricter, never looser).
-//
-// # Cost
-//
-// A call of one hit, the common case, runs the one-hit driver: one GET, the
-// decision, one SET with the expiry when admitted; with the server's clock
-// it sends only the four arguments that vary (see scripts.go). Calls of
-// several hits, and the sliding log, run the multi-hit driver. One-hit
-// calls that queue up while two others are in flight are sent together, up
-// to Config.Batch of them, in one script that decides each exactly as the
-// one-hit script would (natural batching; not on a cluster). State is
-// three packed doubles in a string. Optionally (Config.OverLimitCache) a key
-// that Redis refused is decided locally from its stored state until it
-// would admit again: exactly Redis's decisions with CallerClock, never a
-// refusal that Redis would not make with ServerClock.
-//
-// # Failure
-//
-// Every call has a deadline (Config.Timeout) that starts when AllowAll is
-// called and bounds the caller's whole wait, queueing for a batch
-// included. A circuit breaker stops calling a Redis that fails most calls
-// over a short window, and probes it again soon after, so that a stall
-// costs about its own length. While Redis is unavailable (and, with
-// Config.DialInBackground, until it first answers) AllowAll and Peek decide
-// nothing: they return an error wrapping portero.ErrStoreUnavailable, never
-// a decision beside it, and the caller's failure policy answers
-// (portero.FailurePolicy, applied by package engine: allow, deny, or local
-// in the engine's own memory). Concurrency leases (Acquire) fail the same
-// way, and the engine's failure policy decides them too. See
-// docs/distributed.md.
+// One-hit calls that queue while two others are in flight are sent
+// together in one script, each decided as alone (Config.Batch; batch.go).
+// Every call has a deadline that starts when it is made (Config.Timeout),
+// and a circuit breaker stops calling a Redis that fails most calls. While
+// Redis is unavailable the store decides nothing, for rates and leases
+// alike: it returns an error wrapping portero.ErrStoreUnavailable and the
+// caller's failure policy answers. See docs/distributed.md.
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -154,30 +103,23 @@ type Config struct {
 	// leaves it open, and the two fields below do not apply.
 	Client rueidis.Client
 	// DialInBackground makes New return the store even when Redis does not
-	// answer yet (a malformed address is still an error): calls then fail
-	// with portero.ErrStoreUnavailable, as in an outage, while the store
-	// dials again in the background (after 100 ms, doubling to at most
-	// 2 s) until Redis answers or Close. Connected says which. A gateway
-	// restarted during an outage thus starts and serves by its failure
-	// policy instead of failing.
+	// answer yet (a malformed address is still an error): calls fail with
+	// portero.ErrStoreUnavailable, as in an outage, while the store dials
+	// again (every 100 ms, doubling to 2 s) until Redis answers or Close.
 	DialInBackground bool
 	// MaxFlushDelay is how long rueidis's auto-pipelining may wait after
-	// writing a batch of commands to collect the next one: under load it
-	// cuts the write and read system calls per decision (measured on 2
-	// cores at 64 callers: 0.96 client syscalls per decision without a
-	// delay, 0.40 with 20µs) at no cost to one caller's latency, whose next
-	// command comes after a round trip anyway. DefaultMaxFlushDelay when
-	// zero; negative for none.
+	// writing commands to collect more: fewer system calls per decision
+	// under load, none of a lone caller's latency. DefaultMaxFlushDelay
+	// when zero; negative for none.
 	MaxFlushDelay time.Duration
 	// PipelineMultiplex sets rueidis's ClientOption.PipelineMultiplex: 2^n
 	// auto-pipelined connections per Redis node. Zero keeps rueidis's
 	// default (log2 of GOMAXPROCS, at most 2: 1 to 4 connections; 1 for a
 	// cluster); negative means one connection.
 	PipelineMultiplex int
-	// Batch is the most one-hit calls decided in one script: one-hit calls
-	// that queue up while others are in flight are sent together, each decided exactly as alone (see Cost in
-	// the package documentation and docs/distributed.md). DefaultBatch
-	// when zero; 1 or negative for none. Never on a cluster.
+	// Batch is the most queued one-hit calls decided in one script, each
+	// exactly as alone (batch.go). DefaultBatch when zero; 1 or negative
+	// for none. Never on a cluster.
 	Batch int
 	// Prefix starts every key; DefaultPrefix when empty.
 	Prefix string
@@ -187,27 +129,22 @@ type Config struct {
 	// real time, since the caller's instants need not follow Redis's clock
 	// (a replay may run slower than real time). DefaultMinTTL when zero.
 	MinTTL time.Duration
-	// Timeout bounds each AllowAll, Peek and Reset from the moment it is
-	// called: time spent queued for a batch counts, so no caller waits
-	// longer (plus scheduling). A caller's context deadline that comes
-	// first applies instead. DefaultTimeout when zero.
+	// Timeout bounds each call from the moment it is made, time queued for
+	// a batch included; a caller's earlier deadline applies instead.
+	// DefaultTimeout when zero.
 	Timeout time.Duration
-	// The circuit breaker opens when, over the last BreakerWindow (a
-	// rolling window of ten buckets; DefaultBreakerWindow when zero), at
-	// least BreakerMinCalls calls to Redis ended (DefaultBreakerMinCalls
-	// when zero) and at least BreakerRatio of them failed for want of
-	// Redis (a fraction in (0, 1]; DefaultBreakerRatio when zero). A ratio
-	// rather than a run of consecutive failures: a scheduling hiccup on a
-	// loaded host makes every call in flight time out at once, which is a
-	// run but a tiny share of the window's calls.
+	// The circuit breaker opens when, over the last BreakerWindow (ten
+	// rolling buckets), at least BreakerMinCalls calls to Redis ended and
+	// at least BreakerRatio (in (0, 1]) of them failed for want of Redis:
+	// a ratio, not a run of failures, since a stall of a loaded host fails
+	// every call in flight at once. Each is its default when zero.
 	BreakerWindow   time.Duration
 	BreakerRatio    float64
 	BreakerMinCalls int
 	// BreakerOpen is how long the open breaker answers without calling
-	// Redis before it lets one probe through (which closes it when Redis
-	// answers); DefaultBreakerOpen when zero. Short, so that a stall costs
-	// about its own length; each probe of a Redis still down costs one
-	// caller the Timeout.
+	// Redis before one probe goes through (closing it if Redis answers);
+	// short, so that a stall costs about its own length.
+	// DefaultBreakerOpen when zero.
 	BreakerOpen time.Duration
 	// HashTag returns the hash tag of a hit's key; nil means the hit's key.
 	// Hits with one tag share a cluster slot and so one atomic script. A tag
@@ -217,26 +154,21 @@ type Config struct {
 	// answers again, when the breaker changes state, when a background dial
 	// fails and succeeds; slog.Default() when nil.
 	Logger *slog.Logger
-	// OnFallback, when set, is called for every call Redis did not decide
+	// OnUnavailable, when set, is called for every call Redis did not decide
 	// because it was unavailable (an AllowAll, a Peek or an Acquire that
 	// returned the error). It must be quick and safe for concurrent use.
-	OnFallback func(Fallback)
-	// OverLimitCache, when positive, turns on the local over-limit cache
-	// with room for that many keys; 0 (the default) leaves it off. A
-	// one-hit call that Redis refuses leaves the key's state in the cache,
-	// and later one-hit calls on that key that the state refuses are
-	// answered locally without asking Redis. With CallerClock the answers
-	// are exactly Redis's; with ServerClock a local refusal holds at every
-	// instant Redis could have decided the call within the deadline, so it
-	// never refuses what Redis would admit. Other instances only make a key
-	// stricter, so a cached refusal stays a refusal; its RetryAfter,
-	// Remaining and ResetAfter do not see their traffic. Not for the
-	// sliding log, nor for calls of several hits. See docs/distributed.md.
+	OnUnavailable func(UnavailableCall)
+	// OverLimitCache, when positive, keeps up to that many keys that Redis
+	// refused and answers their one-hit calls locally while their state
+	// still refuses (cache.go; never for the sliding log): exactly Redis's
+	// answers with CallerClock, never a refusal Redis would not make with
+	// ServerClock. 0, the default, leaves it off.
 	OverLimitCache int
 }
 
-// Fallback describes one call Redis did not decide.
-type Fallback struct {
+// UnavailableCall describes one call Redis did not decide because it was
+// unavailable.
+type UnavailableCall struct {
 	// Hits are the hits of the call (for an Acquire, one hit of cost 1
 	// under the concurrency rule's name).
 	Hits []portero.Hit
@@ -249,9 +181,9 @@ type Stats struct {
 	// Calls is the number of AllowAll calls; Redis the number that Redis
 	// decided.
 	Calls, Redis uint64
-	// Fallbacks counts calls Redis did not decide because it was
+	// Unavailable counts calls Redis did not decide because it was
 	// unavailable (the caller's failure policy answered).
-	Fallbacks uint64
+	Unavailable uint64
 	// OverLimit counts calls answered by the over-limit cache.
 	OverLimit uint64
 	// Errors counts calls that returned an error.
@@ -287,14 +219,15 @@ type Store struct {
 	dialMu    sync.Mutex    // orders the dialler's handover with Close
 	dialing   sync.WaitGroup
 	// execHook, when set by a test of this package, is called before each
-	// script run with the run's context and, for a batch, its items.
-	execHook func(ctx context.Context, batch []*batchItem)
+	// script run with the run's context and, for a batch, its items; an
+	// error it returns is the run's, and Redis is not called.
+	execHook func(ctx context.Context, batch []*batchItem) error
 	// minTTL is the scripts' ARGV 5, the TTL floor in ms: Config.MinTTL
 	// rounded up with CallerClock, "0" with ServerClock.
 	minTTL string
 	leases leaseState // concurrency leases (lease.go)
 
-	calls, redisCalls, fallbacks, errs, overHits, batches, batched atomic.Uint64
+	calls, redisCalls, unavailableCalls, errs, overHits, batches, batched atomic.Uint64
 }
 
 var _ portero.Store = (*Store)(nil)
@@ -306,40 +239,25 @@ type conn struct {
 	batch   *batcher // nil when batching is off (Config.Batch, cluster)
 }
 
-// errNotConnected is why calls fall back before Redis first answered.
+// errClosed is the error of every call after Close.
+var errClosed = fmt.Errorf("redisstore: %w", portero.ErrClosed)
+
+// errNotConnected is why Redis decides no call before it first answered.
 var errNotConnected = errors.New("not connected to redis yet")
 
 // New validates cfg, connects to Redis and returns the store. A malformed
 // URL or an address that does not answer is an error naming the store and
 // the address.
 func New(cfg Config) (*Store, error) {
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MinTTL == 0 {
-		cfg.MinTTL = DefaultMinTTL
-	}
-	if cfg.BreakerWindow == 0 {
-		cfg.BreakerWindow = DefaultBreakerWindow
-	}
-	if cfg.BreakerRatio == 0 {
-		cfg.BreakerRatio = DefaultBreakerRatio
-	}
-	if cfg.BreakerMinCalls == 0 {
-		cfg.BreakerMinCalls = DefaultBreakerMinCalls
-	}
-	if cfg.BreakerOpen == 0 {
-		cfg.BreakerOpen = DefaultBreakerOpen
-	}
-	if cfg.Batch == 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
+	cfg.BreakerWindow = cmp.Or(cfg.BreakerWindow, DefaultBreakerWindow)
+	cfg.BreakerRatio = cmp.Or(cfg.BreakerRatio, DefaultBreakerRatio)
+	cfg.BreakerMinCalls = cmp.Or(cfg.BreakerMinCalls, DefaultBreakerMinCalls)
+	cfg.BreakerOpen = cmp.Or(cfg.BreakerOpen, DefaultBreakerOpen)
+	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	switch {
 	case cfg.OverLimitCache < 0:
 		return nil, fmt.Errorf("redisstore: over-limit cache size %d: must be positive", cfg.OverLimitCache)
@@ -389,11 +307,9 @@ func New(cfg Config) (*Store, error) {
 	case cfg.URL != "" && (len(cfg.Addrs) > 0 || cfg.SentinelMaster != ""):
 		return nil, errors.New("redisstore: set URL, or Addrs (and SentinelMaster), not both")
 	case cfg.URL != "":
-		o, err := parseURL(cfg.URL)
+		o, err := ParseURL(cfg.URL)
 		if err != nil {
-			// The parser's message quotes the URL: hide its password.
-			msg := strings.ReplaceAll(err.Error(), cfg.URL, redactURL(cfg.URL))
-			return nil, fmt.Errorf("redisstore: redis URL %q: %s", redactURL(cfg.URL), msg)
+			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		opt = o
 	case len(cfg.Addrs) > 0:
@@ -403,7 +319,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.TLS != nil {
 		if err := useTLS(&opt, cfg.TLS, cfg.URL != ""); err != nil {
-			return nil, fmt.Errorf("redisstore: redis URL %q: %w", redactURL(cfg.URL), err)
+			return nil, fmt.Errorf("redisstore: redis URL %q: %w", Redact(cfg.URL), err)
 		}
 	}
 	opt.DisableCache = true // no client-side caching: every decision asks Redis
@@ -477,16 +393,6 @@ func (s *Store) dial(opt rueidis.ClientOption) {
 // answered (calls until then follow the failure policies).
 func (s *Store) Connected() bool { return s.conn.Load() != nil }
 
-// redactURL hides a password in a Redis URL.
-func redactURL(u string) string {
-	if at := strings.LastIndex(u, "@"); at >= 0 {
-		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
-			return u[:scheme+3] + "REDACTED" + u[at:]
-		}
-	}
-	return u
-}
-
 // Close releases the Redis client (unless it came from Config.Client).
 // Later calls return errors wrapping portero.ErrClosed; a second Close is
 // harmless and returns such an error.
@@ -494,7 +400,7 @@ func (s *Store) Close(context.Context) error {
 	s.dialMu.Lock()
 	if s.closed.Swap(true) {
 		s.dialMu.Unlock()
-		return fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return errClosed
 	}
 	s.dialMu.Unlock()
 	close(s.stop)
@@ -513,16 +419,16 @@ func (s *Store) Degraded() bool { return s.degraded.Load() }
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Calls:     s.calls.Load(),
-		Redis:     s.redisCalls.Load(),
-		Fallbacks: s.fallbacks.Load(),
-		OverLimit: s.overHits.Load(),
-		Errors:    s.errs.Load(),
-		Batches:   s.batches.Load(),
-		Batched:   s.batched.Load(),
-		Degraded:  s.degraded.Load(),
-		Connected: s.Connected(),
-		Breaker:   s.breaker.State().String(),
+		Calls:       s.calls.Load(),
+		Redis:       s.redisCalls.Load(),
+		Unavailable: s.unavailableCalls.Load(),
+		OverLimit:   s.overHits.Load(),
+		Errors:      s.errs.Load(),
+		Batches:     s.batches.Load(),
+		Batched:     s.batched.Load(),
+		Degraded:    s.degraded.Load(),
+		Connected:   s.Connected(),
+		Breaker:     s.breaker.State().String(),
 	}
 }
 
@@ -571,7 +477,7 @@ func oneCall(key string, alg portero.Algorithm) call {
 // documentation for hits in several cluster slots and for failures.
 func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("redisstore: %w", portero.ErrClosed)
+		return nil, errClosed
 	}
 	s.calls.Add(1)
 	cs := make([]*compiled, len(hits))
@@ -638,9 +544,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	}
 	if err == nil {
 		s.redisCalls.Add(1)
-		if s.degraded.Swap(false) {
-			s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
-		}
+		s.answered()
 		return out, nil
 	}
 	if !unavailable(err) {
@@ -648,6 +552,27 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		return nil, err
 	}
 	return nil, s.unavailableCall(hits, err)
+}
+
+// answered notes that Redis decided a call.
+func (s *Store) answered() {
+	if s.degraded.Swap(false) {
+		s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
+	}
+}
+
+// clockArgs are the scripts' first three arguments: the clock, and with
+// the caller's the instant now as seconds and nanoseconds (in
+// microseconds, with micro, for the lease script).
+func (s *Store) clockArgs(now time.Time, micro bool) (clock, sec, frac string) {
+	if s.cfg.Clock != CallerClock {
+		return "server", "0", "0"
+	}
+	f := now.Nanosecond()
+	if micro {
+		f /= 1000
+	}
+	return "caller", strconv.FormatInt(now.Unix(), 10), strconv.Itoa(f)
 }
 
 // deadline bounds ctx by Config.Timeout from now, unless ctx's own
@@ -713,15 +638,8 @@ func (s *Store) runSlots(ctx context.Context, cn *conn, now time.Time, cs []*com
 // hit was allowed. ctx carries the call's deadline (deadline).
 func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled, hits []portero.Hit, c call, commit bool, out []portero.Decision) (bool, error) {
 	args := make([]string, 5, 5+5*len(c.idx))
-	if s.cfg.Clock == CallerClock {
-		args[0] = "caller"
-		args[1] = strconv.FormatInt(now.Unix(), 10)
-		args[2] = strconv.Itoa(now.Nanosecond())
-	} else {
-		args[0], args[1], args[2] = "server", "0", "0"
-	}
-	args[4] = s.minTTL
-	args[3] = "0"
+	args[0], args[1], args[2] = s.clockArgs(now, false)
+	args[3], args[4] = "0", s.minTTL
 	if commit {
 		args[3] = "1"
 	}
@@ -733,7 +651,9 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 	var all bool
 	_, err := s.breaker.Execute(func() ([]int64, error) {
 		if s.execHook != nil {
-			s.execHook(ctx, nil)
+			if err := s.execHook(ctx, nil); err != nil {
+				return nil, err
+			}
 		}
 		sent := time.Now()
 		res, err := script.Exec(ctx, cn.client, c.keys, args).ToArray()

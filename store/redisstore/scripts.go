@@ -15,35 +15,22 @@ import (
 )
 
 // The scripts are data: one Lua file per algorithm, a prelude of exact time
-// arithmetic, and three drivers, each a Lua function of (KEYS, ARGV): one
-// for a call of one hit, all for several hits (all or none), batch for a
-// batch of one-hit calls.
+// arithmetic, and three drivers, Lua functions of (KEYS, ARGV): one for a
+// call of one hit, all for several hits (all or none), batch for a batch of
+// one-hit calls.
 //
 // Where the server has functions (Redis 7.0 and later) the store loads all
-// of it as one library and calls the drivers with FCALL: the prelude's
-// helpers and the algorithms' closures are then made once, at FUNCTION
-// LOAD, instead of at every call, which is most of what a script run with
-// EVALSHA spends before it decides (scripts/redis-script-ir.sh counts it).
-// The library's name carries a hash of its source, so that instances
-// running different versions of Portero on one Redis each call their own.
-// A server without functions, or a user whose ACL forbids FUNCTION or
-// FCALL, gets the same drivers as scripts run by hash.
+// of it as one library, named after a hash of its source, and calls the
+// drivers with FCALL, so that the prelude and the algorithms are built once
+// rather than at every call (scripts/redis-script-ir.sh counts the
+// difference). A server without functions, or an ACL that forbids them,
+// gets the same drivers as scripts run by hash.
 //
 //go:embed lua/*.lua
 var luaFS embed.FS
 
-// algFiles maps each algorithm to its Lua file.
-var algFiles = map[portero.Algorithm]string{
-	portero.FixedWindow:         "fixed_window.lua",
-	portero.FixedWindowAnchored: "fixed_window_anchored.lua",
-	portero.SlidingLog:          "sliding_log.lua",
-	portero.SlidingCounter:      "sliding_counter.lua",
-	portero.TokenBucket:         "token_bucket.lua",
-	portero.LeakyMeter:          "leaky_meter.lua",
-	portero.GCRA:                "gcra.lua",
-	portero.LeakyQueue:          "leaky_queue.lua",
-	calendarAlg:                 "fixed_window_calendar.lua",
-}
+// algFile is the Lua file of an algorithm: its name with underscores.
+func algFile(a portero.Algorithm) string { return strings.ReplaceAll(string(a), "-", "_") + ".lua" }
 
 // scriptAlgs are the script functions: every algorithm, and the calendar
 // quota's.
@@ -135,12 +122,8 @@ func writeBody(b *strings.Builder, algs []portero.Algorithm, script bool, driver
 		b.WriteString("param = tonumber\n")
 	}
 	for _, a := range algs {
-		f, ok := algFiles[a]
-		if !ok {
-			panic(fmt.Sprintf("redisstore: no script for algorithm %q", a))
-		}
 		b.WriteString("\n")
-		b.WriteString(readLua(f))
+		b.WriteString(readLua(algFile(a)))
 	}
 	for _, d := range drivers {
 		b.WriteString("\n")

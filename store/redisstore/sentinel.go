@@ -40,12 +40,8 @@ const DefaultSentinelPort = "26379"
 // (rueidis's SentinelOption.TopologyRefreshInterval).
 const DefaultSentinelRefresh = 2 * time.Second
 
-// parseURL is rueidis.ParseURL, and the sentinel form above.
-func parseURL(raw string) (rueidis.ClientOption, error) {
-	scheme, _, _ := strings.Cut(raw, "://")
-	if scheme != SentinelScheme && scheme != SentinelTLSScheme {
-		return rueidis.ParseURL(raw)
-	}
+// parseSentinelURL reads the sentinel form above (ParseURL).
+func parseSentinelURL(raw, scheme string) (rueidis.ClientOption, error) {
 	var opt rueidis.ClientOption
 	// url.Parse takes one host only: the authority is cut here.
 	_, rest, _ := strings.Cut(raw, "://")

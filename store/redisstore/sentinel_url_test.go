@@ -33,22 +33,22 @@ func TestParseSentinelURL(t *testing.T) {
 		{url: "redis-sentinel://h:1/m?master_set=x", err: `unknown parameter "master_set"`},
 		{url: "redis://h:1/2", addrs: []string{"h:1"}, db: 2}, // rueidis's own forms pass through
 	} {
-		opt, err := parseURL(tc.url)
+		opt, err := ParseURL(tc.url)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("parseURL(%q) = %v, want an error with %q", tc.url, err, tc.err)
+				t.Errorf("ParseURL(%q) = %v, want an error with %q", tc.url, err, tc.err)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("parseURL(%q) = %v", tc.url, err)
+			t.Errorf("ParseURL(%q) = %v", tc.url, err)
 			continue
 		}
 		got := []any{opt.InitAddress, opt.Sentinel.MasterSet, opt.SelectDB, opt.Username, opt.Password, opt.Sentinel.Username, opt.Sentinel.Password, opt.TLSConfig != nil, opt.Sentinel.TLSConfig != nil}
 		want := []any{tc.addrs, tc.master, tc.db, tc.user, tc.pass, tc.sentinelUser, tc.sPass, tc.tls, tc.tls}
 		for i := range got {
 			if g, w := got[i], want[i]; !equalAny(g, w) {
-				t.Errorf("parseURL(%q) field %d = %v, want %v", tc.url, i, g, w)
+				t.Errorf("ParseURL(%q) field %d = %v, want %v", tc.url, i, g, w)
 			}
 		}
 	}
@@ -63,7 +63,7 @@ func equalAny(a, b any) bool {
 
 // sentinelDefaults refreshes the topology and bounds the sentinels' dial.
 func TestSentinelDefaults(t *testing.T) {
-	opt, err := parseURL("redis-sentinel://h:1/m")
+	opt, err := ParseURL("redis-sentinel://h:1/m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +79,12 @@ func FuzzParseSentinelURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		opt, err := parseURL(s)
+		opt, err := ParseURL(s)
 		if err != nil || !strings.HasPrefix(s, SentinelScheme) {
 			return
 		}
 		if len(opt.InitAddress) == 0 || opt.Sentinel.MasterSet == "" || opt.SelectDB < 0 {
-			t.Fatalf("parseURL(%q) accepted %v, master %q, db %d", s, opt.InitAddress, opt.Sentinel.MasterSet, opt.SelectDB)
+			t.Fatalf("ParseURL(%q) accepted %v, master %q, db %d", s, opt.InitAddress, opt.Sentinel.MasterSet, opt.SelectDB)
 		}
 	})
 }

@@ -21,7 +21,7 @@ func TestUseTLS(t *testing.T) {
 		{"rediss://redis.internal:6380", "redis.internal", false},
 		{"rediss-sentinel://s1:26379,s2:26379/mymaster", "", true},
 	} {
-		opt, err := parseURL(tt.url)
+		opt, err := ParseURL(tt.url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +35,7 @@ func TestUseTLS(t *testing.T) {
 			t.Errorf("%s: the sentinels' TLS config %+v: want the given CA and certificate", tt.url, s)
 		}
 	}
-	opt, err := parseURL("redis://127.0.0.1:6379")
+	opt, err := ParseURL("redis://127.0.0.1:6379")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,12 +139,7 @@ func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				continue
 			}
 			t.Run(string(alg), func(t *testing.T) {
-				var rules []portero.Rule
-				for _, r := range RandomRules() {
-					if r.Algorithm == alg {
-						rules = append(rules, r)
-					}
-				}
+				rules := rulesOf(alg)
 				got, ga := adjuster(t)
 				want := NewReference()
 				rnd := rand.New(rand.NewPCG(uint64(len(alg)), 77))

@@ -210,20 +210,7 @@ func CalendarTrace(seed uint64, rules []portero.Rule, n int, back bool) []Trace 
 			if back && r.IntN(20) == 0 {
 				callAt -= time.Duration(r.IntN(2_000_000)) * time.Microsecond
 			}
-			hits := make([]portero.Hit, 1+r.IntN(3))
-			for j := range hits {
-				rule := rules[r.IntN(len(rules))]
-				c := rule.Limit.Count
-				if !rule.Limit.IsCalendar() {
-					c = min(c, rule.Limit.Capacity())
-				}
-				cost := int64(1)
-				if r.IntN(4) == 0 {
-					cost = 1 + r.Int64N(c)
-				}
-				hits[j] = portero.Hit{Rule: rule, Key: keys[r.IntN(len(keys))], Cost: cost}
-			}
-			out = append(out, Trace{At: callAt, Hits: hits})
+			out = append(out, Trace{At: callAt, Hits: randomHits(r, rules, keys)})
 		}
 	}
 	return out

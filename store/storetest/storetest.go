@@ -1,51 +1,31 @@
-// Package storetest is the conformance suite that every portero.Store must
+// Package storetest is the conformance suite every portero.Store must
 // pass, and Reference, the plain store it compares them with.
 //
-// A store's tests call Run with a constructor:
+// A store's tests call Run with a constructor that returns an empty store
+// and closes it in t.Cleanup (a second Close must be harmless: one subtest
+// closes its store itself):
 //
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) portero.Store {
-//			s, err := memstore.New(memstore.Config{})
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			t.Cleanup(func() { s.Close(context.Background()) })
-//			return s
-//		})
-//	}
+//	storetest.Run(t, func(t *testing.T) portero.Store {
+//		s, err := memstore.New(memstore.Config{})
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		t.Cleanup(func() { s.Close(context.Background()) })
+//		return s
+//	})
 //
-// Run calls the constructor once per subtest and expects an empty store
-// each time; the constructor owns closing it (t.Cleanup). Closing twice must
-// be harmless: one subtest closes its store itself to check ErrClosed.
+// The suite checks step tables worked by hand for every algorithm (time
+// going backwards too); seeded random traces whose decisions must equal
+// Reference's; all-or-nothing across rules; the errors and ErrClosed;
+// Peek, which must count nothing and say what the next call decides;
+// calendar quotas; and Adjust (portero.Adjuster): step tables and random
+// traces of charges and refunds, and ErrNotAdjustable checked before
+// anything changes. RunLeases does the same for concurrency leases.
 //
-// The suite checks:
-//
-//   - step tables for every algorithm in portero.Algorithms: requests at
-//     given instants with the expected Allowed, Remaining, RetryAfter, Delay
-//     and (where given) ResetAfter, including the worked examples of the
-//     seed, time that goes backwards and a leaky-queue hit's MaxDelay;
-//   - seeded random traces whose decisions must equal Reference's (for the
-//     leaky queue, with and without MaxDelay bounds);
-//   - all-or-nothing across rules: a refused hit consumes nothing anywhere;
-//   - errors: ErrInvalidCost, ErrCostExceedsLimit, ErrInvalidLimit,
-//     ErrUnknownAlgorithm, ErrClosed, and no panics;
-//   - Peek: on random traces (time going back too, and a calendar quota),
-//     before every call, each hit's Peek at its cost equals Reference's,
-//     the calls that follow still decide as Reference's (a Peek counts
-//     nothing), and a call of one hit decides what its Peek said, as of
-//     before it (the remaining it leaves is the peek's less its cost);
-//     errors as for AllowAll;
-//   - Adjust (portero.Adjuster, which every store must implement): step
-//     tables of charges and refunds per algorithm, and random traces of
-//     AllowAll, Peek and Adjust (charges past the limit, refunds of earlier
-//     decisions, in the same window or after it) whose decisions must equal
-//     Reference's; ErrNotAdjustable for what an algorithm cannot adjust,
-//     checked before anything changes.
-//
-// Every instant in the tables and traces is a whole number of microseconds
-// after a base instant that is itself a whole number of hours since the Unix
-// epoch (so clock-aligned windows start where the tables say), which lets a
-// store that keeps time in microseconds (Redis) pass unchanged.
+// Every instant is a whole number of microseconds after Base, itself a
+// whole number of hours since the Unix epoch, so that clock-aligned
+// windows start where the tables say and a store that keeps time in
+// microseconds (Redis) passes unchanged.
 package storetest
 
 import (
@@ -53,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,27 +94,17 @@ func sec(n float64) time.Duration { return time.Duration(n * float64(time.Second
 // portero.Algorithms. The expected values are worked by hand (see Note and
 // the comments).
 func Tables() []Table {
-	rule := func(alg portero.Algorithm, l portero.Limit) portero.Rule {
-		return portero.Rule{Name: string(alg), Algorithm: alg, Limit: l}
-	}
-	// Token bucket, leaky meter and GCRA admit the same requests: burst 2,
-	// r = 0.5/s, so one token every 2 s (the seed: "con r = 0,5 por segundo,
-	// dos segundos dan una ficha entera").
-	bucket := portero.Limit{Count: 1, Window: 2 * time.Second, Burst: 2}
-	bucketSteps := []Step{
-		{At: 0, Allowed: true, Remaining: 1, ResetAfter: sec(2), CheckReset: true},
-		{At: 0, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true},
-		{At: 0, Remaining: 0, RetryAfter: sec(2), ResetAfter: sec(4), CheckReset: true, Note: "empty"},
-		{At: sec(1), Remaining: 0, RetryAfter: sec(1), Note: "half a token"},
-		{At: sec(2), Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "a whole token after 2 s"},
-		{At: sec(3), Cost: 2, Remaining: 0, RetryAfter: sec(3), Note: "half a token, needs two"},
-		{At: sec(10), Cost: 2, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "full again, no more than the burst"},
-		{At: ms(10500), Remaining: 0, RetryAfter: ms(1500)},
-	}
-	with := func(steps []Step, more ...Step) []Step {
-		return append(append([]Step(nil), steps...), more...)
-	}
-	tables := []Table{
+	tables := slices.Concat(windowTables(), slidingCounterTables(), bucketTables(), queueTables())
+	return append(tables, CalendarTables()...)
+}
+
+func rule(alg portero.Algorithm, l portero.Limit) portero.Rule {
+	return portero.Rule{Name: string(alg), Algorithm: alg, Limit: l}
+}
+
+// windowTables are the tables of the fixed windows and the sliding log.
+func windowTables() []Table {
+	return []Table{
 		{
 			Name: "fixed-window W=10s: an instant at exactly 10 s belongs to the new window",
 			Rule: rule(portero.FixedWindow, portero.Limit{Count: 3, Window: 10 * time.Second}),
@@ -178,6 +149,12 @@ func Tables() []Table {
 				{At: sec(22), Cost: 3, Allowed: true, Remaining: 0, ResetAfter: sec(10), CheckReset: true},
 			},
 		},
+	}
+}
+
+// slidingCounterTables are the sliding counter's tables.
+func slidingCounterTables() []Table {
+	return []Table{
 		{
 			Name: "sliding-counter L=100 W=60s: prev=80, cur=30 at 15 s estimates 90 and admits",
 			Rule: rule(portero.SlidingCounter, portero.Limit{Count: 100, Window: time.Minute}),
@@ -187,7 +164,7 @@ func Tables() []Table {
 				{At: sec(70), Cost: 30, Allowed: true, Note: "est 80·(1−10/60) = 66.67, +29 < 100",
 					// 80·(5/6)+30 = 96.67 after: room 3.33, so 4 more cost-1 requests.
 					Remaining: 4},
-				{At: sec(75), Allowed: true, Remaining: 9, Note: "the seed: 80·0.75 + 30 = 90 < 100",
+				{At: sec(75), Allowed: true, Remaining: 9, Note: "80·0.75 + 30 = 90 < 100",
 					// Whole again when 31·(1−e/60) < 1 in [120,180): e > 58.0645… s.
 					ResetAfter: 103064516130, CheckReset: true},
 				{At: sec(75), Cost: 10, Remaining: 9, RetryAfter: 1, Note: "91 + 9 = 100 is not below 100; below it 1 ns later"},
@@ -212,6 +189,29 @@ func Tables() []Table {
 				{At: hour + ms(125100) + time.Microsecond, Allowed: true, Remaining: 0, Note: "1 µs later the 34751st request of prev has slid out"},
 			},
 		},
+	}
+}
+
+// bucketTables are the tables of the token bucket, the leaky meter and
+// GCRA.
+func bucketTables() []Table {
+	// Token bucket, leaky meter and GCRA admit the same requests: burst 2,
+	// r = 0.5/s, so one whole token every 2 s.
+	bucket := portero.Limit{Count: 1, Window: 2 * time.Second, Burst: 2}
+	bucketSteps := []Step{
+		{At: 0, Allowed: true, Remaining: 1, ResetAfter: sec(2), CheckReset: true},
+		{At: 0, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true},
+		{At: 0, Remaining: 0, RetryAfter: sec(2), ResetAfter: sec(4), CheckReset: true, Note: "empty"},
+		{At: sec(1), Remaining: 0, RetryAfter: sec(1), Note: "half a token"},
+		{At: sec(2), Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "a whole token after 2 s"},
+		{At: sec(3), Cost: 2, Remaining: 0, RetryAfter: sec(3), Note: "half a token, needs two"},
+		{At: sec(10), Cost: 2, Allowed: true, Remaining: 0, ResetAfter: sec(4), CheckReset: true, Note: "full again, no more than the burst"},
+		{At: ms(10500), Remaining: 0, RetryAfter: ms(1500)},
+	}
+	with := func(steps []Step, more ...Step) []Step {
+		return append(append([]Step(nil), steps...), more...)
+	}
+	return []Table{
 		{
 			Name:  "token-bucket burst 2, r=0.5/s",
 			Rule:  rule(portero.TokenBucket, bucket),
@@ -230,6 +230,12 @@ func Tables() []Table {
 				Step{At: sec(1), Remaining: 0, RetryAfter: sec(11),
 					Note: "time went back 9.5 s: the TAT is 13 s ahead, past the 4 s bucket; Remaining stays 0, not negative"}),
 		},
+	}
+}
+
+// queueTables are the leaky queue's tables.
+func queueTables() []Table {
+	return []Table{
 		{
 			Name: "leaky-queue of 6 places draining 2/s: 9 arrivals depart at 0.5…3.0 s, 3 dropped",
 			Rule: rule(portero.LeakyQueue, portero.Limit{Count: 2, Window: time.Second, Burst: 6}),
@@ -268,7 +274,6 @@ func Tables() []Table {
 			},
 		},
 	}
-	return append(tables, CalendarTables()...)
 }
 
 // slidingTie is a trace whose sliding-counter estimate (L=60, W=60s) is
@@ -313,12 +318,8 @@ func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
 					t.Fatalf("step %d: %d decisions, want 1", i, len(ds))
 				}
 				got := ds[0]
-				want := portero.Decision{Allowed: st.Allowed, Limit: tab.Rule.Limit.Capacity(), Remaining: st.Remaining,
+				want := portero.Decision{Allowed: st.Allowed, Limit: limitOf(tab.Rule), Remaining: st.Remaining,
 					RetryAfter: st.RetryAfter, Delay: st.Delay, ResetAfter: got.ResetAfter}
-				switch tab.Rule.Algorithm {
-				case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
-					want.Limit = tab.Rule.Limit.Count
-				}
 				if st.CheckReset {
 					want.ResetAfter = st.ResetAfter
 				}
@@ -347,6 +348,17 @@ func RandomRules() []portero.Rule {
 			portero.Rule{Name: "a", Algorithm: a, Limit: portero.Limit{Count: 5, Window: time.Second}},
 			portero.Rule{Name: "b", Algorithm: a, Limit: portero.Limit{Count: 3, Window: 2 * time.Second, Burst: 4}},
 		)
+	}
+	return rules
+}
+
+// rulesOf returns RandomRules' rules of algorithm a.
+func rulesOf(a portero.Algorithm) []portero.Rule {
+	var rules []portero.Rule
+	for _, r := range RandomRules() {
+		if r.Algorithm == a {
+			rules = append(rules, r)
+		}
 	}
 	return rules
 }
@@ -380,23 +392,34 @@ func RandomTrace(seed uint64, rules []portero.Rule, n int, back bool) []Trace {
 		if back && r.IntN(20) == 0 {
 			callAt -= time.Duration(r.IntN(1_000_000)) * time.Microsecond
 		}
-		hits := make([]portero.Hit, 1+r.IntN(3))
-		for i := range hits {
-			rule := rules[r.IntN(len(rules))]
-			c := rule.Limit.Capacity()
-			if rule.Algorithm == portero.FixedWindow || rule.Algorithm == portero.FixedWindowAnchored ||
-				rule.Algorithm == portero.SlidingLog || rule.Algorithm == portero.SlidingCounter {
-				c = rule.Limit.Count
-			}
-			cost := int64(1)
-			if r.IntN(4) == 0 {
-				cost = 1 + r.Int64N(c)
-			}
-			hits[i] = portero.Hit{Rule: rule, Key: keys[r.IntN(len(keys))], Cost: cost}
-		}
-		out = append(out, Trace{At: callAt, Hits: hits})
+		out = append(out, Trace{At: callAt, Hits: randomHits(r, rules, keys)})
 	}
 	return out
+}
+
+// randomHits draws one to three hits over rules and keys, one in four with
+// a cost from 1 to the rule's largest, the others of cost 1.
+func randomHits(r *rand.Rand, rules []portero.Rule, keys []string) []portero.Hit {
+	hits := make([]portero.Hit, 1+r.IntN(3))
+	for i := range hits {
+		rule := rules[r.IntN(len(rules))]
+		cost := int64(1)
+		if r.IntN(4) == 0 {
+			cost = 1 + r.Int64N(limitOf(rule))
+		}
+		hits[i] = portero.Hit{Rule: rule, Key: keys[r.IntN(len(keys))], Cost: cost}
+	}
+	return hits
+}
+
+// limitOf is a rule's Decision.Limit, its largest cost: the count of the
+// window algorithms, the capacity of the buckets, GCRA and the queue.
+func limitOf(rule portero.Rule) int64 {
+	switch rule.Algorithm {
+	case portero.FixedWindow, portero.FixedWindowAnchored, portero.SlidingLog, portero.SlidingCounter:
+		return rule.Limit.Count
+	}
+	return rule.Limit.Capacity()
 }
 
 func runRandom(t *testing.T, newStore func(t *testing.T) portero.Store) {
@@ -407,12 +430,7 @@ func runRandom(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				name += "/time-back"
 			}
 			t.Run(name, func(t *testing.T) {
-				var rules []portero.Rule
-				for _, r := range RandomRules() {
-					if r.Algorithm == a {
-						rules = append(rules, r)
-					}
-				}
+				rules := rulesOf(a)
 				// Mix in one rule of another algorithm, so that
 				// all-or-nothing across algorithms is exercised too.
 				other := RandomRules()[(len(rules)*7+len(a))%len(RandomRules())]
@@ -588,12 +606,7 @@ func runPeek(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	}
 	for _, a := range portero.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
-			var rules []portero.Rule
-			for _, r := range RandomRules() {
-				if r.Algorithm == a {
-					rules = append(rules, r)
-				}
-			}
+			rules := rulesOf(a)
 			if a == portero.FixedWindow {
 				rules = append(rules, portero.Rule{Name: "quota", Algorithm: a, Limit: quota})
 			}
