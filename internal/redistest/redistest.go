@@ -346,17 +346,19 @@ type Cluster struct {
 
 // StartCluster starts n masters (at least 3) in cluster mode on loopback
 // ports, splits the 16384 slots evenly between them, introduces them to each
-// other and waits until every node reports cluster_state:ok.
-func StartCluster(t testing.TB, n int) *Cluster {
+// other and waits until every node reports cluster_state:ok. Extra
+// arguments go to every node's command line (for example
+// "--cluster-require-full-coverage", "no").
+func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("redistest: a cluster needs at least 3 masters, got %d", n)
 	}
 	c := &Cluster{}
 	for i := 0; i < n; i++ {
-		c.Nodes = append(c.Nodes, Start(t, "--cluster-enabled", "yes",
+		c.Nodes = append(c.Nodes, Start(t, append([]string{"--cluster-enabled", "yes",
 			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
-			"--cluster-node-timeout", "2000"))
+			"--cluster-node-timeout", "2000"}, extra...)...))
 	}
 	const slots = 16384
 	for i, s := range c.Nodes {
