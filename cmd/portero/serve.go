@@ -10,6 +10,7 @@ import (
 
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/gatewaylog"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/internal/server"
@@ -24,7 +25,7 @@ func newServeCmd() *cobra.Command {
 	var settle time.Duration
 	var refusalLines int
 	var drain time.Duration
-	var access server.AccessLog
+	var access gatewaylog.Options
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway: rate limits in front of your upstreams",

@@ -267,6 +267,15 @@ func New(f Files, log *slog.Logger) (*Reloader, error) {
 	return r, nil
 }
 
+// Optional is New for a listener whose TLS is optional: nil, and no
+// error, when f asks for no TLS.
+func Optional(f Files, log *slog.Logger) (*Reloader, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	return New(f, log)
+}
+
 // Files returns the files r reads.
 func (r *Reloader) Files() Files { return r.files }
 
