@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,8 +98,8 @@ printed.`,
 			if err != nil {
 				return usageErr(fmt.Errorf("--algorithm: %w", err))
 			}
-			if !slices.Contains(sim.Formats, format) {
-				return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(sim.Formats, ", ")))
+			if err := checkOneOf("--format", format, sim.Formats...); err != nil {
+				return err
 			}
 			rule := portero.Rule{Name: "replay", Algorithm: alg, Limit: portero.Limit{Count: count, Window: window, Burst: burst, Rate: rate}}
 			if err := rule.Limit.Validate(); err != nil {
@@ -172,13 +171,11 @@ With --out FILE.svg (or .png) it also draws two charts: the figures as bars in
 FILE.svg, and each algorithm's cumulative throughput over time in
 FILE-over-time.svg.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "csv" && format != "table" {
-				return usageErr(fmt.Errorf("--format %q: want csv or table", format))
+			if err := checkOneOf("--format", format, "csv", "table"); err != nil {
+				return err
 			}
-			if out != "" {
-				if err := sim.CheckChartPath(out); err != nil {
-					return usageErr(fmt.Errorf("--out: %w", err))
-				}
+			if err := checkChart("--out", out); err != nil {
+				return err
 			}
 			res, err := sim.RunBurst(cmd.Context(), storeOpener(cmd), sim.BurstAlgorithms, sim.BurstLimit, sim.BurstTrace())
 			if err != nil {

@@ -93,15 +93,10 @@ rows. --out draws the retries per 100 ms over time.`,
 }
 
 func checkClientSimFlags(format, out string) error {
-	if format != "csv" && format != "table" {
-		return usageErr(fmt.Errorf("--format %q: want table or csv", format))
+	if err := checkOneOf("--format", format, "table", "csv"); err != nil {
+		return err
 	}
-	if out != "" {
-		if err := chart.CheckPath(out); err != nil {
-			return usageErr(fmt.Errorf("--out: %w", err))
-		}
-	}
-	return nil
+	return checkChart("--out", out)
 }
 
 // clientSimResult is what both experiments' results offer.

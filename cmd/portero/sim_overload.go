@@ -2,12 +2,10 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/portero-rl/portero/internal/chart"
 	"github.com/portero-rl/portero/internal/sim"
 	"github.com/portero-rl/portero/internal/sim/overloadsim"
 )
@@ -75,13 +73,11 @@ func overloadSimCmd(name, short, long string, run func(*cobra.Command) (simTable
 		Short: short,
 		Long:  long,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(sim.Formats, format) {
-				return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(sim.Formats, ", ")))
+			if err := checkOneOf("--format", format, sim.Formats...); err != nil {
+				return err
 			}
-			if chartPath != "" {
-				if err := chart.CheckPath(chartPath); err != nil {
-					return usageErr(fmt.Errorf("--chart: %w", err))
-				}
+			if err := checkChart("--chart", chartPath); err != nil {
+				return err
 			}
 			res, err := run(cmd)
 			if err != nil {

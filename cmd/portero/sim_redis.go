@@ -36,8 +36,8 @@ It prints one row per round and mode: round,mode,admitted. The atomic store
 admits exactly --limit every round; the naive one lets the instances that read
 the same count all pass.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "csv" && format != "table" {
-				return usageErr(fmt.Errorf("--format %q: want csv or table", format))
+			if err := checkOneOf("--format", format, "csv", "table"); err != nil {
+				return err
 			}
 			if cfg.Addr == "" {
 				return usageErr(fmt.Errorf("--redis HOST:PORT is required"))
@@ -82,8 +82,8 @@ setup admitted: instances,limit,requests,admitted. With N instances a client
 gets up to N × limit, which is why a shared store (sim race) is needed. It runs
 on a virtual clock and needs no Redis.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "csv" && format != "table" {
-				return usageErr(fmt.Errorf("--format %q: want csv or table", format))
+			if err := checkOneOf("--format", format, "csv", "table"); err != nil {
+				return err
 			}
 			if n < 1 || n > 1000 || limit < 1 || window <= 0 || requests < 1 {
 				return usageErr(fmt.Errorf("--instances (1 to 1000), --limit, --window and --requests must be positive"))

@@ -7,10 +7,6 @@ import (
 	"github.com/portero-rl/portero/internal/chart"
 )
 
-// CheckChartPath reports whether path names a chart file BurstCharts can
-// write (.svg or .png).
-func CheckChartPath(path string) error { return chart.CheckPath(path) }
-
 // BurstCharts draws the burst experiment: the figures as bars in path, and
 // every algorithm's cumulative throughput over trace time as steps in a
 // second file named after path with "-over-time" before the extension. It
