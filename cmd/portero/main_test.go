@@ -34,8 +34,8 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-// The golden outputs below were checked by hand against the seed's worked
-// examples; the comments give the arithmetic.
+// The golden outputs below were checked by hand against the worked
+// examples of docs/algorithms.md; the comments give the arithmetic.
 func TestReplayGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -97,7 +97,7 @@ func TestReplayGolden(t *testing.T) {
 `,
 		},
 		{
-			// The seed's sliding-counter example: L = 100, W = 60 s, 80 in
+			// The sliding-counter worked example: L = 100, W = 60 s, 80 in
 			// the previous window, 30 in this one, a request 15 s in:
 			// 80·0.75 + 30 = 90 < 100, admitted, and then 91 + (n−1) < 100
 			// leaves n = 9. Costs let the trace say "80" and "30" in a line.
@@ -336,8 +336,8 @@ func TestBurstCharts(t *testing.T) {
 }
 
 // TestBurstTraceReplays replays testdata/burst.csv, the burst trace as data,
-// through each algorithm with `portero sim replay` and finds the seed's
-// figures again in what it prints.
+// through each algorithm with `portero sim replay` and finds the burst
+// experiment's figures again in what it prints.
 func TestBurstTraceReplays(t *testing.T) {
 	want := map[string]int{"fixed-window": 20, "sliding-log": 10, "sliding-counter": 11, "token-bucket": 19, "leaky-queue": 10}
 	for alg, figure := range want {

@@ -20,8 +20,8 @@ import (
 // planFormats are the outputs of `portero plan` and `portero plan quota`.
 var planFormats = []string{"table", "json", "yaml"}
 
-// newPlanCmd builds `portero plan`, the seed's pencil-and-paper sizing,
-// and `portero plan quota`. The arithmetic is package internal/plan.
+// newPlanCmd builds `portero plan`, the pencil-and-paper sizing of a
+// limit from the narrowest resource, and `portero plan quota`. The arithmetic is package internal/plan.
 func newPlanCmd() *cobra.Command {
 	var (
 		capacity, margin, units, format, name, key string

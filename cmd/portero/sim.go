@@ -160,7 +160,7 @@ func newSimBurstCmd() *cobra.Command {
 	var format, out string
 	cmd := &cobra.Command{
 		Use:   "burst [--format csv|table] [--out FILE.svg|FILE.png]",
-		Short: "The seed's burst experiment: five algorithms, the same 80 requests",
+		Short: "The burst experiment: five algorithms, the same 80 requests",
 		Long: `Burst sends the same 80 requests from one client (see docs/algorithms.md and
 testdata/burst.csv) to fixed-window, sliding-log, sliding-counter, token-bucket
 and leaky-queue, each with limit 10 per 1 s window (capacity 10 and 10/s for the

@@ -24,8 +24,7 @@ func newSimRetryStormCmd() *cobra.Command {
 		Short: "A service that starts refusing, and three kinds of client: immediate retries, per-request backoff, Portero's client",
 		Long: `Retry-storm sends --rate new requests per second to a service that accepts
 200/s, then only 10/s during an incident (10 s to 40 s). Clients that retry at
-once up to 3 times push the offered load to about 4x the demand, as the seed
-says; clients that back off with full jitter, cap their attempts and honour
+once up to 3 times push the offered load to about 4x the demand; clients that back off with full jitter, cap their attempts and honour
 Retry-After per request only move the retries later; Portero's client, which
 shares what it learns (Retry-After, RateLimit) across requests to the host,
 keeps the offered load at what the service accepts.

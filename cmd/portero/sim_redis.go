@@ -24,7 +24,7 @@ func newSimRaceCmd() *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "race --redis HOST:PORT [--instances 2] [--requests 400] [--limit 50] [--window 1m] [--rounds 5] [--format csv|table]",
-		Short: "The seed's race: instances sharing one Redis counter, atomic script against GET → compare → INCR",
+		Short: "The race: instances sharing one Redis counter, atomic script against GET → compare → INCR",
 		Long: `Race fires --requests requests at once, spread over --instances limiter
 instances (each with its own Redis client, as separate processes would have),
 at one key with a limit of --limit per --window, for --rounds rounds on fresh

@@ -1,5 +1,5 @@
-// Package plan is the seed's pencil-and-paper sizing as arithmetic: a limit
-// is computed backwards from the narrowest resource behind the door.
+// Package plan is `portero plan`'s arithmetic: a limit computed backwards
+// from the narrowest resource behind Portero, as on pencil and paper.
 //
 //  1. The bottleneck sustains C units per second (a partition's 1,000
 //     writes/s).
@@ -16,9 +16,9 @@
 // spends a quota of Q per period after Q/r seconds (500,000 per day at 10/s:
 // 50,000 s, 13.9 h), so a quota is a limit of its own.
 //
-// Every figure is computed with exact rationals (math/big), so that 30% of
-// 1,000 is 300 and not 299.99999999999994: the seed's numbers come out
-// exactly, and rounding happens once, in the safe direction.
+// Every figure is an exact rational (math/big), so that 30% of 1,000 is
+// 300 and not 299.99999999999994, and rounding happens once, in the safe
+// direction.
 package plan
 
 import (

@@ -39,44 +39,34 @@ import (
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
-// Options configure Run. The zero value serves the embedded default
+// Options configure Run; the zero value serves the embedded default
 // configuration.
 type Options struct {
 	// ConfigPath is the YAML file; empty means the embedded default.
 	ConfigPath string
 	// Listen and AdminListen override the configuration's addresses when
-	// not empty (use 127.0.0.1:0 in tests); AdminListen "off" disables the
-	// admin listener.
+	// not empty; AdminListen "off" turns the admin listener off.
 	Listen, AdminListen string
-	// Stdout receives the addresses listened on, one line each; nil means
-	// io.Discard.
+	// Stdout receives the addresses listened on (nil: io.Discard), Logger
+	// the logs (nil: slog.Default()).
 	Stdout io.Writer
-	// Logger receives the logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Reload, when not nil, triggers a reload for every value received
-	// (serve sends one per SIGHUP).
-	Reload <-chan struct{}
+	// Reload triggers a reload per value (SIGHUP), Reopen reopens the
+	// access log per value (SIGUSR1), Hurry ends the drain early (a second
+	// SIGTERM).
+	Reload, Reopen, Hurry <-chan struct{}
 	// DrainPeriod, when not nil, overrides server.drain_period.
 	DrainPeriod *time.Duration
-	// Hurry, when it receives or is closed, ends the drain at shutdown
-	// early (serve closes it at a second SIGTERM or Ctrl-C).
-	Hurry <-chan struct{}
-	// Watch reloads when the configuration file changes (package watch).
-	Watch bool
-	// WatchOptions tune the watcher; the zero value is its defaults.
+	// Watch reloads when the configuration file changes.
+	Watch        bool
 	WatchOptions watch.Options
-	// LogSampler bounds the refusal and shadow-refusal lines per rule;
-	// nil means logging.DefaultPerSecond a second.
+	// LogSampler bounds the refusal lines per rule (nil:
+	// logging.DefaultPerSecond a second).
 	LogSampler *logging.Sampler
-	// Now is the clock of the limiter; nil means time.Now.
-	Now func() time.Time
-	// AccessLog is the access log; the zero value is none.
-	AccessLog gatewaylog.Options
-	// Reopen, when not nil, reopens the access log for every value
-	// received (serve sends one per SIGUSR1, for log rotation).
-	Reopen <-chan struct{}
-	// OpenStore opens a store for a configuration, logging to log; nil
-	// opens the store the configuration names.
+	// Now is the limiter's clock; nil means time.Now.
+	Now       func() time.Time
+	AccessLog gatewaylog.Options // the zero value is none
+	// OpenStore opens a configuration's store; nil opens the one it names.
 	OpenStore func(cfg *config.Config, log *slog.Logger) (portero.Store, error)
 }
 
@@ -151,8 +141,7 @@ func (s *Server) load() (*config.Config, error) {
 	return cfg, nil
 }
 
-// currentStore is the store of the running configuration, for the admin
-// API.
+// currentStore is the store of the running configuration.
 func (s *Server) currentStore() portero.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -220,9 +209,8 @@ func (s *Server) closeStore(st portero.Store, what string) {
 
 func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
 
-// Run loads the configuration, listens, prints the addresses to
-// opts.Stdout and serves until ctx is done; then it drains, stops
-// accepting, lets in-flight requests finish (up to the configured
+// Run loads the configuration, listens, prints the addresses and serves
+// until ctx is done; then it drains, lets in-flight requests finish (up to
 // shutdown_timeout), closes the store and returns. A bad configuration is
 // an error before anything listens.
 func Run(ctx context.Context, opts Options) error {
@@ -287,8 +275,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	// Goroutines of this Run beside the service's: stopped (in this
-	// order) when it returns.
+	// Goroutines beside the service's, stopped (cancel, then wait) when
+	// Run returns.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	bctx, stopBeside := context.WithCancel(ctx)
@@ -421,11 +409,10 @@ func (s *Server) listen(svc *lifecycle.Service, cfg *config.Config) error {
 	return nil
 }
 
-// Reload reads the configuration again and applies it whole, or, when the
-// new file is bad, logs every error and keeps the running configuration.
-// Rules left unchanged keep their counters (the store is kept unless the
-// store section changed). Listener addresses and the admin listener are not
-// changed by a reload; a restart is needed for those.
+// Reload reads the configuration again and applies it whole, or logs every
+// error of a bad file and keeps the running configuration. Unchanged rules
+// keep their counters (the store is kept unless its section changed);
+// listener addresses need a restart.
 func (s *Server) Reload(why string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -488,10 +475,9 @@ func (s *Server) reload(why string) error {
 	return nil
 }
 
-// reloads returns a channel of reload triggers for the lifecycle and
-// forward, which feeds it from another channel (a keys file watcher's),
-// each change sent with the reason why, until stop, which waits for the
-// forwarding goroutines.
+// reloads returns the lifecycle's reload triggers and forward, which feeds
+// them from another channel (the keys file watcher's) with the reason why,
+// until stop.
 func reloads() (triggers chan string, forward func(c <-chan struct{}, why string), stop func()) {
 	triggers = make(chan string, 1)
 	done := make(chan struct{})
