@@ -31,22 +31,17 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// Options configure serve's access log: one line per request, in JSON
-// (what `portero replay` reads) or text.
+// Options configure serve's access log.
 type Options struct {
-	// Path is the file, "-" for standard output, or empty for no access
-	// log.
-	Path string
-	// Format is json (the default when empty) or text.
-	Format string
-	// Buffer is the most lines waiting for the disk; beyond it a line is
-	// dropped and counted (portero_access_log_dropped_total). 0 means
-	// accesslog.DefaultBuffer.
-	Buffer int
+	// Path is the file, "-" for standard output, or empty for none;
+	// Format json (when empty) or text; Buffer the most lines waiting for
+	// the disk (0: accesslog.DefaultBuffer), beyond which a line is dropped
+	// and counted.
+	Path, Format string
+	Buffer       int
 	// Headers are request headers to record as sent besides those the
-	// configuration reads (config.RequestHeaders), for a replay of another
-	// configuration that reads them; never the api_keys header, which is
-	// recorded by its hash alone.
+	// configuration reads, for a replay of a configuration that reads
+	// them; never the api_keys header, recorded by its hash alone.
 	Headers []string
 }
 
@@ -58,23 +53,21 @@ type Log struct {
 	spec atomic.Pointer[spec]
 }
 
-// spec is what the access log records of a request, for the
-// configuration running.
+// spec is what the access log records of a request under the running
+// configuration.
 type spec struct {
 	clientIP *clientip.Config
 	headers  []string // request headers, canonical
-	// hashed are those of headers recorded as their SHA-256
-	// (config.HashedHeaders), by name: "header:NAME=", their part in a
-	// rule's key.
+	// hashed are those of headers recorded as their SHA-256, by name:
+	// "header:NAME=", their part in a rule's key.
 	hashed map[string]string
 	resp   []string // response headers the costs read
-	// queries and cookies are those the keys read: the query and the
-	// Cookie header are recorded with these alone, each value as its
-	// SHA-256 (a cookie is a credential and a query may carry tokens; a
-	// key needs only to tell values apart).
+	// queries and cookies are those the keys read, the only ones the query
+	// and the Cookie header keep, each value as its SHA-256 (a key needs
+	// only to tell values apart).
 	queries, cookies []string
-	// keyHeader is the api_keys header: recorded as apikey.Logged (its
-	// SHA-256), never as sent; empty without API keys.
+	// keyHeader is the api_keys header, recorded by its hash; empty
+	// without API keys.
 	keyHeader, keyLabel string
 }
 
@@ -125,13 +118,11 @@ func (l *Log) ReopenOn(ctx context.Context, c <-chan struct{}, log *slog.Logger)
 	}
 }
 
-// SetConfig records what the access log keeps for cfg, the configuration
-// running: the request headers it reads (and Options.Headers), the
-// response headers its costs read, the query and the cookies its keys
-// read, hashed, and the API key's hash, never the key: the api_keys
-// header is not among the headers, whatever asks for it. The headers read
-// only by keys (config.HashedHeaders) are hashed unless Options.Headers
-// asks for them as sent.
+// SetConfig records what the access log keeps under cfg: the request
+// headers it reads (and Options.Headers), the response headers its costs
+// read, the query arguments and cookies its keys read, hashed, and the API
+// key's hash, never the key. The headers read only by keys
+// (config.HashedHeaders) are hashed unless Options.Headers names them.
 func (l *Log) SetConfig(cfg *config.Config) {
 	sp := &spec{clientIP: &cfg.ClientIP, queries: cfg.Policy.Queries(), resp: cfg.Policy.ResponseHeaders()}
 	seen := map[string]bool{}
@@ -160,8 +151,7 @@ func (l *Log) SetConfig(cfg *config.Config) {
 	l.spec.Store(sp)
 }
 
-// logged is one request being served: its entry, filled as the request
-// goes and written at the end.
+// logged is the entry of one request being served.
 type logged struct {
 	e    accesslog.Entry
 	hdr  []accesslog.Header
@@ -191,9 +181,8 @@ func (l *Log) Handler(h http.Handler) http.Handler {
 		lg := loggedPool.Get().(*logged)
 		sp := l.spec.Load()
 		e := &lg.e
-		// On the server's clock: Time + Latency is when the response ended,
-		// when the rules counted after it were settled (a replay settles
-		// them then).
+		// Time + Latency is when the response ended, on the server's clock:
+		// when a replay settles the rules counted after it.
 		start := l.now()
 		*e = accesslog.Entry{Time: start, Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentLength: r.ContentLength}
 		lg.request(r, sp)
