@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,38 +81,7 @@ rules:
     concurrency: {max: %d, ttl: %s}
 `, srv.URL(), up.URL, killMax, killTTL))
 
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), serveEnv+"="+path)
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			child.Process.Kill()
-			child.Wait()
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && m[1] == "gateway" {
-				addr <- m[2]
-			}
-		}
-	}()
-	var childURL string
-	select {
-	case childURL = <-addr:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the child printed no gateway address within 30 s")
-	}
+	childURL, kill := startChild(t, path)
 	for range killMax {
 		go func() {
 			if resp, err := http.Get(childURL); err == nil {
@@ -120,21 +91,7 @@ rules:
 		<-entered
 	}
 
-	key := "portero:{global=*}:lease:held"
-	scores := func() []int64 {
-		t.Helper()
-		s, err := redistest.Do(srv.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []int64
-		f := strings.Split(s, "\n")
-		for i := 1; i < len(f); i += 2 {
-			n, _ := strconv.ParseInt(f[i], 10, 64)
-			out = append(out, n)
-		}
-		return out
-	}
+	scores := func() []int64 { return leaseExpiries(t, srv, "portero:{global=*}:lease:held") }
 	ttl := killTTL.Microseconds()
 	var t0 int64
 	waitFor(t, "the child's three requests holding leases", func() bool {
@@ -152,27 +109,95 @@ rules:
 	// While the child lives its leases outlast their first TTL: renewed.
 	waitFor(t, "the child's leases renewed past their first TTL", func() bool {
 		s := scores()
-		return len(s) == killMax && minOf(s) > t0+ttl
+		return len(s) == killMax && slices.Min(s) > t0+ttl
 	})
 
-	child.Process.Kill()
-	child.Wait()
-	killed = true
+	kill()
 	tk := redisMicros(t, srv)
 	held := scores()
 	if len(held) == 0 {
 		t.Fatal("no leases left right after the kill")
 	}
-	if mx := maxOf(held); mx > tk+ttl {
+	if mx := slices.Max(held); mx > tk+ttl {
 		t.Errorf("a lease expires at %d µs, %d µs after the kill at %d: longer than the %v lease", mx, mx-tk, tk, killTTL)
 	}
 	// The slots come back at the leases' expiry, not before: the second
 	// instance admits three at once (each held by the hanging upstream).
+	slotsBack(t, second.gateway, entered, func() {
+		if now := redisMicros(t, srv); now < slices.Min(held) {
+			t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, slices.Min(held))
+		}
+	})
+	if n := len(scores()); n != killMax {
+		t.Errorf("%d leases in Redis with the second instance's 3 requests in flight, want 3", n)
+	}
+	if n := inFlight.Load(); n != 2*killMax {
+		t.Errorf("the upstream serves %d requests, want %d: the killed child's %d, still running, and the second instance's %d", n, 2*killMax, killMax, killMax)
+	}
+	t.Logf("killed at %d µs; the child's leases expired by %d µs (TTL %v); all %d slots taken by the second instance", tk, slices.Max(held), killTTL, killMax)
+}
+
+// startChild runs `portero serve` on the configuration at path in a child
+// process and returns its gateway's URL and what kills it (SIGKILL).
+func startChild(t *testing.T, path string) (url string, kill func()) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), serveEnv+"="+path)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() { once.Do(func() { child.Process.Kill(); child.Wait() }) }
+	t.Cleanup(kill)
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && m[1] == "gateway" {
+				addr <- m[2]
+			}
+		}
+	}()
+	select {
+	case url = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child printed no gateway address within 30 s")
+	}
+	return url, kill
+}
+
+// leaseExpiries returns the expiries of the leases in Redis's sorted set
+// key, in microseconds of Redis's clock.
+func leaseExpiries(t *testing.T, srv *redistest.Server, key string) []int64 {
+	t.Helper()
+	s, err := redistest.Do(srv.Addr(), "ZRANGE", key, "0", "-1", "WITHSCORES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	f := strings.Split(s, "\n")
+	for i := 1; i < len(f); i += 2 {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		out = append(out, n)
+	}
+	return out
+}
+
+// slotsBack asks url until killMax requests are admitted (they reach the
+// upstream, which tells entered, and hang there), each refused one answered
+// 503 meanwhile; admitted runs for each admission.
+func slotsBack(t *testing.T, url string, entered <-chan struct{}, admitted func()) {
+	t.Helper()
 	got := 0
 	for deadline := time.Now().Add(killTTL + 20*time.Second); got < killMax; time.Sleep(20 * time.Millisecond) {
 		ch := make(chan int, 1)
 		go func() {
-			resp, err := http.Get(second.gateway)
+			resp, err := http.Get(url)
 			if err != nil {
 				ch <- 0
 				return
@@ -180,46 +205,19 @@ rules:
 			resp.Body.Close()
 			ch <- resp.StatusCode
 		}()
-		// An admitted request reaches the upstream, and hangs there; a
-		// refused one is answered.
 		select {
 		case code := <-ch:
 			if code != 503 {
 				t.Fatalf("second instance after the kill: %d, want 503 until a slot is back", code)
 			}
 		case <-entered:
-			if now := redisMicros(t, srv); now < minOf(held) {
-				t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, minOf(held))
-			}
+			admitted()
 			got++
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d slots back %v after the kill, want all within the %v lease", got, killMax, killTTL+20*time.Second, killTTL)
 		}
 	}
-	if n := len(scores()); n != killMax {
-		t.Errorf("%d leases in Redis with the second instance's 3 requests in flight, want 3", n)
-	}
-	if n := inFlight.Load(); n != 2*killMax {
-		t.Errorf("the upstream serves %d requests, want %d: the killed child's %d, still running, and the second instance's %d", n, 2*killMax, killMax, killMax)
-	}
-	t.Logf("killed at %d µs; the child's leases expired by %d µs (TTL %v); all %d slots taken by the second instance", tk, maxOf(held), killTTL, killMax)
-}
-
-func minOf(s []int64) int64 {
-	m := s[0]
-	for _, v := range s {
-		m = min(m, v)
-	}
-	return m
-}
-
-func maxOf(s []int64) int64 {
-	m := s[0]
-	for _, v := range s {
-		m = max(m, v)
-	}
-	return m
 }
 
 // redisMicros reads Redis TIME in microseconds.
