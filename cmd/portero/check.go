@@ -264,7 +264,7 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, 
 // answerJSON is a gRPC answer in the shape of POST /v1/check's, with the
 // fields Envoy's protocol carries; a descriptor counted when the request
 // was allowed and it has a limit and hits. The deciding rule is, as the
-// HTTP door picks it, the refusing descriptor with the longest wait, or
+// check API picks it, the refusing descriptor with the longest wait, or
 // when allowed the one with the least remaining.
 func answerJSON(req *descriptor.Request, a *rls.Answer) checkapi.CheckResponse {
 	out := checkapi.CheckResponse{Allowed: a.Code == descriptor.OK, Code: a.Code.String()}

@@ -175,31 +175,32 @@ type gatewayDecider struct {
 	url            url.URL
 	d              gateway.Decision
 	out            replay.Decision
-	// owed holds the requests in flight whose rules counted after the
+	// pending holds the requests in flight whose rules counted after the
 	// response wait for its end, by the end of their responses, then by
 	// arrival; free their memory for reuse.
-	owed []*owed
-	free []*owed
-	seq  int64
+	pending []*unsettled
+	free    []*unsettled
+	seq     int64
 }
 
-// owed is a request passed on whose response ends at due.
-type owed struct {
+// unsettled is a request passed on whose response ends at due, with what
+// its rules counted after the response wait for.
+type unsettled struct {
 	due  time.Time
 	seq  int64
 	o    gateway.Owed
 	resp policy.Response
 }
 
-// owe keeps what the request just decided at now owes, to be settled with
-// the response r's log recorded when that response ended (r.Latency
-// later), as serve settled it.
-func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
-	var ow *owed
+// hold keeps what the rules of the request just decided at now count after
+// its response, to be settled with the response r's log recorded when it
+// ended (r.Latency later), as serve settled it.
+func (g *gatewayDecider) hold(now time.Time, r *replay.Request) {
+	var ow *unsettled
 	if n := len(g.free); n > 0 {
 		ow, g.free = g.free[n-1], g.free[:n-1]
 	} else {
-		ow = &owed{}
+		ow = &unsettled{}
 	}
 	if !g.gw.Owe(&g.d, now, &ow.o) {
 		g.free = append(g.free, ow)
@@ -208,15 +209,15 @@ func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
 	g.seq++
 	ow.due, ow.seq = now.Add(max(r.Latency, 0)), g.seq
 	ow.resp = policy.Response{Status: r.Status, Header: http.Header(r.RespHeader).Clone(), Bytes: r.Bytes}
-	i, _ := slices.BinarySearchFunc(g.owed, ow, func(a, b *owed) int { return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.seq, b.seq)) })
-	g.owed = slices.Insert(g.owed, i, ow)
+	i, _ := slices.BinarySearchFunc(g.pending, ow, func(a, b *unsettled) int { return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.seq, b.seq)) })
+	g.pending = slices.Insert(g.pending, i, ow)
 }
 
-// payDue settles, at their ends, the responses that ended by now.
-func (g *gatewayDecider) payDue(now time.Time) error {
-	for len(g.owed) > 0 && !g.owed[0].due.After(now) {
-		ow := g.owed[0]
-		g.owed[0], g.owed = nil, g.owed[1:]
+// settleDue settles, at their ends, the responses that ended by now.
+func (g *gatewayDecider) settleDue(now time.Time) error {
+	for len(g.pending) > 0 && !g.pending[0].due.After(now) {
+		ow := g.pending[0]
+		g.pending[0], g.pending = nil, g.pending[1:]
 		err := g.gw.Pay(context.Background(), &ow.o, &ow.resp, ow.due)
 		ow.resp = policy.Response{}
 		g.free = append(g.free, ow)
@@ -270,10 +271,9 @@ func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 // Decide builds the http.Request serve would have received (its peer, Host,
 // path, query and the logged headers, its API key as the access log
 // recorded it) and decides it at now, after settling the responses that
-// ended by now; for a request passed on, it keeps what the rules counted
-// after the response owe, to settle them with the response the log
-// recorded when it ends (Gateway.Owe and Pay: as serve did once the
-// upstream answered).
+// ended by now; for a request passed on, it holds what its rules count
+// after the response, to settle them with the response the log recorded
+// when it ends, as serve did once the upstream answered.
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
 	ctx := context.Background()
 	if r.APIKey != "" {
@@ -301,7 +301,7 @@ func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decis
 	}
 	// The responses that ended by now, in the order they ended: serve had
 	// settled them when this request arrived.
-	if err := g.payDue(now); err != nil {
+	if err := g.settleDue(now); err != nil {
 		return nil, err
 	}
 	g.gw.Decide(req, now, &g.d)
@@ -315,7 +315,7 @@ func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decis
 		if r.Status == 0 || r.Answered || (g.bytes && r.Bytes < 0) {
 			out.Unsettled = true
 		} else {
-			g.owe(now, r)
+			g.hold(now, r)
 		}
 	}
 	switch out.Status {

@@ -83,7 +83,7 @@ windows start at trace times 0, W, 2W, ...
 The buckets, GCRA and the queue read --limit L --window W as rate L/W per
 second and capacity L, unless --rate (per second) or --burst says otherwise.
 A request whose cost the rule can never admit at once is refused with
-retry_after "never" (null in JSON), as every door refuses it. A malformed
+retry_after "never" (null in JSON), as serve and rls refuse it. A malformed
 trace is an error naming its line (exit status 2), and then no decision is
 printed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -52,7 +52,7 @@ type Input struct {
 
 // Plan is the result.
 type Plan struct {
-	// Target is Capacity·(1 − Margin), the units per second the door may
+	// Target is Capacity·(1 − Margin), the units per second Portero may
 	// let through.
 	Target *big.Rat
 	// Rate is the requests per second admitted: Target/UnitsPerRequest,
