@@ -21,7 +21,8 @@ import (
 var planFormats = []string{"table", "json", "yaml"}
 
 // newPlanCmd builds `portero plan`, the pencil-and-paper sizing of a
-// limit from the narrowest resource, and `portero plan quota`. The arithmetic is package internal/plan.
+// limit from the narrowest resource (package internal/plan), and `portero
+// plan quota`.
 func newPlanCmd() *cobra.Command {
 	var (
 		capacity, margin, units, format, name, key string

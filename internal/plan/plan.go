@@ -35,15 +35,12 @@ import (
 
 // Input is what the sizing starts from.
 type Input struct {
-	// Capacity is what the narrowest resource sustains, in units per
-	// second (writes, queries, tokens). Positive.
-	Capacity *big.Rat
-	// Margin is the share of Capacity kept in reserve for peaks and
-	// retries, in [0, 1).
-	Margin *big.Rat
-	// UnitsPerRequest is the units one request costs. Positive.
-	UnitsPerRequest *big.Rat
-	// Latency is the mean time a request spends in the service. Positive.
+	// Capacity is what the narrowest resource sustains in units per
+	// second (writes, queries, tokens), UnitsPerRequest what one request
+	// costs of them: both positive. Margin is the share of Capacity kept
+	// for peaks and retries, in [0, 1).
+	Capacity, UnitsPerRequest, Margin *big.Rat
+	// Latency is the mean time a request spends in the service.
 	Latency time.Duration
 	// Burst is the chosen burst (bucket capacity) in requests; 0 means the
 	// rate.
@@ -55,14 +52,10 @@ type Plan struct {
 	// Target is Capacity·(1 − Margin), the units per second Portero may
 	// let through.
 	Target *big.Rat
-	// Rate is the requests per second admitted: Target/UnitsPerRequest,
-	// rounded down.
-	Rate int64
-	// Burst is the requests that may arrive at once: Input.Burst, or Rate.
-	Burst int64
-	// MaxBurst is the most requests whose units the bottleneck does in one
-	// second: Capacity/UnitsPerRequest, rounded down.
-	MaxBurst int64
+	// Rate is Target/UnitsPerRequest requests per second, rounded down;
+	// Burst what may arrive at once (Input.Burst, or Rate); MaxBurst the
+	// most requests whose units the bottleneck does in one second.
+	Rate, Burst, MaxBurst int64
 	// Concurrency is Rate × Latency (Little's law), rounded up: the
 	// requests in flight at the planned rate.
 	Concurrency int64
@@ -125,15 +118,12 @@ type QuotaRun struct {
 	// period's nominal length: 24 h, 7 or 30 days).
 	Quota  int64
 	Period time.Duration
-	// Rate is the steady requests (units) per second.
-	Rate *big.Rat
-	// Seconds is Quota/Rate: when the quota is spent, from the start of
-	// the period. Lasts reports whether that is the whole period or more.
-	Seconds *big.Rat
-	Lasts   bool
-	// Sustainable is Quota/Period, the steady rate at which the quota lasts
-	// the whole period.
-	Sustainable *big.Rat
+	// Rate is the steady requests (units) per second; Seconds is
+	// Quota/Rate, when the quota is spent from the start of the period;
+	// Sustainable is Quota/Period, the rate at which it lasts the period.
+	Rate, Seconds, Sustainable *big.Rat
+	// Lasts reports whether the quota lasts the whole period.
+	Lasts bool
 }
 
 // Quota computes when quota is spent by a client at rate (both as

@@ -83,41 +83,25 @@ func New(o Options) *Observer {
 		o.Sampler = logging.NewSampler(logging.DefaultPerSecond)
 	}
 	m := &Observer{o: o, reg: admin.NewRegistry(), usage: dashboard.NewUsage(0), reloads: admin.NewReloads()}
-	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portero_decisions_total",
-		Help: "Decisions by rule and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).",
-	}, []string{"rule", "outcome"})
-	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "portero_store_latency_seconds",
-		Help:    "Time the store took to decide all the rules of one request.",
-		Buckets: admin.StoreLatencyBuckets,
-	})
-	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "portero_store_errors_total",
-		Help: "Requests the store failed to decide (the failure policy then let them pass or answered 503).",
-	})
-	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portero_failure_policy_decisions_total",
-		Help: "Rule decisions made by the failure policy (on_error allow, deny or local) instead of the shared count, by rule; their RateLimit values are not sent.",
-	}, []string{"rule"})
-	fallback := admin.NewFallbackGauge(&m.fallback, "1 while the store is failing and the failure policy (on_error) decides instead of the limits; 0 when healthy.")
-	m.proxyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portero_upstream_errors_total",
-		Help: "Requests an upstream did not answer properly (502/504), by upstream.",
-	}, []string{"upstream"})
-	m.configRules = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "portero_config_rules",
-		Help: "Number of rules in the running configuration.",
-	})
-	m.quotaUsed = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "portero_quota_used_ratio",
+	counters := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	m.decisions = counters("portero_decisions_total",
+		"Decisions by rule and outcome (allowed, near-limit, refused, shadow-refused, not-counted, check-only, can-never-pass).", "rule", "outcome")
+	m.failurePolicy = counters("portero_failure_policy_decisions_total",
+		"Rule decisions made by the failure policy (on_error allow, deny or local) instead of the shared count, by rule; their RateLimit values are not sent.", "rule")
+	m.proxyErrors = counters("portero_upstream_errors_total", "Requests an upstream did not answer properly (502/504), by upstream.", "upstream")
+	m.shed = counters("portero_shed_total",
+		"Requests the overload section refused with 503 for the service's sake, by reason (full, evicted, late, unhealthy).", "reason")
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "portero_store_errors_total",
+		Help: "Requests the store failed to decide (the failure policy then let them pass or answered 503)."})
+	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portero_store_latency_seconds",
+		Help: "Time the store took to decide all the rules of one request.", Buckets: admin.StoreLatencyBuckets})
+	m.configRules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "portero_config_rules", Help: "Number of rules in the running configuration."})
+	m.quotaUsed = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "portero_quota_used_ratio",
 		Help:    "Share of a calendar quota the key had used at each decision, by rule (no client label: alert on the upper buckets).",
-		Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1},
-	}, []string{"rule"})
-	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "portero_shed_total",
-		Help: "Requests the overload section refused with 503 for the service's sake, by reason (full, evicted, late, unhealthy).",
-	}, []string{"reason"})
+		Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1}}, []string{"rule"})
+	fallback := admin.NewFallbackGauge(&m.fallback, "1 while the store is failing and the failure policy (on_error) decides instead of the limits; 0 when healthy.")
 	m.reg.MustRegister(m.decisions, m.storeLatency, m.storeErrors, m.failurePolicy, fallback, m.quotaUsed, m.reloads, m.proxyErrors, m.configRules, m.shed)
 	return m
 }
