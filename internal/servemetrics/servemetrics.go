@@ -61,10 +61,10 @@ type Observer struct {
 	quotaUsed *prometheus.HistogramVec
 	shed      *prometheus.CounterVec
 
-	lastWarn atomic.Int64 // unix ns of the last store-error log line
-	counters atomic.Pointer[ruleCounters]
-	refused  dashboard.Refused
-	usage    *dashboard.Usage
+	storeWarns *logging.Sampler // the store-error log lines: one a second
+	counters   atomic.Pointer[ruleCounters]
+	refused    dashboard.Refused
+	usage      *dashboard.Usage
 }
 
 // New returns an Observer with its series registered on a registry of
@@ -82,7 +82,7 @@ func New(o Options) *Observer {
 	if o.Sampler == nil {
 		o.Sampler = logging.NewSampler(logging.DefaultPerSecond)
 	}
-	m := &Observer{o: o, reg: admin.NewRegistry(), usage: dashboard.NewUsage(0), reloads: admin.NewReloads()}
+	m := &Observer{o: o, reg: admin.NewRegistry(), usage: dashboard.NewUsage(0), reloads: admin.NewReloads(), storeWarns: logging.NewSampler(1)}
 	counters := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
@@ -237,10 +237,9 @@ func (m *Observer) OnError(r *http.Request, err error) {
 	}
 	m.storeErrors.Inc()
 	m.fallback.Store(true)
-	// At most one line a second: a dead store must not flood the log.
-	now := time.Now().UnixNano()
-	if last := m.lastWarn.Load(); now-last > int64(time.Second) && m.lastWarn.CompareAndSwap(last, now) {
-		m.o.Logger.Warn("store failed; the failure policy decides", "err", err)
+	// A dead store must not flood the log.
+	if ok, n := m.storeWarns.Allow("", time.Now()); ok {
+		m.o.Logger.Warn("store failed; the failure policy decides", "err", err, "suppressed", n)
 	}
 }
 

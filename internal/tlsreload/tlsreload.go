@@ -27,6 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/portero-rl/portero/internal/logging"
 )
 
 // Files are the PEM files of a TLS listener.
@@ -240,7 +242,7 @@ type Reloader struct {
 	lastErr string            // the last read error logged
 	cur     atomic.Pointer[tls.Config]
 
-	lastRefusal atomic.Int64 // unix nanoseconds of the last SAN refusal logged
+	refusals *logging.Sampler // of the SAN refusals' log lines
 }
 
 // New loads the files (an error, a *FileError, when they do not load) and
@@ -250,7 +252,7 @@ func New(f Files, log *slog.Logger) (*Reloader, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Reloader{files: f, log: log}
+	r := &Reloader{files: f, log: log, refusals: logging.NewSampler(1)}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -337,8 +339,7 @@ func (r *Reloader) current() *tls.Config {
 // refused logs a client certificate the SAN check refused, one line a
 // second at most: a misconfigured fleet retrying must not flood the log.
 func (r *Reloader) refused(err error) {
-	now := time.Now().UnixNano()
-	if last := r.lastRefusal.Load(); now-last > int64(time.Second) && r.lastRefusal.CompareAndSwap(last, now) {
-		r.log.Warn("TLS client refused", "err", err)
+	if ok, n := r.refusals.Allow("", time.Now()); ok {
+		r.log.Warn("TLS client refused", "err", err, "suppressed", n)
 	}
 }
