@@ -236,26 +236,21 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, 
 	if err != nil {
 		return fmt.Errorf("%s: %w", target, err)
 	}
+	out := answerJSON(req, a)
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(answerJSON(req, a)); err != nil {
+		if err := enc.Encode(out); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(w, a.Code)
-		for i, s := range a.Statuses {
-			if s.Name == "" && s.RequestsPerUnit == 0 {
-				fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, s.Code)
-				continue
-			}
-			fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d reset in %.3gs\n", i, s.Code, s.Name, s.RequestsPerUnit, s.Unit, s.Remaining, s.ResetAfter)
-		}
+		var hdr [][2]string
 		for _, h := range a.Headers {
-			fmt.Fprintf(w, "  %s: %s\n", h.Name, h.Value)
+			hdr = append(hdr, [2]string{h.Name, h.Value})
 		}
+		printAnswer(w, &out, hdr)
 	}
-	if a.Code != descriptor.OK {
+	if !out.Allowed {
 		return errRefused
 	}
 	return nil
@@ -354,28 +349,38 @@ func checkHTTP(ctx context.Context, w io.Writer, server string, tc *tls.Config, 
 	if asJSON {
 		w.Write(raw)
 	} else {
-		fmt.Fprintln(w, out.Code)
-		if out.Rule != "" {
-			fmt.Fprintf(w, "  rule %q: limit %d, remaining %d, retry after %.3gs, reset after %.3gs\n", out.Rule, out.Limit, out.Remaining, out.RetryAfter, out.ResetAfter)
-		}
-		for i, d := range out.Descriptors {
-			if d.Rule == "" {
-				fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, d.Code)
-				continue
-			}
-			fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d counted %t\n", i, d.Code, d.Rule, d.RequestsPerUnit, d.Unit, d.Remaining, d.Counted)
-		}
+		var hdr [][2]string
 		for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
 			if v := resp.Header.Get(name); v != "" {
-				fmt.Fprintf(w, "  %s: %s\n", name, v)
+				hdr = append(hdr, [2]string{name, v})
 			}
 		}
-		if out.Degraded != "" {
-			fmt.Fprintf(w, "  degraded: %s\n", out.Degraded)
-		}
+		printAnswer(w, &out, hdr)
 	}
 	if !out.Allowed {
 		return errRefused
 	}
 	return nil
+}
+
+// printAnswer prints an answer for people: its code, the deciding rule,
+// each descriptor, the header fields that came with it.
+func printAnswer(w io.Writer, out *checkapi.CheckResponse, hdr [][2]string) {
+	fmt.Fprintln(w, out.Code)
+	if out.Rule != "" {
+		fmt.Fprintf(w, "  rule %q: limit %d, remaining %d, retry after %.3gs, reset after %.3gs\n", out.Rule, out.Limit, out.Remaining, out.RetryAfter, out.ResetAfter)
+	}
+	for i, d := range out.Descriptors {
+		if d.Rule == "" && d.RequestsPerUnit == 0 {
+			fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, d.Code)
+			continue
+		}
+		fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d counted %t\n", i, d.Code, d.Rule, d.RequestsPerUnit, d.Unit, d.Remaining, d.Counted)
+	}
+	for _, h := range hdr {
+		fmt.Fprintf(w, "  %s: %s\n", h[0], h[1])
+	}
+	if out.Degraded != "" {
+		fmt.Fprintf(w, "  degraded: %s\n", out.Degraded)
+	}
 }
