@@ -73,11 +73,8 @@ type Options struct {
 	// reload rather than lost.
 	Watch        string
 	WatchOptions watch.Options
-	// Reload triggers a reload for every value received (SIGHUP);
-	// Triggers are reloads from elsewhere (the API keys file), each value
-	// the reason Hooks.Reload gets.
-	Reload   <-chan struct{}
-	Triggers <-chan string
+	// Reload triggers a reload for every value received (SIGHUP).
+	Reload <-chan struct{}
 	// Hurry, when it receives or is closed, ends the drain early (the
 	// second SIGTERM).
 	Hurry <-chan struct{}
@@ -86,8 +83,8 @@ type Options struct {
 // Hooks are what Run asks of the command while it serves.
 type Hooks struct {
 	// Reload reads the configuration again and applies it (or logs why
-	// not), one at a time; why is "signal", "file change" or what
-	// Options.Triggers sent. Nil: reload triggers are ignored.
+	// not), one at a time; why is "signal", "file change" or the reason
+	// given to Watch. Nil: reload triggers are ignored.
 	Reload func(why string)
 	// DrainPeriod and ShutdownTimeout are asked at stop time, so that a
 	// reload may change them; nil means 0 and 30s.
@@ -116,8 +113,11 @@ type Service struct {
 	log   *slog.Logger
 	ready Readiness
 
-	changes   <-chan struct{}
-	stopWatch func()
+	changes  <-chan struct{} // the configuration's
+	triggers chan string     // the other files' changes, by reason
+	watchers []*watch.Watcher
+	forwards sync.WaitGroup
+	stopOnce sync.Once
 
 	mu        sync.Mutex
 	listeners []bound
@@ -143,22 +143,63 @@ func Start(o Options) *Service {
 	if o.Name == "" {
 		o.Name = "portero"
 	}
-	s := &Service{opts: o, log: o.Logger, stopWatch: func() {}}
+	s := &Service{opts: o, log: o.Logger, triggers: make(chan string, 1)}
 	if o.Watch != "" {
-		wo := o.WatchOptions
-		if wo.Logger == nil {
-			wo.Logger = o.Logger
-		}
-		w, err := watch.New(o.Watch, wo)
-		if err != nil {
-			s.log.Warn("cannot watch the configuration; reload with SIGHUP", "path", o.Watch, "err", err)
-		} else {
+		if w := s.watch(o.Watch, "the configuration"); w != nil {
 			s.log.Info("watching the configuration: a change applies once it has settled", "path", o.Watch, "settle", w.Settle())
-			var once sync.Once
-			s.changes, s.stopWatch = w.C, func() { once.Do(func() { w.Close() }) }
+			s.changes = w.C
 		}
 	}
 	return s
+}
+
+// watch starts a watcher of path (what names it in the log); nil, logged,
+// when it cannot.
+func (s *Service) watch(path, what string) *watch.Watcher {
+	wo := s.opts.WatchOptions
+	if wo.Logger == nil {
+		wo.Logger = s.log
+	}
+	w, err := watch.New(path, wo)
+	if err != nil {
+		s.log.Warn("cannot watch "+what+"; reload with SIGHUP", "path", path, "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	s.watchers = append(s.watchers, w)
+	s.mu.Unlock()
+	return w
+}
+
+// Watch reloads, giving why as the reason, when the file at path (one the
+// configuration names, such as the API keys file) changes; what names the
+// file in the log should it not be watched.
+func (s *Service) Watch(path, what, why string) {
+	w := s.watch(path, what)
+	if w == nil {
+		return
+	}
+	s.forwards.Go(func() {
+		for range w.C {
+			select {
+			case s.triggers <- why:
+			default: // one is pending already
+			}
+		}
+	})
+}
+
+// stopWatch closes the watchers and waits for their forwarding.
+func (s *Service) stopWatch() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		ws := s.watchers
+		s.mu.Unlock()
+		for _, w := range ws {
+			w.Close()
+		}
+		s.forwards.Wait()
+	})
 }
 
 // Readiness is what the service's /readyz answers; add the command's own
@@ -334,11 +375,15 @@ loop:
 			if h.Reload != nil {
 				h.Reload("signal")
 			}
-		case <-s.changes:
+		case _, ok := <-s.changes:
+			if !ok {
+				s.changes = nil
+				continue
+			}
 			if h.Reload != nil {
 				h.Reload("file change")
 			}
-		case why := <-s.opts.Triggers:
+		case why := <-s.triggers:
 			if h.Reload != nil {
 				h.Reload(why)
 			}

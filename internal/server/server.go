@@ -232,14 +232,12 @@ func Run(ctx context.Context, opts Options) error {
 	// Reloads come from the signal, the configuration's watcher and, once
 	// the configuration names one, the API keys file's. The watcher starts
 	// before the file is read, so that a change in between is a reload.
-	triggers, forward, stopForward := reloads()
-	defer stopForward()
 	var watchPath string
 	if opts.Watch {
 		watchPath = opts.ConfigPath
 	}
 	svc := lifecycle.Start(lifecycle.Options{Name: "portero", Stdout: opts.Stdout, Logger: s.log,
-		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Triggers: triggers, Hurry: opts.Hurry})
+		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Hurry: opts.Hurry})
 	defer svc.Close()
 	s.ready = svc.Readiness()
 	cfg, err := s.load()
@@ -247,10 +245,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if kf := cfg.Gateway.KeysFile; opts.Watch && kf != "" {
-		if w := s.watchKeys(kf); w != nil {
-			defer w.Close()
-			forward(w.C, "API keys file change")
-		}
+		svc.Watch(kf, "the API keys file", "API keys file change")
 	}
 	err = s.start(cfg)
 	if s.store != nil {
@@ -304,20 +299,6 @@ func Run(ctx context.Context, opts Options) error {
 		},
 		ShutdownTimeout: func() time.Duration { return s.gw.Config().ShutdownTimeout },
 	})
-}
-
-// watchKeys watches the API keys file; nil, logged, when it cannot.
-func (s *Server) watchKeys(path string) *watch.Watcher {
-	wo := s.opts.WatchOptions
-	if wo.Logger == nil {
-		wo.Logger = s.log
-	}
-	w, err := watch.New(path, wo)
-	if err != nil {
-		s.log.Warn("cannot watch the API keys file; reload with SIGHUP", "path", path, "err", err)
-		return nil
-	}
-	return w
 }
 
 // start opens the store and the access log of cfg and builds the gateway
@@ -473,32 +454,4 @@ func (s *Server) reload(why string) error {
 	s.log.Info("configuration reloaded", "reason", why, "source", cfg.Source, "rules", len(cfg.Policy.Rules()),
 		"added", len(ch.Added), "removed", len(ch.Removed), "changed", len(ch.Changed), "changes", ch.String())
 	return nil
-}
-
-// reloads returns the lifecycle's reload triggers and forward, which feeds
-// them from another channel (the keys file watcher's) with the reason why,
-// until stop.
-func reloads() (triggers chan string, forward func(c <-chan struct{}, why string), stop func()) {
-	triggers = make(chan string, 1)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	forward = func(c <-chan struct{}, why string) {
-		wg.Go(func() {
-			for {
-				select {
-				case <-done:
-					return
-				case _, ok := <-c:
-					if !ok {
-						return
-					}
-					select {
-					case triggers <- why:
-					default: // one is pending already
-					}
-				}
-			}
-		})
-	}
-	return triggers, forward, func() { close(done); wg.Wait() }
 }

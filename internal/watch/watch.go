@@ -60,8 +60,8 @@ type Options struct {
 // Watcher reports settled changes of a configuration path on C. Its one
 // goroutine runs until Close.
 type Watcher struct {
-	// C receives one value per settled change. It has room for one: a
-	// change reported while the last is not yet taken is merged with it.
+	// C receives one value per settled change (a change reported while
+	// the last is not yet taken is merged with it), and is closed by Close.
 	C <-chan struct{}
 
 	cancel context.CancelFunc
@@ -102,6 +102,7 @@ func New(path string, o Options) (*Watcher, error) {
 	l := &loop{path: path, o: o, notify: notify, out: c, last: base}
 	go func() {
 		defer close(w.done)
+		defer close(c)
 		l.run(ctx)
 	}()
 	return w, nil
