@@ -3,6 +3,14 @@
 #   docker build -t portero .
 #   docker run --rm -p 8080:8080 -p 9090:9090 -e PORTERO_ADMIN_TOKEN=change-me portero
 #
+# The target ratelimit is a drop-in for envoyproxy/ratelimit's image: its
+# entrypoint is /bin/ratelimit, so that it runs the rate limit service
+# configured by envoyproxy/ratelimit's environment with no command, with
+# a compose file's "command: /bin/ratelimit" and with Kubernetes'
+# command: ["/bin/ratelimit"] (docs/envoy.md):
+#
+#   docker build --target ratelimit -t portero-ratelimit .
+#
 # The configuration (examples/deploy/portero.yaml, copied in below) reads the
 # admin listener's token from PORTERO_ADMIN_TOKEN: without it the container
 # exits with status 2. The build stage runs `make build`, which
@@ -24,7 +32,17 @@ RUN make build BIN=/out/portero
 # "change only the image"). A directory copy keeps the symlink a symlink.
 RUN mkdir -p /out/bin && ln -s /usr/local/bin/portero /out/bin/ratelimit
 
-# --- run stage -----------------------------------------------------------
+# --- envoyproxy/ratelimit's drop-in (docker build --target ratelimit) ------
+# Its ports: HTTP 8080 (/json, /healthcheck), gRPC 8081, debug 6070 (on
+# 127.0.0.1 unless DEBUG_HOST says otherwise). No CMD, as there.
+FROM gcr.io/distroless/static-debian12:nonroot AS ratelimit
+COPY --from=build /out/portero /usr/local/bin/portero
+COPY --from=build /out/bin/ /bin/
+USER 65532:65532
+EXPOSE 8080 8081 6070
+ENTRYPOINT ["/bin/ratelimit"]
+
+# --- run stage (the default) --------------------------------------------
 # distroless/static has no shell and no package manager; its "nonroot" user
 # is 65532. Nothing in the image is writable by that user.
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -17,9 +17,8 @@ import (
 // decide, and its verdict says which hits the policy decided, so that no
 // door announces quota figures it does not have.
 //
-// The zero value is not a policy; each user documents its default
-// (FailAllow for the middleware and the gateway, FailError for the Envoy
-// rate limit service).
+// The zero value means FailAllow wherever a policy is given: the engine
+// decides it (engine.Options.OnError), for every door.
 type FailurePolicy string
 
 // The failure policies.
@@ -28,8 +27,9 @@ const (
 	// take the service down with it.
 	FailAllow FailurePolicy = "allow"
 	// FailDeny refuses the request. It is the service's failure, not the
-	// client's, so HTTP doors answer 503 (temporary-reduced-capacity), not
-	// 429; the Envoy door answers OVER_LIMIT.
+	// client's: the middleware and the gateway answer 503
+	// (temporary-reduced-capacity), not 429; /v1/auth its proxy's deny
+	// status; the Envoy door OVER_LIMIT.
 	FailDeny FailurePolicy = "deny"
 	// FailLocal decides in this instance's memory with a share of each
 	// limit (engine.Options.LocalShare) while the store fails: approximate,

@@ -2,6 +2,7 @@ package portero_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,6 +68,8 @@ func TestImportsFlowDownward(t *testing.T) {
 //   - internal/server may import the gateway and the doors, not cmd; the
 //     pieces it wires (internal/admin, internal/servemetrics,
 //     internal/gatewaylog) import none of them;
+//   - a compiler (policy, descriptor) imports no other compiler: they are
+//     peers, and what they share (clientip.AddrSet) lives below both;
 //   - every other package (the vocabulary, algorithm, the stores, engine,
 //     engine/header, the compilers policy and descriptor, config, sim, the
 //     polite clients client and client/grpcclient …) imports no door and
@@ -90,6 +93,7 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 		t.Fatalf("go list ./...: %v\n%s", err, out)
 	}
 	restricted := append(append([]string(nil), doors...), above...)
+	compilers := []string{mod + "/policy", mod + "/descriptor"}
 	checked := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
@@ -108,6 +112,11 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 					t.Errorf("%s depends on %s: a door or what is above the doors", pkg, d)
 				}
 			}
+			for _, c := range compilers {
+				if d == c && slices.Contains(compilers, pkg) {
+					t.Errorf("%s depends on %s: the compilers are peers", pkg, d)
+				}
+			}
 		}
 	}
 	if checked < 20 {
@@ -118,14 +127,15 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 // TestEcosystemAtTheEdge keeps what envoyproxy/ratelimit's users run
 // beside it at the edge: the statsd client (internal/rlsstats), the xDS
 // client and its resources (internal/rlsxds) and OpenTelemetry
-// (internal/rlstrace) are linked by `portero rls` (internal/server, cmd)
-// only, never by the library's packages, the RLS door itself, nor the
-// pieces `portero serve` shares or wires (the admin listener, serve's
-// metrics and access log).
+// (internal/rlstrace), its local cache (internal/rlscache, on freecache)
+// are linked by `portero rls` (internal/server, cmd) only, never by the
+// library's packages, the RLS door itself, nor the pieces `portero serve`
+// shares or wires (the admin listener, serve's metrics and access log).
 func TestEcosystemAtTheEdge(t *testing.T) {
 	const mod = "github.com/portero-rl/portero"
 	heavy := []string{"github.com/lyft/gostats", "go.opentelemetry.io/", "github.com/envoyproxy/go-control-plane/pkg/",
-		"github.com/envoyproxy/go-control-plane/ratelimit/", mod + "/internal/rlsstats", mod + "/internal/rlsxds", mod + "/internal/rlstrace"}
+		"github.com/envoyproxy/go-control-plane/ratelimit/", mod + "/internal/rlsstats", mod + "/internal/rlsxds", mod + "/internal/rlstrace",
+		mod + "/internal/rlscache", "github.com/coocood/freecache"}
 	pkgs := []string{mod, mod + "/engine", mod + "/store/memstore", mod + "/store/redisstore", mod + "/policy", mod + "/descriptor",
 		mod + "/httplimit", mod + "/client", mod + "/internal/rls", mod + "/internal/checkapi", mod + "/internal/config/envoyconf",
 		mod + "/internal/admin", mod + "/internal/servemetrics", mod + "/internal/gatewaylog"}

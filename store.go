@@ -33,6 +33,11 @@ type Hit struct {
 	Rule Rule
 	Key  string
 	Cost int64
+	// MaxDelay, when positive, bounds a leaky-queue hit's Delay: a hit
+	// whose departure would come later than MaxDelay after now is refused,
+	// as by a full queue, with the RetryAfter after which it would depart
+	// within MaxDelay. Other algorithms ignore it.
+	MaxDelay time.Duration
 }
 
 // Store keeps the state of many rules and keys. Implementations

@@ -192,6 +192,14 @@ func (a *LeakyQueue) Decide(s State, found bool, now, cost int64) (State, porter
 
 // DecideWord implements WordDecider: the state is the last departure.
 func (a *LeakyQueue) DecideWord(last int64, found bool, now, cost int64) (int64, portero.Decision) {
+	return a.DecideWithin(last, found, now, cost, 0)
+}
+
+// DecideWithin is DecideWord with a bound on the wait: a request whose
+// departure would come more than maxDelay ns after now is refused, as one
+// the queue cannot hold, RetryAfter being the wait after which it would
+// depart within maxDelay. A maxDelay of 0 or less is no bound.
+func (a *LeakyQueue) DecideWithin(last int64, found bool, now, cost, maxDelay int64) (int64, portero.Decision) {
 	if !found || last < now {
 		last = now
 	}
@@ -199,19 +207,35 @@ func (a *LeakyQueue) DecideWord(last int64, found bool, now, cost int64) (int64,
 	// departs exactly now has left.
 	taken := a.quo(last - now + a.interval - 1)
 	d := portero.Decision{Limit: a.capacity}
-	if taken+cost <= a.capacity {
+	// Wait until only capacity−cost places are taken:
+	// last − (now+δ) ≤ (capacity−cost)·T; and, bounded, until the
+	// departure last + cost·T is within maxDelay.
+	wait := last - now - (a.capacity-cost)*a.interval
+	if maxDelay > 0 {
+		wait = max(wait, last+cost*a.interval-now-maxDelay)
+	}
+	if wait <= 0 {
 		last += cost * a.interval
 		taken += cost
 		d.Allowed = true
 		d.Delay = time.Duration(last - now)
 	} else {
-		// Wait until only capacity−cost places are taken:
-		// last − (now+δ) ≤ (capacity−cost)·T.
-		d.RetryAfter = dur(last - now - (a.capacity-cost)*a.interval)
+		d.RetryAfter = dur(wait)
 	}
 	d.Remaining = max(0, a.capacity-taken)   // taken can exceed it after a clock step back
 	d.ResetAfter = time.Duration(last - now) // ≥ 0: last ≥ now
 	return last, d
+}
+
+// DecideWithin is d.Decide with portero.Hit.MaxDelay: the leaky queue
+// refuses a request whose departure would come more than maxDelay after
+// now (LeakyQueue.DecideWithin); every other algorithm ignores the bound.
+func DecideWithin(d Decider, s State, found bool, now, cost int64, maxDelay time.Duration) (State, portero.Decision) {
+	if q, ok := d.(*LeakyQueue); ok && maxDelay > 0 {
+		last, dec := q.DecideWithin(s.A, found, now, cost, int64(maxDelay))
+		return State{A: last}, dec
+	}
+	return d.Decide(s, found, now, cost)
 }
 
 // Expiry implements Decider: the last departure.

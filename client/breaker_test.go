@@ -185,7 +185,7 @@ func TestBreakerIgnores429AndStopsRetries(t *testing.T) {
 	})
 }
 
-// TestBreakerCountsCalls is issue 10's point 16: the breaker counts a call
+// TestBreakerCountsCalls: the breaker counts a call
 // once, by its last attempt ("5 consecutive failed calls"), so one GET that
 // is retried five times against a 503 does not open it by itself.
 func TestBreakerCountsCalls(t *testing.T) {
@@ -242,7 +242,7 @@ func TestBreakerCountsCalls(t *testing.T) {
 	})
 }
 
-// TestBreakerBeforePacer is issue 10's point 17: an open breaker answers at
+// TestBreakerBeforePacer: an open breaker answers at
 // once, without waiting behind the pacer (here a 20 s Retry-After hold) and
 // without the pacer's ErrBudgetExceeded on a short deadline.
 func TestBreakerBeforePacer(t *testing.T) {

@@ -14,7 +14,9 @@ import (
 // TestEndToEndRetryAfter runs against a real HTTP server on 127.0.0.1 that
 // answers the first request with 429 and Retry-After: 2, then 200. The
 // client must send nothing for those 2 seconds — neither the retry nor a
-// second goroutine's fresh request — and then succeed. Real time: ~2 s.
+// second goroutine's fresh request, sent once the client has seen the 429
+// — and then succeed, its retry waiting 2 s and less than a second of
+// jitter. Real time: ~2 s; a loaded machine only makes it later.
 func TestEndToEndRetryAfter(t *testing.T) {
 	var mu sync.Mutex
 	var arrivals []time.Time
@@ -33,7 +35,16 @@ func TestEndToEndRetryAfter(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	c, err := client.NewClient(client.Config{})
+	var waits []client.Wait
+	sawRetryAfter := make(chan struct{})
+	c, err := client.NewClient(client.Config{Hooks: client.Hooks{OnWait: func(w client.Wait) {
+		mu.Lock()
+		defer mu.Unlock()
+		waits = append(waits, w)
+		if w.Reason == client.WaitRetryAfter {
+			close(sawRetryAfter) // the host is held from here on
+		}
+	}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +63,7 @@ func TestEndToEndRetryAfter(t *testing.T) {
 	var other int
 	var otherErr error
 	wg.Go(func() {
-		time.Sleep(500 * time.Millisecond) // after the 429 has arrived
+		<-sawRetryAfter
 		other, _, otherErr = fetch()
 	})
 	code, body, err := fetch()
@@ -75,7 +86,10 @@ func TestEndToEndRetryAfter(t *testing.T) {
 			t.Errorf("request %d arrived %v after the 429, want >= 2s (Retry-After: 2)", i+2, gap)
 		}
 	}
-	if elapsed < 2*time.Second || elapsed > 5*time.Second {
-		t.Errorf("GET took %v, want a little over 2s", elapsed)
+	if elapsed < 2*time.Second {
+		t.Errorf("GET took %v, want at least the 2s of Retry-After", elapsed)
+	}
+	if w := waits[0]; w.Reason != client.WaitRetryAfter || w.Duration-w.Jitter != 2*time.Second || w.Jitter < 0 || w.Jitter >= time.Second {
+		t.Errorf("the retry waited %+v, want Retry-After's 2s and less than 1s of jitter", w)
 	}
 }

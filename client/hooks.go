@@ -44,15 +44,15 @@ const (
 
 // String returns the reason as used in logs, such as "retry-after".
 func (r WaitReason) String() string {
-	switch r {
-	case WaitRetryAfter:
-		return "retry-after"
-	case WaitBackoff:
-		return "backoff"
-	case WaitPacing:
-		return "pacing"
+	return name(int(r), "", "retry-after", "backoff", "pacing")
+}
+
+// name returns names[i], or "unknown" when there is none.
+func name(i int, names ...string) string {
+	if i < 0 || i >= len(names) || names[i] == "" {
+		return "unknown"
 	}
-	return "unknown"
+	return names[i]
 }
 
 // Wait describes a wait about to start.
@@ -94,21 +94,7 @@ const (
 
 // String returns the reason as used in logs, such as "max-attempts".
 func (r GiveUpReason) String() string {
-	switch r {
-	case GiveUpAttempts:
-		return "max-attempts"
-	case GiveUpBudget:
-		return "time-budget"
-	case GiveUpNotIdempotent:
-		return "not-idempotent"
-	case GiveUpBodyNotReplayable:
-		return "body-not-replayable"
-	case GiveUpBreakerOpen:
-		return "breaker-open"
-	case GiveUpRetryAfterTooLong:
-		return "retry-after-too-long"
-	}
-	return "unknown"
+	return name(int(r), "", "max-attempts", "time-budget", "not-idempotent", "body-not-replayable", "breaker-open", "retry-after-too-long")
 }
 
 // GiveUp describes a retryable outcome returned without retrying.
@@ -136,17 +122,7 @@ const (
 )
 
 // String returns the state as used in logs: "closed", "half-open" or "open".
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerHalfOpen:
-		return "half-open"
-	case BreakerOpen:
-		return "open"
-	}
-	return "unknown"
-}
+func (s BreakerState) String() string { return name(int(s), "closed", "half-open", "open") }
 
 // BreakerChange describes a breaker state change.
 type BreakerChange struct {

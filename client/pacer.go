@@ -9,8 +9,7 @@ import (
 // DefaultMaxHold is how long, at most, what one server says can hold back
 // the requests to it: a Retry-After, a RateLimit t and a RateLimit-Policy w
 // beyond it are cut to it. A day is the longest window of the draft's own
-// examples ("daily";q=1000;w=86400); without a cap, one t=999999999 would
-// stop a host for 31 years.
+// examples ("daily";q=1000;w=86400).
 const DefaultMaxHold = 24 * time.Hour
 
 // maxPolicies bounds the policy names one Pacer remembers, so that what a
@@ -20,32 +19,23 @@ const maxPolicies = 16
 
 // Pacer keeps the requests of one client to one server (one host) within
 // what the server announced, so that every goroutine sharing it stays within
-// the quota instead of discovering it with a 429. It combines three rules,
-// and a request goes only when all of them allow it:
+// the quota instead of discovering it with a 429. A request goes only when
+// all of these allow it:
 //
-//   - a token bucket per quota policy of RateLimit-Policy: "p";q=Q;w=W
-//     refills at Q/W requests per second up to Q;
-//   - a budget per item of RateLimit: "p";r=R;t=T allows no more than R
-//     requests within the next T seconds (the draft's effective window),
-//     less the requests still in flight (which R may not count yet); while
-//     that window is open, later items can only lower what is left of it
-//     (responses may arrive out of order), after it a new one starts;
-//     items without t are ignored;
+//   - a token bucket per policy of RateLimit-Policy: "p";q=Q;w=W refills
+//     at Q/W requests per second up to Q;
+//   - a budget per item of RateLimit: "p";r=R;t=T allows R requests, less
+//     those still in flight, within the next T seconds; while that window
+//     is open, later items can only lower it (responses may arrive out of
+//     order); items without t are ignored;
 //   - a hold until a time, set from Retry-After with [Pacer.Block].
 //
-// W, T and holds are cut to the pacer's maximum hold ([DefaultMaxHold]
-// unless made with [NewPacerMaxHold]). Only request-count quotas are paced:
-// policies in other units (content-bytes, concurrent-requests) and the
-// limits that refer to them are ignored. A request that must wait is not
-// queued: the caller sleeps the returned duration and asks again, so
-// information that arrives meanwhile (a 429, a lower r) is taken into
-// account before it goes.
-//
-// Its memory is bounded: at most 16 policy names. A budget is forgotten
-// when its window is over, a policy when it holds nothing back (a full
-// bucket, no open budget) and no response has named it for the maximum
-// hold; a new name beyond 16 replaces the least recently named policy that
-// holds nothing back, or is ignored when every one does.
+// W, T and holds are cut to the pacer's maximum hold ([NewPacerMaxHold]).
+// Only request-count quotas are paced: other units (content-bytes,
+// concurrent-requests) are ignored. A request that must wait is not queued:
+// the caller sleeps and asks again, so that what arrives meanwhile (a 429,
+// a lower r) counts before it goes. At most 16 policy names are kept, and
+// those that hold nothing back are forgotten first.
 //
 // All methods take the time as a parameter and are safe for concurrent use;
 // time that goes backwards is treated as no time passing.

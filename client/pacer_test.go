@@ -170,7 +170,7 @@ func TestPacerTimeBackwards(t *testing.T) {
 	}
 }
 
-// TestPacerCapsWindows is issue 10's point 19: a RateLimit t, a
+// TestPacerCapsWindows: a RateLimit t, a
 // RateLimit-Policy w or a Retry-After hold can keep requests back for at
 // most DefaultMaxHold (24 h), not the 31 years of t=999999999.
 func TestPacerCapsWindows(t *testing.T) {

@@ -22,7 +22,7 @@ func TestBackoff(t *testing.T) {
 	if got := Backoff(1000, time.Second, 1<<62); got <= 0 {
 		t.Errorf("Backoff(1000, 1s, huge cap) = %v, want a positive duration (no overflow)", got)
 	}
-	// The seed's herd: base 1 s gives 1, 2, 4 s.
+	// The herd experiment's: base 1 s gives 1, 2, 4 s.
 	for n, w := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second} {
 		if got := Backoff(n, time.Second, cap); got != w {
 			t.Errorf("Backoff(%d, 1s, 10s) = %v, want %v", n, got, w)

@@ -1,14 +1,13 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
-	"github.com/sony/gobreaker/v2"
 )
 
 var (
@@ -206,42 +204,21 @@ func New(cfg Config) (*Transport, error) {
 	case cfg.Breaker.Failures < 0, cfg.Breaker.CoolDown < 0:
 		return nil, fmt.Errorf("client: breaker Failures %d and CoolDown %v must not be negative", cfg.Breaker.Failures, cfg.Breaker.CoolDown)
 	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.Base == 0 {
-		cfg.Base = DefaultBase
-	}
-	if cfg.Cap == 0 {
-		cfg.Cap = DefaultCap
-	}
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.Base = cmp.Or(cfg.Base, DefaultBase)
+	cfg.Cap = cmp.Or(cfg.Cap, DefaultCap)
 	if cfg.Cap < cfg.Base {
 		return nil, fmt.Errorf("client: Cap %v is below Base %v", cfg.Cap, cfg.Base)
 	}
-	if cfg.MaxElapsed == 0 {
-		cfg.MaxElapsed = DefaultMaxElapsed
-	}
-	if cfg.MaxRetryAfter == 0 {
-		cfg.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	switch {
-	case cfg.RetryAfterJitter == 0:
-		cfg.RetryAfterJitter = DefaultRetryAfterJitter
-	case cfg.RetryAfterJitter < 0:
-		cfg.RetryAfterJitter = 0
-	}
-	if cfg.MaxHold == 0 {
-		cfg.MaxHold = DefaultMaxHold
-	}
+	cfg.MaxElapsed = cmp.Or(cfg.MaxElapsed, DefaultMaxElapsed)
+	cfg.MaxRetryAfter = cmp.Or(cfg.MaxRetryAfter, DefaultMaxRetryAfter)
+	cfg.RetryAfterJitter = max(0, cmp.Or(cfg.RetryAfterJitter, DefaultRetryAfterJitter)) // negative: none
+	cfg.MaxHold = cmp.Or(cfg.MaxHold, DefaultMaxHold)
 	if cfg.MaxHold < cfg.MaxRetryAfter {
 		return nil, fmt.Errorf("client: MaxHold %v is below MaxRetryAfter %v", cfg.MaxHold, cfg.MaxRetryAfter)
 	}
-	if cfg.Breaker.Failures == 0 {
-		cfg.Breaker.Failures = DefaultBreakerFailures
-	}
-	if cfg.Breaker.CoolDown == 0 {
-		cfg.Breaker.CoolDown = DefaultBreakerCoolDown
-	}
+	cfg.Breaker.Failures = cmp.Or(cfg.Breaker.Failures, DefaultBreakerFailures)
+	cfg.Breaker.CoolDown = cmp.Or(cfg.Breaker.CoolDown, DefaultBreakerCoolDown)
 	if cfg.Breaker.IsFailure == nil {
 		cfg.Breaker.IsFailure = defaultIsFailure
 	}
@@ -359,255 +336,6 @@ func idempotent(method string) bool {
 		return true
 	}
 	return false
-}
-
-// RoundTrip sends req, pacing, breaking and retrying as configured. It
-// returns the last response when it stops retrying (so a caller may still
-// read a final 429 and its Retry-After), a *RetryAfterError when the server
-// asked for a longer wait than MaxRetryAfter, an error wrapping
-// ErrCircuitOpen or ErrBudgetExceeded when nothing (more) could be sent, or
-// the context's error when the context ends during a wait.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	start := time.Now()
-	deadline, hasDeadline := ctx.Deadline()
-	if t.cfg.MaxElapsed > 0 {
-		if end := start.Add(t.cfg.MaxElapsed); !hasDeadline || end.Before(deadline) {
-			deadline, hasDeadline = end, true
-		}
-	}
-	key := hostKey(req.URL)
-	hs := t.host(key, start)
-	defer t.release(hs)
-
-	// Decide once whether this request may be retried at all.
-	var notRetryable GiveUpReason
-	if req.Header.Get(idempotencyKeyHeader) == "" && !idempotent(req.Method) {
-		if t.cfg.AddIdempotencyKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
-			req = req.Clone(ctx) // RoundTrip must not modify the caller's request
-			req.Header.Set(idempotencyKeyHeader, t.cfg.NewIdempotencyKey())
-		} else {
-			notRetryable = GiveUpNotIdempotent
-		}
-	}
-	if notRetryable == 0 && req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		notRetryable = GiveUpBodyNotReplayable
-	}
-
-	// The breaker first: an open breaker answers at once, without waiting
-	// behind the pacer. It counts the call once, by its last attempt.
-	var sent, failed, excluded bool // of the last attempt
-	if hs.breaker != nil {
-		done, err := hs.breaker.Allow()
-		if err != nil {
-			closeBody(req)
-			return t.refuse(req, key, err)
-		}
-		defer func() {
-			switch {
-			case !sent || excluded:
-				done(Excluded) // nothing went, or the caller gave up: says nothing about the host
-			case failed:
-				done(Failed)
-			default:
-				done(Succeeded)
-			}
-		}()
-	}
-
-	// Pace the first attempt.
-	if err := t.pace(ctx, hs, req, key, deadline, hasDeadline, 0, 0, nil); err != nil {
-		closeBody(req)
-		return nil, err
-	}
-
-	attempt := req
-	for n := 1; ; n++ {
-		if h := t.cfg.Hooks.OnAttempt; h != nil {
-			h(Attempt{Request: req, Host: key, N: n})
-		}
-		resp, err := t.next.RoundTrip(attempt)
-		received := time.Now()
-		sent, excluded = true, err != nil && ctx.Err() != nil
-		failed = !excluded && t.cfg.Breaker.IsFailure(resp, err)
-		var ra time.Duration // Retry-After, as the server asked
-		var hasRA bool
-		if resp == nil && hs.pacer != nil {
-			hs.pacer.Observe(received, nil, nil)
-		}
-		if resp != nil {
-			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-				ra, hasRA = RetryAfter(resp.Header, received)
-			}
-			if hs.pacer != nil {
-				pols, lims := parseHeaderFields(resp.Header)
-				hs.pacer.Observe(received, pols, lims)
-				if hasRA {
-					hs.pacer.Block(received, ra) // the full wait (up to MaxHold), even one this request will not make
-				}
-			}
-		}
-
-		if !t.retryable(ctx, resp, err) {
-			return resp, err
-		}
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		giveUp := func(r GiveUpReason) (*http.Response, error) {
-			if h := t.cfg.Hooks.OnGiveUp; h != nil {
-				h(GiveUp{Request: req, Host: key, Attempts: n, Reason: r, Status: status, Err: err})
-			}
-			return resp, err
-		}
-		if hasRA && ra > t.cfg.MaxRetryAfter {
-			// Waiting less than asked would retry early; waiting that long
-			// is not this request's to decide. Hand the 429 back at once.
-			giveUp(GiveUpRetryAfterTooLong)
-			_ = resp.Body.Close()
-			resp.Body = http.NoBody
-			return nil, &RetryAfterError{Host: key, Wait: ra, Until: received.Add(min(ra, t.cfg.MaxHold)), Max: t.cfg.MaxRetryAfter, Response: resp}
-		}
-		if notRetryable != 0 {
-			return giveUp(notRetryable)
-		}
-		if n >= t.cfg.MaxAttempts {
-			return giveUp(GiveUpAttempts)
-		}
-		if hs.breaker != nil && hs.breaker.State() == BreakerOpen {
-			return giveUp(GiveUpBreakerOpen)
-		}
-
-		// Choose the wait: Retry-After if usable (plus a little jitter after
-		// it, so a herd told the same time does not come back together),
-		// else full-jitter backoff.
-		now := time.Now()
-		wait, reason := ra, WaitRetryAfter
-		var jitter time.Duration
-		if hasRA {
-			jitter = t.jitterAfter(now, wait, deadline, hasDeadline)
-			wait += jitter
-		} else {
-			wait, reason = FullJitter(Backoff(n, t.cfg.Base, t.cfg.Cap), t.uniform()), WaitBackoff
-		}
-		at := now.Add(wait)
-		if hasDeadline && !at.Before(deadline) {
-			return giveUp(GiveUpBudget)
-		}
-		// The pacer may hold the host longer (another request's
-		// Retry-After, an exhausted RateLimit): check before letting go of
-		// the response, then wait for it for real after the sleep.
-		var extra time.Duration
-		if hs.pacer != nil {
-			extra = hs.pacer.Delay(at)
-			if hasDeadline && !at.Add(extra).Before(deadline) {
-				return giveUp(GiveUpBudget)
-			}
-		}
-		next := req.Clone(ctx)
-		if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-			body, gerr := req.GetBody()
-			if gerr != nil {
-				return giveUp(GiveUpBodyNotReplayable)
-			}
-			next.Body = body
-		}
-		t.onWait(Wait{Request: req, Host: key, Retry: n, Duration: wait, Jitter: jitter, Reason: reason, Status: status, Err: err})
-		if resp != nil {
-			drain(resp.Body, at)
-		}
-		serr := sleep(ctx, time.Until(at))
-		if serr == nil && hs.breaker != nil && hs.breaker.State() == BreakerOpen {
-			// Other calls opened it while this one waited: send nothing.
-			closeBody(next)
-			giveUp(GiveUpBreakerOpen)
-			return t.refuse(req, key, gobreaker.ErrOpenState)
-		}
-		if serr == nil {
-			serr = t.pace(ctx, hs, req, key, deadline, hasDeadline, n, status, err)
-		}
-		if serr != nil {
-			closeBody(next)
-			return nil, serr
-		}
-		attempt = next
-	}
-}
-
-// retryable reports whether an attempt's outcome is worth retrying, ignoring
-// the request's own properties.
-func (t *Transport) retryable(ctx context.Context, resp *http.Response, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if err != nil {
-		return t.cfg.RetryNetworkErrors && transient(err)
-	}
-	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
-}
-
-func transient(err error) bool {
-	var cert *tls.CertificateVerificationError
-	if errors.As(err, &cert) {
-		return false
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
-}
-
-func (t *Transport) refuse(req *http.Request, key string, err error) (*http.Response, error) {
-	err = fmt.Errorf("client: %s: %w (%v)", key, ErrCircuitOpen, err)
-	if fb := t.cfg.Breaker.Fallback; fb != nil {
-		return fb(req, err)
-	}
-	return nil, err
-}
-
-// pace waits until the host's pacer lets a request go, or returns an error
-// wrapping ErrBudgetExceeded if that would be at or after the deadline, or
-// the context's error.
-func (t *Transport) pace(ctx context.Context, hs *hostState, req *http.Request, key string, deadline time.Time, hasDeadline bool, retry, status int, cause error) error {
-	if hs.pacer == nil {
-		return nil
-	}
-	for {
-		now := time.Now()
-		w := hs.pacer.Take(now)
-		if w == 0 {
-			return nil
-		}
-		if hasDeadline && !now.Add(w).Before(deadline) {
-			return fmt.Errorf("client: %s: %w (%v needed)", key, ErrBudgetExceeded, w)
-		}
-		// Held by a Retry-After: every request waiting for its end would
-		// otherwise go at the same instant.
-		var jitter time.Duration
-		if hs.pacer.HeldUntil().After(now) {
-			jitter = t.jitterAfter(now, w, deadline, hasDeadline)
-		}
-		t.onWait(Wait{Request: req, Host: key, Retry: retry, Duration: w + jitter, Jitter: jitter, Reason: WaitPacing, Status: status, Err: cause})
-		if err := sleep(ctx, w+jitter); err != nil {
-			return err
-		}
-	}
-}
-
-// jitterAfter draws the jitter added after a server-given wait starting at
-// now: uniform in [0, RetryAfterJitter), and never so much that a wait which
-// fits before the deadline would not.
-func (t *Transport) jitterAfter(now time.Time, wait time.Duration, deadline time.Time, hasDeadline bool) time.Duration {
-	ceiling := t.cfg.RetryAfterJitter
-	if hasDeadline {
-		ceiling = min(ceiling, deadline.Sub(now)-wait)
-	}
-	if ceiling <= 0 {
-		return 0
-	}
-	return FullJitter(ceiling, t.uniform())
 }
 
 func (t *Transport) onWait(w Wait) {

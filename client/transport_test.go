@@ -101,7 +101,7 @@ func TestRetryAfterHTTPDateForms(t *testing.T) {
 	}
 }
 
-// TestRetryAfterAboveCap is issue 10's point 15: a Retry-After above
+// TestRetryAfterAboveCap: a Retry-After above
 // MaxRetryAfter is not shortened. The 429 comes back at once inside a
 // *RetryAfterError that says how long the server asked for, and the host
 // stays held for all of it (31 s, not the 30 s cap).
@@ -624,7 +624,7 @@ func trickle() (body io.ReadCloser, exited chan struct{}) {
 	return pr, exited
 }
 
-// TestSlowBodyDrainIsBounded is issue 10's point 18 on the fake clock: a
+// TestSlowBodyDrainIsBounded, on the fake clock: a
 // 429 whose body trickles at 20 bytes/s does not keep the request inside
 // RoundTrip. The body is read only until the retry is due (here 1 s), then
 // closed, and the retry goes on time.
@@ -789,9 +789,8 @@ func TestHostsAreBounded(t *testing.T) {
 	})
 }
 
-// TestRetryAfterHerdIsSpread is issue 10's point 20: 100 clients refused
-// at the same instant with "Retry-After: 1" used to come back at the same
-// instant. The server here refuses everything before 1 s and accepts
+// TestRetryAfterHerdIsSpread: 100 clients refused at the same instant with
+// "Retry-After: 1" must not all come back at the same instant. The server here refuses everything before 1 s and accepts
 // everything after. With the default jitter every client comes back in
 // [1 s, 2 s) — never before the server's time — spread over that second.
 // Both as 100 processes (a Transport each) and as 100 goroutines sharing one

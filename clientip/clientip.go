@@ -1,10 +1,8 @@
-// Package clientip finds the client's address behind trusted proxies: the
-// connection's peer, or, only when that peer is a configured trusted proxy,
-// the first untrusted hop of one forwarding header (X-Forwarded-For,
-// Forwarded or a header the edge sets), walked from the right. Every door
-// uses it (the middleware, the gateway, the check API, and the gRPC
-// interceptors through the same header in lower-case metadata), so a forged
-// X-Forwarded-For is ignored alike everywhere.
+// Package clientip finds the client's address behind trusted proxies, for
+// every door: the connection's peer, or, only when that peer is a trusted
+// proxy, the first untrusted hop of one forwarding header, walked from the
+// right, so that a forged X-Forwarded-For is ignored alike everywhere. Its
+// AddrSet is the address lists both compilers match clients against.
 package clientip
 
 import (
@@ -15,21 +13,17 @@ import (
 	"strings"
 )
 
-// Config says how a door finds the client's address. The zero
-// value uses the address of the connection only and ignores every
-// forwarding header — the only safe choice for a service that clients reach
-// directly, since X-Forwarded-For is whatever the client wrote.
+// Config says how a door finds the client's address. The zero value uses
+// the connection's address only, the one safe choice for a service that
+// clients reach directly (X-Forwarded-For is whatever the client wrote).
 type Config struct {
-	// TrustedProxies lists the networks of the proxies in front of the
-	// service. Forwarding headers are read only when the connecting peer is
-	// inside one of them; then the list is walked from the right (the hop
-	// nearest to us) and the first address that is not a trusted proxy is
-	// the client.
+	// TrustedProxies lists the networks of the proxies in front: the
+	// forwarding header is read only from a peer inside one, walked from
+	// the right to the first address outside them.
 	TrustedProxies []netip.Prefix
-	// Header is the one forwarding header to read: "X-Forwarded-For" (the
-	// default), "Forwarded" (RFC 7239), or a header your edge sets and
-	// overwrites, such as "X-Real-IP". Only one: falling back from one header
-	// to another would let clients pick the one they forge.
+	// Header is the one forwarding header to read: X-Forwarded-For (the
+	// default), Forwarded (RFC 7239), or one the edge overwrites, such as
+	// X-Real-IP. Only one, so that clients cannot pick the one they forge.
 	Header string
 }
 
@@ -46,9 +40,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ValidHeaderName reports whether s can name the headers a door reads
-// (Config.Header, and the middleware's identity headers): letters, digits,
-// '-' and '_', at least one.
+// ValidHeaderName reports whether s can name a header a door reads:
+// letters, digits, '-' and '_', at least one.
 func ValidHeaderName(s string) bool {
 	if s == "" {
 		return false
@@ -63,9 +56,8 @@ func ValidHeaderName(s string) bool {
 	return true
 }
 
-// Trusted reports whether a is inside one of the TrustedProxies, each read
-// as Canonical reads it (an IPv4-mapped prefix as the IPv4 prefix it
-// denotes; a as IPv4 when it is IPv4-mapped).
+// Trusted reports whether a is inside one of the TrustedProxies (both
+// read as Canonical does).
 func (c *Config) Trusted(a netip.Addr) bool {
 	a = a.Unmap()
 	for _, p := range c.TrustedProxies {
@@ -76,27 +68,22 @@ func (c *Config) Trusted(a netip.Addr) bool {
 	return false
 }
 
-// Resolve returns the client address of r: the connection's peer, or, when
-// the peer is a trusted proxy, the rightmost address in the forwarding header
-// that is not a trusted proxy. It returns the zero Addr when RemoteAddr is
-// not an IP address (a Unix socket, a custom listener).
+// Resolve returns the client address of r, or the zero Addr when
+// RemoteAddr is not an IP address (a Unix socket).
 func (c *Config) Resolve(r *http.Request) netip.Addr {
 	a, _ := c.ResolveForwarded(r)
 	return a
 }
 
 // ResolveForwarded is Resolve, also reporting whether the address came
-// from the forwarding header (a trusted proxy named a client in it)
-// rather than from the connection.
+// from the forwarding header rather than the connection.
 func (c *Config) ResolveForwarded(r *http.Request) (netip.Addr, bool) {
 	return c.ResolveFrom(r.RemoteAddr, r.Header.Values)
 }
 
-// ResolveFrom is ResolveForwarded for any protocol: remote is the
-// connection's peer address ("192.0.2.1:5000"), and values returns every
-// line of the forwarding header named Config.Header (X-Forwarded-For when
-// empty), in order; it is called only when the peer is a trusted proxy. The
-// gRPC door passes its peer and the header's lower-case metadata.
+// ResolveFrom is ResolveForwarded for any protocol: remote is the peer
+// ("192.0.2.1:5000"), and values returns every line of the forwarding
+// header named Config.Header, in order (the gRPC door's metadata).
 func (c *Config) ResolveFrom(remote string, values func(name string) []string) (netip.Addr, bool) {
 	peer, ok := ParseHop(remote)
 	if !ok {
@@ -128,8 +115,8 @@ func (c *Config) resolveBehind(header func(string) []string, peer netip.Addr) ne
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := ParseHop(hops[i])
 		if !ok {
-			// "unknown", an obfuscated name or garbage: the nearest
-			// address we know is the proxy that reported it.
+			// "unknown" or garbage: the nearest address known is the
+			// proxy that reported it.
 			return last
 		}
 		if !c.Trusted(a) {
@@ -154,11 +141,9 @@ func ParseXForwardedFor(values []string) []string {
 	return hops
 }
 
-// ParseForwarded reads Forwarded (RFC 7239) field lines and returns the
-// value of the "for" parameter of each element, left to right, unquoted
-// ("" for an element without one). It reports malformed syntax: a pair
-// without "=", an unterminated quoted string, a parameter given twice in
-// one element.
+// ParseForwarded reads Forwarded (RFC 7239) field lines and returns each
+// element's "for", unquoted ("" for none), left to right, or an error for
+// malformed syntax.
 func ParseForwarded(values []string) ([]string, error) {
 	var out []string
 	for _, v := range values {
@@ -247,11 +232,9 @@ func unquote(s string) (string, error) {
 	return b.String(), nil
 }
 
-// ParseHop reads one address as it appears in RemoteAddr or a forwarding
-// header: "192.0.2.1", "192.0.2.1:8080", "2001:db8::1", "[2001:db8::1]:80",
-// "[2001:db8::1]", "fe80::1%eth0". IPv4-mapped IPv6 addresses become IPv4,
-// zones are dropped. It reports false for anything else ("unknown",
-// obfuscated names, garbage).
+// ParseHop reads one address as RemoteAddr or a forwarding header gives
+// it ("192.0.2.1:8080", "[2001:db8::1]:80", "fe80::1%eth0"…), IPv4-mapped
+// as IPv4, without zone; false for anything else.
 func ParseHop(s string) (netip.Addr, bool) {
 	s = strings.TrimSpace(strings.Trim(strings.TrimSpace(s), `"`))
 	if s == "" {
@@ -270,10 +253,8 @@ func ParseHop(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// ParsePrefixes reads CIDRs such as "10.0.0.0/8" or single addresses
-// ("192.0.2.1" means /32), IPv4 and IPv6, each made Canonical: the one
-// reader of the address prefixes of trusted-proxy lists and address lists
-// (package policy's AddrSet), so that both read a prefix alike.
+// ParsePrefixes reads CIDRs ("10.0.0.0/8") or single addresses, each made
+// Canonical: the one reader of trusted-proxy lists and address lists.
 func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(list))
 	for _, s := range list {
@@ -292,10 +273,8 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 }
 
 // Canonical returns p as clients are matched against it: masked, without
-// a zone, and an IPv4-mapped IPv6 prefix (::ffff:198.51.100.0/120, or
-// ::ffff:0:0/96 for every IPv4 address) as the IPv4 prefix it denotes
-// (198.51.100.0/24), since client addresses are compared in their IPv4
-// form (ParseHop unmaps them).
+// zone, an IPv4-mapped prefix (::ffff:198.51.100.0/120) as the IPv4 prefix
+// it denotes, since clients are compared in their IPv4 form.
 func Canonical(p netip.Prefix) netip.Prefix {
 	a, bits := p.Addr().WithZone(""), p.Bits()
 	if a.Is4In6() && bits >= 96 {

@@ -41,7 +41,6 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero/clientip"
-	"github.com/portero-rl/portero/policy"
 )
 
 // Unit is the time unit of a rate limit, numbered as in Envoy's
@@ -148,7 +147,7 @@ type Node struct {
 	// wildcards, in file order. AddressText names it (Composite) as the
 	// file wrote the lists: "[monitoring]", "![10.0.0.0/8]",
 	// "[10.0.0.0/8]![10.1.0.0/16]". Nil, nil and empty on other nodes.
-	Addresses, NotAddresses *policy.AddrSet
+	Addresses, NotAddresses *clientip.AddrSet
 	AddressText             string
 	// Children are the next level, in the order they were added.
 	Children []*Node

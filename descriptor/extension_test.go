@@ -10,17 +10,16 @@ import (
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
 )
 
-func addrSet(t *testing.T, cidrs ...string) *policy.AddrSet {
+func addrSet(t *testing.T, cidrs ...string) *clientip.AddrSet {
 	t.Helper()
 	pfx, err := clientip.ParsePrefixes(cidrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := policy.NewAddrSet(pfx)
+	s, err := clientip.NewAddrSet(pfx)
 	if err != nil {
 		t.Fatal(err)
 	}

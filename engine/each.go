@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/portero-rl/portero"
@@ -18,39 +19,55 @@ const (
 	// request are decided together and, when one enforced hit refuses,
 	// none is counted; a hit is admitted only when its whole cost fits.
 	AllOrNothing Counting = "all-or-nothing"
-	// CountEach is envoyproxy/ratelimit's counting: every fixed-window hit
-	// is counted on its own, whatever the others say, by adding its cost
-	// to a plain counter of the window and then comparing (Redis INCRBY,
-	// then "count > limit"), so that a refused request still consumes and
-	// a check-only hit (cost 0) exactly at its limit passes. Hits of other
-	// algorithms (Portero's extension) are each decided alone by their
-	// algorithm. The request is refused when an enforced hit is over its
-	// limit, or when every quota hit is. A counter is named by the hit's
-	// key alone and its window's length (envoyproxy/ratelimit's cache key,
-	// which names the domain and the descriptor's entries): hits of two
-	// rules on one key and window share it. A store that implements
-	// portero.Counter (store/redisstore) keeps the counters natively;
-	// on any other store (store/memstore) they are fixed windows of the
-	// store with a count no request reaches (at most 10^9 per second: a
-	// per-second limit above that never refuses there).
+	// CountEach is envoyproxy/ratelimit's counting: each fixed-window hit
+	// adds its cost to a plain counter of its key and window, then compares
+	// (INCRBY, then count > limit), whatever the others say, so a refused
+	// request still counts and a check-only hit exactly at its limit passes;
+	// hits of other algorithms are each decided alone. The counters are a
+	// portero.Counter's (store/redisstore), or fixed windows of the store
+	// with a count no request reaches (at most 10^9 per second).
 	CountEach Counting = "each"
 )
 
 // Valid reports whether c is one of the countings, or empty (the default).
 func (c Counting) Valid() bool { return c == "" || c == AllOrNothing || c == CountEach }
 
+// OverLimitCache is envoyproxy/ratelimit's local cache under CountEach
+// (its LOCAL_CACHE_SIZE_IN_BYTES; internal/rlscache): the counters known to
+// be over their limit. A hit whose counter it holds is refused without
+// asking the store and is not counted (no INCRBY, no EXPIRE: other
+// instances' counts are not seen until it expires), and under
+// StopIncrementWhenOver nothing else of that request is counted either. A
+// counter that goes over its limit is remembered for its window's length.
+// Its keys are a counter's key followed by its window's start in Unix
+// seconds, so that an entry is never looked up after its window. It must
+// be safe for concurrent use.
+type OverLimitCache interface {
+	// Over reports whether key is over its limit.
+	Over(key string) bool
+	// SetOver remembers key as over its limit for ttl.
+	SetOver(key string, ttl time.Duration)
+}
+
 // decideEach is decide under CountEach.
 func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
 	var ibuf [4]int
 	counts, of := v.counts[:0], ibuf[:0] // the counted hits and their indexes in v.Results
 	defer func() { v.counts = counts }()
+	cached := false // a hit's counter is in the over-limit cache
 	for i := range v.Results {
 		res := &v.Results[i]
 		r := res.Rule
+		res.Counter, res.LocalCache = 0, false
 		if r.Algorithm != portero.FixedWindow || r.Limit.IsCalendar() {
 			if err := e.decideAlone(ctx, st, now, v, res); err != nil {
 				return err
 			}
+			continue
+		}
+		if e.overCache != nil && e.overCache.Over(overKey(res.Key, now, r.Limit.Window)) {
+			cached, res.LocalCache = true, true
+			e.overLimit(res, now, r.Limit.Window, uint64(max(r.Limit.Count, 0)))
 			continue
 		}
 		add := uint64(max(res.Cost, 0))
@@ -67,53 +84,37 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 	if len(counts) > 0 {
 		counter, share := counterOf(st)
 		if e.stopWhenOver {
-			// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
-			// read every counter first; when a hit would go over its limit,
-			// only the hits that would go over are counted.
-			adds := make([]uint64, len(counts))
-			for j := range counts {
-				adds[j], counts[j].Add = counts[j].Add, 0
-			}
-			if err := counter.Count(ctx, now, counts); err != nil {
+			if err := e.stopIncrement(ctx, counter, share, now, counts, of, v, cached); err != nil {
 				return err
-			}
-			over := make([]bool, len(counts))
-			any := false
-			for j, i := range of {
-				over[j] = counts[j].Value+adds[j] > threshold(v.Results[i].Rule, share)
-				any = any || over[j]
-			}
-			for j := range counts {
-				if !any || over[j] {
-					counts[j].Add = adds[j]
-				}
 			}
 		}
 		if err := counter.Count(ctx, now, counts); err != nil {
 			return err
 		}
+		// Only the store's own counters fill the cache: a failure
+		// policy's are made up.
+		remember := e.overCache != nil && st == e.store
 		for j, i := range of {
 			res := &v.Results[i]
 			l := threshold(res.Rule, share)
 			n := counts[j].Value
 			res.Counter = n
-			d := portero.Decision{Limit: int64(l), ResetAfter: WindowRemainder(now, res.Rule.Limit.Window)}
+			w := res.Rule.Limit.Window
+			if n > l {
+				e.overLimit(res, now, w, l)
+				if remember {
+					e.overCache.SetOver(overKey(res.Key, now, w), w)
+				}
+				continue
+			}
+			d := portero.Decision{Allowed: true, Limit: int64(l), Remaining: int64(l - n), ResetAfter: WindowRemainder(now, w)}
 			switch {
-			case n > l:
-				d.RetryAfter = d.ResetAfter
-				res.Outcome = Refused
-				if res.Rule.Shadow {
-					res.Outcome = ShadowRefused
-				}
 			case res.CheckOnly:
-				d.Allowed, d.Remaining = true, int64(l-n)
 				res.Outcome = CheckOnly
+			case float64(n) >= e.near*float64(l):
+				res.Outcome = NearLimit
 			default:
-				d.Allowed, d.Remaining = true, int64(l-n)
 				res.Outcome = Allowed
-				if float64(n) >= e.near*float64(l) {
-					res.Outcome = NearLimit
-				}
 			}
 			res.Decision = d
 		}
@@ -122,9 +123,64 @@ func (e *Engine) decideEach(ctx context.Context, st portero.Store, now time.Time
 	return nil
 }
 
+// overLimit decides res, a counter over its limit l.
+func (e *Engine) overLimit(res *Result, now time.Time, w time.Duration, l uint64) {
+	d := portero.Decision{Limit: int64(l), ResetAfter: WindowRemainder(now, w)}
+	d.RetryAfter = d.ResetAfter
+	res.Outcome = Refused
+	if res.Rule.Shadow {
+		res.Outcome = ShadowRefused
+	}
+	res.Decision = d
+}
+
+// stopIncrement is envoyproxy/ratelimit's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when a hit's counter is in the
+// over-limit cache, nothing is counted; otherwise every counter is read
+// first, and when a hit would go over its limit only the hits that would
+// go over are counted. It sets each count's Add.
+func (e *Engine) stopIncrement(ctx context.Context, counter portero.Counter, share float64, now time.Time, counts []portero.Count, of []int, v *Verdict, cached bool) error {
+	adds := make([]uint64, len(counts))
+	for j := range counts {
+		adds[j], counts[j].Add = counts[j].Add, 0
+	}
+	if cached {
+		return nil
+	}
+	if err := counter.Count(ctx, now, counts); err != nil {
+		return err
+	}
+	over := make([]bool, len(counts))
+	any := false
+	for j, i := range of {
+		over[j] = counts[j].Value+adds[j] > threshold(v.Results[i].Rule, share)
+		any = any || over[j]
+	}
+	for j := range counts {
+		if !any || over[j] {
+			counts[j].Add = adds[j]
+		}
+	}
+	return nil
+}
+
+// overKey is the over-limit cache's key of a counter: its key and its
+// window's start in Unix seconds at now, as the Redis store names it.
+func overKey(key string, now time.Time, w time.Duration) string {
+	ws := int64(w / time.Second)
+	if ws <= 0 {
+		return key + "0"
+	}
+	t := now.Unix()
+	start := t - t%ws
+	if t%ws < 0 {
+		start -= ws
+	}
+	return key + strconv.FormatInt(start, 10)
+}
+
 // decideAlone decides a hit of a Portero algorithm under CountEach: on its
-// own, admitted only when its cost fits. The store's hit is built in
-// v.hits, whose memory v keeps.
+// own, admitted only when its cost fits.
 func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Time, v *Verdict, res *Result) error {
 	r := res.Rule
 	if r.maxCost == 0 || res.Cost > r.maxCost {
@@ -132,7 +188,7 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		return nil
 	}
 	if res.CheckOnly {
-		d, err := st.Peek(ctx, r.Rule, res.Key, now, max(res.Cost, 1))
+		d, err := look(ctx, st, now, res, max(res.Cost, 1))
 		if err != nil {
 			return err
 		}
@@ -147,7 +203,7 @@ func (e *Engine) decideAlone(ctx context.Context, st portero.Store, now time.Tim
 		res.Decision = d
 		return nil
 	}
-	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost})
+	v.hits = append(v.hits[:0], portero.Hit{Rule: r.Rule, Key: res.Key, Cost: res.Cost, MaxDelay: res.MaxDelay})
 	decs, err := st.AllowAll(ctx, now, v.hits)
 	if err != nil {
 		return err
@@ -179,9 +235,8 @@ func threshold(r *Rule, share float64) uint64 {
 	return uint64(max(r.Limit.Count, 0))
 }
 
-// counterOf returns the counters of st and the share of each limit they
-// may admit: the store's own when it keeps counters natively, the failure
-// policies' answers, or fixed windows of the store.
+// counterOf returns st's counters (its own, the failure policies', or fixed
+// windows of it) and the share of each limit they admit.
 func counterOf(st portero.Store) (portero.Counter, float64) {
 	switch s := st.(type) {
 	case portero.Counter:
@@ -192,15 +247,12 @@ func counterOf(st portero.Store) (portero.Counter, float64) {
 	return storeCounter{st}, 1
 }
 
-// storeCounter keeps plain counters in any portero.Store: a counter of
-// window W is a fixed window of W under a rule of its own (one per window
-// length) whose count no request reaches, so that every addition is
-// admitted and the decision's Remaining tells the count.
+// storeCounter keeps plain counters in any portero.Store, as fixed windows
+// under a rule per window length whose count no request reaches: every
+// addition is admitted, and Remaining tells the count.
 type storeCounter struct{ st portero.Store }
 
-// counterCap is the count of a counter rule of window w: as high as the
-// stores allow (a count of at most one per nanosecond; the Redis store's
-// 2^50).
+// counterCap is a counter rule's count: as high as the stores allow.
 func counterCap(w time.Duration) int64 { return min(int64(w), 1<<50) }
 
 func counterRule(w time.Duration) portero.Rule {
@@ -221,9 +273,8 @@ func (c storeCounter) Count(ctx context.Context, now time.Time, counts []portero
 		if added(counts[:i], cn) {
 			continue // read below, after the additions before it
 		}
-		// A read before any addition on its key: asked first, so that
-		// what this call adds later is not seen (as INCRBY 0 in a
-		// pipeline would not see it).
+		// A read before any addition on its key does not see what this
+		// call adds later (as INCRBY 0 in a pipeline).
 		d, err := c.st.Peek(ctx, counterRule(cn.Window), cn.Key, now, 1)
 		if err != nil {
 			return err
@@ -241,8 +292,8 @@ func (c storeCounter) Count(ctx context.Context, now time.Time, counts []portero
 		return fmt.Errorf("%w: the store returned %d decisions for %d hits", portero.ErrStoreUnavailable, len(decs), len(hits))
 	}
 	if !allAllowed(decs) {
-		// A counter at its cap: count each one alone, and fill the ones
-		// that overflow, so that they stay over any limit.
+		// A counter at its cap: count each alone, filling those that
+		// overflow so that they stay over any limit.
 		if decs, err = c.oneByOne(ctx, now, hits); err != nil {
 			return err
 		}
@@ -321,9 +372,8 @@ func (p policyStore) Count(_ context.Context, _ time.Time, counts []portero.Coun
 }
 
 // WindowRemainder returns the time from now to the end of its
-// epoch-aligned window of length w (0 for no window): the reset of
-// envoyproxy/ratelimit's counters, which the descriptor compiler reports
-// too.
+// epoch-aligned window of length w (0 for none): the reset of
+// envoyproxy/ratelimit's counters.
 func WindowRemainder(now time.Time, w time.Duration) time.Duration {
 	if w <= 0 {
 		return 0

@@ -1,35 +1,21 @@
-// Package engine is Portero's one decision engine: every door (the net/http
-// middleware, the gateway, the Envoy rate limit service, the HTTP check API,
-// `portero sim replay`) hands it the hits of one request and turns its
-// verdict into the door's protocol. It alone owns:
+// Package engine is Portero's one decision engine: every door (the
+// middleware, the gateway, the gRPC door, the Envoy rate limit service, the
+// HTTP check API, `portero sim replay`) hands it the hits of a request, as
+// a compiler (package policy or descriptor) built them, and turns its
+// verdict into the door's protocol; package engine/header writes the
+// verdict's RateLimit and Retry-After fields. A door is a protocol's way
+// in: it translates, the engine decides.
 //
-//   - all-or-nothing across the hits of a request: when one enforced hit
-//     refuses, none is counted (or, under Options.Counting CountEach,
-//     envoyproxy/ratelimit's counting: each hit on its own, refused or not);
-//   - quota rules (Rule.QuotaMode), which refuse only all together;
-//   - shadow rules: counted, reported, never refusing (a shadow refusal
-//     never changes what is counted under the enforced rules);
-//   - check-only hits: looked at (portero.Store.Peek), not counted;
-//   - a cost above what a rule can ever admit: a refusal that says it can
-//     never pass (CanNeverPass, no retry time), never an error and never a
-//     silent allow;
-//   - the failure policy (portero.FailurePolicy) when the store fails;
-//   - the verdict: per hit its decision and outcome, which hits refused,
-//     which hit describes the request (Verdict.Decider), and whether the
-//     failure policy rather than the store decided.
-//
-// Its input is compiled rules (NewRule) and hits (rule, key, cost,
-// check-only), which compilers produce: package policy from Portero's own
-// rules and a request, package descriptor from envoyproxy/ratelimit
-// descriptors. Package engine/header writes the RateLimit, RateLimit-Policy,
-// Retry-After and legacy X-RateLimit-* fields of a verdict, for every door.
-//
-// The engine imports only the standard library and Portero's core
-// (the root package, algorithm, store/memstore). It knows nothing of HTTP,
-// protobuf, YAML or the wall clock: the caller passes now.
+// The engine alone owns all-or-nothing across the hits of a request (or
+// envoyproxy/ratelimit's CountEach), quota rules, shadow rules, check-only
+// hits, a cost a rule can never admit, concurrency leases (Admit), the
+// failure policy when the store fails, settlements after the response
+// (Settle), and the verdict. It imports only the standard library and
+// Portero's core, and takes the instant as a parameter.
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +34,8 @@ const (
 	DefaultNearLimit = 0.8
 	// DefaultRetryAfterOnFailure is the retry time of a FailDeny refusal.
 	DefaultRetryAfterOnFailure = time.Second
-	// DefaultLocalMaxKeys caps the keys per rule that the FailLocal memory
-	// keeps: about 2.5 MB per rule at most for the fixed-size algorithms.
+	// DefaultLocalMaxKeys caps the keys per rule of the FailLocal memory
+	// (about 2.5 MB per rule for the fixed-size algorithms).
 	DefaultLocalMaxKeys = 1 << 16
 	// DefaultLeaseRetryAfter is the longest retry time of a refusal by a
 	// concurrency rule.
@@ -62,16 +48,16 @@ type Options struct {
 	// Store keeps the counters. Required. The engine does not close it.
 	Store portero.Store
 	// OnError is what the engine does when the store fails: FailAllow (the
-	// default when empty), FailDeny, FailLocal, or FailError, which makes
-	// Decide return the error for the door to report.
+	// meaning of the empty policy, for every door), FailDeny, FailLocal, or
+	// FailError, which makes Decide return the error for the door to report.
 	OnError portero.FailurePolicy
 	// LocalShare is the share of each limit (count, burst and rate) this
-	// instance may admit from its own memory under FailLocal, in (0, 1]; 0
+	// instance admits from its own memory under FailLocal, in (0, 1]; 0
 	// means 1. With N instances, 1/N keeps the total near the limit.
 	LocalShare float64
 	// LocalMaxKeys caps the keys per rule of the FailLocal memory (a
-	// store/memstore without a sweeper, so the engine owns no goroutine);
-	// 0 means DefaultLocalMaxKeys.
+	// memstore without a sweeper: the engine owns no goroutine); 0 means
+	// DefaultLocalMaxKeys.
 	LocalMaxKeys int
 	// RetryAfterOnFailure is the retry time of a FailDeny refusal; 0 means
 	// DefaultRetryAfterOnFailure.
@@ -80,26 +66,26 @@ type Options struct {
 	// outcome is NearLimit, in (0, 1]; 0 means DefaultNearLimit.
 	NearLimit float64
 	// Leases hands out the leases of concurrency rules (Admit); nil means
-	// Store when it is a portero.LeaseStore (store/memstore and
-	// store/redisstore are), and none otherwise.
+	// Store when it is a portero.LeaseStore.
 	Leases portero.LeaseStore
-	// LeaseRetryAfter is the most a refusal by a concurrency rule asks the
-	// client to wait (a slot usually comes back when a request ends, long
-	// before a lease would expire); 0 means DefaultLeaseRetryAfter.
+	// LeaseRetryAfter is the longest a refusal by a concurrency rule asks
+	// the client to wait (a slot usually comes back when a request ends);
+	// 0 means DefaultLeaseRetryAfter.
 	LeaseRetryAfter time.Duration
 	// Counting is how the hits of a request are counted: AllOrNothing (the
 	// default when empty) or envoyproxy/ratelimit's CountEach.
 	Counting Counting
 	// StopIncrementWhenOver is envoyproxy/ratelimit's
-	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT under CountEach: when one hit
-	// of a request would go over its limit, only the hits that would go
-	// over are counted.
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT under CountEach: when a hit
+	// would go over its limit, only the hits that would go over count.
 	StopIncrementWhenOver bool
-	// CounterJitter, under CountEach, adds a random time below it to the
-	// life of each counter (envoyproxy/ratelimit's
-	// EXPIRATION_JITTER_MAX_SECONDS), so that counters of one window do
-	// not all expire at once; 0 means none.
+	// CounterJitter, under CountEach, adds a random time below it to each
+	// counter's life (envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS);
+	// 0 means none.
 	CounterJitter time.Duration
+	// OverLimitCache, under CountEach, is envoyproxy/ratelimit's local
+	// cache (each.go); nil for none.
+	OverLimitCache OverLimitCache
 }
 
 // Engine decides requests against a store. It is immutable and safe for
@@ -116,69 +102,44 @@ type Engine struct {
 	counting     Counting
 	stopWhenOver bool
 	jitter       time.Duration
+	overCache    OverLimitCache
 }
 
-// New validates o and returns an engine.
+// New validates o and returns an engine, or every problem of o at once.
 func New(o Options) (*Engine, error) {
 	if o.Store == nil {
 		return nil, errors.New("engine: a store is required")
 	}
-	if o.OnError == "" {
-		o.OnError = portero.FailAllow
+	o.OnError, o.Counting = cmp.Or(o.OnError, portero.FailAllow), cmp.Or(o.Counting, AllOrNothing)
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("engine: "+format, args...))
+		}
 	}
-	if !o.OnError.Valid() {
-		return nil, fmt.Errorf("engine: on error: %q: want allow, deny, local or error", string(o.OnError))
-	}
-	if o.LocalShare == 0 {
-		o.LocalShare = 1
-	}
-	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
-		return nil, fmt.Errorf("engine: local share %v: want a share in (0, 1]", o.LocalShare)
-	}
-	if o.LocalMaxKeys < 0 {
-		return nil, fmt.Errorf("engine: local max keys %d: must not be negative", o.LocalMaxKeys)
-	}
-	if o.LocalMaxKeys == 0 {
-		o.LocalMaxKeys = DefaultLocalMaxKeys
-	}
-	if o.RetryAfterOnFailure < 0 {
-		return nil, fmt.Errorf("engine: retry after on failure %v: must not be negative", o.RetryAfterOnFailure)
-	}
-	if o.RetryAfterOnFailure == 0 {
-		o.RetryAfterOnFailure = DefaultRetryAfterOnFailure
-	}
-	if o.NearLimit == 0 {
-		o.NearLimit = DefaultNearLimit
-	}
-	if !(o.NearLimit > 0 && o.NearLimit <= 1) {
-		return nil, fmt.Errorf("engine: near limit %v: want a share in (0, 1]", o.NearLimit)
-	}
-	if o.Counting == "" {
-		o.Counting = AllOrNothing
-	}
-	if !o.Counting.Valid() {
-		return nil, fmt.Errorf("engine: counting %q: want %s or %s", string(o.Counting), AllOrNothing, CountEach)
-	}
-	if o.CounterJitter < 0 {
-		return nil, fmt.Errorf("engine: counter jitter %v: must not be negative", o.CounterJitter)
-	}
-	if o.LeaseRetryAfter < 0 {
-		return nil, fmt.Errorf("engine: lease retry after %v: must not be negative", o.LeaseRetryAfter)
-	}
-	if o.LeaseRetryAfter == 0 {
-		o.LeaseRetryAfter = DefaultLeaseRetryAfter
+	check(o.OnError.Valid(), "on error: %q: want allow, deny, local or error", string(o.OnError))
+	check(o.Counting.Valid(), "counting %q: want %s or %s", string(o.Counting), AllOrNothing, CountEach)
+	check(o.LocalShare >= 0 && o.LocalShare <= 1, "local share %v: want a share in (0, 1]", o.LocalShare)
+	check(o.NearLimit >= 0 && o.NearLimit <= 1, "near limit %v: want a share in (0, 1]", o.NearLimit)
+	check(o.LocalMaxKeys >= 0, "local max keys %d: must not be negative", o.LocalMaxKeys)
+	check(o.RetryAfterOnFailure >= 0, "retry after on failure %v: must not be negative", o.RetryAfterOnFailure)
+	check(o.CounterJitter >= 0, "counter jitter %v: must not be negative", o.CounterJitter)
+	check(o.LeaseRetryAfter >= 0, "lease retry after %v: must not be negative", o.LeaseRetryAfter)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	if o.Leases == nil {
 		o.Leases, _ = o.Store.(portero.LeaseStore)
 	}
-	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: o.RetryAfterOnFailure, leaseRetry: o.LeaseRetryAfter, near: o.NearLimit,
-		counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter}
+	retry := cmp.Or(o.RetryAfterOnFailure, DefaultRetryAfterOnFailure)
+	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: retry, leaseRetry: cmp.Or(o.LeaseRetryAfter, DefaultLeaseRetryAfter),
+		near: cmp.Or(o.NearLimit, DefaultNearLimit), counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter, overCache: o.OverLimitCache}
 	if o.OnError == portero.FailLocal {
-		mem, err := memstore.New(memstore.Config{MaxKeys: o.LocalMaxKeys, SweepInterval: -1})
+		mem, err := memstore.New(memstore.Config{MaxKeys: cmp.Or(o.LocalMaxKeys, DefaultLocalMaxKeys), SweepInterval: -1})
 		if err != nil {
 			return nil, fmt.Errorf("engine: local memory: %w", err)
 		}
-		e.local = &localStore{mem: mem, share: o.LocalShare, retry: o.RetryAfterOnFailure}
+		e.local = &localStore{mem: mem, share: cmp.Or(o.LocalShare, 1), retry: retry}
 	}
 	return e, nil
 }
@@ -196,33 +157,23 @@ func (e *Engine) OnError() portero.FailurePolicy { return e.onError }
 // Counting returns how the engine counts.
 func (e *Engine) Counting() Counting { return e.counting }
 
-// Decide decides hits at instant now, all-or-nothing, and writes the
-// verdict into v, which it resets first and whose memory it reuses. A
-// refusal is a verdict with Allowed false, not an error. The hits slice is
-// only read (and not kept).
+// Decide decides hits at instant now, all-or-nothing, into v, which it
+// resets and whose memory it reuses; hits is only read. A refusal is a
+// verdict with Allowed false, not an error.
 //
-// In order: hits that can never pass (a cost above Rule.MaxCost, or a rule
-// that admits nothing) and check-only hits are looked at with
-// portero.Store.Peek, a check-only hit at its cost (at least 1). When one
-// of them refuses, the request is refused and the counted hits are only
-// looked at too, each at its cost (NotCounted when it alone would pass,
-// Refused when not, with the wait until it would). A look reports what
-// stands now: the remaining and the reset time before the hit. Otherwise the counted hits go to portero.Store.AllowAll in one
+// Hits that can never pass (a cost above Rule.MaxCost) and check-only hits
+// are looked at first (portero.Store.Peek, at least one unit). When one
+// refuses, the counted hits are only looked at too (NotCounted when one
+// alone would pass). Otherwise they go to portero.Store.AllowAll in one
 // call; when only shadow hits refuse, those are dropped and the rest asked
-// again, so that a shadow rule never changes what is counted for the
-// enforced ones (at most one more call per shadow hit).
+// again, so that a shadow rule never changes what the enforced ones count.
 //
-// When the store fails, the failure policy decides every hit of the
-// request afresh (Result.Failure says so, Verdict.Degraded holds the
-// store's error): FailAllow admits them uncounted, FailDeny refuses them,
-// FailLocal decides them in this instance's memory with LocalShare of each
-// limit. A hit that can never pass is refused under every policy. Under
-// FailError, Decide returns an error wrapping portero.ErrStoreUnavailable
-// and the store's error.
-//
-// Other errors wrap ErrInvalidHit, among them a hit of a concurrency rule
-// (Rule.Concurrency), which only Admit decides, since its door must give
-// the lease back. After an error v holds no verdict.
+// When the store fails, the failure policy decides every hit afresh
+// (Result.Failure, Verdict.Degraded): FailAllow admits uncounted, FailDeny
+// refuses, FailLocal decides in this instance's memory; under FailError
+// Decide returns an error wrapping portero.ErrStoreUnavailable. Other
+// errors wrap ErrInvalidHit, among them a hit of a concurrency rule, which
+// only Admit decides. After an error v holds no verdict.
 func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
 	v.reuse()
 	if err := v.load(hits, false); err != nil {
@@ -231,8 +182,8 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, hits []Hit, v *Verdi
 	return e.run(ctx, now, v)
 }
 
-// load puts one result per hit in v, after checking the hit; leases says
-// whether hits of concurrency rules may be among them (Admit).
+// load puts one result per hit in v after checking it; leases allows the
+// hits of concurrency rules (Admit).
 func (v *Verdict) load(hits []Hit, leases bool) error {
 	for i := range hits {
 		h := &hits[i]
@@ -253,8 +204,8 @@ func (v *Verdict) load(hits []Hit, leases bool) error {
 	return nil
 }
 
-// run decides the rate hits of v (those without an outcome yet) in the
-// store, or, when it fails, by the failure policy.
+// run decides the rate hits of v in the store, or, when it fails, by the
+// failure policy.
 func (e *Engine) run(ctx context.Context, now time.Time, v *Verdict) error {
 	err := e.decide(ctx, e.store, now, v)
 	if err == nil {
@@ -297,8 +248,7 @@ func (e *Engine) run(ctx context.Context, now time.Time, v *Verdict) error {
 		if e.onError == portero.FailLocal {
 			continue
 		}
-		// Made-up figures are no figures: zero them, so that nothing
-		// announces them by mistake.
+		// Made-up figures must not be announced.
 		r.Decision.Remaining, r.Decision.ResetAfter = 0, 0
 		if r.Outcome == NearLimit {
 			r.Outcome = Allowed
@@ -313,7 +263,6 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 		return e.decideEach(ctx, st, now, v)
 	}
 	refused := v.blocked // a concurrency rule refused (Admit): count nothing
-	// Hits that can never pass, and check-only hits: looked at, not counted.
 	for i := range v.Results {
 		res := &v.Results[i]
 		r := res.Rule
@@ -323,14 +272,12 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 		}
 		var d portero.Decision
 		if r.maxCost > 0 {
-			// A check-only hit is looked at at its cost (at least one
-			// unit); one that can never pass only for what stands now.
-			cost := int64(1)
+			cost := int64(1) // what stands now, for a hit that can never pass
 			if !never {
 				cost = max(res.Cost, 1)
 			}
 			var err error
-			if d, err = st.Peek(ctx, r.Rule, res.Key, now, cost); err != nil {
+			if d, err = look(ctx, st, now, res, cost); err != nil {
 				return err
 			}
 		}
@@ -350,17 +297,14 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 		}
 		res.Decision = d
 	}
-	// Every quota hit refused already: so is the request.
-	refused = refused || quotaExhausted(v, nil, nil)
-	if refused {
-		// The request is refused whatever the counted hits say: count
-		// nothing, but tell each where it stands.
+	if refused || quotaExhausted(v, nil, nil) {
+		// Refused whatever the counted hits say: tell each where it stands.
 		for i := range v.Results {
 			res := &v.Results[i]
 			if res.Outcome != 0 {
 				continue
 			}
-			d, err := st.Peek(ctx, res.Rule.Rule, res.Key, now, res.Cost)
+			d, err := look(ctx, st, now, res, res.Cost)
 			if err != nil {
 				return err
 			}
@@ -382,7 +326,7 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 }
 
 // verdict sets v.Allowed and v.Violated from the outcomes: the enforced
-// hits that refused, and the quota hits when every one of them refused.
+// hits that refused, and the quota hits when all of them refused.
 func (e *Engine) verdict(v *Verdict) {
 	v.Allowed = true
 	quotaOut := quotaExhausted(v, nil, nil)
@@ -399,9 +343,8 @@ func (e *Engine) verdict(v *Verdict) {
 // itself: neither a shadow rule nor a quota rule.
 func enforced(r *Rule) bool { return !r.Shadow && !r.QuotaMode }
 
-// quotaExhausted reports whether v has quota hits and every one of them
-// refused: by its outcome, or, for the hits at the indexes of active, by
-// the store's decision in decs.
+// quotaExhausted reports whether v has quota hits and all of them refused:
+// by their outcome, or, for the hits at the indexes of active, by decs.
 func quotaExhausted(v *Verdict, active []int, decs []portero.Decision) bool {
 	n := 0
 	for i := range v.Results {
@@ -439,7 +382,7 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 		hits = hits[:0]
 		for _, i := range active {
 			res := &v.Results[i]
-			hits = append(hits, portero.Hit{Rule: res.Rule.Rule, Key: res.Key, Cost: res.Cost})
+			hits = append(hits, portero.Hit{Rule: res.Rule.Rule, Key: res.Key, Cost: res.Cost, MaxDelay: res.MaxDelay})
 		}
 		decs, err := st.AllowAll(ctx, now, hits)
 		if err != nil {
@@ -502,12 +445,19 @@ func (e *Engine) count(ctx context.Context, st portero.Store, now time.Time, v *
 	return nil
 }
 
-// untaken turns the decision of an admitted hit of cost that AllowAll
-// did not count (another hit refused the call) into what stands now: cost
-// more remaining (at most the limit), no queueing delay, and nothing to
-// wait for once the quota is whole. (When it is not whole, ResetAfter
-// still includes cost: at most cost/r too long. A look, Store.Peek, reports
-// what stands now exactly.)
+// look peeks at res at cost, with its MaxDelay, which Store.Peek does not
+// know: a queue place that would depart later refuses.
+func look(ctx context.Context, st portero.Store, now time.Time, res *Result, cost int64) (portero.Decision, error) {
+	d, err := st.Peek(ctx, res.Rule.Rule, res.Key, now, cost)
+	if d.Allowed && res.MaxDelay > 0 && d.Delay > res.MaxDelay {
+		d.Allowed, d.RetryAfter, d.Delay = false, d.Delay-res.MaxDelay, 0
+	}
+	return d, err
+}
+
+// untaken turns the decision of an admitted hit that AllowAll did not count
+// (another hit refused the call) into about what stands now: cost more
+// remaining, no delay; ResetAfter may still include the cost.
 func untaken(d *portero.Decision, cost int64) {
 	d.Remaining, d.Delay = min(d.Remaining+cost, d.Limit), 0
 	if d.Remaining >= d.Limit {
@@ -515,8 +465,8 @@ func untaken(d *portero.Decision, cost int64) {
 	}
 }
 
-// policyStore answers as FailAllow or FailDeny would: every hit allowed
-// (allow) or refused for retry, with the rule's limit and no other figure.
+// policyStore answers as FailAllow or FailDeny: every hit allowed, or
+// refused for retry, with the rule's limit and no other figure.
 type policyStore struct {
 	allow bool
 	retry time.Duration
@@ -554,9 +504,8 @@ func decisionLimit(r portero.Rule) int64 {
 }
 
 // localStore is the FailLocal memory: a memstore in which every rule is
-// scaled down to this instance's share. A hit whose cost exceeds its
-// scaled rule is refused (for the retry time of a failure), and the call
-// with it.
+// scaled down to this instance's share; a hit whose cost exceeds its
+// scaled rule refuses the call for the retry time of a failure.
 type localStore struct {
 	mem   *memstore.Store
 	share float64
@@ -578,7 +527,7 @@ func (l *localStore) AllowAll(ctx context.Context, now time.Time, hits []portero
 		if err != nil {
 			return nil, fmt.Errorf("local share of rule %q: %w", h.Rule.Name, err)
 		}
-		scaled[i], maxes[i] = portero.Hit{Rule: sr, Key: h.Key, Cost: h.Cost}, max
+		scaled[i], maxes[i] = portero.Hit{Rule: sr, Key: h.Key, Cost: h.Cost, MaxDelay: h.MaxDelay}, max
 		over = over || h.Cost > max
 	}
 	if !over {
@@ -611,8 +560,7 @@ func (l *localStore) Peek(ctx context.Context, r portero.Rule, key string, now t
 func (l *localStore) Close(ctx context.Context) error { return l.mem.Close(ctx) }
 
 // scale returns l with its count, burst and rate multiplied by share, each
-// rounded down but at least 1 unit (a rate: at least its share of one unit
-// per window).
+// rounded down to at least 1 unit.
 func scale(l portero.Limit, share float64) portero.Limit {
 	if share >= 1 {
 		return l

@@ -9,17 +9,11 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// Keeping the leases of an admitted request, for every door that holds a
-// request while it runs (the net/http middleware until its handler returns,
-// the gRPC interceptors for the life of a call or a stream). A lease is
-// renewed every TTL/3 of the shortest lease held, with a time.AfterFunc
-// timer — no goroutine waits, and a request shorter than TTL/3 never
-// renews — so that a crashed instance leaks its slots for at most the
-// lease's TTL; and given back once, however the request ends, by the door's
-// deferred Release.
-
-// Keeper renews the leases of one admitted request until Release. It is safe
-// for concurrent use; a nil *Keeper keeps nothing.
+// Keeper renews the leases of one admitted request until Release, for every
+// door that holds a request while it runs: every TTL/3 of the shortest
+// lease, on a time.AfterFunc timer (no goroutine waits), so that a crashed
+// instance leaks its slots for at most a TTL. It is safe for concurrent
+// use; a nil *Keeper keeps nothing.
 type Keeper struct {
 	ctx     context.Context // the request's, without its cancellation
 	held    []Held
@@ -33,13 +27,11 @@ type Keeper struct {
 	renewal *time.Timer
 }
 
-// Keep copies held (a verdict's Held, reused by its next decision) into a
-// Keeper that renews them every TTL/3 of the shortest lease, at the instants
-// now returns, until Release. ctx is the request's: its values reach the
-// store, its end does not stop the renewals (Release does). onError, when not
-// nil, receives the errors of renewals (wrapping portero.ErrLeaseLost for a
-// lease that expired first; it is not renewed again) and of releases. Keep
-// returns nil when held is empty.
+// Keep copies held (a verdict's Held) into a Keeper that renews them at the
+// instants now returns, until Release; nil when held is empty. ctx's values
+// reach the store, its end does not stop the renewals. onError, when not
+// nil, receives the errors of renewals (portero.ErrLeaseLost: that lease
+// is not renewed again) and releases.
 func Keep(ctx context.Context, held []Held, now func() time.Time, onError func(error)) *Keeper {
 	if len(held) == 0 {
 		return nil
@@ -84,9 +76,8 @@ func (k *Keeper) renew() {
 	}
 }
 
-// Release stops the renewals and gives every lease back, once: later calls
-// do nothing. It returns the leases it gave back (nil on a later call), for
-// a door that wakes the requests waiting for their slots.
+// Release stops the renewals and gives every lease back, once; it returns
+// them (nil on a later call), for a door that wakes waiters for the slots.
 func (k *Keeper) Release() []Held {
 	if k == nil {
 		return nil
@@ -104,8 +95,7 @@ func (k *Keeper) Release() []Held {
 }
 
 // Release gives back every lease in held, even when ctx is done (the
-// client left: the release must still reach the store), passing the errors
-// to onError when it is not nil.
+// client left), passing the errors to onError when it is not nil.
 func Release(ctx context.Context, held []Held, onError func(error)) {
 	ctx = context.WithoutCancel(ctx)
 	for _, h := range held {

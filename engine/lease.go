@@ -10,38 +10,25 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// Concurrency limits in the engine. A concurrency rule (Rule.Concurrency)
-// counts what has not finished rather than what arrived: its hit takes a
-// lease from the engine's portero.LeaseStore, and the door that admitted
-// the request gives the lease back when the request ends (Verdict.Held).
-// Admit decides them with the rate hits of the same request, all or
-// nothing: the leases first, in hit order, stopping at the first enforced
-// refusal; then, if every lease was granted, the rate hits as Decide does
-// them; and when those refuse, the leases are given back at once. So a
-// request refused by either kind is counted by neither: a refused lease
-// leaves the rate counters as they were (they are only looked at, as for a
-// check-only refusal), and a refused rate limit holds no slot.
-//
-// The failure policy is the one of the rate hits (Options.OnError), applied
-// to a lease store that fails (an error from Acquire): FailAllow admits
-// without a lease, FailDeny refuses (Result.Failure, Verdict.Unavailable:
-// 503 at the HTTP doors), FailLocal takes the lease in the engine's own
-// memory with LocalShare of Max (at least 1), FailError makes Admit return
-// the error.
+// Concurrency limits count what has not finished: a hit of a concurrency
+// rule takes a lease, which the door gives back when the request ends
+// (Verdict.Held). Admit decides them with the rate hits, all or nothing:
+// the leases first, then the rate hits, and a refusal by either gives the
+// leases back and counts no rate. A lease store that fails meets the same
+// failure policy: FailAllow admits without a lease, FailDeny refuses,
+// FailLocal takes the lease in the engine's memory with LocalShare of Max,
+// FailError makes Admit return the error.
 
-// Held is a lease an admitted verdict holds: the concurrency rule, the key
-// and the lease, which the door renews while the request runs (within the
-// rule's TTL) and gives back, however the request ends, with
-// Lease.Release.
+// Held is a lease an admitted verdict holds, which the door renews while
+// the request runs and gives back however it ends.
 type Held struct {
 	Rule  *Rule
 	Key   string
 	Lease portero.Lease
 }
 
-// Held returns the leases v holds, in hit order: none unless Admit
-// admitted a request with hits of concurrency rules. The slice is v's and
-// is reused by the next decision: copy it to keep it.
+// Held returns the leases v holds, in hit order; the slice is reused by
+// the next decision.
 func (v *Verdict) Held() []Held { return v.held }
 
 // leaseHit checks hit i of a concurrency rule.
@@ -57,19 +44,11 @@ func leaseHit(h *Hit, i int, leases bool) error {
 	return nil
 }
 
-// Admit decides hits at instant now as Decide does, except that hits of
-// concurrency rules are allowed among them: each takes a lease, and an
-// admitted verdict holds them (Verdict.Held) until the door releases them.
-// Leases are taken first, in hit order, and the first enforced refusal
-// stops there (later concurrency hits are NotCounted, with nothing asked;
-// earlier ones are given back); the rate hits are then only looked at. When
-// the rate hits refuse, every lease taken is given back before Admit
-// returns. A refused concurrency hit's Decision has the rule's Max as
-// Limit and a RetryAfter of at most Options.LeaseRetryAfter. Without hits
-// of concurrency rules Admit is Decide.
-//
-// When the lease store fails, the failure policy decides the concurrency
-// hits as it decides rate hits (see the comment at the top of lease.go).
+// Admit is Decide for hits among which concurrency rules' may be: each
+// takes a lease, in hit order, until the first enforced refusal (the rate
+// hits are then only looked at); a refusal gives every lease back before
+// Admit returns, and an admitted verdict holds them (Verdict.Held). A
+// refused concurrency hit's RetryAfter is at most Options.LeaseRetryAfter.
 // After an error v holds no verdict and no lease.
 func (e *Engine) Admit(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
 	leases := false
@@ -91,9 +70,7 @@ func (e *Engine) Admit(ctx context.Context, now time.Time, hits []Hit, v *Verdic
 		return errors.New("engine: the store keeps no leases (it is no portero.LeaseStore): concurrency rules cannot be admitted")
 	}
 	if e.counting == CountEach {
-		// envoyproxy/ratelimit has no concurrency limit, and CountEach
-		// counts each hit on its own, which a lease cannot be.
-		v.Reset()
+		v.Reset() // envoyproxy/ratelimit has no concurrency limit
 		return errors.New("engine: concurrency rules cannot be admitted under CountEach")
 	}
 	for i := range v.Results {
@@ -189,10 +166,8 @@ func (e *Engine) leaseFailure(ctx context.Context, now time.Time, r *Rule, key s
 	return nil, portero.Decision{Allowed: true, Limit: max}, nil
 }
 
-// giveBack releases the leases v holds: the request they were taken for
-// is refused (or its decision failed). Each released hit is NotCounted and
-// its slot is available again. A release that fails leaves the slot to the
-// lease's expiry.
+// giveBack releases the leases of a refused (or failed) v; each hit becomes
+// NotCounted.
 func (e *Engine) giveBack(ctx context.Context, v *Verdict) {
 	if len(v.held) == 0 {
 		return

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/algorithm"
 )
 
 // Adjustment is one settlement after a response: Delta units charged to
-// (positive) or refunded from (negative) what Key has used under Rule; a
-// refund gives back units of the decision made at At. A compiler builds
-// them from the verdict and the response (policy.Policy.Settle).
+// (positive) or refunded from (negative, of the decision at At) what Key
+// has used under Rule (policy.Policy.Settle builds them).
 type Adjustment struct {
 	Rule  *Rule
 	Key   string
@@ -21,23 +21,13 @@ type Adjustment struct {
 }
 
 // Settle applies adjustments at instant now, after the responses of
-// requests the engine decided earlier: a reservation settled (the
-// difference between the estimate counted at the decision and the cost
-// the response reported, charged or refunded), or a request counted only
-// because its response matched (a failed login), charged. It decides and
-// refuses nothing: the next decisions see the adjusted counts. The store
-// must implement portero.Adjuster (store/memstore and store/redisstore
-// do). When the store fails, FailLocal settles in the engine's own memory
-// (where the decisions are then made); every other policy drops the
-// settlement and returns the error, wrapping portero.ErrStoreUnavailable,
-// for the door to count. Errors also wrap portero.ErrNotAdjustable (the
-// rule's algorithm cannot make the adjustment) and ErrInvalidHit.
-//
-// Under concurrency a settlement comes after the decisions of the requests
-// still in flight: a rule counted after the response admits at most its
-// limit plus the requests in flight when it was reached, since each of
-// them was admitted while the count was below the limit (see
-// docs/plans.md).
+// requests decided earlier (a reservation settled, a matching response
+// charged), through the store's portero.Adjuster; it decides nothing. When
+// the store fails, FailLocal settles in the engine's memory and every
+// other policy drops the settlement, returning an error wrapping
+// portero.ErrStoreUnavailable. Errors also wrap portero.ErrNotAdjustable
+// and ErrInvalidHit. A rule counted after the response admits at most its
+// limit plus the requests in flight when it was reached (docs/plans.md).
 func (e *Engine) Settle(ctx context.Context, now time.Time, adj []Adjustment) error {
 	if len(adj) == 0 {
 		return nil
@@ -78,16 +68,34 @@ func (e *Engine) Settle(ctx context.Context, now time.Time, adj []Adjustment) er
 	return fmt.Errorf("engine: settlement dropped: %w", err)
 }
 
-// Peek looks at hits at instant now without counting any of them, and
-// writes into v the verdict a request would get if they were all
-// check-only: each hit's decision says what is available now. It is what
-// a door answers "how much have I left?" with (the gateway's GET
-// /v1/limits). The failure policy applies as for Decide.
+// Refunds appends to adj the refunds of what admitted verdict v, decided at
+// at, counted: for a request that ends before it runs (its client left
+// while a queue held it), so that it counts in no rule. Leases (the
+// Keeper's), hits the failure policy decided, and a sliding log's, which
+// cannot be refunded, are not among them. Settle applies them.
+func (v *Verdict) Refunds(at time.Time, adj []Adjustment) []Adjustment {
+	for i := range v.Results {
+		res := &v.Results[i]
+		if res.Outcome != Allowed && res.Outcome != NearLimit || res.Failure != "" || res.Rule.IsConcurrency() {
+			continue
+		}
+		if _, ok := algorithm.CanAdjust(res.Rule.Algorithm); ok {
+			adj = append(adj, Adjustment{Rule: res.Rule, Key: res.Key, Delta: -res.Cost, At: at})
+		}
+	}
+	return adj
+}
+
+// Peek writes into v, without counting anything, the verdict of hits made
+// check-only, marked Verdict.Look: what a door answers "how much have I
+// left?" with (GET /v1/limits, /api/keys), under the failure policy.
 func (e *Engine) Peek(ctx context.Context, now time.Time, hits []Hit, v *Verdict) error {
 	look := make([]Hit, len(hits))
 	for i, h := range hits {
 		h.CheckOnly = true
 		look[i] = h
 	}
-	return e.Decide(ctx, now, look, v)
+	err := e.Decide(ctx, now, look, v)
+	v.Look = err == nil
+	return err
 }

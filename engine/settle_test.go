@@ -102,3 +102,85 @@ func TestPeekCountsNothing(t *testing.T) {
 		t.Errorf("Peek = %+v, %v; want 1 left, check-only", d, v.Results[0].Outcome)
 	}
 }
+
+// TestMaxDelayRefusesInTheDecision: a queue hit whose departure would come
+// after its MaxDelay refuses the request in the store's decision, and the
+// stacked rule counts nothing; refused by a check-only hit, the same hit is
+// only looked at and still reported as refused by its bound.
+func TestMaxDelayRefusesInTheDecision(t *testing.T) {
+	ctx := context.Background()
+	mem, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close(ctx) })
+	queue := mustRule(t, "queue", portero.LeakyQueue, "2/s", false)
+	log := mustRule(t, "log", portero.SlidingLog, "100/min", false)
+	e := newEngine(t, mem, engine.Options{})
+	hits := []engine.Hit{{Rule: log, Key: "k", Cost: 1}, {Rule: queue, Key: "k", Cost: 1, MaxDelay: 600 * time.Millisecond}}
+	if v := decide(t, e, 0, hits...); !v.Allowed || v.Results[1].Decision.Delay != 500*time.Millisecond {
+		t.Fatalf("first: %+v, want admitted with a 0.5 s delay", v.Results)
+	}
+	v := decide(t, e, 0, hits...)
+	if res := v.Results[1]; v.Allowed || res.Outcome != engine.Refused || res.Decision.RetryAfter != 400*time.Millisecond || v.Results[0].Outcome != engine.NotCounted {
+		t.Errorf("second, departing at 1.0 s: %+v, want refused by the queue (retry in 0.4 s) and the log not counted", v.Results)
+	}
+	if d, _ := mem.Peek(ctx, log.Rule, "k", t0, 1); d.Remaining != 99 {
+		t.Errorf("the log has %d left, want 99: a refused request counts in no rule", d.Remaining)
+	}
+	spent := mustRule(t, "spent", portero.FixedWindow, "1/min", false)
+	decide(t, e, 0, engine.Hit{Rule: spent, Key: "k", Cost: 1})
+	v = decide(t, e, 0, engine.Hit{Rule: spent, Key: "k", Cost: 1, CheckOnly: true}, hits[1])
+	if res := v.Results[1]; res.Outcome != engine.Refused || len(v.Violated) != 2 {
+		t.Errorf("refused by a check-only hit: the queue hit is %v (violated %v), want refused by its bound too", res.Outcome, v.Violated)
+	}
+}
+
+// TestRefundsGiveBack: the refunds of an admitted verdict give back every
+// hit the store counted and can refund, and Settle applies them.
+func TestRefundsGiveBack(t *testing.T) {
+	ctx := context.Background()
+	mem, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close(ctx) })
+	window := mustRule(t, "window", portero.FixedWindow, "10/min", false)
+	log := mustRule(t, "log", portero.SlidingLog, "10/min", false)
+	e := newEngine(t, mem, engine.Options{})
+	v := decide(t, e, 0, engine.Hit{Rule: window, Key: "k", Cost: 3}, engine.Hit{Rule: log, Key: "k", Cost: 1})
+	adj := v.Refunds(t0, nil)
+	if len(adj) != 1 || adj[0].Rule != window || adj[0].Delta != -3 {
+		t.Fatalf("Refunds = %+v, want the window's 3 units (a sliding log cannot refund)", adj)
+	}
+	if err := e.Settle(ctx, t0, adj); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := mem.Peek(ctx, window.Rule, "k", t0, 1); d.Remaining != 10 {
+		t.Errorf("the window has %d left after the refund, want 10", d.Remaining)
+	}
+}
+
+// TestPeekIsALook: a look at a spent rule is refused, and marked as a
+// look, so that the header writer tells every rule's state.
+func TestPeekIsALook(t *testing.T) {
+	ctx := context.Background()
+	mem, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close(ctx) })
+	r := mustRule(t, "r", portero.FixedWindow, "1/min", false)
+	e := newEngine(t, mem, engine.Options{})
+	decide(t, e, 0, engine.Hit{Rule: r, Key: "k", Cost: 1})
+	var v engine.Verdict
+	if err := e.Peek(ctx, t0, []engine.Hit{{Rule: r, Key: "k", Cost: 1}}, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Allowed || !v.Look {
+		t.Errorf("Peek of a spent rule: Allowed %v, Look %v; want a refused look", v.Allowed, v.Look)
+	}
+	if err := e.Decide(ctx, t0, []engine.Hit{{Rule: r, Key: "k", Cost: 1}}, &v); err != nil || v.Look {
+		t.Errorf("Decide after Peek: Look %v, %v; want a decision", v.Look, err)
+	}
+}

@@ -54,8 +54,10 @@
 // stream.
 //
 // Leaky-queue rules hold an admitted call for its place in the queue, as
-// the middleware does; httplimit's Shapes (nginx's delay=N) and Queues (a
-// wait for a concurrency slot) have no gRPC form yet.
+// the middleware does: a place that would depart after the call's deadline
+// is refused, and a call canceled while held gives back what it counted.
+// httplimit's Shapes (nginx's delay=N) and Queues (a wait for a concurrency
+// slot) have no gRPC form yet.
 package grpclimit
 
 import (
@@ -218,6 +220,7 @@ type scratch struct {
 	v      engine.Verdict
 	fields []header.Field
 	buf    []byte
+	now    time.Time // the decision's instant
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
@@ -273,8 +276,10 @@ func (l *Limiter) decide(ctx context.Context, s *scratch, method string, msg any
 	l.fill(ctx, s, method, msg)
 	var err error
 	s.hits, s.keys, err = l.cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
+	s.now = l.cfg.Now()
 	if err == nil {
-		err = l.engine.Admit(ctx, l.cfg.Now(), s.hits, &s.v)
+		bound(ctx, s.hits)
+		err = l.engine.Admit(ctx, s.now, s.hits, &s.v)
 	}
 	if err != nil {
 		l.report(ctx, method, err)
@@ -345,6 +350,21 @@ func fieldsMetadata(fields []header.Field, buf []byte) metadata.MD {
 	return md
 }
 
+// bound sets the MaxDelay of the enforced queue hits of a call with a
+// deadline to the time left, so that the engine refuses a place that would
+// depart after it.
+func bound(ctx context.Context, hits []engine.Hit) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return
+	}
+	for i := range hits {
+		if h := &hits[i]; h.Rule.Algorithm == portero.LeakyQueue && !h.Rule.Shadow {
+			h.MaxDelay = max(time.Until(dl), 1)
+		}
+	}
+}
+
 // hold waits for the departure of an admitted call's place in a queue
 // rule (the longest Decision.Delay of its hits), within ctx.
 func hold(ctx context.Context, v *engine.Verdict) error {
@@ -376,6 +396,10 @@ func (l *Limiter) admit(ctx context.Context, method string, msg any) (*call, err
 	c := &call{l: l, ctx: ctx, method: method, keeper: engine.Keep(ctx, s.v.Held(), l.cfg.Now, l.onError(ctx, method))}
 	if err := hold(ctx, &s.v); err != nil {
 		c.end()
+		// Canceled before it ran: the call counts in no rule.
+		if err := l.engine.Settle(context.WithoutCancel(ctx), l.cfg.Now(), s.v.Refunds(s.now, nil)); err != nil && !errors.Is(err, portero.ErrNotAdjustable) {
+			l.report(ctx, method, err)
+		}
 		return nil, err
 	}
 	if p := l.cfg.Policy; p.Settles() {

@@ -248,3 +248,37 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueDeadline: a leaky-queue rule stacked with a sliding log. A call
+// whose place would depart after its deadline is refused at once
+// (ResourceExhausted, not DeadlineExceeded after waiting), and counts in
+// no rule: the log counts only the calls that ran.
+func TestQueueDeadline(t *testing.T) {
+	st := store(t)
+	p := newPolicy(t,
+		policy.Rule{Name: "log", Key: policy.MustParseKey("global"), Algorithm: portero.SlidingLog, Limit: portero.PerMinute(100)},
+		policy.Rule{Name: "queue", Key: policy.MustParseKey("global"), Algorithm: portero.LeakyQueue, Limit: portero.MustParseLimit("2/s")},
+	)
+	cc := serve(t, grpclimit.Config{Policy: p, Store: st}, grpctest.Handlers{})
+	call := func(timeout time.Duration) codes.Code {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := grpctest.CallSay(ctx, cc, "hi")
+		return status.Code(err)
+	}
+	if c := call(10 * time.Second); c != codes.OK {
+		t.Fatalf("first call: %v, want OK after its 0.5 s hold", c)
+	}
+	// A place departs at least 0.5 s after it is taken: more than this
+	// call's 0.2 s.
+	if c := call(200 * time.Millisecond); c != codes.ResourceExhausted {
+		t.Errorf("a call whose place departs after its deadline: %v, want ResourceExhausted", c)
+	}
+	d, err := st.Peek(context.Background(), p.Rule("log").StoreRule(), "global=*", time.Now(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Remaining != 99 {
+		t.Errorf("the log has %d left, want 99: the refused call counts in no rule", d.Remaining)
+	}
+}

@@ -196,27 +196,21 @@ func waitFree(t *testing.T, s portero.LeaseStore, rule portero.ConcurrencyRule, 
 	}
 }
 
-// TestConcurrencyReleasedHoweverTheRequestEnds: one slot, and for each way a
-// request can end on a real loopback server — success, an error status, a
-// panic, a client that goes away, http.TimeoutHandler giving up, a hijacked
-// connection (closed, or kept open after the handler returns) — the slot is
-// held while the handler runs and free once it has returned.
-func TestConcurrencyReleasedHoweverTheRequestEnds(t *testing.T) {
-	store := leaseStore(t)
-	const key = "global=*"
+// ending is a way a request can end: its handler signals entered, then
+// waits for goOn (closed once the test has seen the slot taken) before it
+// ends its own way; its client waits for goOn before it does its part.
+type ending struct {
+	name    string
+	handler func(entered chan<- struct{}, goOn <-chan struct{}) http.Handler
+	wrap    func(http.Handler) http.Handler // around the middleware; nil for none
+	client  func(t *testing.T, url string, goOn <-chan struct{})
+}
 
-	// Each handler signals entered, then waits for goOn (closed once the
-	// test has seen the slot taken) before it ends its own way; each client
-	// waits for goOn before it does its part of the ending.
-	type tc struct {
-		name    string
-		handler func(entered chan<- struct{}, goOn <-chan struct{}) http.Handler
-		wrap    func(http.Handler) http.Handler // around the middleware; nil for none
-		client  func(t *testing.T, url string, goOn <-chan struct{})
-	}
+// endings are the ways a request can end on a real loopback server; the
+// last keeps its hijacked connection open, handing it over on hijacked.
+func endings(t *testing.T, hijacked chan<- net.Conn) []ending {
 	get := func(t *testing.T, url string, _ <-chan struct{}) { <-goGet(url, nil) }
-	hijacked := make(chan net.Conn, 1)
-	cases := []tc{
+	return []ending{
 		{name: "success", client: get, handler: func(entered chan<- struct{}, goOn <-chan struct{}) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { entered <- struct{}{}; <-goOn })
 		}},
@@ -312,7 +306,18 @@ func TestConcurrencyReleasedHoweverTheRequestEnds(t *testing.T) {
 			resp.Body.Close()
 		}},
 	}
-	for i, cs := range cases {
+}
+
+// TestConcurrencyReleasedHoweverTheRequestEnds: one slot, and for each way a
+// request can end on a real loopback server — success, an error status, a
+// panic, a client that goes away, http.TimeoutHandler giving up, a hijacked
+// connection (closed, or kept open after the handler returns) — the slot is
+// held while the handler runs and free once it has returned.
+func TestConcurrencyReleasedHoweverTheRequestEnds(t *testing.T) {
+	store := leaseStore(t)
+	const key = "global=*"
+	hijacked := make(chan net.Conn, 1)
+	for i, cs := range endings(t, hijacked) {
 		t.Run(cs.name, func(t *testing.T) {
 			// A rule of its own, so that a leak fails this case only.
 			rule := portero.ConcurrencyRule{Name: fmt.Sprint("one-", i), Max: 1}
@@ -408,16 +413,17 @@ func (failingLeases) Acquire(context.Context, time.Time, portero.ConcurrencyRule
 	return nil, portero.Decision{}, fmt.Errorf("test: %w", portero.ErrStoreUnavailable)
 }
 
-// TestConcurrencyStoreDown: when the store fails, the request is refused
-// with 503 (never let through uncounted, never blamed on the client), and
-// OnError hears of it.
+// TestConcurrencyStoreDown: when the store fails under deny, the request is
+// refused with 503 (never let through uncounted, never blamed on the
+// client), and OnError hears of it.
 func TestConcurrencyStoreDown(t *testing.T) {
 	var mu sync.Mutex
 	var errs []error
 	c := concurrency(t, httplimit.ConcurrencyConfig{
-		Rules:   []httplimit.ConcurrencyRule{{Name: "per-ip", Key: policy.MustParseKey("ip"), Max: 5}},
-		Store:   failingLeases{},
-		OnError: func(_ *http.Request, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+		Rules:        []httplimit.ConcurrencyRule{{Name: "per-ip", Key: policy.MustParseKey("ip"), Max: 5}},
+		Store:        failingLeases{},
+		OnError:      func(_ *http.Request, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+		OnStoreError: portero.FailDeny,
 	})
 	called := false
 	srv := httptest.NewServer(c.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })))
@@ -430,6 +436,21 @@ func TestConcurrencyStoreDown(t *testing.T) {
 	defer mu.Unlock()
 	if len(errs) != 1 || !errors.Is(errs[0], portero.ErrStoreUnavailable) {
 		t.Errorf("OnError got %v", errs)
+	}
+}
+
+// TestConcurrencyZeroFailurePolicy: an empty OnStoreError means allow, as
+// for every door (the engine decides it): a failing store lets the request
+// through without a lease.
+func TestConcurrencyZeroFailurePolicy(t *testing.T) {
+	c := concurrency(t, httplimit.ConcurrencyConfig{
+		Rules: []httplimit.ConcurrencyRule{{Name: "per-ip", Key: policy.MustParseKey("ip"), Max: 5}},
+		Store: failingLeases{},
+	})
+	srv := httptest.NewServer(c.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	if resp, body := do(t, "GET", srv.URL, nil, ""); resp.StatusCode != 200 {
+		t.Errorf("store down, no failure policy given: %d %s, want 200 (allow)", resp.StatusCode, body)
 	}
 }
 

@@ -18,9 +18,9 @@ import (
 
 // TestFailurePolicyHeaders: while Redis is down a rule is decided by the
 // failure policy, not by a count, so the response keeps the rule in
-// RateLimit-Policy but sends no RateLimit item for it (it used to send
-// made-up values such as "per-client";r=599;t=0), and no legacy
-// X-RateLimit-* fields made from it; under deny the answer is a 503 with
+// RateLimit-Policy but sends no RateLimit item for it (no made-up values
+// such as "per-client";r=599;t=0), and no legacy X-RateLimit-* fields
+// made from it; under deny the answer is a 503 with
 // Retry-After. Real redis-server, killed.
 func TestFailurePolicyHeaders(t *testing.T) {
 	srv := redistest.Start(t)

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -23,71 +23,46 @@ const (
 // and the max-cost of the rule.
 type Problem = httpanswer.Problem
 
-// ceilSeconds rounds d up to whole seconds, as every RateLimit field does.
-func ceilSeconds(d time.Duration) int64 { return header.CeilSeconds(d) }
-
-// SetHeaders writes the rate-limit fields of v on h, as the middleware
-// does (package engine/header): RateLimit-Policy for the enforced rules
-// that applied, RateLimit with their state (only the violated rules of a
-// refusal, none for a rule the failure policy decided), Retry-After on a
-// refusal that a retry can cure, Cache-Control: no-store on a refusal,
-// and with legacy the X-RateLimit-* fields of the deciding rule.
+// SetHeaders writes the rate-limit fields of v on h as the middleware does
+// (engine/header), with Cache-Control: no-store on a refusal and, with
+// legacy, the X-RateLimit-* fields.
 func SetHeaders(h http.Header, v *engine.Verdict, legacy bool) {
 	var f httpanswer.Fields
-	f.Verdict(&header.Writer{Legacy: legacy}, v)
+	httpanswer.NewWriter(nil, legacy).Fields(&f, v)
 	if !v.Allowed {
-		f.Static(hCacheControl, "no-store")
+		f.Static("Cache-Control", "no-store")
 	}
 	f.Apply(h)
 }
 
-// Canonical header names, assigned directly to the header map: Header.Set
-// would canonicalize them again on every response.
-const (
-	hRateLimitPolicy    = "Ratelimit-Policy"
-	hRateLimit          = "Ratelimit"
-	hRetryAfter         = "Retry-After"
-	hCacheControl       = "Cache-Control"
-	hContentType        = "Content-Type"
-	hContentLength      = "Content-Length"
-	hContentTypeOptions = "X-Content-Type-Options"
-)
-
-// prepared holds what the middleware formats once per policy rather than
-// once per request: the header writer with the policy's joined
-// RateLimit-Policy, the fixed parts of the 429 bodies, the queue shapes
-// and the concurrency queues, by rule index.
+// prepared holds what the middleware prepares once per policy: the answers
+// of its verdicts, and the shapes and concurrency queues by rule index.
 type prepared struct {
-	writer *header.Writer
-	texts  *httpanswer.Texts
+	answer *httpanswer.Writer
 	shape  []overload.Shape // by rule index; nil when no rule is shaped
 	queue  []overload.Queue // by rule index; nil when no rule queues (Size 0: none)
+	queues bool             // some rule is a leaky queue
 }
 
 func prepare(p *policy.Policy, legacy bool) *prepared {
 	rules := make([]*engine.Rule, 0, len(p.Rules()))
+	queues := false
 	for _, r := range p.Rules() {
 		rules = append(rules, r.Engine())
+		queues = queues || r.StoreRule().Algorithm == portero.LeakyQueue
 	}
-	return &prepared{writer: header.NewWriter(rules, legacy), texts: httpanswer.NewTexts(rules)}
+	return &prepared{answer: httpanswer.NewWriter(rules, legacy), queues: queues}
 }
 
-func writeProblem(w http.ResponseWriter, p Problem) { httpanswer.Write(w, p) }
-
-// WriteUnavailable answers 503 Service Unavailable with a problem body of
-// type temporary-reduced-capacity and Retry-After (whole seconds, at least
-// 1): the answer when refusing for the service's own sake rather than the
-// client's.
+// WriteUnavailable answers 503 temporary-reduced-capacity with Retry-After
+// (whole seconds, at least 1): a refusal for the service's own sake.
 func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail string) {
 	httpanswer.WriteUnavailable(w, retryAfter, detail)
 }
 
-// WriteCostError answers a request whose cost cannot be read (the
-// middleware's answer, and the gateway's GET /v1/limits's): 400 for a
-// malformed cost header, 411 when a rule counts body bytes and the length
-// is unknown. (A cost above what a rule can ever admit is no error: the
-// engine refuses it with a 429 that says it can never pass.)
+// WriteCostError answers a request whose cost cannot be read: 400 for a
+// malformed cost header, 411 when a rule counts body bytes of unknown
+// length.
 func WriteCostError(w http.ResponseWriter, re *policy.RuleError) {
-	status := costStatus(re)
-	writeProblem(w, Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: re.Error()})
+	httpanswer.Error(w, costStatus(re), re.Error())
 }

@@ -1,53 +1,21 @@
-// Package httplimit is Portero's net/http middleware. It has the standard
-// shape func(http.Handler) http.Handler, so chi, gin (through its
-// WrapH/adapter), echo (echo.WrapMiddleware) and plain net/http can use it.
+// Package httplimit is Portero's net/http middleware, of the standard shape
+// func(http.Handler) http.Handler (chi, gin's WrapH, echo's WrapMiddleware,
+// plain net/http). It is a door, a protocol's way to the engine: for each
+// request it finds the client (ClientIP), has the policy compile a
+// policy.Request into hits and the engine admit them, before the handler
+// runs and before the body is read, then passes the request on with the
+// RateLimit fields (engine/header) or answers the refusal itself
+// (internal/httpanswer): 429 quota-exceeded with Retry-After, without it for
+// a cost that can never pass, 503 temporary-reduced-capacity for the
+// service's own refusals (the store down under deny, a service-wide
+// concurrency limit), 400 or 411 for a cost that cannot be read.
 //
-// It is a door: for each request it finds the client (ClientIP), builds a
-// policy.Request, has the policy compile it into hits and the engine
-// (package engine) decide them — before the handler runs and before the
-// body is read — and then either answers for itself or passes the request
-// on:
-//
-//   - refused by a rule: 429 Too Many Requests, Retry-After in whole seconds
-//     rounded up (at least 1), Cache-Control: no-store, and an
-//     application/problem+json body of type quota-exceeded naming the
-//     violated policies;
-//   - a cost above what a rule can ever admit at once: 429 of the same
-//     type without Retry-After (retrying never helps), whose detail names
-//     the rule, the cost and the rule's maximum (also in its cost and
-//     max-cost members);
-//   - refused for the service's own sake (the store down under
-//     OnStoreError deny, or a service-wide concurrency limit full): 503
-//     Service Unavailable of type temporary-reduced-capacity — never 429,
-//     since the client did nothing wrong;
-//   - a cost that cannot be read: 400 or 411 naming the rule and header;
-//   - allowed: the handler runs, with RateLimit-Policy and RateLimit
-//     (draft-ietf-httpapi-ratelimit-headers-11) added to its response, as
-//     engine/header writes them for every door.
-//
-// A queue rule (leaky-queue) shapes: an admitted request is held for its
-// Decision.Delay, until its place in the queue departs, before the handler
-// runs. The request's context bounds the wait: a request whose deadline
-// would pass first is refused at once with the rule's 429, and one whose
-// context is canceled while it waits gets a 503. Config.Shapes shapes a
-// queue rule as nginx's limit_req with burst and delay=N: the first places
-// pass at once, the rest are spaced out, and a longest hold bounds them.
-//
-// Shed is the other half of protecting a service: load shedding for the
-// service's own sake (overload.Gate), outermost, before all of the above.
-//
-// Beside the rate limits, the policy's concurrency rules
-// (policy.Rule.Concurrency) limit the requests in flight, per client, API
-// key, tenant or route and for the whole service, decided by the engine
-// with the rate rules of the same request (engine.Engine.Admit: all or
-// nothing, one failure policy), with leases in memory or in Redis that the
-// middleware renews and releases however a request ends (lease.go); a
-// client over its own concurrency limit gets 429, a request over the
-// service's 503, and the RateLimit fields announce the limits with
-// qu="concurrent-requests" beside the rate limits'. A request a
-// concurrency rule refuses may wait for a slot (Config.Queues).
-// NewConcurrency is a Limiter with concurrency rules only;
-// ConcurrencyLimit, one cap for the process, is Shed over a Gate.
+// A leaky-queue rule holds an admitted request until its place departs,
+// shaped as nginx's limit_req delay=N (Config.Shapes) and bounded by the
+// shape and the request's deadline (queue.go). Concurrency rules hold a
+// lease while the handler runs and may let refused requests wait for a
+// slot (lease.go, Config.Queues). Shed, outermost, sheds load for the
+// service's own sake (overload.Gate).
 package httplimit
 
 import (
@@ -63,7 +31,6 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -79,60 +46,47 @@ type Config struct {
 	// ClientIP says how to find the client address; the zero value uses the
 	// connection's address and ignores forwarding headers.
 	ClientIP ClientIP
-	// UserHeader and TenantHeader name request headers that carry the
-	// authenticated user and tenant, set by an authenticating proxy in front
-	// of the service; empty means none. Values set with WithIdentity by
-	// earlier middleware take precedence. Trust these headers only when
-	// clients cannot reach the service without passing that proxy.
+	// UserHeader and TenantHeader name request headers with the user and
+	// tenant an authenticating proxy in front set; empty means none. Values
+	// set with WithIdentity win. Trust them only when clients cannot reach
+	// the service but through that proxy.
 	UserHeader, TenantHeader string
-	// Route names the route of a request, for keys with a route part; nil
-	// means none (the rule's own pattern is used).
+	// Route names a request's route for keys with a route part; nil means
+	// none (the rule's own pattern is used).
 	Route func(*http.Request) string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (seconds from now, not a timestamp) for older
-	// clients, describing the refusing rule or else the one closest to
-	// exhaustion.
+	// LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset (seconds
+	// from now) of the rule that decided, for older clients.
 	LegacyHeaders bool
-	// OnStoreError is the failure policy when the store fails
-	// (portero.FailurePolicy): FailAllow (the default when empty) lets
-	// requests pass uncounted, since a broken limiter should not take the
-	// service down with it; FailDeny answers 503; FailLocal decides in this
-	// instance's memory with LocalShare of each limit. FailError is refused:
-	// the middleware has no caller to report an error to.
+	// OnStoreError is the failure policy when the store fails: FailAllow
+	// (when empty) lets requests pass uncounted, FailDeny answers 503,
+	// FailLocal decides in this instance's memory with LocalShare of each
+	// limit. FailError is refused: there is no caller to report to.
 	OnStoreError portero.FailurePolicy
 	// LocalShare is the share of each limit one instance admits under
 	// FailLocal, in (0, 1]; 0 means 1.
 	LocalShare float64
-	// OnDecision, when not nil, is called after every evaluation with the
-	// verdict and the time the decision took; it must be fast and safe for
-	// concurrent use (metrics, logs). The verdict is reused for later
-	// requests once OnDecision returns: copy what must outlive the call (the
-	// strings in it, such as Result.Key, may be kept).
+	// OnDecision, when not nil, is called after every decision with the
+	// verdict and the time it took; it must be fast and safe for concurrent
+	// use. The verdict is reused once it returns (its strings may be kept).
 	OnDecision func(r *http.Request, v *engine.Verdict, storeTime time.Duration)
-	// OnError, when not nil, is called when a request could not be
-	// evaluated normally: a store failure (v.Degraded; the failure policy
-	// answered) or an unusable cost.
+	// OnError, when not nil, is called when a request could not be decided
+	// normally: a store failure (the failure policy answered) or an
+	// unusable cost.
 	OnError func(r *http.Request, err error)
 	// Shapes says, by rule name, how a leaky-queue rule holds the requests
-	// it admits (overload.Shape: nginx's delay=N, and a longest hold); a
-	// queue rule not named holds each request until its departure. Naming
-	// a rule that does not exist or is not a queue is an error.
+	// it admits (nginx's delay=N, and a longest hold); an unnamed queue
+	// rule holds each until its departure.
 	Shapes map[string]overload.Shape
-	// Queues lets the requests that a concurrency rule refuses wait for a
-	// slot of their key, by rule name (overload.Queue: size per key,
-	// timeout, FIFO or LIFO); a concurrency rule not named refuses at once.
-	// Naming a rule that does not exist or is not a concurrency rule is an
-	// error.
+	// Queues lets the requests a concurrency rule refuses wait for a slot
+	// of their key, by rule name; an unnamed rule refuses at once.
 	Queues map[string]overload.Queue
 	// Leases hands out the leases of the policy's concurrency rules; nil
-	// means Store, which store/memstore and store/redisstore are. Leases
-	// follow OnStoreError like the rate decisions: one failure policy.
+	// means Store. They follow OnStoreError, as the rate decisions do.
 	Leases portero.LeaseStore
 	// LeaseRetryAfter is the longest Retry-After of a refusal by a
-	// concurrency rule (a slot usually comes back when a request ends,
-	// long before its lease would expire); 0 means 1 s.
+	// concurrency rule; 0 means 1 s.
 	LeaseRetryAfter time.Duration
 
 	pre                      *prepared      // formatted once per policy by Update
@@ -141,9 +95,8 @@ type Config struct {
 	defaultNow               bool           // Now was nil: the decision time can be the start of the store timer
 }
 
-// Limiter is the middleware. It is safe for concurrent use, and its
-// configuration can be replaced while it serves (Update), which is how the
-// gateway reloads.
+// Limiter is the middleware. It is safe for concurrent use; Update
+// replaces its configuration while it serves.
 type Limiter struct {
 	cfg     atomic.Pointer[Config]
 	waiting *overload.Waitlist // requests waiting for a concurrency slot, across Updates
@@ -167,13 +120,11 @@ func Middleware(cfg Config) (func(http.Handler) http.Handler, error) {
 	return l.Handler, nil
 }
 
-// Update replaces the configuration; requests already being evaluated
-// finish with the old one, and keep the leases they hold until they end
-// (leases belong to a concurrency rule's name and key, so a rule whose Max
-// changes counts them: lowered from 3 to 2 with 3 in flight, it admits
-// again once fewer than 2 are). Requests waiting for a slot keep their
-// place and the queue they joined with. An invalid cfg is refused and the
-// old one kept.
+// Update replaces the configuration, or, when cfg is invalid, keeps the old
+// one. Requests being decided finish with the old one and keep their
+// leases, which belong to a rule's name and key (a rule whose Max is
+// lowered admits again once fewer than the new Max are held); requests
+// waiting for a slot keep their place.
 func (l *Limiter) Update(cfg Config) error {
 	if cfg.Policy == nil {
 		return errors.New("httplimit: Config.Policy is required")
@@ -219,6 +170,10 @@ func (l *Limiter) Update(cfg Config) error {
 	return nil
 }
 
+// Engine returns the engine the limiter decides with: its store and its
+// failure policy (Config.OnStoreError).
+func (l *Limiter) Engine() *engine.Engine { return l.cfg.Load().engine }
+
 // Config returns the configuration in use. The caller must not change it.
 func (l *Limiter) Config() *Config { return l.cfg.Load() }
 
@@ -226,18 +181,15 @@ func (l *Limiter) Config() *Config { return l.cfg.Load() }
 // (Config.Queues).
 func (l *Limiter) Waiting() int { return l.waiting.Len() }
 
-// WithIdentity returns a copy of ctx carrying an identity value, such as
-// ("user", "alice") or ("tenant", "acme"), for keys with a user, tenant or
-// identity:NAME part: policy.WithIdentity, which every door reads.
-// Authentication middleware that runs before the limiter calls it: r =
-// r.WithContext(httplimit.WithIdentity(r.Context(), "user", id)).
+// WithIdentity returns ctx with an identity value, such as ("user",
+// "alice"), for keys with a user, tenant or identity:NAME part
+// (policy.WithIdentity): authentication that runs before the limiter sets
+// it.
 func WithIdentity(ctx context.Context, name, value string) context.Context {
 	return policy.WithIdentity(ctx, name, value)
 }
 
-// WithIdentities is WithIdentity for several values at once
-// (policy.WithIdentities): the gateway sets a caller's API key ID and plan
-// this way on every request.
+// WithIdentities is WithIdentity for several values at once.
 func WithIdentities(ctx context.Context, values map[string]string) context.Context {
 	return policy.WithIdentities(ctx, values)
 }
@@ -256,8 +208,8 @@ func (cfg *Config) Request(r *http.Request) *policy.Request {
 	return pr
 }
 
-// fill sets pr from r. id, when not nil, is an empty map it may use for the
-// identity, so that the pooled one is reused.
+// fill sets pr from r; id, when not nil, is an empty map for the identity
+// (the pooled one).
 func (cfg *Config) fill(pr *policy.Request, r *http.Request, route string, id map[string]string) {
 	ip, fwd := cfg.ClientIP.ResolveForwarded(r)
 	*pr = policy.Request{
@@ -305,20 +257,18 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-// decide builds the policy request of r, compiles it, has the engine admit
-// it at now (its concurrency rules' leases with its rate rules), lets it
-// wait for a queued concurrency rule's slot when wait is set, and applies
-// the queue rules' holds: the one decision path of Serve, Handler and
-// Decide. It returns the status the limiter answers itself — 429 refused,
-// 503 when the store failed under deny or the service's concurrency limit
-// is full, 400 or 411 for a cost that cannot be read, 500 for an error that
-// is a bug — or 0 to pass r on after delay, holding the leases of
-// s.v.Held(). errGone means the request's context ended while it waited.
+// decide is the one decision path of Serve, Handler and Decide: it builds
+// and compiles r's policy request, has the engine admit it at now, lets it
+// wait for a concurrency slot when wait is set (Config.Queues), and
+// returns the status the limiter answers itself (httpanswer.Status, or 400,
+// 411 for a cost that cannot be read, 500 for a bug), or 0 to pass r on
+// after delay, holding s.v.Held(). errGone: r's context ended while it
+// waited.
 func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string, now time.Time, wait bool) (status int, delay time.Duration, err error) {
 	cfg.fill(&s.req, r, route, s.id)
 	s.hits, s.keys, err = cfg.Policy.Compile(&s.req, s.hits[:0], s.keys)
 	if err == nil {
-		err = cfg.engine.Admit(r.Context(), now, s.hits, &s.v)
+		err = cfg.admit(r.Context(), now, s)
 	}
 	if err == nil && wait && !s.v.Allowed && len(cfg.pre.queue) > 0 {
 		err = l.wait(cfg, r, s)
@@ -330,35 +280,26 @@ func (l *Limiter) decide(cfg *Config, s *scratch, r *http.Request, route string,
 		}
 		return http.StatusInternalServerError, 0, err
 	}
-	v := &s.v
-	if v.Allowed {
-		left, ok := budget(r.Context())
-		if delay = queueDelay(v, cfg.pre, left, ok); delay < 0 {
-			delay = 0 // refused: the wait would outlast its bound
-			refuseQueued(cfg, r, v, now, left, ok)
-			l.giveBack(cfg, r, v)
-		}
+	if s.v.Allowed {
+		return 0, queueDelay(&s.v, cfg.pre), nil
 	}
-	switch {
-	case v.Allowed:
-		return 0, delay, nil
-	case v.Unavailable():
-		return http.StatusServiceUnavailable, 0, nil
-	}
-	return http.StatusTooManyRequests, 0, nil
+	return httpanswer.Status(&s.v), 0, nil
 }
 
-// Decision is the limiter's decision on one request, with no answer
-// written and no handler called (Limiter.Decide). Reuse one for request
-// after request: it keeps its memory.
+// admit has the engine admit s's hits at now, each queue hit bounded by its
+// shape and the request's deadline (ctx's).
+func (cfg *Config) admit(ctx context.Context, now time.Time, s *scratch) error {
+	cfg.pre.bound(ctx, s.hits)
+	return cfg.engine.Admit(ctx, now, s.hits, &s.v)
+}
+
+// Decision is the limiter's decision on one request (Limiter.Decide); it
+// keeps its memory for reuse.
 type Decision struct {
-	// Status is what the limiter answers itself: 429 (refused, a cost that
-	// can never pass included), 503 (the store failed under deny, or the
-	// service's own concurrency limit is full), 400 or 411 (a cost that
-	// cannot be read), 500 (a bug); 0 when it passes the request on.
+	// Status is what the limiter answers itself (429, 503, 400, 411, 500),
+	// or 0 when it passes the request on.
 	Status int
-	// Delay is how long a queue rule holds the request before passing it
-	// on.
+	// Delay is how long a queue rule holds the request first.
 	Delay time.Duration
 	// Verdict is the engine's verdict; nil when Err is set.
 	Verdict *engine.Verdict
@@ -371,14 +312,11 @@ type Decision struct {
 	s scratch
 }
 
-// Decide decides r with route as its route name ("" for none), at now,
-// exactly as Serve would — the same request building (client address,
-// identity, route), the same compilation, engine and queue holds — but
-// writes no answer, calls no handler and no hook, and waits for no
-// concurrency slot. A concurrency rule's lease it takes is given back at
-// once: a replayed request has no duration. d's verdict and keys are valid
-// until its next use. It is for replaying traffic (portero replay) and for
-// tests that compare doors.
+// Decide decides r, with route as its route name ("" for none), at now,
+// exactly as Serve would, but writes no answer, calls no handler or hook
+// and waits for no slot; a lease it takes is given back at once (a
+// replayed request has no duration). d is valid until its next use. It is
+// for replaying traffic (portero replay).
 func (l *Limiter) Decide(r *http.Request, route string, now time.Time, d *Decision) {
 	cfg := l.cfg.Load()
 	if d.s.id == nil {
@@ -409,8 +347,7 @@ func costStatus(re *policy.RuleError) int {
 	return http.StatusBadRequest
 }
 
-// scratch is the memory one request needs to be decided, kept in a pool so
-// that the decision path allocates almost nothing of its own.
+// scratch is the memory one request needs to be decided, pooled.
 type scratch struct {
 	req    policy.Request
 	hits   []engine.Hit
@@ -425,10 +362,7 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{id: map[string]str
 
 func (s *scratch) release() {
 	s.req = policy.Request{}
-	// The hits and the verdict are reset by the next Compile and Decide
-	// (what they hold until then, the last request's keys, goes with the
-	// scratch when the pool drops it).
-	s.hits = s.hits[:0]
+	s.hits = s.hits[:0] // the verdict is reset by the next decision
 	clear(s.id)
 	s.fields.Reset()
 	if cap(s.body) > 4<<10 {
@@ -436,24 +370,6 @@ func (s *scratch) release() {
 	}
 	s.body = s.body[:0]
 	scratchPool.Put(s)
-}
-
-// serviceRefusal is the 503 problem of a verdict refused for the service's
-// sake.
-func serviceRefusal(v *engine.Verdict) Problem {
-	retry := header.RetryAfterSeconds(v)
-	p := Problem{Type: ProblemTemporaryReducedCapacity, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
-		Detail: "the rate limiter cannot reach its store", RetryAfter: retry}
-	if v.StoreFailed() {
-		return p
-	}
-	for _, i := range v.Violated {
-		p.ViolatedPolicies = append(p.ViolatedPolicies, v.Results[i].Rule.Name)
-	}
-	r := v.Results[v.Violated[0]].Rule
-	q, _ := r.Quota()
-	p.Detail = fmt.Sprintf("rule %q allows %d requests in flight; retry in %d s", r.Name, q, retry)
-	return p
 }
 
 // Handler wraps next: the standard middleware shape.
@@ -468,11 +384,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Serve decides r as Handler does and then answers for itself or calls
-// next, with route as the request's route name for keys with a route part
-// ("" for none); Config.Route is not consulted. It is for callers that have
-// already matched the route, such as a gateway, and so need no closure or
-// context value to pass it along.
+// Serve is Handler for a caller that matched the route itself (a gateway):
+// route is the request's route name ("" for none), and Config.Route is not
+// consulted.
 func (l *Limiter) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
 	l.serve(l.cfg.Load(), w, r, route, next)
 }
@@ -501,7 +415,7 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 		}
 		// Only a bug reaches here (the failure policy answers store
 		// failures): say so rather than guess.
-		writeProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: status, Detail: err.Error()})
+		httpanswer.Error(w, status, err.Error())
 		return
 	}
 	v := &s.v
@@ -511,57 +425,37 @@ func (l *Limiter) serve(cfg *Config, w http.ResponseWriter, r *http.Request, rou
 	if cfg.OnDecision != nil {
 		cfg.OnDecision(r, v, time.Since(start))
 	}
-	h := w.Header()
 	f := &s.fields
-	f.Verdict(cfg.pre.writer, v)
-	if status == 0 {
-		f.Apply(h)
-		var pending []policy.Settlement
-		var req policy.Request
-		if cfg.Policy.Settles() {
-			if pending = cfg.Policy.Pending(v, now, nil); len(pending) > 0 {
-				req = s.req
-				req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
-			}
-		}
-		k := l.keep(cfg, r, v)
-		var back []engine.Adjustment
-		if delay > 0 {
-			back = counted(v, now)
-		}
-		s.release() // before the handler runs: it may take long
-		defer l.release(k)
-		if delay > 0 && !hold(r.Context(), delay) {
-			refund(cfg, r, back)
-			WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
-			return
-		}
-		if len(pending) > 0 {
-			cfg.serveSettled(w, r, next, &req, pending)
-			return
-		}
-		next.ServeHTTP(w, r)
-		return
-	}
-	f.Static(hCacheControl, "no-store")
-	if v.Unavailable() {
-		// The store failed and the failure policy is deny, or the service's
-		// own concurrency limit is full: the service's fault, not the
-		// client's.
-		f.Apply(h)
-		p := serviceRefusal(v)
+	if status != 0 {
+		s.body = cfg.pre.answer.Refuse(w, f, s.body, v, status)
 		s.release()
-		writeProblem(w, p)
 		return
 	}
-	// Refused: the problem body and its headers go out with the rate-limit
-	// headers in one batch.
-	s.body = cfg.pre.texts.AppendRefusal(s.body, http.StatusTooManyRequests, v, header.RetryAfterSeconds(v))
-	f.Static(hContentType, "application/problem+json")
-	f.Static(hContentTypeOptions, "nosniff")
-	f.Int(hContentLength, int64(len(s.body)))
-	f.Apply(h)
-	w.WriteHeader(status)
-	_, _ = w.Write(s.body)
-	s.release()
+	cfg.pre.answer.Fields(f, v)
+	f.Apply(w.Header())
+	var pending []policy.Settlement
+	var req policy.Request
+	if cfg.Policy.Settles() {
+		if pending = cfg.Policy.Pending(v, now, nil); len(pending) > 0 {
+			req = s.req
+			req.Identity = maps.Clone(req.Identity) // the pooled map is cleared on release
+		}
+	}
+	k := l.keep(cfg, r, v)
+	var back []engine.Adjustment
+	if delay > 0 {
+		back = v.Refunds(now, nil)
+	}
+	s.release() // before the handler runs: it may take long
+	defer l.release(k)
+	if delay > 0 && !hold(r.Context(), delay) {
+		refund(cfg, r, back)
+		WriteUnavailable(w, delay, "the request was canceled while it waited in the queue")
+		return
+	}
+	if len(pending) > 0 {
+		cfg.serveSettled(w, r, next, &req, pending)
+		return
+	}
+	next.ServeHTTP(w, r)
 }

@@ -12,27 +12,17 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// Concurrency limits in the middleware. A policy rule with a Concurrency
-// (policy.Rule.Concurrency) counts what has not finished: the engine's
-// Admit takes one lease per such rule that applies, before the rate hits
-// of the same request are counted, and the middleware gives the leases
-// back when the handler returns, however it returns: normally, with an
-// error status, by panicking, after its client went away or a
-// http.TimeoutHandler gave up on it, or after hijacking the connection. A
-// lease is renewed while the handler runs (engine.Keeper: every TTL/3, with
-// a time.AfterFunc timer, so a request shorter than TTL/3 never renews),
-// so that a crashed instance leaks its slots for at most the lease's TTL.
-//
-// A concurrency rule named in Config.Queues lets a request it refuses wait
-// for a slot of its key (overload.Queue: size, timeout, FIFO or LIFO)
-// instead of being refused at once. The waiting is in this process
+// Concurrency rules: the engine's Admit takes a lease per rule that
+// applies, and the middleware renews it while the handler runs
+// (engine.Keeper) and gives it back however the handler returns (a panic,
+// a client gone, a hijacked connection). A rule named in Config.Queues
+// lets a request it refuses wait for a slot of its key in this process
 // (overload.Waitlist, kept across Updates): a lease given back here wakes
-// the first waiter in the queue's order, and every waiter also tries again
-// every leasePoll, for slots that other instances give back. A request
-// that waits in vain gets the refusal it would have had at once.
+// the first waiter, and every waiter tries again every leasePoll, for the
+// slots other instances give back; one that waits in vain gets the refusal
+// it would have had at once.
 
-// leasePoll is how often a waiter for a slot tries again without being
-// woken: slots given back by other instances wake nobody here.
+// leasePoll is how often a waiter for a slot tries again unwoken.
 const leasePoll = 100 * time.Millisecond
 
 // setQueues resolves queues by rule name into pre.queue, by rule index.
@@ -70,8 +60,8 @@ func (pre *prepared) queueOf(i int) (overload.Queue, bool) {
 func lineKey(rule, key string) string { return rule + "\x00" + key }
 
 // queued returns the line and queue a refused verdict may wait in: when
-// every enforced hit that refused it is a concurrency rule's (not a
-// failure policy's) and the first of them has a queue.
+// only concurrency rules refused it (not a failure policy) and the first
+// has a queue.
 func (pre *prepared) queued(v *engine.Verdict) (line string, q overload.Queue, ok bool) {
 	if len(pre.queue) == 0 || len(v.Violated) == 0 {
 		return "", overload.Queue{}, false
@@ -88,14 +78,13 @@ func (pre *prepared) queued(v *engine.Verdict) (line string, q overload.Queue, o
 	return lineKey(res.Rule.Name, res.Key), q, true
 }
 
-// errGone is the wait's error when the request's context ended while it
-// waited: nobody is left to read an answer.
+// errGone is the wait's error when the request ended while it waited.
 var errGone = errors.New("httplimit: the request ended while it waited for a slot")
 
-// wait holds a request that a queued concurrency rule refused until it is
-// admitted, or until waiting is no use (its queue's deadline, a full
-// queue, another refusal): s.v is then the last verdict. It returns
-// errGone when the request's context ends first, or the engine's error.
+// wait holds a request a queued concurrency rule refused until it is
+// admitted or waiting is no use (a deadline, a full queue, another
+// refusal), leaving the last verdict in s.v. It returns errGone when the
+// request's context ends first, or the engine's error.
 func (l *Limiter) wait(cfg *Config, r *http.Request, s *scratch) error {
 	ctx := r.Context()
 	var w *overload.Waiter
@@ -130,15 +119,14 @@ func (l *Limiter) wait(cfg *Config, r *http.Request, s *scratch) error {
 			w = nil
 			return errGone
 		}
-		if err := cfg.engine.Admit(ctx, cfg.Now(), s.hits, &s.v); err != nil {
+		if err := cfg.admit(ctx, cfg.Now(), s); err != nil {
 			return err
 		}
 	}
 }
 
-// signal wakes a waiter for each lease given back. It looks at no
-// configuration: a waiter that joined before a reload is woken by the
-// requests of the next one.
+// signal wakes a waiter for each lease given back, whatever the
+// configuration it joined under.
 func (l *Limiter) signal(held []engine.Held) {
 	if l.waiting.Idle() {
 		return
@@ -146,25 +134,6 @@ func (l *Limiter) signal(held []engine.Held) {
 	for _, h := range held {
 		l.waiting.Signal(lineKey(h.Rule.Name, h.Key))
 	}
-}
-
-// giveBack releases the leases of a verdict that the middleware itself
-// refused after Admit admitted it (a shaped hold longer than its bound),
-// so that the refused request holds no slot: each becomes NotCounted.
-func (l *Limiter) giveBack(cfg *Config, r *http.Request, v *engine.Verdict) {
-	held := v.Held()
-	if len(held) == 0 {
-		return
-	}
-	releaseAll(cfg, r, held)
-	for i := range v.Results {
-		res := &v.Results[i]
-		if res.Rule.IsConcurrency() && res.Outcome != engine.NotCounted && res.Decision.Allowed {
-			res.Outcome = engine.NotCounted
-			res.Decision.Remaining = min(res.Decision.Remaining+1, res.Decision.Limit)
-		}
-	}
-	l.signal(held)
 }
 
 // releaseAll gives back every lease in held (engine.Release), reporting
@@ -181,12 +150,10 @@ func (cfg *Config) onError(r *http.Request) func(error) {
 	return func(err error) { cfg.OnError(r, err) }
 }
 
-// keep has an engine.Keeper renew v's held leases while r runs (v is
-// reused once the request is decided); nil when v holds none.
+// keep has an engine.Keeper renew v's leases while r runs; nil for none.
 func (l *Limiter) keep(cfg *Config, r *http.Request, v *engine.Verdict) *engine.Keeper {
 	return engine.Keep(r.Context(), v.Held(), cfg.Now, cfg.onError(r))
 }
 
-// release stops k's renewals, gives its leases back and wakes a waiter for
-// each. Safe to call with a nil k.
+// release gives k's leases back and wakes a waiter for each; k may be nil.
 func (l *Limiter) release(k *engine.Keeper) { l.signal(k.Release()) }

@@ -8,18 +8,12 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// Limits looks at the limits that apply to the caller of r, without
-// counting anything (policy.Policy.Limits, engine.Engine.Peek), and writes
-// the verdict into v: each result says what is available now. With method
-// and path, it looks at the rules a request of that method and path would
-// meet, as the middleware would compile it; without, at every rule that
-// applies to the caller whatever it asks. Each rule is looked at at the
-// cost the request would have (policy.Policy.Limits: its reserve, its cost
-// header as r carries it). It returns the policy the hits came from, to
-// describe them, and a *policy.RuleError for a cost that cannot be read
-// (WriteCostError answers it as the middleware does). It is what a client
-// asking "what have I left?" is answered with (the gateway's GET
-// /v1/limits).
+// Limits looks at the limits that apply to the caller of r, counting
+// nothing (policy.Policy.Limits, engine.Engine.Peek), into v: with method
+// and path, the rules a request of those would meet; without, every rule
+// that applies to the caller. It returns the policy the hits came from, and
+// a *policy.RuleError for a cost that cannot be read. It answers GET
+// /v1/limits.
 func (l *Limiter) Limits(r *http.Request, method, path string, v *engine.Verdict) (*policy.Policy, error) {
 	cfg := l.cfg.Load()
 	pr := &policy.Request{}
@@ -40,17 +34,10 @@ func (l *Limiter) Limits(r *http.Request, method, path string, v *engine.Verdict
 	return cfg.Policy, cfg.engine.Peek(r.Context(), cfg.Now(), hits, v)
 }
 
-// SetLimitsHeaders sets on h the RateLimit-Policy and RateLimit fields of
-// a verdict from Limits, written by the middleware's one header writer
-// (engine/header), so that every announced rule, calendar quotas among
-// them, is its own RateLimit-Policy item. A look is no refusal: there is
-// no Retry-After.
+// SetLimitsHeaders sets on h the RateLimit fields of a verdict from Limits:
+// every rule's state, and no Retry-After (engine.Verdict.Look).
 func (l *Limiter) SetLimitsHeaders(h http.Header, v *engine.Verdict) {
-	cfg := l.cfg.Load()
-	allowed := v.Allowed
-	v.Allowed = true // every rule's state, not only the exhausted ones
 	var f httpanswer.Fields
-	f.Verdict(cfg.pre.writer, v)
-	v.Allowed = allowed
+	l.cfg.Load().pre.answer.Fields(&f, v)
 	f.Apply(h)
 }

@@ -110,8 +110,7 @@ func TestRateAndConcurrencyFields(t *testing.T) {
 
 // Two limiters stacked, a concurrency middleware around a rate limiter (or
 // the other way round): each adds its members to RateLimit and
-// RateLimit-Policy, neither replaces the other's. Before, the inner
-// limiter's fields replaced the outer's.
+// RateLimit-Policy, neither replaces the other's.
 func TestStackedLimitersKeepBothFields(t *testing.T) {
 	for _, outerConc := range []bool{true, false} {
 		store := leaseStore(t)

@@ -43,8 +43,8 @@ func giveUpLimiter(t *testing.T, store portero.Store, next http.Handler) http.Ha
 // give up after 0.2 s. Each gives back what it counted — its place and
 // its hit on the stacked window — so the next three requests are held as
 // an empty queue holds them (0.5, 1.0 and 1.5 s) and the window has 7 of
-// 10 left after them. Before, the five places stayed taken until 2.5 s:
-// the next three got 429, 429 and a 2.5 s hold, and the window counted 8.
+// 10 left after them, not 429, 429 and a 2.5 s hold with 8 counted, as if
+// the five places stayed taken until 2.5 s.
 func TestQueueCancelGivesBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store, err := memstore.New(memstore.Config{SweepInterval: -1})
@@ -141,8 +141,8 @@ func TestQueueRefusalCountsNothing(t *testing.T) {
 // TestQueueCancelGivesBackHTTP is the same over real HTTP on loopback,
 // with the memory store and with a real redis-server: five clients with a
 // 0.2 s timeout queue and give up; once the server has seen them go, the
-// next three requests all pass (before, the first two got 429: the queue
-// was full until 0.5 s). Only statuses are asserted: a loaded machine
+// next three requests all pass (not 429 twice, as a queue full until 0.5 s
+// would answer). Only statuses are asserted: a loaded machine
 // lengthens every hold, and a late request finds a queue that drained.
 func TestQueueCancelGivesBackHTTP(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 // TestQueueDelays: a leaky-queue rule shapes. 8 requests at once against
 // 2/s burst 5: the queue holds 5, which reach the handler one interval
 // (0.5 s) apart, at 0.5, 1.0, … 2.5 s; the 3 that find it full are refused
-// at once (the seed's example: 9 arrivals, 6 places, 3 dropped). Before,
-// the 5 ran at once: the middleware ignored Decision.Delay.
+// at once (as 9 arrivals at a queue of 6 places: 3 dropped), and none runs
+// before its departure.
 func TestQueueDelays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()

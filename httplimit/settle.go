@@ -13,12 +13,9 @@ import (
 )
 
 // Rules settled after the response (policy.Rule.Responses, a cost from the
-// response): the middleware watches the response of a request that has
-// such hits, and settles them with the engine once the handler returns —
-// the status, the response's header fields (an upstream's X-Tokens-Used)
-// and the body bytes written. The response is already on its way then, so
-// its RateLimit fields tell the state before the settlement; the next
-// response tells it after.
+// response): the middleware watches the response (status, header fields,
+// body bytes) and settles with the engine once the handler returns; the
+// response's RateLimit fields tell the state before the settlement.
 
 // serveSettled serves r with next, watching the response, then settles
 // pending (decided for req) with the engine.
@@ -29,7 +26,7 @@ func (cfg *Config) serveSettled(w http.ResponseWriter, r *http.Request, next htt
 		rec.Status = http.StatusOK // a handler that wrote nothing: net/http sends 200
 	}
 	resp := &policy.Response{Status: rec.Status, Header: w.Header(), Bytes: rec.Bytes}
-	// The client may be gone; the settlement is still owed.
+	// The client may be gone; the settlement still applies.
 	perr, eerr, _ := cfg.settle(context.WithoutCancel(r.Context()), cfg.Now(), pending, req, resp, nil)
 	for _, err := range []error{perr, eerr} {
 		if err != nil && cfg.OnError != nil {
@@ -39,56 +36,49 @@ func (cfg *Config) serveSettled(w http.ResponseWriter, r *http.Request, next htt
 }
 
 // settle settles pending (decided for req) with resp at now: the policy's
-// adjustments (perr: a cost in the response that cannot be read, which
-// leaves that rule's reservation and not the others'), then the engine's
-// (eerr). adj is reused for the adjustments and returned.
+// adjustments (perr: a cost in the response that cannot be read keeps that
+// rule's reservation), then the engine's (eerr); adj is reused.
 func (cfg *Config) settle(ctx context.Context, now time.Time, pending []policy.Settlement, req *policy.Request, resp *policy.Response,
 	adj []engine.Adjustment) (perr, eerr error, _ []engine.Adjustment) {
 	adj, perr = cfg.Policy.Settle(pending, req, resp, adj[:0])
 	return perr, cfg.engine.Settle(ctx, now, adj), adj
 }
 
-// Owed is what a request that Decide passed owes once its response is
-// known: its hits of the rules counted after the response
-// (count_responses, a cost from the response), to be settled by Pay when
-// the response ends, as Serve settles them once the handler has answered.
-// It is for replaying traffic, where the response is the one the log
-// recorded and ends when the log says; the zero value owes nothing, and
-// Owe reuses an Owed's memory.
-type Owed struct {
+// Pending is what a request that Decide passed still has to settle once
+// its response is known (count_responses, a cost from the response), for
+// replaying traffic: Settle settles it with the logged response when that
+// response ends, as Serve does once the handler has answered. The zero
+// value settles nothing.
+type Pending struct {
 	pending []policy.Settlement
 	req     policy.Request
 	adj     []engine.Adjustment
 }
 
-// Owe sets o to what d, decided at now, owes, and reports whether it owes
-// anything: nothing for a request refused or answered without a verdict,
-// nor when no rule is counted after the response. o keeps what it needs
-// of the request (its headers, identities): d and the request may be
-// reused before Pay.
-func (l *Limiter) Owe(d *Decision, now time.Time, o *Owed) bool {
+// Pending sets p to what d, decided at now, settles once its response is
+// known, and reports whether there is anything. p keeps what it needs of
+// the request: d may be reused before Settle.
+func (l *Limiter) Pending(d *Decision, now time.Time, p *Pending) bool {
 	cfg := l.cfg.Load()
 	if d.Verdict == nil || !cfg.Policy.Settles() {
 		return false
 	}
-	if o.pending = cfg.Policy.Pending(d.Verdict, now, o.pending[:0]); len(o.pending) == 0 {
+	if p.pending = cfg.Policy.Pending(d.Verdict, now, p.pending[:0]); len(p.pending) == 0 {
 		return false
 	}
-	o.req = d.s.req
-	o.req.Identity = maps.Clone(o.req.Identity)
-	o.req.Header = map[string][]string(http.Header(o.req.Header).Clone())
+	p.req = d.s.req
+	p.req.Identity = maps.Clone(p.req.Identity)
+	p.req.Header = map[string][]string(http.Header(p.req.Header).Clone())
 	return true
 }
 
-// Pay settles o with resp, the response that ended at now: the policy's
-// adjustments, then the engine's, as Serve's settlement does. The error is
-// the policy's (a cost in the response that cannot be read: that rule
-// keeps its reservation), else the engine's.
-func (l *Limiter) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
-	if len(o.pending) == 0 {
+// Settle settles p with resp, the response that ended at now, as Serve
+// does; the error is the policy's, else the engine's.
+func (l *Limiter) Settle(ctx context.Context, p *Pending, resp *policy.Response, now time.Time) error {
+	if len(p.pending) == 0 {
 		return nil
 	}
-	perr, eerr, adj := l.cfg.Load().settle(ctx, now, o.pending, &o.req, resp, o.adj)
-	o.adj = adj
+	perr, eerr, adj := l.cfg.Load().settle(ctx, now, p.pending, &p.req, resp, p.adj)
+	p.adj = adj
 	return cmp.Or(perr, eerr)
 }

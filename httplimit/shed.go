@@ -13,36 +13,29 @@ import (
 // ShedConfig configures Shed. Gate is required; every other field's zero
 // value is the documented default.
 type ShedConfig struct {
-	// Gate decides; share one Gate between every door that leads to the
-	// same capacity. Required.
+	// Gate decides; share one between the doors to the same capacity.
+	// Required.
 	Gate *overload.Gate
-	// Priority gives each request its class (see PriorityByRule); nil means
-	// overload.Default for all. It runs before anything else, so it must
-	// be cheap and must not read the body.
+	// Priority gives each request its class (PriorityByRule); nil means
+	// overload.Default. It runs first: cheap, and never reading the body.
 	Priority func(*http.Request) overload.Priority
-	// Tenant names each request's tenant for fair shedding (a header such
-	// as X-Tenant or an API key's prefix: shedding comes before
-	// authentication, so whatever it reads is a claim, good enough to
-	// share capacity fairly but not to trust); nil means one tenant for
-	// all.
+	// Tenant names each request's tenant for fair shedding; nil means one
+	// for all. Shedding comes before authentication: what it reads is a
+	// claim, good enough to share capacity, not to trust.
 	Tenant func(*http.Request) string
-	// Timeout is how long clients wait for an answer: a request's deadline
-	// is its arrival plus Timeout, or its context's deadline if earlier.
-	// Zero means the context's deadline only.
+	// Timeout, when not zero, bounds a request's wait from its arrival, as
+	// its context's deadline does.
 	Timeout time.Duration
-	// OnRefuse, when not nil, is called for every refusal (metrics, logs);
-	// it must be fast and safe for concurrent use.
+	// OnRefuse, when not nil, is called for every refusal; it must be fast
+	// and safe for concurrent use.
 	OnRefuse func(r *http.Request, ref *overload.Refusal)
 }
 
 // Shed returns middleware that sheds load for the service's own sake: each
-// request asks cfg.Gate for a slot before the body is read and before
-// anything after it (authentication, the rate limiter, an upstream) runs,
-// may wait briefly in the Gate's queue, and is answered 503 Service
-// Unavailable with Retry-After and the temporary-reduced-capacity problem
-// type when refused — never 429: the client did nothing wrong. The slot is
-// given back when the handler returns, however it returns (a panic
-// included). Put it outermost.
+// request asks cfg.Gate for a slot before anything after it runs, may wait
+// in its queue, and is answered 503 temporary-reduced-capacity with
+// Retry-After when refused, never 429. The slot is given back however the
+// handler returns. Put it outermost.
 func Shed(cfg ShedConfig) (func(http.Handler) http.Handler, error) {
 	s, err := NewShedder(cfg)
 	if err != nil {
@@ -54,8 +47,7 @@ func Shed(cfg ShedConfig) (func(http.Handler) http.Handler, error) {
 }
 
 // Shedder is Shed's middleware as a value, for callers that choose the
-// next handler per request (a gateway, after matching a route). It is
-// immutable and safe for concurrent use.
+// next handler per request (a gateway); it is safe for concurrent use.
 type Shedder struct {
 	cfg ShedConfig
 }
@@ -91,9 +83,7 @@ func (s *Shedder) Serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	t, err := cfg.Gate.Acquire(r.Context(), req)
 	if err != nil {
 		var ref *overload.Refusal
-		if !errors.As(err, &ref) {
-			// The client went away (or the server is shutting down)
-			// while the request waited: nobody may read this.
+		if !errors.As(err, &ref) { // the client left while it waited
 			WriteUnavailable(w, cfg.Gate.Config().RetryAfter, "the request ended while it waited for capacity")
 			return
 		}
@@ -113,9 +103,7 @@ type PriorityRule = policy.PriorityRule
 
 // PriorityByRule returns a ShedConfig.Priority that gives each request the
 // priority of the first rule whose Match selects it (method, host, path,
-// headers: nothing that needs the body or the client's identity), and
-// fallback when none does. A Match that does not compile is an error naming
-// the rule.
+// headers), or fallback.
 func PriorityByRule(rules []PriorityRule, fallback overload.Priority) (func(*http.Request) overload.Priority, error) {
 	ps, err := policy.NewPriorities(rules, fallback)
 	if err != nil {

@@ -3,14 +3,10 @@ package policy
 import "github.com/portero-rl/portero/engine"
 
 // Compile appends to hits the engine's input for req: one hit per rule that
-// applies, in rule order, with the rule (Rule.Engine), the store key and
-// the cost. It decides nothing: engine.Engine.Decide does. keys is scratch
-// memory for building keys, returned for reuse with the hits; a key is a
-// fresh string unless it equals the key of an earlier hit appended by the
-// same call (rules keyed by ip share one) or is constant. A cost above what
-// a rule can ever admit is compiled as it is (the engine refuses it as
-// one that can never pass). Errors are *RuleError for a cost that cannot be
-// read: malformed (ErrBadCost) or missing (ErrLengthRequired).
+// applies, in rule order, with its key and cost (a cost a rule can never
+// admit as it is). keys is scratch memory, returned for reuse; a key is a
+// fresh string unless an earlier hit of the call has it or it is constant.
+// Errors are *RuleError for a cost that cannot be read.
 func (p *Policy) Compile(req *Request, hits []engine.Hit, keys []byte) ([]engine.Hit, []byte, error) {
 	start := len(hits)
 	for _, r := range p.rules {

@@ -10,31 +10,27 @@ import (
 	"github.com/portero-rl/portero/internal/quote"
 )
 
-// Cost says how many units one request consumes under a rule. The zero
-// value is a cost of 1 per request.
+// Cost says how many units one request consumes under a rule; the zero
+// value is 1.
 type Cost struct {
-	fixed  int64  // > 0 for a constant cost
-	header string // canonical header name, for a cost read from a header
-	length bool   // the declared Content-Length
-	// A cost known only from the response: a header of the response
-	// (canonical name), or the bytes of its body.
-	respHeader string
-	respBytes  bool
+	fixed      int64  // > 0 for a constant cost
+	header     string // canonical header name, for a cost read from a header
+	length     bool   // the declared Content-Length
+	respHeader string // a cost from a response header (canonical)
+	respBytes  bool   // a cost from the response's body bytes
 }
 
-// ErrBadCost is wrapped by the errors Evaluate returns when a request's cost
-// cannot be read (a malformed cost header); ErrLengthRequired when a rule
-// counts body bytes and the request declares no Content-Length.
+// ErrBadCost is wrapped by Compile's errors for a malformed cost header;
+// ErrLengthRequired when a rule counts body bytes of unknown length.
 var (
 	ErrBadCost        = errors.New("bad cost")
 	ErrLengthRequired = errors.New("content length required")
 )
 
-// ParseCost reads a cost: a whole number ("1", "5"), "header:NAME" for a
-// whole number the request carries in header NAME (1 when the header is
-// absent), or "content-length" for the body size the request declares, in
-// bytes (at least 1; a request with a body of unknown length is refused with
-// 411 Length Required, since the middleware decides before reading the body).
+// ParseCost reads a cost: a whole number, "header:NAME" for the number a
+// request carries in header NAME (1 when absent), "content-length" for the
+// body size it declares (at least 1; an unknown length is refused with
+// 411), "response-header:NAME" or "response-bytes".
 func ParseCost(s string) (Cost, error) {
 	s = strings.TrimSpace(s)
 	switch {

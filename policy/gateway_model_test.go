@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
 )
 
 func TestAddrSet(t *testing.T) {
-	set, err := policy.NewAddrSet([]netip.Prefix{
+	set, err := clientip.NewAddrSet([]netip.Prefix{
 		netip.MustParsePrefix("10.0.0.0/8"),
 		netip.MustParsePrefix("10.1.0.0/16"), // inside the first: merged
 		netip.MustParsePrefix("192.0.2.7/32"),
@@ -47,8 +48,8 @@ func TestAddrSet(t *testing.T) {
 }
 
 func TestAddressMatch(t *testing.T) {
-	mon, _ := policy.NewAddrSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})
-	bad, _ := policy.NewAddrSet([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:bad::/48")})
+	mon, _ := clientip.NewAddrSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})
+	bad, _ := clientip.NewAddrSet([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:bad::/48")})
 	p := mustPolicy(t,
 		policy.Rule{Name: "per-ip", Key: policy.MustParseKey("ip"), Limit: portero.PerMinute(100), Match: policy.Match{NotAddresses: mon}},
 		policy.Rule{Name: "abusive", Key: policy.MustParseKey("ip"), Limit: portero.PerMinute(1), Match: policy.Match{Addresses: bad}},

@@ -2,11 +2,9 @@ package policy
 
 import "context"
 
-// Identities set in a request's context by the application (its
-// authentication, before the limiter), for keys with a user, tenant or
-// identity:NAME part and for matches on Match.Identity. They live here, below
-// the doors, so that one context value means the same to every door: a value
-// set with WithIdentity is read alike by httplimit and grpclimit.
+// Identities set in a request's context by the application's
+// authentication, for keys with a user, tenant or identity:NAME part and
+// Match.Identity, read alike by every door.
 
 type identityKey struct{}
 
@@ -18,9 +16,8 @@ func WithIdentity(ctx context.Context, name, value string) context.Context {
 	return WithIdentities(ctx, map[string]string{name: value})
 }
 
-// WithIdentities is WithIdentity for several values at once, with one copy of
-// the identity map and one context where a WithIdentity per value would make
-// one each. It does not keep values.
+// WithIdentities is WithIdentity for several values at once; it does not
+// keep values.
 func WithIdentities(ctx context.Context, values map[string]string) context.Context {
 	old, _ := ctx.Value(identityKey{}).(map[string]string)
 	m := make(map[string]string, len(old)+len(values))

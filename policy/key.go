@@ -12,8 +12,8 @@ import (
 	"github.com/portero-rl/portero/engine"
 )
 
-// A Key says under which name a rule counts a request: the seed's "clave".
-// It is one part or several joined with "+", such as "ip", "header:X-API-Key",
+// A Key says under which name a rule counts a request: one part or several
+// joined with "+", such as "ip", "header:X-API-Key",
 // "tenant+user" or "ip+route". The parts are:
 //
 //	ip             the client address (Request.ClientIP), IPv6 grouped by the
@@ -67,18 +67,24 @@ const (
 
 type keyPart struct {
 	kind  keyKind
-	name  string // header name (canonical) or identity name
+	name  string // header name (canonical), identity, query or cookie name
 	label string // p.String(), kept so that keys are built without concatenation
 }
 
+// keyWords are the parts' words; those before keyHeader's take no argument.
+var keyWords = [...]string{keyIP: "ip", keyHeader: "header", keyIdentity: "identity", keyRoute: "route", keyMethod: "method",
+	keyHost: "host", keyGlobal: "global", keyPath: "path", keyQuery: "query", keyCookie: "cookie", keyForwarded: "forwarded-ip"}
+
 // maxKeyValue is the longest value kept as is in a key.
 const maxKeyValue = 64
+
+const keyWant = "ip, header:NAME, user, tenant, identity:NAME, route, method, host, path, query:NAME, cookie:NAME, forwarded-ip or global"
 
 // ParseKey reads a key expression such as "ip", "header:X-API-Key" or
 // "tenant+user". Errors name the offending part.
 func ParseKey(s string) (Key, error) {
 	if strings.TrimSpace(s) == "" {
-		return Key{}, fmt.Errorf("empty key: want ip, header:NAME, user, tenant, identity:NAME, route, method, host, path, query:NAME, cookie:NAME, forwarded-ip, global, or parts joined with +")
+		return Key{}, fmt.Errorf("empty key: want %s, or parts joined with +", keyWant)
 	}
 	k := Key{}
 	seen := map[string]bool{}
@@ -88,47 +94,15 @@ func ParseKey(s string) (Key, error) {
 		word, arg, hasArg := strings.Cut(part, ":")
 		word = strings.ToLower(strings.TrimSpace(word))
 		arg = strings.TrimSpace(arg)
-		var p keyPart
-		switch word {
-		case "ip":
-			p.kind = keyIP
-		case "header":
-			if !validToken(arg) {
-				return Key{}, fmt.Errorf("key %q: part %q: want header:NAME with a header name such as X-API-Key", s, part)
-			}
-			p = keyPart{kind: keyHeader, name: textproto.CanonicalMIMEHeaderKey(arg)}
-		case "user", "tenant":
-			p = keyPart{kind: keyIdentity, name: word}
-		case "identity":
-			if !validToken(arg) {
-				return Key{}, fmt.Errorf("key %q: part %q: want identity:NAME", s, part)
-			}
-			p = keyPart{kind: keyIdentity, name: arg}
-		case "route":
-			p.kind = keyRoute
-		case "method":
-			p.kind = keyMethod
-		case "host":
-			p.kind = keyHost
-		case "global":
-			p.kind = keyGlobal
-		case "path":
-			p.kind = keyPath
-		case "forwarded-ip":
-			p.kind = keyForwarded
-		case "query", "cookie":
-			if arg == "" || strings.ContainsAny(arg, " \t;=&") {
-				return Key{}, fmt.Errorf("key %q: part %q: want %s:NAME", s, part, word)
-			}
-			p = keyPart{kind: keyQuery, name: arg}
-			if word == "cookie" {
-				p.kind = keyCookie
-			}
-		default:
-			return Key{}, fmt.Errorf("key %q: unknown part %q: want ip, header:NAME, user, tenant, identity:NAME, route, method, host, path, query:NAME, cookie:NAME, forwarded-ip or global", s, part)
-		}
-		if hasArg && p.kind != keyHeader && p.kind != keyQuery && p.kind != keyCookie && !(p.kind == keyIdentity && word == "identity") {
+		p, why := parseKeyPart(word, arg, hasArg)
+		switch why {
+		case "":
+		case "unknown":
+			return Key{}, fmt.Errorf("key %q: unknown part %q: want %s", s, part, keyWant)
+		case "no argument":
 			return Key{}, fmt.Errorf("key %q: part %q takes no argument", s, word)
+		default:
+			return Key{}, fmt.Errorf("key %q: part %q: %s", s, part, why)
 		}
 		c := p.String()
 		p.label = c
@@ -144,6 +118,45 @@ func ParseKey(s string) (Key, error) {
 		k.constant = string(k.appendTo(nil, nil, nil, nil))
 	}
 	return k, nil
+}
+
+// parseKeyPart reads one part of a key, or says why not: "unknown", "no
+// argument", or what it wants.
+func parseKeyPart(word, arg string, hasArg bool) (keyPart, string) {
+	switch word {
+	case "header":
+		if !validToken(arg) {
+			return keyPart{}, "want header:NAME with a header name such as X-API-Key"
+		}
+		return keyPart{kind: keyHeader, name: textproto.CanonicalMIMEHeaderKey(arg)}, ""
+	case "identity":
+		if !validToken(arg) {
+			return keyPart{}, "want identity:NAME"
+		}
+		return keyPart{kind: keyIdentity, name: arg}, ""
+	case "query", "cookie":
+		if arg == "" || strings.ContainsAny(arg, " \t;=&") {
+			return keyPart{}, "want " + word + ":NAME"
+		}
+		if word == "cookie" {
+			return keyPart{kind: keyCookie, name: arg}, ""
+		}
+		return keyPart{kind: keyQuery, name: arg}, ""
+	case "user", "tenant":
+		if hasArg {
+			return keyPart{}, "no argument"
+		}
+		return keyPart{kind: keyIdentity, name: word}, ""
+	}
+	for kind, w := range keyWords {
+		if w == word {
+			if hasArg {
+				return keyPart{}, "no argument"
+			}
+			return keyPart{kind: keyKind(kind)}, ""
+		}
+	}
+	return keyPart{}, "unknown"
 }
 
 // MustParseKey is ParseKey for literals; it panics on a malformed key.
@@ -162,33 +175,13 @@ func (k Key) String() string { return k.raw }
 func (k Key) IsZero() bool { return len(k.parts) == 0 }
 
 func (p keyPart) String() string {
-	switch p.kind {
-	case keyIP:
-		return "ip"
-	case keyHeader:
-		return "header:" + p.name
-	case keyIdentity:
-		if p.name == "user" || p.name == "tenant" {
-			return p.name
-		}
-		return "identity:" + p.name
-	case keyRoute:
-		return "route"
-	case keyMethod:
-		return "method"
-	case keyHost:
-		return "host"
-	case keyPath:
-		return "path"
-	case keyQuery:
-		return "query:" + p.name
-	case keyCookie:
-		return "cookie:" + p.name
-	case keyForwarded:
-		return "forwarded-ip"
-	default:
-		return "global"
+	switch {
+	case p.kind == keyIdentity && (p.name == "user" || p.name == "tenant"):
+		return p.name
+	case p.name != "":
+		return keyWords[p.kind] + ":" + p.name
 	}
+	return keyWords[p.kind]
 }
 
 // Len returns the number of parts of k.
@@ -206,11 +199,10 @@ func (k Key) Dependent() bool {
 	return false
 }
 
-// key returns the store key of req under k for rule r, appending to buf (a
-// scratch buffer the caller reuses); ok is false when a part has no value.
-// The string is freshly allocated unless it equals one of the keys in prev
-// (the keys of the earlier hits of the same request, which stacked rules
-// keyed by ip share) or the key is constant: stores may keep it.
+// key returns the store key of req under k for rule r, built in buf (the
+// caller's scratch); ok is false when a part has no value. The string is
+// fresh, unless it is constant or a key of prev (the request's earlier
+// hits): stores may keep it.
 func (k Key) key(buf []byte, p *Policy, r *Rule, req *Request, prev []engine.Hit) (key string, out []byte, ok bool) {
 	if k.constant != "" {
 		return k.constant, buf, true
@@ -228,9 +220,8 @@ func (k Key) key(buf []byte, p *Policy, r *Rule, req *Request, prev []engine.Hit
 	return string(buf), buf, true
 }
 
-// appendTo appends the store key of req under k for rule r to b; it returns
-// nil when a part has no value. With a nil request it appends the constant
-// parts only (used for keys that have no other).
+// appendTo appends the store key of req under k for rule r to b, or
+// returns nil when a part has no value; a nil req is for constant keys.
 func (k Key) appendTo(b []byte, p *Policy, r *Rule, req *Request) []byte {
 	if b == nil {
 		b = make([]byte, 0, 64)
@@ -300,8 +291,8 @@ func (k Key) appendTo(b []byte, p *Policy, r *Rule, req *Request) []byte {
 	return b
 }
 
-// appendKeyValue escapes the separators so that two different requests
-// never share a key by accident, and hashes long values.
+// appendKeyValue escapes the separators, so that two requests never share
+// a key by accident, and hashes long values.
 func appendKeyValue(b []byte, v string) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	if len(v) > maxKeyValue {
@@ -335,10 +326,8 @@ func appendHost(b []byte, h string) []byte {
 	return appendKeyValue(b, h)
 }
 
-// queryValue returns the first value of argument name in raw query q.
-// Not url.ParseQuery, which decodes every argument into a map to return
-// one: FuzzQueryValue holds this to its answer, and
-// TestCookieAndQueryValuesAllocateNothing to no allocation.
+// queryValue returns the first value of argument name in raw query q, as
+// url.ParseQuery would (FuzzQueryValue) without a map (no allocation).
 func queryValue(q, name string) (string, bool) {
 	for q != "" {
 		var kv string
@@ -358,10 +347,8 @@ func queryValue(q, name string) (string, bool) {
 	return "", false
 }
 
-// cookieValue returns the value of cookie name in Cookie field lines.
-// Not http.ParseCookie, which builds every cookie of the line to return
-// one: FuzzCookieValue holds this to its answer wherever it accepts the
-// line, and TestCookieAndQueryValuesAllocateNothing to no allocation.
+// cookieValue returns the value of cookie name in Cookie field lines, as
+// http.ParseCookie would (FuzzCookieValue) without building every cookie.
 func cookieValue(lines []string, name string) (string, bool) {
 	for _, line := range lines {
 		for c := range strings.SplitSeq(line, ";") {
@@ -393,13 +380,9 @@ func validToken(s string) bool {
 }
 
 // KeyOf returns the store key under which a rule of p with key k and match
-// m counts req, built exactly as Evaluate builds its rules' keys (p's IP
-// prefixes; a route part falls back to m's pattern when req names no
-// route), and false when a part of k has no value for req. It does not
-// check that m selects req. It is for callers that count beside the
-// policy, so that a key means the same to them as to the rules: httplimit's
-// concurrency leases, or a batch job that calls a store directly with a
-// rule's StoreRule. m may be nil when k has no route part.
+// m (nil without a route part) counts req, as Compile builds it, and false
+// when a part has no value: for callers that count beside the policy (a
+// tenant to shed, a batch job calling a store with a rule's StoreRule).
 func (p *Policy) KeyOf(k Key, m *Match, req *Request) (string, bool) {
 	if k.constant != "" {
 		return k.constant, true
@@ -419,10 +402,9 @@ func (p *Policy) KeyOf(k Key, m *Match, req *Request) (string, bool) {
 	return string(b), true
 }
 
-// PerClient reports whether k names the client (an ip, header, user,
-// tenant or identity part), so that a limit under it is the client's own
-// share; a key of only global, route, method and host parts counts for the
-// whole service.
+// PerClient reports whether k names the client (ip, header, identity,
+// cookie), so that a limit under it is the client's own share rather than
+// the service's.
 func (k Key) PerClient() bool {
 	for _, part := range k.parts {
 		switch part.kind {

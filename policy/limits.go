@@ -2,17 +2,11 @@ package policy
 
 import "github.com/portero-rl/portero/engine"
 
-// Limits appends to hits, as check-only hits, the rules that apply to the
-// caller of req: what a client asking "what have I left?" is told (the
-// gateway's GET /v1/limits). With full, a rule applies as Compile decides
-// (req is the request the caller asks about: its method and path); without
-// it, every rule whose caller part selects the caller (its identity, its
-// address) and whose key has a value for it, whatever the request — except
-// rules keyed by what the request asks for (route, method, host, path,
-// query), whose key only a full request names. Each hit has the cost
-// Compile gives req (a rule's reserve, a cost header of req), so that a
-// look tells what that request would get. It counts nothing and decides
-// nothing; errors are Compile's, for a cost that cannot be read.
+// Limits appends to hits, as check-only hits at the cost Compile gives req,
+// the rules that apply to the caller of req (GET /v1/limits): with full,
+// as Compile decides for req; without, every rule that selects the caller
+// (identity, address) and is not keyed by what a request asks for (route,
+// method, host, path, query). Errors are Compile's.
 func (p *Policy) Limits(req *Request, full bool, hits []engine.Hit) ([]engine.Hit, error) {
 	start := len(hits)
 	var keys []byte
@@ -20,9 +14,7 @@ func (p *Policy) Limits(req *Request, full bool, hits []engine.Hit) ([]engine.Hi
 		if full && !r.Match.Matches(req) || !full && (!r.Match.matchesCaller(req) || r.Key.Dependent()) {
 			continue
 		}
-		if r.IsConcurrency() {
-			// Work in flight is no quota left to report, and a lease
-			// cannot be looked at without taking it.
+		if r.IsConcurrency() { // a lease cannot be looked at without taking it
 			continue
 		}
 		key, buf, ok := r.Key.key(keys, p, r, req, hits[start:])

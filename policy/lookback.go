@@ -8,13 +8,10 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// Look-back limits, as AWS WAF's rate-based rules count: at most Count
-// requests over the last Window, where Window is one of WAF's evaluation
-// windows and Count at least its minimum. Portero counts them exactly
-// with the sliding log (never Count+1 in any window), where WAF promises
-// only "near the limit". The gateway's rate_rules and the Envoy door's
-// rate_limit.portero.look_back both build them here, so that both accept
-// and refuse the same.
+// Look-back limits count as AWS WAF's rate-based rules do: at most Count
+// requests over the last Window, one of WAF's windows, counted exactly by
+// the sliding log. The gateway's rate_rules and the descriptors'
+// look_back both build them here.
 const (
 	// DefaultLookBack is WAF's default evaluation window.
 	DefaultLookBack = 300 * time.Second

@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/portero-rl/portero/clientip"
 )
 
 // Match selects the requests a rule (or a gateway route) applies to. Every
@@ -24,7 +26,7 @@ type Match struct {
 	// Addresses, when not nil, selects only clients whose address
 	// (Request.ClientIP) is in the set; NotAddresses excludes the clients
 	// in it (a request whose address is unknown is in no set).
-	Addresses, NotAddresses *AddrSet
+	Addresses, NotAddresses *clientip.AddrSet
 	// Identity maps an identity name to the value it must have
 	// (Request.Identity), such as {"plan": "gold"}: values set by the door
 	// or by earlier middleware, never by the client's headers.
@@ -142,13 +144,10 @@ func matchHost(pattern, host string) bool {
 	return strings.EqualFold(host, pattern)
 }
 
-// PathPattern matches URL paths segment by segment. A pattern starts with
-// "/"; a segment is literal text, "*" or "{name}" for exactly one non-empty
-// segment, and the last segment may be "**" or "{name...}" for zero or more
-// segments. "/login" matches only /login; "/users/{id}" matches /users/42;
-// "/api/**" matches /api and everything below it. The request path is
-// cleaned first (path.Clean), so "//login/" and "/x/../login" are /login:
-// a client cannot slip past a rule by spelling the path differently.
+// PathPattern matches URL paths segment by segment: literal text, "*" or
+// "{name}" for one non-empty segment, and last "**" or "{name...}" for zero
+// or more ("/api/**" matches /api and below). The path is cleaned first, so
+// that "//login/" and "/x/../login" are /login.
 type PathPattern struct {
 	raw  string
 	segs []string // "" for a one-segment wildcard
@@ -227,10 +226,7 @@ func (p PathPattern) Matches(urlPath string) bool {
 }
 
 // MayOverlap reports whether some request could be selected by both m and
-// o as far as their methods, hosts and paths tell (headers, addresses and
-// identities are not compared: they may always agree). Both must be
-// compiled. Configuration checks use it to find the levels a limit sits
-// under.
+// o as far as their methods, hosts and paths tell. Both must be compiled.
 func (m *Match) MayOverlap(o *Match) bool {
 	if len(m.Methods) > 0 && len(o.Methods) > 0 && !slices.ContainsFunc(m.Methods, func(x string) bool { return slices.Contains(o.Methods, x) }) {
 		return false
@@ -278,11 +274,10 @@ func (p PathPattern) mayOverlap(o PathPattern) bool {
 	}
 }
 
-// Contains reports whether every request m' selects is also selected by m,
-// as far as methods, hosts, paths and headers tell (addresses and
-// identities are not compared). Both must be compiled. Configuration
-// checks use it: a limit whose scope lies inside another's must not
-// promise more.
+// Contains reports whether every request o selects is also selected by m,
+// as far as methods, hosts, paths and headers tell. Both must be compiled.
+// Configuration checks use it: a limit inside another's must not promise
+// more.
 func (m *Match) Contains(o *Match) bool {
 	if len(m.Methods) > 0 {
 		if len(o.Methods) == 0 {

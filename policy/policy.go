@@ -1,15 +1,9 @@
-// Package policy is the compiler of Portero's own rules: it decides which
-// rules apply to a request, under which key and at what cost, and turns
-// that into the engine's hits (Compile). It is the peer of package
-// descriptor, which compiles envoyproxy/ratelimit's descriptors; neither
-// decides: package engine does, for every door. It knows rules, keys,
-// costs and modes, and nothing about HTTP responses, stores or the clock.
-//
-// Limits stack: a request must pass every rule that applies to it (per user,
-// per tenant, global, per endpoint). The engine decides them all-or-nothing:
-// when one enforced rule refuses, the request is counted under none of them,
-// and the verdict names the rule that refused with that rule's own numbers.
-// Rules in shadow mode are counted, reported and measured, but never refuse.
+// Package policy is the compiler of Portero's own rules: which rules apply
+// to a request, under which key and at what cost, as the engine's hits
+// (Compile). It is the peer of package descriptor, which compiles
+// envoyproxy/ratelimit's descriptors; the engine decides for both. Limits
+// stack: a request must pass every rule that applies to it, all or nothing;
+// shadow rules are counted but never refuse.
 package policy
 
 import (
@@ -27,8 +21,8 @@ import (
 	"github.com/portero-rl/portero/engine/header"
 )
 
-// Request is what a door tells the policy about one request. It is built by
-// the caller (httplimit builds it from an *http.Request) and only read.
+// Request is what a door tells the policy about one request; it is only
+// read.
 type Request struct {
 	// Method is the request method, such as GET.
 	Method string
@@ -36,28 +30,23 @@ type Request struct {
 	Host string
 	// Path is the decoded URL path.
 	Path string
-	// Header holds the request headers under canonical names, as in
-	// http.Header (which converts to it directly).
+	// Header holds the request headers under canonical names (an
+	// http.Header converts to it).
 	Header map[string][]string
-	// ClientIP is the client address the door settled on (after any trusted
-	// proxies); the zero Addr when unknown, in which case rules keyed by ip
-	// do not apply.
+	// ClientIP is the client's address (clientip); the zero Addr when
+	// unknown, and rules keyed by ip do not apply.
 	ClientIP netip.Addr
 	// ContentLength is the body size the request declares, in bytes; -1
 	// when unknown (chunked), 0 when there is no body.
 	ContentLength int64
-	// Identity holds values set by earlier middleware, such as "user" and
-	// "tenant"; nil when there are none.
+	// Identity holds values set by earlier middleware, such as "user".
 	Identity map[string]string
-	// Route names the route the door matched, for keys with a route part;
-	// empty when the door has none.
+	// Route names the route the door matched, for keys with a route part.
 	Route string
-	// RawQuery is the URL's query string without the "?", for keys with
-	// a query part.
+	// RawQuery is the query string without "?", for keys with a query part.
 	RawQuery string
-	// Forwarded reports that ClientIP came from a forwarding header sent
-	// by a trusted proxy rather than from the connection, for keys with a
-	// forwarded-ip part.
+	// Forwarded reports that ClientIP came from a trusted proxy's
+	// forwarding header, for keys with a forwarded-ip part.
 	Forwarded bool
 }
 
@@ -73,19 +62,17 @@ func (r *Request) header(name string) (string, bool) {
 type Mode string
 
 const (
-	// Enforce refuses the requests the rule does not admit. It is the
-	// default (the empty Mode).
+	// Enforce refuses the requests the rule does not admit; the default.
 	Enforce Mode = "enforce"
-	// Shadow counts and reports but never refuses: for dark launches.
+	// Shadow counts and reports but never refuses.
 	Shadow Mode = "shadow"
 )
 
 // Rule is one limit in a policy: which requests (Match), counted under what
 // name (Key), how (Algorithm and Limit), at what Cost, in which Mode.
 type Rule struct {
-	// Name identifies the rule in headers, problem bodies, logs and metrics.
-	// Letters, digits and "-_.:/" only, at most 64 bytes; unique in a
-	// policy.
+	// Name identifies the rule in headers, bodies, logs and metrics:
+	// letters, digits and "-_.:/", at most 64 bytes, unique.
 	Name string
 	// Match selects the requests the rule applies to; the zero value selects
 	// all of them.
@@ -93,8 +80,7 @@ type Rule struct {
 	// Key says under which name requests are counted.
 	Key Key
 	// Algorithm is how the rule counts; empty means sliding-counter, or
-	// fixed-window for a calendar quota (a Limit with a Period), the only
-	// algorithm that counts one.
+	// fixed-window for a calendar quota.
 	Algorithm portero.Algorithm
 	// Limit is how much a key may use.
 	Limit portero.Limit
@@ -103,23 +89,15 @@ type Rule struct {
 	// Mode is Enforce (the default when empty) or Shadow.
 	Mode Mode
 	// Responses, when not empty, makes the rule count only the requests
-	// whose response status is in the set (see Settlement): checked before
-	// the request, counted after.
+	// whose response status is in it: checked before, counted after.
 	Responses StatusSet
-	// Reserve is, for a cost from the response (response-header:NAME,
-	// response-bytes), the estimate counted when the rule decides, settled
-	// once the response reports the cost; 0 means 1.
+	// Reserve is, for a cost from the response, the estimate counted at the
+	// decision and settled after; 0 means 1.
 	Reserve int64
-	// Concurrency, when its Max is set, makes the rule a concurrency limit
-	// instead of a rate limit: at most Concurrency.Max requests in flight at
-	// once per key, each holding a lease for Concurrency.TTL (renewed while
-	// it runs; 0 means portero.DefaultLeaseTTL). Algorithm, Limit and Cost
-	// must then be zero; Concurrency.Name is the rule's Name. A key that
-	// names the client (ip, header, user, tenant, identity) makes it the
-	// client's own limit (refused with 429); any other key (global, route,
-	// method, host) the service's (engine.Rule.Service: 503). Doors decide
-	// it with engine.Engine.Admit, which hands them the lease to give back
-	// when the request ends.
+	// Concurrency, when its Max is set, makes the rule a concurrency limit:
+	// at most Max requests in flight per key, each holding a lease (no
+	// Algorithm, Limit or Cost). A key that names the client makes it the
+	// client's own limit (429); any other the service's (503).
 	Concurrency portero.ConcurrencyRule
 
 	store       portero.Rule
@@ -129,40 +107,33 @@ type Rule struct {
 	index       int
 }
 
-// Index returns the rule's position in its policy's Rules, so that doors
-// can keep per-rule data (such as preformatted headers) in a slice.
+// Index returns the rule's position in its policy's Rules.
 func (r *Rule) Index() int { return r.index }
 
 // Shadow reports whether the rule is in shadow mode.
 func (r *Rule) Shadow() bool { return r.Mode == Shadow }
 
-// IsConcurrency reports whether the rule is a concurrency limit
-// (Rule.Concurrency).
+// IsConcurrency reports whether the rule is a concurrency limit.
 func (r *Rule) IsConcurrency() bool { return r.Concurrency != (portero.ConcurrencyRule{}) }
 
-// Engine returns the rule as the engine decides it: its store rule, shadow
-// mode, quota unit, Index and header text.
+// Engine returns the rule as the engine decides it.
 func (r *Rule) Engine() *engine.Rule { return r.engine }
 
-// StoreRule returns the portero.Rule a store counts this rule under. Two
-// policies whose rules have equal store rules share counters, which is why a
-// reload keeps the counters of the rules it leaves unchanged. A concurrency
-// rule's store rule has a Name only: its leases are kept under the name
-// and the key, whatever its Max.
+// StoreRule returns the portero.Rule a store counts this rule under: equal
+// store rules share counters, so a reload keeps those of unchanged rules
+// (a concurrency rule's has a Name only).
 func (r *Rule) StoreRule() portero.Rule { return r.store }
 
 // Options tune a policy. The zero value is the default.
 type Options struct {
-	// IPv6Prefix is the prefix length IPv6 clients are grouped by in keys
-	// with an ip part: 0 means 64, since one subscriber usually holds a
-	// whole /64 and could otherwise rotate addresses freely. At most 128.
+	// IPv6Prefix groups IPv6 clients in ip keys: 0 means 64, since one
+	// subscriber usually holds a whole /64. At most 128.
 	IPv6Prefix int
-	// IPv4Prefix is the same for IPv4: 0 means 32 (one address).
+	// IPv4Prefix is the same for IPv4: 0 means 32.
 	IPv4Prefix int
 }
 
-// Policy is a validated, immutable list of rules. It is safe for concurrent
-// use; to change rules, build a new Policy and swap it in.
+// Policy is a validated, immutable list of rules, safe for concurrent use.
 type Policy struct {
 	rules   []*Rule
 	v6      int
@@ -170,8 +141,8 @@ type Policy struct {
 	settles bool // some rule is settled after the response
 }
 
-// New validates the rules and returns a policy. It reports every problem it
-// finds, each prefixed with the rule's index and name.
+// New validates the rules and returns a policy, or every problem it finds,
+// each prefixed with the rule's index and name.
 func New(rules []Rule, opts Options) (*Policy, error) {
 	p := &Policy{v6: 64, v4: 32}
 	var errs []error
@@ -328,8 +299,8 @@ func (p *Policy) groupIP(a netip.Addr) netip.Prefix {
 	return pfx
 }
 
-// RuleError is returned by Compile when a request's cost under a rule
-// cannot be read: malformed (ErrBadCost) or missing (ErrLengthRequired).
+// RuleError is Compile's error for a cost that cannot be read: malformed
+// (ErrBadCost) or missing (ErrLengthRequired).
 type RuleError struct {
 	Rule string
 	Err  error
@@ -340,11 +311,9 @@ func (e *RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule, e
 // Unwrap returns the cause.
 func (e *RuleError) Unwrap() error { return e.Err }
 
-// RequestHeaders returns the request header fields p's rules read, under
-// canonical names, each once, in rule order: their keys' header parts
-// (Cookie for a cookie part), their costs' header and their matches'
-// headers. A door that records requests to decide them again later
-// (`portero replay`) records these.
+// RequestHeaders returns the request header fields p's rules read (keys,
+// costs, matches; Cookie for a cookie part), canonical, each once, in rule
+// order: what a door that records requests for `portero replay` keeps.
 func (p *Policy) RequestHeaders() []string {
 	var out []string
 	add := func(name string) {
@@ -375,11 +344,22 @@ func (p *Policy) RequestHeaders() []string {
 
 // Cookies returns the names of the cookies p's keys read (cookie:NAME),
 // each once, in rule order.
-func (p *Policy) Cookies() []string {
+func (p *Policy) Cookies() []string { return p.keyArgs(keyCookie) }
+
+// Queries returns the names of the query arguments p's keys read
+// (query:NAME), each once, in rule order.
+func (p *Policy) Queries() []string { return p.keyArgs(keyQuery) }
+
+// ReadsQuery reports whether some rule's key has a query part, so that a
+// door that records requests keeps their query strings.
+func (p *Policy) ReadsQuery() bool { return len(p.Queries()) > 0 }
+
+// keyArgs returns the arguments of the key parts of kind, each once.
+func (p *Policy) keyArgs(kind keyKind) []string {
 	var out []string
 	for _, r := range p.rules {
 		for _, part := range r.Key.parts {
-			if part.kind == keyCookie && !slices.Contains(out, part.name) {
+			if part.kind == kind && !slices.Contains(out, part.name) {
 				out = append(out, part.name)
 			}
 		}
@@ -394,9 +374,7 @@ func CookieValue(h map[string][]string, name string) (string, bool) {
 }
 
 // ResponseHeaders returns the response header fields p's rules take a
-// cost from (response-header:NAME), under canonical names, each once, in
-// rule order: what a door that records responses keeps, to settle them
-// again later.
+// cost from (response-header:NAME), each once, in rule order.
 func (p *Policy) ResponseHeaders() []string {
 	var out []string
 	for _, r := range p.rules {
@@ -418,28 +396,13 @@ func (p *Policy) ReadsResponseBytes() bool {
 	return false
 }
 
-// Queries returns the names of the query arguments p's keys read
-// (query:NAME), each once, in rule order.
-func (p *Policy) Queries() []string {
-	var out []string
-	for _, r := range p.rules {
-		for _, part := range r.Key.parts {
-			if part.kind == keyQuery && !slices.Contains(out, part.name) {
-				out = append(out, part.name)
-			}
-		}
-	}
-	return out
-}
-
 // QueryValue returns the first value of argument name in the raw query
 // q, as a key's query:NAME part reads it.
 func QueryValue(q, name string) (string, bool) { return queryValue(q, name) }
 
 // KeyOnlyHeaders returns the request header fields p reads only in its
-// keys (header:NAME parts) — never to match or to cost —, under canonical
-// names, each once, in rule order: only their values' equality matters,
-// so a door that records requests may record them hashed.
+// keys, never to match or to cost: a door that records requests may
+// record them hashed.
 func (p *Policy) KeyOnlyHeaders() []string {
 	valued := map[string]bool{}
 	for _, r := range p.rules {
@@ -459,17 +422,4 @@ func (p *Policy) KeyOnlyHeaders() []string {
 		}
 	}
 	return out
-}
-
-// ReadsQuery reports whether some rule's key has a query part, so that a
-// door that records requests knows it must keep their query strings.
-func (p *Policy) ReadsQuery() bool {
-	for _, r := range p.rules {
-		for _, part := range r.Key.parts {
-			if part.kind == keyQuery {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -14,11 +14,9 @@ type PriorityRule struct {
 	Priority overload.Priority
 }
 
-// Priorities is a compiled list of priority rules: the class of a request is
-// the Priority of the first rule whose Match selects it. Doors that shed
-// (httplimit.Shed, grpclimit.Shed) build their request's method, host, path
-// and headers and ask Of; nothing that needs the body or the client's
-// identity. It is immutable and safe for concurrent use.
+// Priorities is a compiled list of priority rules: a request's class is the
+// Priority of the first rule whose Match selects it, for the doors that
+// shed. It is immutable and safe for concurrent use.
 type Priorities struct {
 	rules    []PriorityRule
 	fallback overload.Priority
@@ -47,10 +45,8 @@ func (p *Priorities) Of(req *Request) overload.Priority {
 	return p.fallback
 }
 
-// Headers returns the header names that the rules' matches read, as
-// Match.Headers spells them (the keys Of looks up in Request.Header), each
-// once: what a door whose requests carry no http.Header (gRPC metadata) must
-// copy into Request.Header for Of.
+// Headers returns the header names the rules' matches read, each once:
+// what a door without an http.Header (gRPC) copies into Request.Header.
 func (p *Priorities) Headers() []string {
 	var out []string
 	for i := range p.rules {

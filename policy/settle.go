@@ -10,25 +10,14 @@ import (
 	"github.com/portero-rl/portero/engine"
 )
 
-// Counting what matters: two kinds of rule are settled after the response
-// (engine.Engine.Settle).
-//
-//   - A rule with Responses counts only the requests whose response status
-//     is in the set (401 and 403 from POST /login: brute force is limited,
-//     good logins are not; 5xx: protect a failing upstream). Before the
-//     request its hit is check-only: the request is refused when the rule
-//     has nothing left; after a matching response the cost is charged.
-//     Under concurrency the requests in flight were all admitted while
-//     something was left, so the rule admits at most its limit plus the
-//     requests in flight when it was reached.
-//   - A rule whose cost comes from the response (response-header:NAME,
-//     such as an LLM API's X-Tokens-Used, or response-bytes) reserves
-//     Reserve units when it decides and, once the response reports the
-//     cost, charges the difference or refunds it. A response that reports
-//     nothing keeps the reservation.
+// Two kinds of rule are settled after the response (engine.Engine.Settle):
+// a rule with Responses counts only the requests whose status is in the set
+// (401 from POST /login), checked before and charged after; a rule whose
+// cost comes from the response (an upstream's X-Tokens-Used, the body
+// bytes) reserves Reserve units at the decision and charges or refunds the
+// difference once the response reports the cost.
 
-// Response is what a door tells the policy about a response, for the rules
-// settled after it.
+// Response is what a door tells the policy about a response.
 type Response struct {
 	// Status is the status code sent.
 	Status int

@@ -12,6 +12,7 @@ then, from the repository's root:
     scripts/envoyproxy-oracle.py /tmp/erl/bin              # everything
     scripts/envoyproxy-oracle.py /tmp/erl/bin configs      # the loader's cases only
     scripts/envoyproxy-oracle.py /tmp/erl/bin basic.yaml   # some scenarios
+    scripts/envoyproxy-oracle.py --portero bin/portero --jobs 3 /tmp/erl/bin   # Portero beside it
 
 configs runs config_check_cmd on every case directory of
 internal/config/envoyconf/testdata/envoyproxy and compares what it accepts
@@ -23,7 +24,20 @@ the real clock; every answer must equal the scenario's. Durations and
 RateLimit-Reset of units above a minute cannot match the scenario's instant
 on the real clock: they must equal the unit's length minus the Unix second's
 offset in it at the call instead. Scenarios run in parallel; each waits up
-to a minute for its offset. Exit status 1 when anything differs.
+to a minute for its offset (--jobs N runs N at a time: on a loaded
+machine a scenario's steps must still fall in the seconds it meant).
+
+With --portero BIN, Portero's binary runs beside it as ratelimit (a symlink
+to BIN) with the same environment, each on its own redis-server (and a
+second one under REDIS_PERSECOND), EXPIRATION_JITTER_MAX_SECONDS=0: every
+step goes to both, both answers must be the scenario's, and after each
+step both Redis must hold the same keys with the same values and TTLs
+(within a second). Probe steps ask both what is not a /json answer: the
+gRPC health of a name (probe: {grpc_health: NAME[, tls_client: wildcard|
+exact|other]}, with curl over HTTP/2; {tls} in the environment is a
+directory of certificates made with openssl) or a debug port path
+(probe: {debug: PATH}, whose answer must hold the lines listed). Exit
+status 1 when anything differs.
 """
 import concurrent.futures, datetime, glob, json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time
 import urllib.error, urllib.request
@@ -99,7 +113,145 @@ def zeroless(v):
     return v
 
 
-def run_variant(path, sc, vi, bindir):
+def redis_dump(port):
+    """Every key of the Redis on port with its value and TTL, read in one
+    pipeline (so that a per-second key cannot expire in between)."""
+    with socket.create_connection(('127.0.0.1', port), timeout=5) as c:
+        f = c.makefile('rwb')
+
+        def send(*cmds):
+            for cmd in cmds:
+                f.write(b'*%d\r\n' % len(cmd) + b''.join(b'$%d\r\n%s\r\n' % (len(a), a) for a in (x.encode() for x in cmd)))
+            f.flush()
+            return [read() for _ in cmds]
+
+        def read():
+            line = f.readline().rstrip(b'\r\n')
+            kind, rest = line[:1], line[1:]
+            if kind == b'*':
+                return [read() for _ in range(int(rest))]
+            if kind == b'$':
+                if int(rest) < 0:
+                    return None
+                data = f.read(int(rest) + 2)[:-2]
+                return data.decode()
+            if kind == b':':
+                return int(rest)
+            return rest.decode()
+        keys = sorted(send(['KEYS', '*'])[0])
+        replies = send(*[c for k in keys for c in (['GET', k], ['TTL', k])])
+    # A key that expired between KEYS and GET (a per-second one) is gone.
+    return {k: (replies[2 * i], replies[2 * i + 1]) for i, k in enumerate(keys) if replies[2 * i] is not None}
+
+
+def redis_diff(a, b):
+    """Keys, values and TTLs (within a second: the two were called one
+    after the other) that differ between two dumps."""
+    bad = []
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b or a[k][0] != b[k][0] or abs(a[k][1] - b[k][1]) > 1:
+            bad.append('%s: envoyproxy %s, portero %s' % (k, a.get(k), b.get(k)))
+    return bad
+
+
+def make_tls(tmp):
+    """A CA, a server certificate for 127.0.0.1 and localhost, and client
+    certificates whose DNS SAN is *.ingress.svc (wildcard),
+    envoy.ingress.svc (exact) and other.example (other), for the {tls}
+    files of a scenario's environment."""
+    d = os.path.join(tmp, 'tls')
+    os.makedirs(d)
+
+    def run(*args):
+        subprocess.run(['openssl'] + list(args), check=True, capture_output=True, cwd=d)
+    run('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt',
+        '-days', '1', '-subj', '/CN=oracle CA')
+    for name, san, usage in [('server', 'DNS:localhost,IP:127.0.0.1', 'serverAuth'), ('wildcard', 'DNS:*.ingress.svc', 'clientAuth'),
+                             ('exact', 'DNS:envoy.ingress.svc', 'clientAuth'), ('other', 'DNS:other.example', 'clientAuth')]:
+        run('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', name + '.key', '-out', name + '.csr',
+            '-subj', '/CN=' + name)
+        with open(os.path.join(d, name + '.ext'), 'w') as f:
+            f.write('subjectAltName=%s\nextendedKeyUsage=%s\n' % (san, usage))
+        run('x509', '-req', '-in', name + '.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', name + '.crt',
+            '-days', '1', '-extfile', name + '.ext')
+    return d
+
+
+def grpc_health(port, service, tls=None, client=None):
+    """grpc.health.v1.Health/Check over HTTP/2 with curl: SERVING,
+    NOT_SERVING, or what failed (a refused handshake)."""
+    msg = b'\x0a' + bytes([len(service)]) + service.encode() if service else b''
+    body = b'\x00' + len(msg).to_bytes(4, 'big') + msg
+    scheme = 'https' if tls else 'http'
+    cmd = ['curl', '-sS', '--max-time', '5', '-o', '-', '-H', 'content-type: application/grpc', '-H', 'te: trailers',
+           '--data-binary', '@-', scheme + '://127.0.0.1:%d/grpc.health.v1.Health/Check' % port]
+    cmd[1:1] = ['--http2'] if tls else ['--http2-prior-knowledge']
+    if tls:
+        cmd[1:1] = ['--cacert', os.path.join(tls, 'ca.crt')]
+        if client:
+            cmd[1:1] = ['--cert', os.path.join(tls, client + '.crt'), '--key', os.path.join(tls, client + '.key')]
+    r = subprocess.run(cmd, input=body, capture_output=True)
+    if r.returncode != 0:
+        return 'refused'
+    out = r.stdout[5:]
+    return {b'\x08\x01': 'SERVING', b'\x08\x02': 'NOT_SERVING'}.get(out, 'UNKNOWN(%r)' % out)
+
+
+def probe(side, p, tls):
+    """The answer of a probe step (see the scenarios' probe:)."""
+    if 'debug' in p:
+        try:
+            with urllib.request.urlopen('http://127.0.0.1:%d%s' % (side['debug'], p['debug']), timeout=5) as r:
+                return {'status': r.status, 'lines': r.read().decode().splitlines()}
+        except urllib.error.HTTPError as e:
+            return {'status': e.code, 'lines': e.read().decode().splitlines()}
+    if 'grpc_health' in p:
+        return grpc_health(side['grpc'], p['grpc_health'], tls if p.get('tls_client') is not None else None, p.get('tls_client'))
+    raise ValueError('unknown probe %r' % p)
+
+
+def probe_matches(got, want):
+    """A probe's answer against the scenario's: the debug index must hold
+    every line the scenario lists (Portero's lists its own endpoints too)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return got['status'] == want['status'] and all(l in got['lines'] for l in want.get('lines', []))
+    return got == want
+
+
+def start_side(cmd, env, tmp, name):
+    """One service (envoyproxy/ratelimit's service_cmd, or Portero run as
+    ratelimit) on its own redis-server(s) and ports."""
+    side = {'name': name, 'procs': []}
+
+    def redis():
+        port = free_port()
+        side['procs'].append(subprocess.Popen(['redis-server', '--port', str(port), '--bind', '127.0.0.1', '--save', '',
+                                               '--appendonly', 'no'], stdout=subprocess.DEVNULL))
+        wait_port(port)
+        return port
+    side['redis'] = [redis()]
+    side['http'], side['grpc'], side['debug'] = free_port(), free_port(), free_port()
+    e = dict(os.environ)
+    e.update({'RUNTIME_ROOT': os.path.join(tmp, 'current'), 'RUNTIME_SUBDIRECTORY': 'ratelimit', 'RUNTIME_WATCH_ROOT': 'false',
+              'HOST': '127.0.0.1', 'PORT': str(side['http']), 'GRPC_HOST': '127.0.0.1', 'GRPC_PORT': str(side['grpc']),
+              'DEBUG_HOST': '127.0.0.1', 'DEBUG_PORT': str(side['debug']), 'REDIS_SOCKET_TYPE': 'tcp',
+              'REDIS_URL': '127.0.0.1:%d' % side['redis'][0], 'USE_STATSD': 'false', 'LOG_LEVEL': 'error',
+              'FORCE_START_WITHOUT_INITIAL_CONFIG': 'true', 'EXPIRATION_JITTER_MAX_SECONDS': '0'})
+    if str(env.get('REDIS_PERSECOND', '')).lower() == 'true':
+        side['redis'].append(redis())
+        e.update({'REDIS_PERSECOND_SOCKET_TYPE': 'tcp', 'REDIS_PERSECOND_URL': '127.0.0.1:%d' % side['redis'][1]})
+    e.update({k: str(v).replace('{tls}', os.path.join(tmp, 'tls')) for k, v in env.items()})
+    side['procs'].append(subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for _ in range(100):
+        try:
+            socket.create_connection(('127.0.0.1', side['http']), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return side
+
+
+def run_variant(path, sc, vi, bindir, portero):
     env = dict(sc.get('env') or {})
     env.update((sc.get('variants') or [{}])[vi] or {})
     start = sc['start']
@@ -110,6 +262,7 @@ def run_variant(path, sc, vi, bindir):
     tmp = tempfile.mkdtemp(prefix='envoyproxy-oracle-')
     cfg = os.path.join(tmp, 'current', 'ratelimit', 'config')
     os.makedirs(cfg)
+    tls = make_tls(tmp) if any('{tls}' in str(v) for v in env.values()) else None
 
     def write(files):
         for name, content in (files or {}).items():
@@ -121,27 +274,14 @@ def run_variant(path, sc, vi, bindir):
                     f.write(content)
 
     write(sc.get('files'))
-    rport, hport = free_port(), free_port()
-    redis = subprocess.Popen(['redis-server', '--port', str(rport), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-                             stdout=subprocess.DEVNULL)
-    e = dict(os.environ)
-    e.update({'RUNTIME_ROOT': os.path.join(tmp, 'current'), 'RUNTIME_SUBDIRECTORY': 'ratelimit', 'RUNTIME_WATCH_ROOT': 'false',
-              'HOST': '127.0.0.1', 'PORT': str(hport), 'GRPC_HOST': '127.0.0.1', 'GRPC_PORT': str(free_port()),
-              'DEBUG_HOST': '127.0.0.1', 'DEBUG_PORT': str(free_port()), 'REDIS_SOCKET_TYPE': 'tcp',
-              'REDIS_URL': '127.0.0.1:%d' % rport, 'USE_STATSD': 'false', 'LOG_LEVEL': 'error',
-              'FORCE_START_WITHOUT_INITIAL_CONFIG': 'true'})
-    e.update({k: str(v) for k, v in env.items()})
-    wait_port(rport)
-    svc = subprocess.Popen([os.path.join(bindir, 'service_cmd')], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    out, n, fails = [], 0, 0
+    sides = [start_side([os.path.join(bindir, 'service_cmd')], env, tmp, 'envoyproxy')]
+    if portero:
+        link = os.path.join(tmp, 'bin', 'ratelimit')
+        os.makedirs(os.path.dirname(link))
+        os.symlink(os.path.abspath(portero), link)
+        sides.append(start_side([link], env, tmp, 'portero'))
+    out, n, fails, keys = [], 0, 0, 0
     try:
-        url = 'http://127.0.0.1:%d' % hport
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + '/healthcheck', timeout=1)
-                break
-            except Exception:
-                time.sleep(0.1)
         now = time.time()
         t0 = now - now % 60 + start.second + start.microsecond / 1e6
         if t0 < now + 0.5:
@@ -155,45 +295,70 @@ def run_variant(path, sc, vi, bindir):
             if 'files' in step:
                 write(step['files'])
                 continue
+            where = 'step %d (%s)' % (i, step.get('note', ''))
+            if 'probe' in step:
+                for side in sides:
+                    n += 1
+                    got = probe(side, step['probe'], tls)
+                    if not probe_matches(got, step['want']):
+                        fails += 1
+                        out.append('  %s %s: probe %s = %s, want %s' % (side['name'], where, step['probe'], got, step['want']))
+                continue
             if step.get('grpc_only'):
                 continue
-            where = 'step %d (%s)' % (i, step.get('note', ''))
             for _ in range(max(step.get('times') or 1, 1)):
-                n += 1
-                before = int(time.time())
-                code, body = post(url + '/json', step['request'])
-                after = int(time.time())
-                if step.get('error'):
-                    if code != 400:
+                for side in sides:
+                    n += 1
+                    f = check_json(side, step, start, at, where)
+                    if f:
                         fails += 1
-                        out.append('  %s: %d %s, want 400' % (where, code, body[:300]))
-                    continue
-                want = json.loads(json.dumps(step['response']))
-                wbad = big_units_off(want, [int(start.timestamp() + at)])
-                try:
-                    got = json.loads(body)
-                    gbad = big_units_off(got, sorted({before, after}))
-                except ValueError:
-                    got, gbad = body, []
-                wcode = 429 if want.get('overallCode') == 'OVER_LIMIT' else 200
-                if wbad or gbad or code != wcode or zeroless(got) != zeroless(want):
-                    fails += 1
-                    out.append('  %s:\n    got  %d %s\n    want %d %s%s' % (where, code, json.dumps(zeroless(got))[:800], wcode,
-                               json.dumps(zeroless(want))[:800], ' (durations: scenario %s, real clock %s)' % (wbad, gbad) if wbad or gbad else ''))
+                        out.append(f)
+            if portero:
+                for r in range(len(sides[0]['redis'])):
+                    a, b = redis_dump(sides[0]['redis'][r]), redis_dump(sides[1]['redis'][r])
+                    keys += len(a)
+                    for d in redis_diff(a, b):
+                        fails += 1
+                        out.append('  %s: redis %d: %s' % (where, r, d))
     finally:
-        svc.kill()
-        redis.kill()
-        svc.wait()
-        redis.wait()
+        for side in sides:
+            for p in side['procs']:
+                p.kill()
+                p.wait()
         shutil.rmtree(tmp)
-    out.insert(0, '%s variant %d: %d answers, %d differ' % (os.path.basename(path), vi, n, fails))
+    out.insert(0, '%s variant %d: %d answers, %d Redis keys compared, %d differ' % (os.path.basename(path), vi, n, keys, fails))
     return n, fails, '\n'.join(out)
 
 
-def run_scenario(path, bindir):
+def check_json(side, step, start, at, where):
+    """Posts a step's request to one side's /json: its difference from the
+    scenario's answer, or None."""
+    url = 'http://127.0.0.1:%d' % side['http']
+    before = int(time.time())
+    code, body = post(url + '/json', step['request'])
+    after = int(time.time())
+    where = '%s %s' % (side['name'], where)
+    if step.get('error'):
+        return None if code == 400 else '  %s: %d %s, want 400' % (where, code, body[:300])
+    want = json.loads(json.dumps(step['response']))
+    wbad = big_units_off(want, [int(start.timestamp() + at)])
+    try:
+        got = json.loads(body)
+        gbad = big_units_off(got, sorted({before, after}))
+    except ValueError:
+        got, gbad = body, []
+    wcode = 429 if want.get('overallCode') == 'OVER_LIMIT' else 200
+    if wbad or gbad or code != wcode or zeroless(got) != zeroless(want):
+        return '  %s:\n    got  %d %s\n    want %d %s%s' % (where, code, json.dumps(zeroless(got))[:800], wcode,
+                                                         json.dumps(zeroless(want))[:800],
+                                                         ' (durations: scenario %s, real clock %s)' % (wbad, gbad) if wbad or gbad else '')
+    return None
+
+
+def run_scenario(path, bindir, portero):
     with open(path) as f:
         sc = yaml.safe_load(f)
-    res = [run_variant(path, sc, vi, bindir) for vi in range(len(sc.get('variants') or [{}]))]
+    res = [run_variant(path, sc, vi, bindir, portero) for vi in range(len(sc.get('variants') or [{}]))]
     return sum(r[0] for r in res), sum(r[1] for r in res), '\n'.join(r[2] for r in res)
 
 
@@ -214,14 +379,24 @@ def check_configs(bindir):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    bindir, which = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    portero, jobs = None, 0
+    while len(args) >= 2 and args[0] in ('--portero', '--jobs'):
+        if args[0] == '--portero':
+            portero = args[1]
+        else:
+            jobs = int(args[1])
+        args = args[2:]
+    if not args:
+        sys.exit(__doc__)
+    bindir, which = args[0], args[1:]
     fails = 0
     if not which or 'configs' in which:
         fails += check_configs(bindir)
     paths = [os.path.join(SCENARIOS, w) for w in which if w != 'configs'] or ([] if which else sorted(glob.glob(SCENARIOS + '/*.yaml')))
     answers = 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
-        for n, f, text in pool.map(lambda p: run_scenario(p, bindir), paths):
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or max(1, len(paths))) as pool:
+        for n, f, text in pool.map(lambda p: run_scenario(p, bindir, portero), paths):
             print(text)
             answers, fails = answers + n, fails + f
     if paths:

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -31,12 +32,20 @@ func main() {
 
 // argsOf returns the command line of os.Args: as ratelimit (the name
 // envoyproxy/ratelimit's image runs, /bin/ratelimit), Portero is that
-// service, configured by its environment (portero rls --envoyproxy-env).
+// service, configured by its environment (portero rls --envoyproxy-env);
+// so it is when its first argument is ratelimit or a path to it (portero
+// /bin/ratelimit: Portero's image, whose entrypoint is portero, run with a
+// compose file's "command: /bin/ratelimit").
 func argsOf(osArgs []string) []string {
-	if len(osArgs) > 0 && filepath.Base(osArgs[0]) == "ratelimit" {
-		return append([]string{"rls", "--envoyproxy-env"}, osArgs[1:]...)
+	args := osArgs[1:]
+	switch {
+	case len(osArgs) > 0 && filepath.Base(osArgs[0]) == "ratelimit":
+	case len(args) > 0 && (args[0] == "ratelimit" || strings.HasSuffix(args[0], "/ratelimit")):
+		args = args[1:]
+	default:
+		return args
 	}
-	return osArgs[1:]
+	return append([]string{"rls", "--envoyproxy-env"}, args...)
 }
 
 // run executes the command line args (without the program name), writing

@@ -246,7 +246,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad format", replay("--format", "xml"), `--format "xml"`},
 		{"missing file", replay("--trace", filepath.Join(t.TempDir(), "none.csv")), "no such file"},
 		{"unknown store", replay("--store", "cassandra://x"), "unknown store"},
-		{"burst bad format", []string{"sim", "burst", "--format", "json"}, `--format "json"`},
+		{"burst bad format", []string{"sim", "burst", "--format", "xml"}, `--format "xml"`},
 		{"burst bad chart", []string{"sim", "burst", "--out", filepath.Join(t.TempDir(), "chart.gif")}, ".svg or .png"},
 		{"stray argument", []string{"sim", "burst", "extra"}, "unknown command"},
 	} {

@@ -188,7 +188,7 @@ type gatewayDecider struct {
 type unsettled struct {
 	due  time.Time
 	seq  int64
-	o    gateway.Owed
+	o    gateway.Pending
 	resp policy.Response
 }
 
@@ -202,7 +202,7 @@ func (g *gatewayDecider) hold(now time.Time, r *replay.Request) {
 	} else {
 		ow = &unsettled{}
 	}
-	if !g.gw.Owe(&g.d, now, &ow.o) {
+	if !g.gw.Pending(&g.d, now, &ow.o) {
 		g.free = append(g.free, ow)
 		return
 	}
@@ -218,7 +218,7 @@ func (g *gatewayDecider) settleDue(now time.Time) error {
 	for len(g.pending) > 0 && !g.pending[0].due.After(now) {
 		ow := g.pending[0]
 		g.pending[0], g.pending = nil, g.pending[1:]
-		err := g.gw.Pay(context.Background(), &ow.o, &ow.resp, ow.due)
+		err := g.gw.Settle(context.Background(), &ow.o, &ow.resp, ow.due)
 		ow.resp = policy.Response{}
 		g.free = append(g.free, ow)
 		var re *policy.RuleError

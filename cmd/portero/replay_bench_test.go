@@ -61,25 +61,24 @@ func (g *generatedLog) Read(p []byte) (int, error) {
 
 func (g *generatedLog) Close() error { return nil }
 
-// simplePolicy is one rule per client, as the benchmark's "simple policy",
-// after its store section.
-const simplePolicy = `%s
+// simplePolicy is one rule per client, as the benchmark's "simple policy".
+const simplePolicy = `
 upstreams:
   demo: {type: demo}
 routes:
   - {name: api, upstream: demo}
+%s
 rules:
   - {name: per-ip, key: ip, limit: 10/s}
 `
 
-// replayGenerated replays n generated lines (rate a second, from keys
-// clients) through simplePolicy with store.max_keys maxKeys (0: the
-// default), and returns the report and the most heap in use seen (sampled
-// every minute of log time and at the end, after a collection).
+// replayGenerated replays n generated lines and returns the report and the
+// most heap in use seen (sampled every minute of log time and at the end,
+// after a collection). maxKeys bounds the store; 0 leaves its default.
 func replayGenerated(tb testing.TB, n, rate, keys, maxKeys int) (*replay.Report, uint64) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "portero.yaml")
-	store := ""
+	store := "" // the default bound
 	if maxKeys > 0 {
 		store = fmt.Sprintf("store: {max_keys: %d}", maxKeys)
 	}

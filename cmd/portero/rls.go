@@ -37,6 +37,8 @@ type rlsFlags struct {
 	transport                                    *transportFlags
 	compat                                       compatFlags
 	ecosystem                                    ecosystemFlags
+	redis                                        redisFlags
+	ignoredArgs                                  []string // run as ratelimit, the arguments that are no flags
 }
 
 // tlsFlags are one listener's --NAME-tls-cert, -key and -client-ca.
@@ -116,10 +118,20 @@ flight get --grace to finish.`,
 		Example: `  portero rls --config examples/envoy/config
   portero rls --config /srv/runtime_data/current/ratelimit/config --store redis --redis-url redis://localhost:6379
   portero rls --config limits.yaml --grpc-listen 10.0.0.5:8081 --http-listen off`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		// envoyproxy/ratelimit ignores its arguments: run as ratelimit,
+		// so does rls (a compose file's command: /bin/ratelimit gives
+		// ratelimit /bin/ratelimit). Flags are still read.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.compat.env {
+				return nil
+			}
+			return cobra.NoArgs(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := applyEnvoyproxyEnv(cmd, &f.compat, os.LookupEnv); err != nil {
 				return err
 			}
+			f.ignoredArgs = args
 			return runRLS(cmd.Context(), cmd, f)
 		},
 	}
@@ -149,6 +161,7 @@ flight get --grace to finish.`,
 	fl.BoolVar(&f.noHeaders, "no-headers", false, "do not send RateLimit, RateLimit-Policy and Retry-After in response_headers_to_add")
 	fl.DurationVar(&f.callTimeout, "call-timeout", time.Second, "longest time one decision may take when the caller's deadline is later")
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "with --store redis, longest time one Redis call may take (envoyproxy/ratelimit's REDIS_TIMEOUT)")
+	f.redis.add(fl)
 	fl.DurationVar(&f.drain, "drain-period", config.DefaultDrainPeriod, "on SIGTERM, how long /readyz answers 503 (and gRPC health NOT_SERVING) before the listeners close (0 for none)")
 	fl.DurationVar(&f.grace, "grace", server.DefaultRLSShutdownTimeout, "how long in-flight calls may finish on shutdown")
 	f.compat.add(fl)
@@ -164,6 +177,9 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	}
 	for _, n := range f.compat.notes {
 		logger.Info("rls: envoyproxy/ratelimit setting not honoured", "var", n.Var, "why", n.Why)
+	}
+	if len(f.ignoredArgs) > 0 {
+		logger.Info("rls: arguments ignored, as envoyproxy/ratelimit ignores them", "args", strings.Join(f.ignoredArgs, " "))
 	}
 	if f.config == "" && !f.compat.env && f.ecosystem.xdsServer == "" {
 		return usageErr(errors.New("--config is required: an envoyproxy/ratelimit YAML file or directory"))
@@ -191,6 +207,8 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	// envoyproxy/ratelimit matches GRPC_CLIENT_TLS_SAN as a host name.
+	grpcOpts.TLS.ClientSANHostname = envoyproxy.Compat != nil
 	if f.drain < 0 {
 		return usageErr(fmt.Errorf("--drain-period %v: must not be negative", f.drain))
 	}
@@ -221,6 +239,10 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	redisTLS, err := f.redis.options(f.store, f.redisURL, envoyproxy.Counting, &f.compat)
+	if err != nil {
+		return usageErr(err)
+	}
 	sig, stopSignals := lifecycle.NotifySignals()
 	defer stopSignals()
 	err = server.RunRLS(ctx, server.RLSOptions{
@@ -231,7 +253,8 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 		OnStoreError: onErr, AuthOnStoreError: authOnErr, LocalShare: f.localShare, NearLimit: f.nearLimit,
 		ClientIP: clientip.Config{TrustedProxies: trusted, Header: f.ipHeader}, AuthDomain: f.defaultDom,
 		NoHeaders: noHeaders, CallTimeout: f.callTimeout, MaxDetailedSeries: f.maxDetailed,
-		RedisTimeout: f.redisTimeout, Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds, Tracing: tracing,
+		RedisTimeout: f.redisTimeout, RedisTLS: redisTLS, RedisPerSecondURL: f.redis.perSecondURL, RedisPerSecondTimeout: f.redis.perSecondTimeout,
+		Envoyproxy: envoyproxy, Statsd: statsd, XDS: xds, Tracing: tracing,
 		DrainPeriod: &f.drain, ShutdownTimeout: f.grace,
 		Reload: sig.Reload, Hurry: sig.Hurry, Watch: f.watch, WatchOptions: wo,
 		Stdout: cmd.OutOrStdout(), Logger: logger,

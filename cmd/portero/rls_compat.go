@@ -21,6 +21,7 @@ type compatFlags struct {
 	compat, counting, reset, headers, headerNames string
 	keyPrefix                                     string
 	jitter                                        time.Duration
+	localCache                                    int
 	shadow, quota, metadata, stopIncrement        bool
 	ignoreDotFiles, healthyWithConfig, env        bool
 	notes                                         []envNote // variables not honoured, from the environment
@@ -40,6 +41,7 @@ func (c *compatFlags) add(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.metadata, "dynamic-metadata", false, "with --compat envoyproxy, fill dynamic_metadata as envoyproxy/ratelimit does (RESPONSE_DYNAMIC_METADATA)")
 	fl.BoolVar(&c.stopIncrement, "stop-increment-over-limit", false, "with --counting each, when a descriptor would go over its limit count only those that would (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)")
 	fl.StringVar(&c.keyPrefix, "cache-key-prefix", "", "with --compat envoyproxy, the prefix of envoyproxy/ratelimit's Redis keys (CACHE_KEY_PREFIX)")
+	fl.IntVar(&c.localCache, "local-cache-size", 0, "with --counting each, bytes of a local cache of the counters over their limit, which are then refused without asking the store and not counted until their window ends (LOCAL_CACHE_SIZE_IN_BYTES; at least 512 KiB when set); 0 for none")
 	fl.DurationVar(&c.jitter, "expiration-jitter", 0, "with --counting each, a random time below this added to each counter's expiry (EXPIRATION_JITTER_MAX_SECONDS)")
 	fl.BoolVar(&c.ignoreDotFiles, "ignore-dotfiles", false, "with --compat envoyproxy, skip configuration files whose name starts with '.' (RUNTIME_IGNOREDOTFILES; Portero's own mode always does)")
 	fl.BoolVar(&c.healthyWithConfig, "healthy-with-config", false, "/healthcheck fails until a configuration with a domain is loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
@@ -125,15 +127,18 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 	if c.jitter < 0 {
 		return o, false, fmt.Errorf("--expiration-jitter %v: must not be negative", c.jitter)
 	}
+	if c.localCache < 0 {
+		return o, false, fmt.Errorf("--local-cache-size %d: must not be negative", c.localCache)
+	}
 	if o.Counting == engine.CountEach {
-		o.StopIncrementWhenOver, o.CounterJitter = c.stopIncrement, c.jitter
+		o.StopIncrementWhenOver, o.CounterJitter, o.LocalCacheSize = c.stopIncrement, c.jitter, c.localCache
 	} else {
 		// All-or-nothing counts nothing over a limit and keeps no such
 		// counters: neither changes an answer there.
 		for _, x := range []struct {
 			flag string
 			set  bool
-		}{{"stop-increment-over-limit", c.stopIncrement}, {"expiration-jitter", c.jitter != 0}} {
+		}{{"stop-increment-over-limit", c.stopIncrement}, {"expiration-jitter", c.jitter != 0}, {"local-cache-size", c.localCache != 0}} {
 			if !x.set {
 				continue
 			}
@@ -184,7 +189,7 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 		if reset != "seconds" && reset != "exact" {
 			return o, false, fmt.Errorf("--reset %q: want seconds or exact", c.reset)
 		}
-		o.Compat = &rls.Compat{ExactReset: reset == "exact", Headers: headers, ShadowMode: c.shadow, Metadata: c.metadata}
+		o.Compat = &rls.Compat{ExactReset: reset == "exact", Headers: headers, ShadowMode: c.shadow, Metadata: c.metadata, QuotaMode: c.quota}
 		copy(o.Compat.HeaderNames[:], names)
 	}
 	return o, headers == rls.HeadersNone, nil

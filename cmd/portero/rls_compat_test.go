@@ -329,7 +329,7 @@ func TestRatelimitEnvOptions(t *testing.T) {
 	env := envOf("RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit", "SHADOW_MODE", "true", "RESPONSE_DYNAMIC_METADATA", "true",
 		"QUOTA_MODE", "true", "EXPIRATION_JITTER_MAX_SECONDS", "7", "CACHE_KEY_PREFIX", "p:", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true",
 		"RUNTIME_IGNOREDOTFILES", "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true", "LIMIT_RESPONSE_HEADERS_ENABLED", "true",
-		"LIMIT_LIMIT_HEADER", "X-L", "LIMIT_REMAINING_HEADER", "X-R", "LIMIT_RESET_HEADER", "X-T")
+		"LIMIT_LIMIT_HEADER", "X-L", "LIMIT_REMAINING_HEADER", "X-R", "LIMIT_RESET_HEADER", "X-T", "LOCAL_CACHE_SIZE_IN_BYTES", "1048576")
 	if err := applyEnvoyproxyEnv(cmd, &f.compat, env); err != nil {
 		t.Fatal(err)
 	}
@@ -337,9 +337,9 @@ func TestRatelimitEnvOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersEnvoyproxy, HeaderNames: [3]string{"X-L", "X-R", "X-T"}, ShadowMode: true, Metadata: true},
+	want := server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersEnvoyproxy, HeaderNames: [3]string{"X-L", "X-R", "X-T"}, ShadowMode: true, Metadata: true, QuotaMode: true},
 		Counting: engine.CountEach, StopIncrementWhenOver: true, CounterJitter: 7 * time.Second, KeyPrefix: "p:", IgnoreDotFiles: true, QuotaMode: true,
-		HealthyWithConfig: true}
+		HealthyWithConfig: true, LocalCacheSize: 1 << 20}
 	if o.Compat == nil || *o.Compat != *want.Compat || noHeaders {
 		t.Errorf("Compat = %+v (no headers %v), want %+v", o.Compat, noHeaders, want.Compat)
 	}

@@ -56,7 +56,6 @@ var notHonoured = map[string]string{
 	"REDIS_STARTUP_MAX_INTERVAL":                   "see REDIS_STARTUP_INITIAL_INTERVAL",
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "see REDIS_STARTUP_INITIAL_INTERVAL",
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
-	"LOCAL_CACHE_SIZE_IN_BYTES":                    "the over-limit cache only saves Redis round trips; answers are the same without it",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
 	"USE_DOG_STATSD":                               "DogStatsD is not supported: statistics go to statsd (USE_STATSD) or Portero's Prometheus /metrics on the admin listener",
 	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_DOG_STATSD",
@@ -65,19 +64,11 @@ var notHonoured = map[string]string{
 	"PROMETHEUS_PATH":                              "see USE_PROMETHEUS",
 	"PROMETHEUS_MAPPER_YAML":                       "see USE_PROMETHEUS",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_PROMETHEUS",
-	"REDIS_PERSECOND":                              "per-second limits count in the one Redis of REDIS_URL; the answers are the same",
-	"REDIS_PERSECOND_SOCKET_TYPE":                  "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_TYPE":                         "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_URL":                          "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_POOL_SIZE":                    "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_AUTH":                         "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_TLS":                          "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_SENTINEL_AUTH":                "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_PIPELINE_WINDOW":              "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_PIPELINE_LIMIT":               "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_TIMEOUT":                      "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_PERSECOND",
-	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_PERSECOND",
+	"REDIS_PERSECOND_POOL_SIZE":                    "see REDIS_POOL_SIZE",
+	"REDIS_PERSECOND_PIPELINE_WINDOW":              "see REDIS_PIPELINE_WINDOW",
+	"REDIS_PERSECOND_PIPELINE_LIMIT":               "see REDIS_PIPELINE_LIMIT",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_POOL_ON_EMPTY_BEHAVIOR",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_CLUSTER_PIPELINE_PARALLELISM",
 	// Settings of a backend Portero refuses (BACKEND_TYPE=memcache):
 	// inert without it.
 	"MEMCACHE_MAX_IDLE_CONNS":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
@@ -96,12 +87,8 @@ var notHonoured = map[string]string{
 // without: ignoring them would change what the service connects to or how
 // it checks certificates.
 var refused = map[string]string{
-	"REDIS_TLS_CLIENT_CERT":                "client certificates for Redis are not supported: use rediss:// with a password (REDIS_TLS, REDIS_AUTH)",
-	"REDIS_TLS_CLIENT_KEY":                 "client certificates for Redis are not supported",
-	"REDIS_TLS_CACERT":                     "a private CA for Redis is not supported: Portero verifies Redis's certificate against the system roots",
-	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "Portero always verifies Redis's certificate",
-	"MEMCACHE_HOST_PORT":                   "Memcache is not supported: use Redis or Portero's memory store",
-	"MEMCACHE_SRV":                         "Memcache is not supported",
+	"MEMCACHE_HOST_PORT": "Memcache is not supported: use Redis (BACKEND_TYPE=redis, REDIS_URL) or Portero's memory store (portero rls --store memory)",
+	"MEMCACHE_SRV":       "Memcache is not supported: use Redis (BACKEND_TYPE=redis, REDIS_URL) or Portero's memory store (portero rls --store memory)",
 }
 
 // envoyproxyEnv returns the `portero rls` flags that envoyproxy/ratelimit's
@@ -136,77 +123,14 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	set("ignore-dotfiles", strconv.FormatBool(e.boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
 	set("merge-domains", strconv.FormatBool(e.boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
 
-	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
-	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
-	// Portero's admin listener (pprof, /rlconfig, /metrics), kept on
-	// loopback unless DEBUG_HOST says otherwise.
-	set("http-listen", e.hostPort("HOST", "0.0.0.0", "PORT", 8080), "HOST", "PORT")
-	if uds := e.str("GRPC_UDS", ""); uds != "" {
-		set("grpc-listen", "unix:"+uds, "GRPC_UDS")
-	} else {
-		set("grpc-listen", e.hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
-	}
-	set("admin-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
-	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour).String(), "GRPC_MAX_CONNECTION_AGE")
-	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour).String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
-	if e.boolean("GRPC_SERVER_USE_TLS", false) {
-		cert, key := e.str("GRPC_SERVER_TLS_CERT", ""), e.str("GRPC_SERVER_TLS_KEY", "")
-		if cert == "" || key == "" {
-			e.fail("GRPC_SERVER_USE_TLS", errors.New("needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
-		}
-		set("grpc-tls-cert", cert, "GRPC_SERVER_TLS_CERT")
-		set("grpc-tls-key", key, "GRPC_SERVER_TLS_KEY")
-		if ca := e.str("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
-			set("grpc-tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
-			if san := e.str("GRPC_CLIENT_TLS_SAN", ""); san != "" {
-				set("grpc-tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
-			}
-		}
-	}
+	listenEnv(&e, set)
 
-	// Logs: logrus's levels, case-insensitive.
-	switch lvl := strings.ToLower(e.str("LOG_LEVEL", "warn")); lvl {
-	case "trace", "debug":
-		set("log-level", "debug", "LOG_LEVEL")
-	case "info":
-		set("log-level", "info", "LOG_LEVEL")
-	case "warn", "warning":
-		set("log-level", "warn", "LOG_LEVEL")
-	case "error", "fatal", "panic":
-		set("log-level", "error", "LOG_LEVEL")
-	default:
-		e.fail("LOG_LEVEL", fmt.Errorf("%q: want trace, debug, info, warn, error, fatal or panic", lvl))
-	}
-	if strings.EqualFold(e.str("LOG_FORMAT", "text"), "json") {
-		set("log-format", "json", "LOG_FORMAT")
-	} else {
-		set("log-format", "text", "LOG_FORMAT")
-	}
-
-	// The store: Redis (BACKEND_TYPE=redis, the default) at REDIS_URL.
-	switch b := strings.ToLower(e.str("BACKEND_TYPE", "redis")); b {
-	case "redis", "":
-		u, err := redisURLFromEnv(e.str("REDIS_SOCKET_TYPE", "unix"), e.str("REDIS_TYPE", "SINGLE"),
-			e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), e.str("REDIS_AUTH", ""),
-			e.boolean("REDIS_TLS", false), e.str("REDIS_SENTINEL_AUTH", ""))
-		if err != nil {
-			e.fail("REDIS_URL", err)
-		}
-		set("store", "redis", "BACKEND_TYPE")
-		set("redis-url", u, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS", "REDIS_SENTINEL_AUTH")
-	case "memcache":
-		e.fail("BACKEND_TYPE", errors.New(`"memcache": Memcache is not supported; use redis, or Portero's memory store (portero rls --store memory)`))
-	default:
-		e.fail("BACKEND_TYPE", fmt.Errorf("%q: want redis", b))
-	}
-	// Each Redis call waits as long as there; so may a decision (Envoy's
-	// filter has its own deadline, 20ms by default).
-	rt := e.duration("REDIS_TIMEOUT", 10*time.Second).String()
-	set("redis-timeout", rt, "REDIS_TIMEOUT")
-	set("call-timeout", rt, "REDIS_TIMEOUT")
+	logEnv(&e, set)
+	redisEnv(&e, set)
 	set("cache-key-prefix", e.str("CACHE_KEY_PREFIX", ""), "CACHE_KEY_PREFIX")
 	set("expiration-jitter", (time.Duration(e.integer("EXPIRATION_JITTER_MAX_SECONDS", 300, 0)) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
 	set("stop-increment-over-limit", strconv.FormatBool(e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	set("local-cache-size", strconv.FormatInt(e.integer("LOCAL_CACHE_SIZE_IN_BYTES", 0, 0), 10), "LOCAL_CACHE_SIZE_IN_BYTES")
 	if near := e.float("NEAR_LIMIT_RATIO", 0.8); near > 0 && near <= 1 {
 		set("near-limit-ratio", strconv.FormatFloat(near, 'g', -1, 64), "NEAR_LIMIT_RATIO")
 	} else {
@@ -248,6 +172,107 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 		return nil, notes, errors.Join(e.errs...)
 	}
 	return out, notes, nil
+}
+
+// listenEnv maps the listeners and the gRPC server's settings.
+func listenEnv(e *envReader, set func(flag, value string, from ...string)) {
+	// Listeners. envoyproxy/ratelimit binds every interface: in a pod,
+	// Envoy reaches it from elsewhere. Its debug port (pprof, /rlconfig) is
+	// Portero's admin listener (pprof, /rlconfig, /metrics), kept on
+	// loopback unless DEBUG_HOST says otherwise.
+	set("http-listen", e.hostPort("HOST", "0.0.0.0", "PORT", 8080), "HOST", "PORT")
+	if uds := e.str("GRPC_UDS", ""); uds != "" {
+		set("grpc-listen", "unix:"+uds, "GRPC_UDS")
+	} else {
+		set("grpc-listen", e.hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
+	}
+	set("admin-listen", e.hostPort("DEBUG_HOST", "127.0.0.1", "DEBUG_PORT", 6070), "DEBUG_HOST", "DEBUG_PORT")
+	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour).String(), "GRPC_MAX_CONNECTION_AGE")
+	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour).String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
+	if e.boolean("GRPC_SERVER_USE_TLS", false) {
+		cert, key := e.str("GRPC_SERVER_TLS_CERT", ""), e.str("GRPC_SERVER_TLS_KEY", "")
+		if cert == "" || key == "" {
+			e.fail("GRPC_SERVER_USE_TLS", errors.New("needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
+		}
+		set("grpc-tls-cert", cert, "GRPC_SERVER_TLS_CERT")
+		set("grpc-tls-key", key, "GRPC_SERVER_TLS_KEY")
+		if ca := e.str("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
+			set("grpc-tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
+			if san := e.str("GRPC_CLIENT_TLS_SAN", ""); san != "" {
+				set("grpc-tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
+			}
+		}
+	}
+}
+
+// logEnv maps the logs' settings.
+func logEnv(e *envReader, set func(flag, value string, from ...string)) {
+	// Logs: logrus's levels, case-insensitive.
+	switch lvl := strings.ToLower(e.str("LOG_LEVEL", "warn")); lvl {
+	case "trace", "debug":
+		set("log-level", "debug", "LOG_LEVEL")
+	case "info":
+		set("log-level", "info", "LOG_LEVEL")
+	case "warn", "warning":
+		set("log-level", "warn", "LOG_LEVEL")
+	case "error", "fatal", "panic":
+		set("log-level", "error", "LOG_LEVEL")
+	default:
+		e.fail("LOG_LEVEL", fmt.Errorf("%q: want trace, debug, info, warn, error, fatal or panic", lvl))
+	}
+	if strings.EqualFold(e.str("LOG_FORMAT", "text"), "json") {
+		set("log-format", "json", "LOG_FORMAT")
+	} else {
+		set("log-format", "text", "LOG_FORMAT")
+	}
+}
+
+// redisEnv maps the store: Redis (BACKEND_TYPE=redis, the default) at
+// REDIS_URL, its timeout and TLS files, and the per-second Redis
+// (REDIS_PERSECOND).
+func redisEnv(e *envReader, set func(flag, value string, from ...string)) {
+	switch b := strings.ToLower(e.str("BACKEND_TYPE", "redis")); b {
+	case "redis", "":
+	case "memcache":
+		e.fail("BACKEND_TYPE", errors.New(`"memcache": Memcache is not supported; use redis, or Portero's memory store (portero rls --store memory)`))
+		return
+	default:
+		e.fail("BACKEND_TYPE", fmt.Errorf("%q: want redis", b))
+		return
+	}
+	useTLS := e.boolean("REDIS_TLS", false)
+	u, err := redisURLFromEnv(e.str("REDIS_SOCKET_TYPE", "unix"), e.str("REDIS_TYPE", "SINGLE"),
+		e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), e.str("REDIS_AUTH", ""), useTLS, e.str("REDIS_SENTINEL_AUTH", ""))
+	if err != nil {
+		e.fail("REDIS_URL", err)
+	}
+	set("store", "redis", "BACKEND_TYPE")
+	set("redis-url", u, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS", "REDIS_SENTINEL_AUTH")
+	// Each Redis call waits as long as there; so may a decision (Envoy's
+	// filter has its own deadline, 20ms by default).
+	rt := e.duration("REDIS_TIMEOUT", 10*time.Second).String()
+	set("redis-timeout", rt, "REDIS_TIMEOUT")
+	set("call-timeout", rt, "REDIS_TIMEOUT")
+	if e.boolean("REDIS_PERSECOND", false) {
+		psTLS := e.boolean("REDIS_PERSECOND_TLS", false)
+		useTLS = useTLS || psTLS
+		u, err := redisURLFromEnv(e.str("REDIS_PERSECOND_SOCKET_TYPE", "unix"), e.str("REDIS_PERSECOND_TYPE", "SINGLE"),
+			e.str("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock"), e.str("REDIS_PERSECOND_AUTH", ""),
+			psTLS, e.str("REDIS_PERSECOND_SENTINEL_AUTH", ""))
+		if err != nil {
+			e.fail("REDIS_PERSECOND_URL", err)
+		}
+		set("redis-per-second-url", u, "REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
+			"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH")
+		set("redis-per-second-timeout", e.duration("REDIS_PERSECOND_TIMEOUT", 10*time.Second).String(), "REDIS_PERSECOND_TIMEOUT")
+	}
+	if useTLS {
+		// Its TLS files serve both Redis (and their sentinels), as there.
+		for flag, v := range map[string]string{"redis-tls-ca": "REDIS_TLS_CACERT", "redis-tls-cert": "REDIS_TLS_CLIENT_CERT", "redis-tls-key": "REDIS_TLS_CLIENT_KEY"} {
+			set(flag, e.str(v, ""), v)
+		}
+		set("redis-tls-skip-hostname-verification", strconv.FormatBool(e.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)), "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	}
 }
 
 // redisURLFromEnv builds the Redis store's URL from envoyproxy/ratelimit's

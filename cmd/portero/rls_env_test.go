@@ -153,7 +153,10 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 		{[]string{"CONFIG_TYPE", "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
 		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x"}, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
 		{[]string{"CONFIG_TYPE", "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "soon"}, "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
-		{[]string{"REDIS_TLS_CACERT", "/ca.pem"}, "REDIS_TLS_CACERT"},
+		{[]string{"LOCAL_CACHE_SIZE_IN_BYTES", "-1"}, "LOCAL_CACHE_SIZE_IN_BYTES"},
+		{[]string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "nohostport"}, "REDIS_PERSECOND_URL"},
+		{[]string{"REDIS_PERSECOND", "true", "REDIS_PERSECOND_TIMEOUT", "soon"}, "REDIS_PERSECOND_TIMEOUT"},
+		{[]string{"MEMCACHE_HOST_PORT", "m:11211"}, "use Redis"},
 		{[]string{"GRPC_SERVER_USE_TLS", "true"}, "GRPC_SERVER_TLS_CERT"},
 		{[]string{"REDIS_TYPE", "ring"}, "REDIS_TYPE"},
 		{[]string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "nohostport"}, "host:port"},
@@ -179,7 +182,7 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 // TestEnvoyproxyEnvNotHonoured: a variable Portero does not act on is
 // reported with its reason, and is no error.
 func TestEnvoyproxyEnvNotHonoured(t *testing.T) {
-	_, notes, err := envoyproxyEnv(envOf("RUNTIME_SUBDIRECTORY", "rl", "REDIS_POOL_SIZE", "20", "USE_STATSD", "false", "USE_PROMETHEUS", "true", "LOCAL_CACHE_SIZE_IN_BYTES", "1000"))
+	_, notes, err := envoyproxyEnv(envOf("RUNTIME_SUBDIRECTORY", "rl", "REDIS_POOL_SIZE", "20", "USE_STATSD", "false", "USE_PROMETHEUS", "true", "REDIS_PERSECOND_POOL_SIZE", "5"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +193,7 @@ func TestEnvoyproxyEnvNotHonoured(t *testing.T) {
 		}
 		got = append(got, n.Var)
 	}
-	if want := "LOCAL_CACHE_SIZE_IN_BYTES,REDIS_POOL_SIZE,USE_PROMETHEUS"; strings.Join(got, ",") != want {
+	if want := "REDIS_PERSECOND_POOL_SIZE,REDIS_POOL_SIZE,USE_PROMETHEUS"; strings.Join(got, ",") != want {
 		t.Errorf("notes = %v, want %s", got, want)
 	}
 }
@@ -229,7 +232,9 @@ func TestEnvoyproxyEnvComplete(t *testing.T) {
 	asked := map[string]bool{}
 	env := envOf("RUNTIME_ROOT", "/srv/rt", "RUNTIME_SUBDIRECTORY", "ratelimit", "GRPC_SERVER_USE_TLS", "true",
 		"GRPC_SERVER_TLS_CERT", "/c", "GRPC_SERVER_TLS_KEY", "/k", "GRPC_CLIENT_TLS_CACERT", "/ca",
-		"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true") // the xDS settings are read with xDS on
+		"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", // the xDS settings are read with xDS on
+		"REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", "r:6379", "REDIS_TLS", "true", // the TLS files with TLS on
+		"REDIS_PERSECOND", "true", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "r2:6379") // its Redis with it on
 	if _, _, err := envoyproxyEnv(func(k string) (string, bool) { asked[k] = true; return env(k) }); err != nil {
 		t.Fatal(err)
 	}

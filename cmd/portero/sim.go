@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -98,7 +97,7 @@ printed.`,
 			if err != nil {
 				return usageErr(fmt.Errorf("--algorithm: %w", err))
 			}
-			if err := checkOneOf("--format", format, sim.Formats...); err != nil {
+			if err := checkFormat(format); err != nil {
 				return err
 			}
 			rule := portero.Rule{Name: "replay", Algorithm: alg, Limit: portero.Limit{Count: count, Window: window, Burst: burst, Rate: rate}}
@@ -157,11 +156,9 @@ func readTrace(path string) ([]sim.Request, error) {
 }
 
 func newSimBurstCmd() *cobra.Command {
-	var format, out string
-	cmd := &cobra.Command{
-		Use:   "burst [--format csv|table] [--out FILE.svg|FILE.png]",
-		Short: "The burst experiment: five algorithms, the same 80 requests",
-		Long: `Burst sends the same 80 requests from one client (see docs/algorithms.md and
+	return experimentCmd("burst [--format csv|table|json] [--out FILE.svg|FILE.png]",
+		"The burst experiment: five algorithms, the same 80 requests",
+		`Burst sends the same 80 requests from one client (see docs/algorithms.md and
 testdata/burst.csv) to fixed-window, sliding-log, sliding-counter, token-bucket
 and leaky-queue, each with limit 10 per 1 s window (capacity 10 and 10/s for the
 buckets), and prints the largest number each let through in any interval
@@ -169,43 +166,15 @@ buckets), and prints the largest number each let through in any interval
 
 With --out FILE.svg (or .png) it also draws two charts: the figures as bars in
 FILE.svg, and each algorithm's cumulative throughput over time in
-FILE-over-time.svg.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOneOf("--format", format, "csv", "table"); err != nil {
-				return err
-			}
-			if err := checkChart("--out", out); err != nil {
-				return err
-			}
-			res, err := sim.RunBurst(cmd.Context(), storeOpener(cmd), sim.BurstAlgorithms, sim.BurstLimit, sim.BurstTrace())
-			if err != nil {
-				return err
-			}
-			if err := writeBurst(cmd.OutOrStdout(), format, res); err != nil {
-				return err
-			}
-			if out != "" {
-				files, err := sim.BurstCharts(out, res)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", strings.Join(files, ", "))
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&format, "format", "csv", "output format: csv or table")
-	cmd.Flags().StringVar(&out, "out", "", "also draw the charts to this .svg or .png file")
-	return cmd
+FILE-over-time.svg.`, "csv", "out",
+		func(cmd *cobra.Command) (experiment, error) {
+			return sim.RunBurst(cmd.Context(), storeOpener(cmd), sim.BurstAlgorithms, sim.BurstLimit, sim.BurstTrace())
+		})
 }
 
-func writeBurst(w io.Writer, format string, res []sim.BurstResult) error {
-	header := []string{"algorithm", "max_admitted_in_any_window"}
-	rows := make([][]string, len(res))
-	for i, r := range res {
-		rows[i] = []string{string(r.Algorithm), strconv.Itoa(r.Max)}
-	}
-	return sim.WriteRows(w, format, header, rows)
+// checkFormat checks a --format flag against the formats sim.Table writes.
+func checkFormat(format string) error {
+	return checkOneOf("--format", format, sim.Formats...)
 }
 
 func joinAlgorithms(algs []portero.Algorithm) string {

@@ -14,7 +14,7 @@ func TestSimHerdCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("sim herd: exit %d, stderr %s", code, errs)
 	}
-	// The picture: without jitter all 200 come back together at 1, 3
+	// The herd's waves: without jitter all 200 come back together at 1, 3
 	// and 7 s; told Retry-After: 1 and waiting exactly that, at 1, 2, 3 s;
 	// with full jitter, or with jitter after the Retry-After, the peak per
 	// 100 ms is far lower.

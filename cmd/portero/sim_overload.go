@@ -20,12 +20,12 @@ func newSimOverloadCmd() *cobra.Command {
 100 per second (10 at once, 100 ms each) behind an overload.Gate; clients give
 up after 2 s. Three modes: unbounded-fifo (a queue that holds everything and
 knows no deadline), bounded-deadline (200 places, FIFO, requests dropped the
-moment they can no longer be answered in time and refused at the door when
+moment they can no longer be answered in time and refused on arrival when
 that moment would come before their turn) and lifo (the same, newest first).
 The figures are measured over the last minute: throughput counts every
 answer, goodput only those within the client's 2 s. --chart draws the
 goodput per second over the run.`,
-		func(cmd *cobra.Command) (simTable, error) { return overloadsim.RunOverload() })
+		func(cmd *cobra.Command) (experiment, error) { return overloadsim.RunOverload() })
 }
 
 func newSimNoisyCmd() *cobra.Command {
@@ -36,7 +36,7 @@ tenant sending 140 per second, for 60 s: twice the capacity. Random shedding
 drops requests regardless of tenant, so everyone loses about half; fair
 shedding takes the excess from the tenant holding the most of the service.
 --chart draws the share served per policy and class.`,
-		func(cmd *cobra.Command) (simTable, error) { return overloadsim.RunNoisy() })
+		func(cmd *cobra.Command) (experiment, error) { return overloadsim.RunNoisy() })
 }
 
 func newSimLittleCmd() *cobra.Command {
@@ -48,55 +48,41 @@ admits C/S: 120 per second, then 60; the rate limit keeps admitting 120 while
 the work in flight (L = rate x time) doubles from 30 to 60. Measured over 60 s
 after 10 s of warm-up. --chart FILE draws the admissions in FILE and the work
 in flight in FILE-in-flight.`,
-		func(cmd *cobra.Command) (simTable, error) {
+		func(cmd *cobra.Command) (experiment, error) {
 			return overloadsim.RunLittle(cmd.Context(), storeOpener(cmd))
 		})
 }
 
-// simTable is what the three experiments' results offer.
-type simTable interface {
-	Table() ([]string, [][]string)
-}
-
-type charter interface {
-	Chart(path string) ([]string, error)
-}
-
-type multiCharter interface {
+// experiment is what every experiment of "portero sim" gives: its figures
+// and the charts that draw them.
+type experiment interface {
+	Table() sim.Table
 	Charts(path string) ([]string, error)
 }
 
-func overloadSimCmd(name, short, long string, run func(*cobra.Command) (simTable, error)) *cobra.Command {
-	var format, chartPath string
+// experimentCmd makes the command of one experiment: it prints the figures
+// in --format (format is the default) and, given chartFlag, draws them.
+func experimentCmd(use, short, long, format, chartFlag string, run func(*cobra.Command) (experiment, error)) *cobra.Command {
+	var chartPath string
 	cmd := &cobra.Command{
-		Use:   name + " [--format table|csv|json] [--chart FILE.svg|FILE.png]",
+		Use:   use,
 		Short: short,
 		Long:  long,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOneOf("--format", format, sim.Formats...); err != nil {
+			if err := checkFormat(format); err != nil {
 				return err
 			}
-			if err := checkChart("--chart", chartPath); err != nil {
+			if err := checkChart("--"+chartFlag, chartPath); err != nil {
 				return err
 			}
 			res, err := run(cmd)
 			if err != nil {
 				return err
 			}
-			header, rows := res.Table()
-			if err := sim.WriteRows(cmd.OutOrStdout(), format, header, rows); err != nil {
+			if err := res.Table().Write(cmd.OutOrStdout(), format); err != nil || chartPath == "" {
 				return err
 			}
-			if chartPath == "" {
-				return nil
-			}
-			var files []string
-			switch c := res.(type) {
-			case charter:
-				files, err = c.Chart(chartPath)
-			case multiCharter:
-				files, err = c.Charts(chartPath)
-			}
+			files, err := res.Charts(chartPath)
 			if err != nil {
 				return err
 			}
@@ -104,7 +90,11 @@ func overloadSimCmd(name, short, long string, run func(*cobra.Command) (simTable
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "table", "output format: "+strings.Join(sim.Formats, ", "))
-	cmd.Flags().StringVar(&chartPath, "chart", "", "also draw the chart(s) to this .svg or .png file")
+	cmd.Flags().StringVar(&format, "format", format, "output format: "+strings.Join(sim.Formats, ", "))
+	cmd.Flags().StringVar(&chartPath, chartFlag, "", "also draw the chart(s) to this .svg or .png file")
 	return cmd
+}
+
+func overloadSimCmd(name, short, long string, run func(*cobra.Command) (experiment, error)) *cobra.Command {
+	return experimentCmd(name+" [--format table|csv|json] [--chart FILE.svg|FILE.png]", short, long, "table", "chart", run)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,7 @@ func newSimRaceCmd() *cobra.Command {
 	var cfg race.Config
 	var format string
 	cmd := &cobra.Command{
-		Use:   "race --redis HOST:PORT [--instances 2] [--requests 400] [--limit 50] [--window 1m] [--rounds 5] [--format csv|table]",
+		Use:   "race --redis HOST:PORT [--instances 2] [--requests 400] [--limit 50] [--window 1m] [--rounds 5] [--format csv|table|json]",
 		Short: "The race: instances sharing one Redis counter, atomic script against GET → compare → INCR",
 		Long: `Race fires --requests requests at once, spread over --instances limiter
 instances (each with its own Redis client, as separate processes would have),
@@ -36,7 +37,7 @@ It prints one row per round and mode: round,mode,admitted. The atomic store
 admits exactly --limit every round; the naive one lets the instances that read
 the same count all pass.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOneOf("--format", format, "csv", "table"); err != nil {
+			if err := checkFormat(format); err != nil {
 				return err
 			}
 			if cfg.Addr == "" {
@@ -49,11 +50,11 @@ the same count all pass.`,
 			if err != nil {
 				return err
 			}
-			rows := make([][]string, len(res))
-			for i, r := range res {
-				rows[i] = []string{strconv.Itoa(r.Round), r.Mode, strconv.FormatInt(r.Admitted, 10)}
+			t := sim.Table{Header: []string{"round", "mode", "admitted"}}
+			for _, r := range res {
+				t.Rows = append(t.Rows, []string{strconv.Itoa(r.Round), r.Mode, strconv.FormatInt(r.Admitted, 10)})
 			}
-			return sim.WriteRows(cmd.OutOrStdout(), format, []string{"round", "mode", "admitted"}, rows)
+			return t.Write(cmd.OutOrStdout(), format)
 		},
 	}
 	f := cmd.Flags()
@@ -63,7 +64,7 @@ the same count all pass.`,
 	f.Int64Var(&cfg.Limit, "limit", 50, "requests admitted per window")
 	f.DurationVar(&cfg.Window, "window", time.Minute, "window of the limit")
 	f.IntVar(&cfg.Rounds, "rounds", 5, "rounds, each on a fresh key")
-	f.StringVar(&format, "format", "csv", "output format: csv or table")
+	f.StringVar(&format, "format", "csv", "output format: "+strings.Join(sim.Formats, ", "))
 	return cmd
 }
 
@@ -73,7 +74,7 @@ func newSimInstancesCmd() *cobra.Command {
 	var window time.Duration
 	var format string
 	cmd := &cobra.Command{
-		Use:   "instances [--instances N] [--limit 50] [--window 1m] [--requests 400] [--format csv|table]",
+		Use:   "instances [--instances N] [--limit 50] [--window 1m] [--requests 400] [--format csv|table|json]",
 		Short: "Instances that count in their own memory admit up to N times the limit",
 		Long: `Instances sends --requests requests from one client, inside one window,
 through a round-robin load balancer to 1, 2, … --instances instances that each
@@ -82,7 +83,7 @@ setup admitted: instances,limit,requests,admitted. With N instances a client
 gets up to N × limit, which is why a shared store (sim race) is needed. It runs
 on a virtual clock and needs no Redis.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOneOf("--format", format, "csv", "table"); err != nil {
+			if err := checkFormat(format); err != nil {
 				return err
 			}
 			if n < 1 || n > 1000 || limit < 1 || window <= 0 || requests < 1 {
@@ -92,11 +93,11 @@ on a virtual clock and needs no Redis.`,
 			if err != nil {
 				return err
 			}
-			rows := make([][]string, len(res))
-			for i, r := range res {
-				rows[i] = []string{strconv.Itoa(r.Instances), strconv.FormatInt(r.Limit, 10), strconv.Itoa(r.Requests), strconv.FormatInt(r.Admitted, 10)}
+			t := sim.Table{Header: []string{"instances", "limit", "requests", "admitted"}}
+			for _, r := range res {
+				t.Rows = append(t.Rows, []string{strconv.Itoa(r.Instances), strconv.FormatInt(r.Limit, 10), strconv.Itoa(r.Requests), strconv.FormatInt(r.Admitted, 10)})
 			}
-			return sim.WriteRows(cmd.OutOrStdout(), format, []string{"instances", "limit", "requests", "admitted"}, rows)
+			return t.Write(cmd.OutOrStdout(), format)
 		},
 	}
 	f := cmd.Flags()
@@ -104,7 +105,7 @@ on a virtual clock and needs no Redis.`,
 	f.Int64Var(&limit, "limit", 50, "requests admitted per window, per instance")
 	f.DurationVar(&window, "window", time.Minute, "window of the limit")
 	f.IntVar(&requests, "requests", 400, "requests sent inside one window")
-	f.StringVar(&format, "format", "csv", "output format: csv or table")
+	f.StringVar(&format, "format", "csv", "output format: "+strings.Join(sim.Formats, ", "))
 	return cmd
 }
 

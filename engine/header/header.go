@@ -1,48 +1,26 @@
-// Package header is the one writer of Portero's rate-limit header fields:
-// RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
-// Retry-After (RFC 9110), and the legacy X-RateLimit-Limit, -Remaining and
-// -Reset. Every door emits what it writes, each in its own protocol: the
-// middleware and the check API into an http.Header, the Envoy rate limit
-// service into response_headers_to_add.
+// Package header is the one writer of Portero's rate-limit header fields,
+// for every door (an http.Header, the RLS's response_headers_to_add, gRPC
+// metadata): RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11), Retry-After (RFC 9110), and
+// the legacy X-RateLimit-Limit, -Remaining and -Reset.
 //
-// # What the fields say
+// RateLimit-Policy lists the enforced rules that applied, once each, as
+// "name";q=Q;w=W (engine.Rule.Quota: for the windows q = L and w = W; for
+// the buckets, GCRA and the queue q = B and w = B/r; a concurrency limit
+// ;qu="concurrent-requests" and no w), with ;qu="content-bytes" for a cost
+// in bytes. RateLimit is "name";r=R;t=T for every enforced rule of an
+// allowed request or a look (engine.Verdict.Look), for the refusing rules
+// of a refusal: r what is left, t the seconds until the same request could
+// pass for a refusing rule, else until the quota is whole (a concurrency
+// limit has no t); a rule the failure policy decided has no item.
+// Retry-After (whole seconds rounded up, at least 1) comes with every
+// refusal that a retry can cure. The legacy fields describe the rule that
+// decided (engine.Verdict.Decider).
 //
-// RateLimit-Policy lists every enforced (not shadow) rule that applied to
-// the request, once each: "name";q=Q;w=W, with ;qu="unit" when the cost is
-// not requests (content-bytes for a cost that is the body size). One
-// meaning per algorithm (engine.Rule.Quota): for the window algorithms
-// (fixed window, anchored, sliding log, sliding counter) q is the count L
-// and w the window W; for the token bucket, the leaky bucket (meter and
-// queue) and GCRA, q is the burst B and w is B/r, the time the rate takes
-// to refill the whole burst. w is in whole seconds, rounded up, at least 1.
-// A concurrency limit (engine.Rule.Concurrency) is
-// "name";q=C;qu="concurrent-requests" with no w: it has no window.
-//
-// RateLimit gives the current state, "name";r=R;t=T: when the request is
-// allowed, for every enforced rule; when refused, for the rules that refused
-// it. r is what is available now (never negative); t is, for a rule that
-// refused, the seconds until the same request could pass (rounded up, at
-// least 1), otherwise the seconds until the rule's quota is whole again
-// (rounded up); a concurrency limit's item has no t, r being the slots
-// still free. A rule the failure policy decided (engine.Result.Failure)
-// has no RateLimit item: the store did not answer, so there are no figures
-// to give; its RateLimit-Policy member stays.
-//
-// Retry-After (whole seconds, rounded up, at least 1) comes with every
-// refusal except one that can never pass (engine.Verdict.NeverPasses):
-// retrying such a request never helps.
-//
-// The legacy fields, when asked for, describe the rule that decided
-// (engine.Verdict.Decider): X-RateLimit-Limit is its q, X-RateLimit-Remaining
-// its r and X-RateLimit-Reset its t, in seconds from now (not a timestamp).
-//
-// # Quoting once
-//
-// A rule's name and RateLimit-Policy member are formatted once, when the
-// configuration loads (Announce, with github.com/dunglas/httpsfv), so that a
-// name that is not a valid Structured Field String is a configuration error
-// rather than a mangled header; per request the writer only appends
-// integers to that text.
+// A rule's name and policy member are quoted once, when its configuration
+// loads (Announce, with github.com/dunglas/httpsfv), so that a name that is
+// not a Structured Field String is a configuration error; per request the
+// writer only appends integers to that text.
 package header
 
 import (
@@ -56,8 +34,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 )
 
-// The field names as the draft and RFC 9110 spell them, and their
-// canonical forms, the keys of an http.Header.
+// The field names, and their canonical forms (http.Header's keys).
 const (
 	RateLimitPolicy = "RateLimit-Policy"
 	RateLimit       = "RateLimit"
@@ -74,11 +51,10 @@ const (
 	canonicalLegacyReset     = "X-Ratelimit-Reset"
 )
 
-// Announce returns r's announcement: its name as a Structured Field String
-// and its RateLimit-Policy member. It fails when the name (or r.Unit) is not
-// a valid sf-string (printable ASCII only) or q does not fit an sf-integer
-// (15 digits). Compilers call it once per rule, when the configuration
-// loads, and store the result in r.Announce.
+// Announce returns r's name as a Structured Field String and its
+// RateLimit-Policy member, or why they cannot be written (a name or unit
+// that is not printable ASCII, a q over 15 digits). Compilers call it once
+// per rule and keep it in r.Announce.
 func Announce(r *engine.Rule) (engine.Announcement, error) {
 	name, err := httpsfv.Marshal(httpsfv.NewItem(r.Name))
 	if err != nil {
@@ -103,10 +79,9 @@ func Announce(r *engine.Rule) (engine.Announcement, error) {
 	return engine.Announcement{Name: name, Policy: pol}, nil
 }
 
-// Field is one header field of a verdict: Name (as the standards spell
-// it), Key (its canonical form, for an http.Header), and a value that is
-// either Static text, formatted once, or, when Dynamic, the bytes
-// buf[Start:End] of the buffer Writer.Append returned with it.
+// Field is one header field of a verdict: Name, Key (canonical), and a
+// value that is Static text or, when Dynamic, buf[Start:End] of the buffer
+// Writer.Append returned.
 type Field struct {
 	Name, Key  string
 	Static     string
@@ -131,9 +106,8 @@ func (f Field) Value(buf []byte) string {
 	return string(buf[f.Start:f.End])
 }
 
-// Writer writes the fields of verdicts. The zero value is ready to use;
-// NewWriter adds the optional fast path for a known rule set. A Writer is
-// immutable and safe for concurrent use.
+// Writer writes the fields of verdicts; the zero value is ready, NewWriter
+// prepares a rule set's. It is immutable and safe for concurrent use.
 type Writer struct {
 	// Legacy adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset.
@@ -143,11 +117,9 @@ type Writer struct {
 	all      string         // their RateLimit-Policy, joined
 }
 
-// NewWriter returns a writer for verdicts over rules (a configuration's
-// rules, in order; their announcements already set): when exactly the
-// enforced ones among them apply, in order, RateLimit-Policy is their
-// joined members, formatted here once. Verdicts with other rules are
-// written too, field by field.
+// NewWriter returns a writer for verdicts over rules (a configuration's,
+// announced), whose RateLimit-Policy for all its enforced rules is joined
+// here once.
 func NewWriter(rules []*engine.Rule, legacy bool) *Writer {
 	w := &Writer{Legacy: legacy}
 	var all []byte
@@ -175,11 +147,9 @@ type entry struct {
 // maxEntries rules are announced without allocating.
 const maxEntries = 8
 
-// Append appends the fields of v to fields, formatting the values that
-// change per request into buf, and returns both. With a caller-owned
-// buffer and field slice that are reused, it allocates nothing. A rule
-// whose announcement is empty (not set by Announce) is formatted here;
-// one that cannot be formatted is left out.
+// Append appends the fields of v to fields, the values that change per
+// request formatted into buf, and returns both; reused, they allocate
+// nothing. A rule not announced is formatted here, or left out.
 func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field, []byte) {
 	var eb [maxEntries]entry
 	ents := eb[:0]
@@ -213,7 +183,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 	}
 	if len(ents) == 0 {
 		if retry := RetryAfterSeconds(v); retry > 0 {
-			fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
+			fields, buf = AppendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
 		}
 		return fields, buf
 	}
@@ -241,7 +211,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 	// failure policy decided.
 	start := len(buf)
 	for _, e := range ents {
-		if e.res.Failure != "" || !v.Allowed && !violated(e.res) {
+		if e.res.Failure != "" || !v.Allowed && !v.Look && !violated(e.res) {
 			continue
 		}
 		if len(buf) > start {
@@ -260,27 +230,26 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 	}
 
 	if retry := RetryAfterSeconds(v); retry > 0 {
-		fields, buf = appendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
+		fields, buf = AppendInt(fields, buf, RetryAfter, canonicalRetryAfter, retry)
 	}
 
 	if w.Legacy {
 		if i := v.Decider(); i >= 0 && v.Results[i].Failure == "" {
 			res := &v.Results[i]
 			q, _ := res.Rule.Quota()
-			fields, buf = appendInt(fields, buf, LegacyLimit, canonicalLegacyLimit, q)
-			fields, buf = appendInt(fields, buf, LegacyRemaining, canonicalLegacyRemaining, max(res.Decision.Remaining, 0))
-			fields, buf = appendInt(fields, buf, LegacyReset, canonicalLegacyReset, effectiveWindow(res))
+			fields, buf = AppendInt(fields, buf, LegacyLimit, canonicalLegacyLimit, q)
+			fields, buf = AppendInt(fields, buf, LegacyRemaining, canonicalLegacyRemaining, max(res.Decision.Remaining, 0))
+			fields, buf = AppendInt(fields, buf, LegacyReset, canonicalLegacyReset, effectiveWindow(res))
 		}
 	}
 	return fields, buf
 }
 
-// RetryAfterSeconds is the Retry-After of v in whole seconds: for a
-// refusal, the longest wait of the hits that refused it, rounded up, at
-// least 1; 0 when v is allowed or can never pass. Doors that repeat it (in
-// a problem body) use it, so that they agree with the field.
+// RetryAfterSeconds is the Retry-After of v in whole seconds: the longest
+// wait of the hits that refused it, rounded up, at least 1; 0 when v is
+// allowed, a look, or can never pass. Problem bodies repeat it.
 func RetryAfterSeconds(v *engine.Verdict) int64 {
-	if v.Allowed || v.NeverPasses() {
+	if v.Allowed || v.Look || v.NeverPasses() {
 		return 0
 	}
 	retry := int64(1)
@@ -317,9 +286,8 @@ func tells(a, b *engine.Result) bool {
 	return float64(ad.Remaining)*float64(bd.Limit) < float64(bd.Remaining)*float64(ad.Limit)
 }
 
-// effectiveWindow is the t of a result: for a refusal that a retry can
-// cure, the seconds until it would pass (at least 1); otherwise the
-// seconds until the quota is whole again.
+// effectiveWindow is the t of a result: the seconds until a refusal would
+// pass (at least 1), else until the quota is whole again.
 func effectiveWindow(r *engine.Result) int64 {
 	if r.Outcome == engine.Refused {
 		return max(CeilSeconds(r.Decision.RetryAfter), 1)
@@ -327,10 +295,8 @@ func effectiveWindow(r *engine.Result) int64 {
 	return CeilSeconds(r.Decision.ResetAfter)
 }
 
-// CeilSeconds rounds d up to whole seconds; a negative d is 0. It is the
-// one conversion of a duration to the delay-seconds of every field; doors
-// that print seconds elsewhere (a problem body) use it too, so that they
-// agree with the fields.
+// CeilSeconds rounds d up to whole seconds (0 for a negative d): the one
+// conversion of a duration to the seconds of every field and body.
 func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -341,15 +307,11 @@ func CeilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// staticInt is a field whose value is a small integer: strconv keeps 0–99
-// as constants, so those take no room in the buffer.
-func staticInt(name, key string, n int64) Field {
-	return Field{Name: name, Key: key, Static: strconv.FormatInt(n, 10)}
-}
-
-func appendInt(fields []Field, buf []byte, name, key string, n int64) ([]Field, []byte) {
+// AppendInt appends the field name (key canonical) of value n to fields,
+// in buf unless it is below 100 (strconv keeps 0–99 as constants).
+func AppendInt(fields []Field, buf []byte, name, key string, n int64) ([]Field, []byte) {
 	if n >= 0 && n < 100 {
-		return append(fields, staticInt(name, key, n)), buf
+		return append(fields, Field{Name: name, Key: key, Static: strconv.FormatInt(n, 10)}), buf
 	}
 	start := len(buf)
 	buf = strconv.AppendInt(buf, n, 10)

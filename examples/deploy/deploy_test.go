@@ -40,7 +40,14 @@ type dockerfile struct {
 	copies     []string // sources of COPY lines without --from
 	entrypoint []string
 	cmd        []string
+	// stages are the ENTRYPOINT and CMD of each named stage (FROM … AS
+	// name), the targets of docker build --target.
+	stages map[string]*stageRun
 }
+
+// stageRun is what a stage runs: its ENTRYPOINT and CMD (nil when it has
+// none).
+type stageRun struct{ entrypoint, cmd []string }
 
 func readDockerfile(t *testing.T) dockerfile {
 	t.Helper()
@@ -48,8 +55,9 @@ func readDockerfile(t *testing.T) dockerfile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d dockerfile
+	d := dockerfile{stages: map[string]*stageRun{}}
 	stage := 0
+	cur := &stageRun{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -64,7 +72,11 @@ func readDockerfile(t *testing.T) dockerfile {
 		switch strings.ToUpper(word) {
 		case "FROM":
 			stage++
-			d.runBase = strings.Fields(rest)[0]
+			f := strings.Fields(rest)
+			d.runBase, cur = f[0], &stageRun{}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				d.stages[f[2]] = cur
+			}
 		case "ENV":
 			if stage == 1 {
 				d.env = append(d.env, rest)
@@ -82,8 +94,10 @@ func readDockerfile(t *testing.T) dockerfile {
 			}
 		case "ENTRYPOINT":
 			d.entrypoint = jsonArray(t, rest)
+			cur.entrypoint = d.entrypoint
 		case "CMD":
 			d.cmd = jsonArray(t, rest)
+			cur.cmd = d.cmd
 		}
 	}
 	return d

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,10 +30,57 @@ func TestRatelimitName(t *testing.T) {
 		}
 	}
 	bin := buildAsDockerfile(t, readDockerfile(t))
+	runRatelimit(t, bin, []string{"/bin/ratelimit"})
+}
+
+// TestRatelimitImage: the Dockerfile's ratelimit target is
+// envoyproxy/ratelimit's image: it runs the rate limit service with the
+// argv Docker and Kubernetes give it for each way its users start that
+// image — no command (the ENTRYPOINT and the CMD, of which there is
+// none), a compose file's "command: /bin/ratelimit" (replacing the CMD:
+// appended to the ENTRYPOINT; envoyproxy/ratelimit ignores arguments),
+// and Kubernetes' or a Helm chart's command: ["/bin/ratelimit"] with no
+// args (replacing the ENTRYPOINT, the CMD dropped). Portero's default
+// image started by that compose file runs it too.
+func TestRatelimitImage(t *testing.T) {
+	d := readDockerfile(t)
+	target := d.stages["ratelimit"]
+	if target == nil {
+		t.Fatal("Dockerfile: no stage named ratelimit (docker build --target ratelimit)")
+	}
+	if !slices.Equal(target.entrypoint, []string{"/bin/ratelimit"}) || target.cmd != nil {
+		t.Errorf("ratelimit target: ENTRYPOINT %q CMD %q, want [/bin/ratelimit] and none, as envoyproxy/ratelimit's image", target.entrypoint, target.cmd)
+	}
+	bin := buildAsDockerfile(t, d)
+	compose := []string{"/bin/ratelimit"} // command: /bin/ratelimit
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"no command", append(slices.Clone(target.entrypoint), target.cmd...)},
+		{"compose command", append(slices.Clone(target.entrypoint), compose...)},
+		{"kubernetes command", []string{"/bin/ratelimit"}},
+		{"default image, compose command", append(slices.Clone(d.entrypoint), compose...)},
+	} {
+		t.Run(c.name, func(t *testing.T) { runRatelimit(t, bin, c.argv) })
+	}
+}
+
+// runRatelimit runs bin as the image would with argv (its first word the
+// path in the image: /bin/ratelimit, a symlink to the binary, or the
+// binary's own path) and only envoyproxy/ratelimit's environment (a Helm
+// chart's variables, a runtime directory, Redis over TCP): it must start,
+// answer /healthcheck and /json calls, and stop on SIGTERM.
+func runRatelimit(t *testing.T, bin string, argv []string) {
+	t.Helper()
 	dir := t.TempDir()
 	name := filepath.Join(dir, "ratelimit")
 	if err := os.Symlink(bin, name); err != nil {
 		t.Fatal(err)
+	}
+	path := map[string]string{"/bin/ratelimit": name, "/usr/local/bin/portero": bin}[argv[0]]
+	if path == "" {
+		t.Fatalf("argv %q: %s is not in the image", argv, argv[0])
 	}
 	rt := filepath.Join(dir, "srv", "current")
 	if err := os.MkdirAll(filepath.Join(rt, "ratelimit", "config"), 0o755); err != nil {
@@ -45,7 +93,7 @@ func TestRatelimitName(t *testing.T) {
 	srv := redistest.Start(t)
 	port := func() string { _, p, _ := net.SplitHostPort(freeAddr(t)); return p }
 	httpPort := port()
-	cmd := exec.Command(name)
+	cmd := &exec.Cmd{Path: path, Args: argv}
 	cmd.Env = []string{"RUNTIME_ROOT=" + rt, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(), "DEBUG_PORT=" + port(),
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr(), "USE_STATSD=false", "LOG_LEVEL=warn"}

@@ -40,6 +40,9 @@ type Listener struct {
 	// Token is read at every request (a reload may change it); nil or ""
 	// means none.
 	Token func() string
+	// Index, when set, answers / and every path no route takes, in place
+	// of the redirect to the dashboard (envoyproxy/ratelimit's debug port).
+	Index http.HandlerFunc
 }
 
 // Handler returns the admin handler: the common endpoints and those
@@ -59,12 +62,15 @@ func (a Listener) Handler(routes func(*http.ServeMux)) http.Handler {
 	if routes != nil {
 		routes(mux)
 	}
+	if a.Index != nil {
+		mux.HandleFunc("/", a.Index)
+	}
 	return Probes(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.Dashboard != nil && (r.URL.Path == "/dashboard" || strings.HasPrefix(r.URL.Path, "/dashboard/")) {
 			a.Dashboard.ServeHTTP(w, r)
 			return
 		}
-		if a.Dashboard != nil && r.URL.Path == "/" {
+		if a.Dashboard != nil && r.URL.Path == "/" && a.Index == nil {
 			http.Redirect(w, r, "/dashboard/", http.StatusFound) // which asks for the token itself
 			return
 		}

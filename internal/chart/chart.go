@@ -41,6 +41,13 @@ func CheckPath(path string) error {
 	return fmt.Errorf("chart %q: want a file name ending in .svg or .png", path)
 }
 
+// Beside names a second chart of the same experiment: path with suffix
+// before its extension ("burst.svg", "-over-time": "burst-over-time.svg").
+func Beside(path, suffix string) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + suffix + ext
+}
+
 // Bars draws one bar per label with the given values and writes it to path
 // (.svg or .png). labels and values must have the same, non-zero length.
 func Bars(path, title string, labels []string, values []float64) error {

@@ -1,71 +1,26 @@
-// Package checkapi is Portero's HTTP decision service: a JSON API that
-// answers "allowed or not" for a domain and descriptors (compiled by
-// package descriptor, as the Envoy RLS door compiles them), and an
-// auth_request-style endpoint for nginx and Traefik ForwardAuth. It is a door: every request is decided by package
-// engine, and its RateLimit fields are written by engine/header, as at
-// every other door.
+// Package checkapi is Portero's HTTP decision service, a door to the
+// engine for envoyproxy/ratelimit's descriptors (package descriptor, as
+// the Envoy RLS compiles them):
 //
-// # POST /v1/check
+//   - POST /v1/check answers a JSON request ({"domain": "edge",
+//     "descriptors": [{"entries": [{"key": "remote_address", "value":
+//     "10.0.0.1"}]}], "cost": 1}) with 200 and the decision in JSON for
+//     every decision, allowed or refused, with the RateLimit fields; a
+//     request that can never pass gets the 429 of every HTTP door.
+//   - /v1/auth answers nginx's auth_request and Traefik's forwardAuth: the
+//     descriptors come from the query (descriptor=remote_address={ip},
+//     with placeholders {ip}, {method}, {path}, {uri}, {host} and
+//     {header:Name}) and the original request from the proxy's headers; a
+//     refusal is the deny status (403 behind nginx, which turns any other
+//     status into a 500; 429 otherwise).
 //
-// Request (Content-Type application/json or none; unknown fields and a
-// member given twice in one object are refused; bodies are at most MaxBody
-// bytes):
-//
-//	{"domain": "edge",
-//	 "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}],
-//	 "cost": 1}
-//
-// A descriptor may also carry "hits_addend" (0 checks without counting) and
-// "limit": {"requests_per_unit": 5, "unit": "minute"}, as in Envoy.
-//
-// Response, 200 for every decision, allowed or refused:
-//
-//	{"allowed": false, "code": "OVER_LIMIT", "rule": "edge.remote_address",
-//	 "limit": 10, "remaining": 0, "retry_after": 0.9, "reset_after": 0.9,
-//	 "descriptors": [...]}
-//
-// Times are seconds (fractions allowed). The response also carries the
-// RateLimit-Policy, RateLimit and (when refused) Retry-After headers.
-//
-// A request whose cost is more than a rule can ever admit at once is
-// answered as at every HTTP door: 429 with an application/problem+json body
-// of type quota-exceeded whose detail names the rule, the cost and the most
-// the rule admits (also in its cost and max-cost members), and no
-// Retry-After, since waiting never helps.
-//
-// When the store fails, the engine's failure policy answers: allow and deny
-// are decisions (200, with "degraded" saying why, and no RateLimit item for
-// the rules the policy decided); error is a 503. Errors are RFC 9457
-// problem bodies: 400 for bad input, 404 for an unknown domain,
-// 405, 413 for an oversized body, 415, 503.
-//
-// # /v1/auth (nginx auth_request, Traefik forwardAuth)
-//
-// Any method. The original request is read from the headers the proxy sets:
-// X-Original-Method / X-Original-URI (nginx, by convention) or
-// X-Forwarded-Method / X-Forwarded-Uri / X-Forwarded-Host (Traefik), and the
-// client address as configured by ClientIP (forwarding headers are trusted
-// only from TrustedProxies). The query string says what to ask:
-//
-//	/v1/auth?domain=edge&descriptor=remote_address={ip}&descriptor=path={path},method={method}
-//
-// Each descriptor parameter is a comma-separated list of key=value entries;
-// values may hold the placeholders {ip}, {method}, {path}, {uri}, {host}
-// and {header:Name}. A descriptor whose placeholder has no value (a missing
-// header) is dropped, as Envoy drops it. Without descriptor parameters the
-// one descriptor is remote_address={ip}.
-//
-// Allowed: 200 with X-Portero-Decision: allowed and the RateLimit fields.
-// Refused: deny_status (403 by default when X-Original-URI is present,
-// since nginx turns any other status into a 500; 429 otherwise, which
-// Traefik passes on to the client as is) with Retry-After (none when the
-// request can never pass), RateLimit, RateLimit-Policy, Cache-Control:
-// no-store and a problem body. The store failing is decided by AuthEngine's
-// failure policy (allow lets traffic through; error is a 503).
+// Under the failure policy FailError both answer 503; errors are RFC 9457
+// problems. docs/nginx.md has the whole protocol.
 package checkapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,10 +36,12 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/quote"
 )
@@ -92,19 +49,16 @@ import (
 // Config configures a Handler. Compiler and Engine are required; the zero
 // value of every other field means its default.
 type Config struct {
-	// Compiler compiles domain/descriptor requests (shared with the RLS
-	// door).
+	// Compiler compiles the requests (shared with the RLS door).
 	Compiler *descriptor.Compiler
-	// Engine decides /v1/check requests (shared with the RLS door: the same counters, the same failure policy, under
-	// which portero.FailError answers 503).
+	// Engine decides /v1/check requests (shared with the RLS door).
 	Engine *engine.Engine
 	// AuthEngine decides /v1/auth requests; nil means Engine. Its failure
-	// policy is the auth endpoint's: nginx turns a 503 into a 500 for the
-	// client and Traefik passes it on, so FailAllow lets traffic through
-	// while the store is down.
+	// policy is the proxies': FailAllow lets traffic through while the
+	// store is down, where a 503 would be nginx's 500.
 	AuthEngine *engine.Engine
-	// ClientIP finds the original client's address for {ip}. Its zero value
-	// trusts forwarding headers (X-Forwarded-For) from loopback proxies only.
+	// ClientIP finds the original client's address for {ip}; its zero
+	// value trusts X-Forwarded-For from loopback proxies only.
 	ClientIP clientip.Config
 	// DefaultDomain is used by /v1/auth when the query names none.
 	DefaultDomain string
@@ -116,17 +70,17 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives store failures; nil means slog.Default().
 	Logger *slog.Logger
-	// Observer, when set, is told of every request (/v1/check's and
-	// /v1/auth's): its plan and verdict, or its error (portero rls's
-	// metrics).
+	// Observer, when set, is told of every request's plan and verdict, or
+	// its error (portero rls's metrics).
 	Observer descriptor.Observer
 }
 
 // Handler serves /v1/check, /v1/auth and /healthz. It is safe for
 // concurrent use.
 type Handler struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg    Config
+	mux    *http.ServeMux
+	writer *httpanswer.Writer // nil: formats each rule's text per request
 }
 
 // New validates cfg and returns the handler.
@@ -200,9 +154,8 @@ type CheckOverride struct {
 type CheckResponse struct {
 	Allowed bool   `json:"allowed"`
 	Code    string `json:"code"`
-	// Rule, Limit, Remaining, RetryAfter and ResetAfter describe the rule
-	// that decided: the refusing one with the longest wait, or when allowed
-	// the one closest to its limit. Rule is empty when no limit applied.
+	// Rule to ResetAfter describe the rule that decided
+	// (engine.Verdict.Decider); Rule is empty when no limit applied.
 	Rule       string  `json:"rule,omitempty"`
 	Limit      int64   `json:"limit"`
 	Remaining  int64   `json:"remaining"`
@@ -210,8 +163,7 @@ type CheckResponse struct {
 	ResetAfter float64 `json:"reset_after"`
 	// Descriptors has one entry per request descriptor.
 	Descriptors []DescriptorResult `json:"descriptors,omitempty"`
-	// Degraded is set when the failure policy answered because the store
-	// failed.
+	// Degraded is the store's error when the failure policy answered.
 	Degraded string `json:"degraded,omitempty"`
 }
 
@@ -229,20 +181,12 @@ type DescriptorResult struct {
 	Shadow          bool    `json:"shadow,omitempty"`
 	Unlimited       bool    `json:"unlimited,omitempty"`
 	CheckOnly       bool    `json:"check_only,omitempty"`
-	// Outcome is the engine's outcome for the descriptor; Failure the
-	// failure policy that decided it when the store could not.
+	// Outcome is the engine's; Failure the failure policy that decided.
 	Outcome string `json:"outcome,omitempty"`
 	Failure string `json:"failure,omitempty"`
 }
 
-func problem(w http.ResponseWriter, status int, detail string) {
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(httpanswer.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-}
+func problem(w http.ResponseWriter, status int, detail string) { httpanswer.Error(w, status, detail) }
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -266,19 +210,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "reading body: "+err.Error())
 		return
 	}
-	if err := duplicateMembers(body); err != nil {
-		problem(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
-		return
-	}
 	var req CheckRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		problem(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
-		return
-	}
-	if dec.More() {
-		problem(w, http.StatusBadRequest, "malformed JSON: more than one value")
+	if msg := decodeCheck(body, &req); msg != "" {
+		problem(w, http.StatusBadRequest, "malformed JSON: "+msg)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
@@ -309,76 +243,53 @@ func checkMediaType(ct string) string {
 	return ""
 }
 
-// duplicateMembers reports the first object member named twice in the JSON
-// text body, with where it is (such as descriptors[0].limit): encoding/json
-// silently keeps the last, so {"domain":"a","domain":"b"} would be decided
-// for b while a log or a proxy that read the first saw a. Malformed JSON is
-// left for the decoder to report.
-func duplicateMembers(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	type level struct {
-		obj  bool
-		seen map[string]bool
-		name string // the member or index this level is the value of
-		next int    // arrays: the index of the next element
-		key  bool   // objects: the next token is a member name
-	}
-	var stack []level
-	path := func() string {
-		var b strings.Builder
-		for i, l := range stack[1:] {
-			if strings.HasPrefix(l.name, "[") || i == 0 {
-				b.WriteString(l.name)
-			} else {
-				b.WriteString("." + l.name)
-			}
+// decodeCheck reads a /v1/check body into req and returns why it refuses
+// it, or "": one JSON object, no unknown member, and no member named twice
+// in one object, where encoding/json keeps the last: {"domain":"a","domain":"b"}
+// would be decided for b while a log or a proxy that read the first saw a.
+// github.com/go-json-experiment/json (json/v2, which Go 1.26 has only
+// under GOEXPERIMENT) refuses both and says where.
+func decodeCheck(body []byte, req *CheckRequest) string {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	err := jsonv2.UnmarshalDecode(dec, req, jsonv2.RejectUnknownMembers(true))
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
+	switch {
+	case err == nil:
+		if _, err := dec.ReadToken(); err != io.EOF {
+			return "more than one value"
 		}
-		return b.String()
+		return ""
+	case errors.As(err, &syn) && errors.Is(err, jsontext.ErrDuplicateName):
+		return "duplicate member " + quote.Input(syn.JSONPointer.LastToken()) + within(syn.JSONPointer.Parent())
+	case errors.As(err, &sem) && errors.Is(err, jsonv2.ErrUnknownName):
+		return "unknown field " + quote.Input(sem.JSONPointer.LastToken()) + within(sem.JSONPointer.Parent())
+	case errors.As(err, &sem):
+		return fmt.Sprintf("%s %s: want a %v%s", sem.JSONKind, quote.Input(string(sem.JSONValue)), sem.GoType, within(sem.JSONPointer))
+	case errors.As(err, &syn):
+		return fmt.Sprintf("%v at byte %d", syn.Err, syn.ByteOffset)
 	}
-	var member string
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil // io.EOF, or malformed: the decoder says which
-		}
-		if len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].key {
-			top := &stack[len(stack)-1]
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				continue
-			}
-			k, _ := tok.(string)
-			if top.seen[k] {
-				if where := path(); where != "" {
-					return fmt.Errorf("duplicate member %s in %s", quote.Input(k), quote.Cut(where))
-				}
-				return fmt.Errorf("duplicate member %s", quote.Input(k))
-			}
-			top.seen[k] = true
-			top.key = false
-			member = k
+	return err.Error()
+}
+
+// within spells where p points, as " in descriptors[0].limit"; "" for the
+// top level.
+func within(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
 			continue
 		}
-		// n is what the value now starting is called in its parent.
-		var n string
-		if len(stack) > 0 {
-			top := &stack[len(stack)-1]
-			if top.obj {
-				n, top.key = member, true
-			} else {
-				n = "[" + strconv.Itoa(top.next) + "]"
-				top.next++
-			}
+		if b.Len() > 0 {
+			b.WriteByte('.')
 		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, level{obj: true, seen: map[string]bool{}, name: n, key: true})
-		case json.Delim('['):
-			stack = append(stack, level{name: n})
-		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
+		b.WriteString(tok)
 	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return " in " + quote.Cut(b.String())
 }
 
 func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *CheckRequest) {
@@ -493,37 +404,17 @@ func (h *Handler) decide(ctx context.Context, w http.ResponseWriter, e *engine.E
 // a request that can never pass, the 429 problem every HTTP door sends.
 func (h *Handler) answer(w http.ResponseWriter, v *engine.Verdict, out CheckResponse) {
 	var f httpanswer.Fields
-	f.Verdict(&writer, v)
+	if v.NeverPasses() {
+		h.writer.Refuse(w, &f, nil, v, http.StatusTooManyRequests)
+		return
+	}
+	h.writer.Fields(&f, v)
 	if !v.Allowed {
 		f.Static("Cache-Control", "no-store")
 	}
 	f.Apply(w.Header())
-	if v.NeverPasses() {
-		writeRefusal(w, http.StatusTooManyRequests, v)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// writer writes the RateLimit fields of every answer (each rule's text is
-// prepared when its configuration loads).
-var writer header.Writer
-
-// writeRefusal writes the problem body of refused verdict v with status.
-func writeRefusal(w http.ResponseWriter, status int, v *engine.Verdict) {
-	body := (*httpanswer.Texts)(nil).AppendRefusal(nil, status, v, header.RetryAfterSeconds(v))
-	hd := w.Header()
-	hd.Set("Content-Type", "application/problem+json")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 // original is what /v1/auth knows about the proxied request.
@@ -535,8 +426,8 @@ type original struct {
 
 func (h *Handler) original(r *http.Request) original {
 	o := original{header: r.Header}
-	o.method = first(r.Header.Get("X-Original-Method"), r.Header.Get("X-Forwarded-Method"), r.Method)
-	o.uri = first(r.Header.Get("X-Original-URI"), r.Header.Get("X-Forwarded-Uri"), r.URL.RequestURI())
+	o.method = cmp.Or(r.Header.Get("X-Original-Method"), r.Header.Get("X-Forwarded-Method"), r.Method)
+	o.uri = cmp.Or(r.Header.Get("X-Original-URI"), r.Header.Get("X-Forwarded-Uri"), r.URL.RequestURI())
 	o.path = o.uri
 	if i := strings.IndexAny(o.path, "?#"); i >= 0 {
 		o.path = o.path[:i]
@@ -544,18 +435,9 @@ func (h *Handler) original(r *http.Request) original {
 	if p, err := url.PathUnescape(o.path); err == nil {
 		o.path = p
 	}
-	o.host = first(r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Original-Host"), r.Host)
+	o.host = cmp.Or(r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Original-Host"), r.Host)
 	o.ip = h.cfg.ClientIP.Resolve(r)
 	return o
-}
-
-func first(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // expand resolves the placeholders of one template value; ok is false when
@@ -606,6 +488,38 @@ func (o *original) expand(tmpl string) (string, bool, error) {
 	}
 }
 
+// request is the descriptor request of /v1/auth's templates for o (one
+// remote_address={ip} when none), or why they cannot be read. A
+// descriptor whose placeholder has no value is dropped, as Envoy drops it.
+func (o original) request(domain string, templates []string) (*descriptor.Request, string) {
+	if len(templates) == 0 {
+		templates = []string{"remote_address={ip}"}
+	}
+	req := &descriptor.Request{Domain: domain}
+	for _, t := range templates {
+		var d descriptor.Descriptor
+		for _, part := range strings.Split(t, ",") {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				return nil, fmt.Sprintf("descriptor %s: want key=value[,key=value...]", quote.Input(t))
+			}
+			val, has, err := o.expand(v)
+			if err != nil {
+				return nil, fmt.Sprintf("descriptor %s: %v", quote.Input(t), err)
+			}
+			if !has {
+				d.Entries = nil
+				break
+			}
+			d.Entries = append(d.Entries, descriptor.Entry{Key: k, Value: val})
+		}
+		if len(d.Entries) > 0 {
+			req.Descriptors = append(req.Descriptors, d)
+		}
+	}
+	return req, ""
+}
+
 func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	deny := http.StatusTooManyRequests
@@ -620,40 +534,15 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		}
 		deny = n
 	}
-	domain := first(q.Get("domain"), h.cfg.DefaultDomain)
+	domain := cmp.Or(q.Get("domain"), h.cfg.DefaultDomain)
 	if domain == "" {
 		problem(w, http.StatusBadRequest, "no domain: add ?domain=... to the auth URL")
 		return
 	}
-	o := h.original(r)
-	templates := q["descriptor"]
-	if len(templates) == 0 {
-		templates = []string{"remote_address={ip}"}
-	}
-	req := &descriptor.Request{Domain: domain}
-	for _, t := range templates {
-		var d descriptor.Descriptor
-		keep := true
-		for _, part := range strings.Split(t, ",") {
-			k, v, ok := strings.Cut(part, "=")
-			if !ok || k == "" {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %s: want key=value[,key=value...]", quote.Input(t)))
-				return
-			}
-			val, has, err := o.expand(v)
-			if err != nil {
-				problem(w, http.StatusBadRequest, fmt.Sprintf("descriptor %s: %v", quote.Input(t), err))
-				return
-			}
-			if !has {
-				keep = false
-				break
-			}
-			d.Entries = append(d.Entries, descriptor.Entry{Key: k, Value: val})
-		}
-		if keep {
-			req.Descriptors = append(req.Descriptors, d)
-		}
+	req, msg := h.original(r).request(domain, q["descriptor"])
+	if msg != "" {
+		problem(w, http.StatusBadRequest, msg)
+		return
 	}
 	hd := w.Header()
 	if len(req.Descriptors) == 0 {
@@ -673,22 +562,20 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f httpanswer.Fields
-	f.Verdict(&writer, &v)
 	if i := v.Decider(); i >= 0 {
 		f.Static("X-Portero-Rule", v.Results[i].Rule.Name)
 	}
-	if v.Allowed {
-		decision := "allowed"
-		if v.Degraded != nil {
-			decision = "allowed-store-unavailable"
-		}
-		f.Static("X-Portero-Decision", decision)
-		f.Apply(hd)
-		w.WriteHeader(http.StatusOK)
+	if !v.Allowed {
+		f.Static("X-Portero-Decision", "refused")
+		h.writer.Refuse(w, &f, nil, &v, deny)
 		return
 	}
-	f.Static("X-Portero-Decision", "refused")
-	f.Static("Cache-Control", "no-store")
+	decision := "allowed"
+	if v.Degraded != nil {
+		decision = "allowed-store-unavailable"
+	}
+	f.Static("X-Portero-Decision", decision)
+	h.writer.Fields(&f, &v)
 	f.Apply(hd)
-	writeRefusal(w, deny, &v)
+	w.WriteHeader(http.StatusOK)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/policy/policytest"
 	"github.com/portero-rl/portero/store/memstore"
 )
@@ -307,6 +308,23 @@ func TestAuthStoreFailure(t *testing.T) {
 		}
 		if tt.p == portero.FailAllow && resp.Header.Get("X-Portero-Decision") != "allowed-store-unavailable" {
 			t.Errorf("open: decision %q", resp.Header.Get("X-Portero-Decision"))
+		}
+		if tt.p != portero.FailDeny {
+			continue
+		}
+		// deny keeps the proxy's statuses (nginx turns anything but 401
+		// and 403 into a 500), with the service's problem type.
+		req, _ := http.NewRequest("GET", f.srv.URL+"/v1/auth?domain=edge", nil)
+		req.Header.Set("X-Original-URI", "/x")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p httpanswer.Problem
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 403 || p.Type != httpanswer.ProblemTemporaryReducedCapacity || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("deny behind nginx: %d %+v (%v), want 403 of type temporary-reduced-capacity with Retry-After: 1", resp.StatusCode, p, err)
 		}
 	}
 }

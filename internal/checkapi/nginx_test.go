@@ -18,53 +18,66 @@ import (
 	"github.com/portero-rl/portero/store/memstore"
 )
 
-// TestNginxAuthRequest runs examples/nginx/portero.conf in a real nginx, in
-// front of a real upstream, with Portero deciding through /v1/auth.
-func TestNginxAuthRequest(t *testing.T) {
-	nginxtest.Binary(t) // skip early (or fail under CI) without nginx
+// nginxExample is examples/nginx/portero.conf running in a real nginx, in
+// front of a real upstream (app), with Portero (portero) deciding through
+// /v1/auth; it counts Portero's calls and the upstream's, and keeps the
+// last X-Portero-Decision the upstream saw.
+type nginxExample struct {
+	ngx                *nginxtest.Server
+	portero            *httptest.Server
+	authCalls, appHits atomic.Int64
+	lastDecision       atomic.Value
+}
 
+func startNginxExample(t *testing.T) *nginxExample {
+	t.Helper()
+	nginxtest.Binary(t) // skip early (or fail under CI) without nginx
 	ms, err := memstore.New(memstore.Config{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ms.Close(context.Background())
+	t.Cleanup(func() { ms.Close(context.Background()) })
 	h, err := New(doorConfig(t, ms, "", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var authCalls atomic.Int64
-	portero := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		authCalls.Add(1)
+	x := &nginxExample{}
+	x.portero = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x.authCalls.Add(1)
 		h.ServeHTTP(w, r)
 	}))
-	defer portero.Close()
-
-	var appHits atomic.Int64
-	var lastDecision atomic.Value
+	t.Cleanup(x.portero.Close)
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		appHits.Add(1)
-		lastDecision.Store(r.Header.Get("X-Portero-Decision"))
+		x.appHits.Add(1)
+		x.lastDecision.Store(r.Header.Get("X-Portero-Decision"))
 		io.WriteString(w, "app ok\n")
 	}))
-	defer app.Close()
-
+	t.Cleanup(app.Close)
 	raw, err := os.ReadFile("../../examples/nginx/portero.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := string(raw)
 	for _, sub := range [][2]string{
-		{"server 127.0.0.1:8082;", "server " + strings.TrimPrefix(portero.URL, "http://") + ";"},
+		{"server 127.0.0.1:8082;", "server " + strings.TrimPrefix(x.portero.URL, "http://") + ";"},
 		{"server 127.0.0.1:9000;", "server " + strings.TrimPrefix(app.URL, "http://") + ";"},
 		{"listen 8000;", "listen {{LISTEN}};"},
 	} {
 		if !strings.Contains(conf, sub[0]) {
-			t.Fatalf("examples/nginx/portero.conf no longer contains %q: update this test with the example", sub[0])
+			t.Fatalf("examples/nginx/portero.conf does not contain %q: update this test with the example", sub[0])
 		}
 		conf = strings.ReplaceAll(conf, sub[0], sub[1])
 	}
-	ngx := nginxtest.Start(t, conf)
+	x.ngx = nginxtest.Start(t, conf)
+	return x
+}
 
+// TestNginxAuthRequest runs examples/nginx/portero.conf in a real nginx, in
+// front of a real upstream, with Portero deciding through /v1/auth.
+func TestNginxAuthRequest(t *testing.T) {
+	x := startNginxExample(t)
+	ngx, portero := x.ngx, x.portero
+	authCalls, appHits, lastDecision := &x.authCalls, &x.appHits, &x.lastDecision
 	get := func(ip string, hdr map[string]string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", ngx.URL()+"/orders?id=7", nil)

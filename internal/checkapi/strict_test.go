@@ -110,3 +110,28 @@ func TestProblemsQuoteAShortPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestProblemsAreWholeAnswers: /v1/check's and /v1/auth's error answers are
+// written as every HTTP door's: problem+json with its Content-Length,
+// nosniff and no-store.
+func TestProblemsAreWholeAnswers(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, tt := range []struct{ method, path, body string }{
+		{"POST", "/v1/check", `{"domain":`},
+		{"GET", "/v1/check", ""},
+		{"GET", "/v1/auth?domain=edge&deny_status=7", ""},
+	} {
+		req, _ := http.NewRequest(tt.method, f.srv.URL+tt.path, strings.NewReader(tt.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		h := resp.Header
+		if resp.StatusCode < 400 || h.Get("Content-Type") != "application/problem+json" || h.Get("Content-Length") != fmt.Sprint(len(raw)) ||
+			h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s %s: %d %v %s; want a problem with its length, nosniff, no-store", tt.method, tt.path, resp.StatusCode, h, raw)
+		}
+	}
+}

@@ -176,7 +176,7 @@ func (p *parser) addressLists(f *File) {
 }
 
 // addresses resolves a match's addresses: list names and CIDRs.
-func (p *parser) addresses(items []string, path []any) *policy.AddrSet {
+func (p *parser) addresses(items []string, path []any) *clientip.AddrSet {
 	if len(items) == 0 {
 		return nil
 	}
@@ -197,7 +197,7 @@ func (p *parser) addresses(items []string, path []any) *policy.AddrSet {
 		}
 		all = append(all, pfx...)
 	}
-	set, err := policy.NewAddrSet(all)
+	set, err := clientip.NewAddrSet(all)
 	if err != nil {
 		p.errorf(path, "%v", err)
 		return nil

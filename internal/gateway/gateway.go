@@ -1,20 +1,12 @@
-// Package gateway is Portero's reverse proxy: the httplimit middleware in
-// front of httputil.ReverseProxy (with Rewrite) to the upstreams a
-// configuration names per route, plus /healthz and /readyz. Its
-// configuration can be replaced while it serves (Update), all at once or
-// not at all.
-//
-// In front of the middleware, outermost, the overload section sheds load
-// for the service's own sake (httplimit.Shedder over an overload.Gate):
-// before the body is read and before any upstream is touched, right after
-// the route is matched (so that a tenant key may name it). The Gate is the
-// gateway's one in-flight cap (server.max_in_flight is its short form). A
-// reload that changes the overload section builds a new Gate for the
-// requests that come after it; the requests running or queued in the old
-// one keep their slots and places there until they finish, so a reload
-// drops none of them and counts none twice (for the moment of the change,
-// the old and the new Gate's requests add up). A reload that leaves it
-// unchanged keeps the Gate.
+// Package gateway is Portero's reverse proxy (`portero serve`): the
+// httplimit middleware in front of httputil.ReverseProxy to the upstreams a
+// configuration names per route, with /healthz, /readyz, the API-gateway
+// model (API keys, plans, GET /v1/limits) and, outermost, the overload
+// section's load shedding (httplimit.Shedder over an overload.Gate, the
+// gateway's one in-flight cap). Update replaces its configuration all at
+// once or not at all; a reload that changes the overload section builds a
+// new Gate for the requests after it, while those in the old one keep
+// their places there until they finish.
 package gateway
 
 import (
@@ -22,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -37,6 +30,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/httpanswer"
 	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -45,16 +39,14 @@ import (
 // Hooks observe the gateway; nil fields do nothing. They must be fast and
 // safe for concurrent use.
 type Hooks struct {
-	// OnDecision is called after every evaluation (see httplimit.Config).
+	// OnDecision is called after every decision (httplimit.Config).
 	OnDecision func(r *http.Request, v *engine.Verdict, storeTime time.Duration)
-	// OnError is called when a request could not be evaluated.
+	// OnError is called when a request could not be decided.
 	OnError func(r *http.Request, err error)
-	// OnProxyError is called when an upstream could not be reached or gave a
-	// malformed answer.
+	// OnProxyError is called when an upstream did not answer properly.
 	OnProxyError func(r *http.Request, upstream string, err error)
-	// OnRoute, when not nil, is called with the route a request matched
-	// and its upstream (both empty when none matched), before the limiter
-	// decides (the access log records them).
+	// OnRoute is called with the route and upstream a request matched
+	// (empty when none), before the limiter decides.
 	OnRoute func(r *http.Request, route, upstream string)
 	// Now is the clock of the limiter; nil means time.Now.
 	Now func() time.Time
@@ -63,10 +55,9 @@ type Hooks struct {
 	Ready func() error
 	// OnShed is called for every request the overload section refuses.
 	OnShed func(r *http.Request, ref *overload.Refusal)
-	// OnAnswered is called when the gateway answers a request itself
-	// before the limiter (AnsweredForbidden, AnsweredBadRequest,
-	// AnsweredLimits), instead of
-	// OnRoute and OnDecision; the probes are not reported.
+	// OnAnswered is called, instead of OnRoute and OnDecision, when the
+	// gateway answers a request itself before the limiter (an Answered*
+	// value but AnsweredProbe).
 	OnAnswered func(r *http.Request, why string)
 }
 
@@ -79,15 +70,11 @@ type Gateway struct {
 }
 
 type table struct {
-	cfg    *config.Config
-	routes []*route
-	shed   *httplimit.Shedder // nil when the overload section is off
-	// keyField is cfg.Gateway.KeyHeader as http.Header keys it, so that
-	// Header.Get need not canonicalize it (an allocation) per request.
-	keyField string
-	// served is g.serve over this table, the handler shed admits into,
-	// built once so that a request does not allocate a closure.
-	served http.Handler
+	cfg      *config.Config
+	routes   []*route
+	shed     *httplimit.Shedder // nil when the overload section is off
+	keyField string             // cfg.Gateway.KeyHeader, canonical
+	served   http.Handler       // g.serve over this table, for shed, built once
 }
 
 type route struct {
@@ -112,9 +99,8 @@ func New(cfg *config.Config, store portero.Store, hooks Hooks) (*Gateway, error)
 	return g, nil
 }
 
-// Update replaces the configuration and the store (which may be the same
-// as before: unchanged rules then keep their counters). Either everything
-// is replaced or, on error, nothing.
+// Update replaces the configuration and the store (unchanged rules of the
+// same store keep their counters): everything, or on error nothing.
 func (g *Gateway) Update(cfg *config.Config, store portero.Store) error {
 	t, err := g.build(cfg, g.table.Load())
 	if err != nil {
@@ -171,32 +157,12 @@ func (g *Gateway) Gate() *overload.Gate {
 
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/healthz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-		return
-	case "/readyz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if g.hooks.Ready != nil {
-			if err := g.hooks.Ready(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
-				return
-			}
-		} else if !g.ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
+	if isProbe(r.URL.Path) {
+		g.probe(w, r)
 		return
 	}
 	// One table for the whole request, so that a reload cannot give it the
-	// route of one configuration and the limits of another's; the route is
-	// found before the limiter runs, so that keys can name it. Requests
-	// that match no route are still limited, then answered 404.
+	// route of one configuration and the limits of another's.
 	t := g.table.Load()
 	if t.shed == nil {
 		g.serve(w, r, t)
@@ -207,38 +173,82 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.shed.Serve(w, r, t.served)
 }
 
-// serve runs r through t after shedding: its API key, its route, the
-// limiter, the upstream.
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
-	r, ref, limits := door(r, t)
+func isProbe(path string) bool { return path == "/healthz" || path == "/readyz" }
+
+// probe answers /healthz (200 while the process runs) and /readyz.
+func (g *Gateway) probe(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if r.URL.Path == "/healthz" {
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	var why string
+	if g.hooks.Ready != nil {
+		if err := g.hooks.Ready(); err != nil {
+			why = "not ready: " + err.Error()
+		}
+	} else if !g.ready.Load() {
+		why = "not ready"
+	}
+	if why != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, why+"\n")
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// front is what the gateway decides about a request before its limiter,
+// for ServeHTTP and Decide alike: an answer of its own, or the route.
+type front struct {
+	r        *http.Request // with its API key's identities
+	answered string        // an Answered* value; "" to go on to the limiter
+	status   int           // the answer's status
+	detail   string        // why, for a refusal
+	route    *route        // nil: no route matches (404 once the limiter admits it)
+}
+
+// front decides r under t before the limiter: the probes, the API key and
+// the plan's routes (caller), GET /v1/limits, then the route match. Requests
+// that match no route are still limited, then answered 404.
+func (t *table) front(r *http.Request) front {
+	if isProbe(r.URL.Path) {
+		return front{r: r, answered: AnsweredProbe, status: http.StatusOK}
+	}
+	r, ref, limits := t.caller(r)
 	switch {
 	case ref.status != 0:
-		if g.hooks.OnAnswered != nil {
-			g.hooks.OnAnswered(r, ref.answered())
-		}
-		refuse(w, ref)
-		return
+		return front{r: r, answered: ref.answered(), status: ref.status, detail: ref.detail}
 	case limits:
+		return front{r: r, answered: AnsweredLimits, status: limitsStatus(r.Method)}
+	}
+	return front{r: r, route: t.match(r)}
+}
+
+// serve runs r through t after shedding: front, the limiter, the upstream.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t *table) {
+	f := t.front(r)
+	if f.answered != "" {
 		if g.hooks.OnAnswered != nil {
-			g.hooks.OnAnswered(r, AnsweredLimits)
+			g.hooks.OnAnswered(f.r, f.answered)
 		}
-		g.limits(w, r, t)
+		if f.answered == AnsweredLimits {
+			g.limits(w, f.r, t)
+		} else {
+			httpanswer.Error(w, f.status, f.detail)
+		}
 		return
 	}
-	var name string
+	var name, up string
 	var next http.Handler = notFound{}
-	rt := t.match(r)
-	if rt != nil {
-		name, next = rt.cfg.Name, rt.handler
+	if f.route != nil {
+		name, up, next = f.route.cfg.Name, f.route.cfg.Upstream.Name, f.route.handler
 	}
 	if g.hooks.OnRoute != nil {
-		var up string
-		if rt != nil {
-			up = rt.cfg.Upstream.Name
-		}
-		g.hooks.OnRoute(r, name, up)
+		g.hooks.OnRoute(f.r, name, up)
 	}
-	g.limiter.Serve(w, r, name, next)
+	g.limiter.Serve(w, f.r, name, next)
 }
 
 // Decision is the gateway's decision on one request (Decide): the
@@ -278,73 +288,63 @@ func (ref refusal) answered() string {
 	return AnsweredForbidden
 }
 
-// Decide decides r at now exactly as ServeHTTP would — the API key and
-// the plan's routes, the route match, then the limiter's one decision path
-// (httplimit.Limiter.Decide) — but answers nothing and forwards nothing.
-// d.Status is the status the gateway answers itself (httplimit.Decision's;
-// 400 or 403, or 200 for /healthz, /readyz and GET /v1/limits — 405 for another
-// method there —, which are never limited, with d.Answered saying which;
-// 404 for a request that passes the limits but matches no route), or 0
-// when it would forward r to d.Upstream. A request replayed from serve's
-// access log carries its API key as the log recorded it
-// (WithLoggedAPIKey). What it does not model: the overload section (decisions
-// take no time here), a request canceled while a queue rule holds it, and
-// the response (Owe and Pay settle the rules counted after it). It is what
-// `portero replay` decides with.
+// Decide decides r at now as ServeHTTP would (the same front, then
+// httplimit.Limiter.Decide) but answers and forwards nothing: d.Status is
+// what the gateway answers itself (the limiter's, front's, or 404 for a
+// request admitted that matches no route), or 0 when it would forward r to
+// d.Upstream. A request replayed from serve's access log carries its API
+// key as the log recorded it (WithLoggedAPIKey). It models neither the
+// overload section nor a hold canceled, nor the response (Pending and
+// Settle do). It is what `portero replay` decides with.
 func (g *Gateway) Decide(r *http.Request, now time.Time, d *Decision) {
-	d.Route, d.Upstream, d.Answered, d.Detail = "", "", "", ""
 	t := g.table.Load()
-	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-		d.Answered = AnsweredProbe
-		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = http.StatusOK, 0, nil, nil, netip.Addr{}
-		return
-	}
-	r, ref, limits := door(r, t)
-	if ref.status != 0 || limits {
-		d.Status, d.Answered, d.Detail = limitsStatus(r.Method), AnsweredLimits, ""
-		if ref.status != 0 {
-			d.Status, d.Answered, d.Detail = ref.status, ref.answered(), ref.detail
+	f := t.front(r)
+	d.Route, d.Upstream, d.Answered, d.Detail = "", "", f.answered, f.detail
+	if f.answered != "" {
+		d.Status, d.Delay, d.Verdict, d.Err, d.ClientIP = f.status, 0, nil, nil, netip.Addr{}
+		if f.answered != AnsweredProbe {
+			d.ClientIP = t.cfg.ClientIP.Resolve(f.r)
 		}
-		d.Delay, d.Verdict, d.Err, d.ClientIP = 0, nil, nil, t.cfg.ClientIP.Resolve(r)
 		return
 	}
-	if rt := t.match(r); rt != nil {
-		d.Route, d.Upstream = rt.cfg.Name, rt.cfg.Upstream.Name
+	if f.route != nil {
+		d.Route, d.Upstream = f.route.cfg.Name, f.route.cfg.Upstream.Name
 	}
-	g.limiter.Decide(r, d.Route, now, &d.Decision)
+	g.limiter.Decide(f.r, d.Route, now, &d.Decision)
 	if d.Status == 0 && d.Route == "" {
 		d.Status = http.StatusNotFound
 	}
 }
 
-// Owed is what a request Decide passed owes once its response ends
-// (httplimit.Owed): the rules counted after the response.
-type Owed struct {
-	httplimit.Owed
+// Pending is what a request Decide passed still has to settle once its
+// response ends (httplimit.Pending): the rules counted after the response.
+type Pending struct {
+	httplimit.Pending
 	notFound bool // no route matched: the gateway answered 404 itself
 }
 
-// Owe sets o to what d, decided at now, owes once its response ends, and
-// reports whether it owes anything (httplimit.Limiter.Owe): nothing for a
-// request refused or answered before the limiter (d.Answered).
-func (g *Gateway) Owe(d *Decision, now time.Time, o *Owed) bool {
+// Pending sets p to what d, decided at now, settles once its response
+// ends, and reports whether there is anything (httplimit.Limiter.Pending):
+// nothing for a request refused or answered before the limiter
+// (d.Answered).
+func (g *Gateway) Pending(d *Decision, now time.Time, p *Pending) bool {
 	if d.Answered != "" {
 		return false
 	}
-	o.notFound = d.Route == ""
-	return g.limiter.Owe(&d.Decision, now, &o.Owed)
+	p.notFound = d.Route == ""
+	return g.limiter.Pending(&d.Decision, now, &p.Pending)
 }
 
-// Pay settles o with resp, the response that ended at now, as ServeHTTP
+// Settle settles p with resp, the response that ended at now, as ServeHTTP
 // settles a request once the upstream has answered resp — or, for one no
 // route matched, once the gateway has answered it 404 itself.
-func (g *Gateway) Pay(ctx context.Context, o *Owed, resp *policy.Response, now time.Time) error {
-	if o.notFound {
+func (g *Gateway) Settle(ctx context.Context, p *Pending, resp *policy.Response, now time.Time) error {
+	if p.notFound {
 		nf := *resp
 		nf.Status = http.StatusNotFound
 		resp = &nf
 	}
-	return g.limiter.Pay(ctx, &o.Owed, resp, now)
+	return g.limiter.Settle(ctx, &p.Pending, resp, now)
 }
 
 // match returns the first route that matches r, or nil.
@@ -362,7 +362,7 @@ func (t *table) match(r *http.Request) *route {
 type notFound struct{}
 
 func (notFound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	writeJSONProblem(w, http.StatusNotFound, "Not Found", "no route matches "+quote.Cut(r.Method)+" "+quote.Cut(r.URL.Path))
+	httpanswer.Error(w, http.StatusNotFound, "no route matches "+quote.Cut(r.Method)+" "+quote.Cut(r.URL.Path))
 }
 
 // build prepares the table of cfg; old is the table it replaces (nil for
@@ -467,9 +467,8 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   uc.DialTimeout,
 		ForceAttemptHTTP2:     true,
-		// Pass the client's Accept-Encoding through as it is: otherwise the
-		// Transport asks the upstream for gzip on the client's behalf (one
-		// more header map per request) and decompresses what it gets.
+		// Pass the client's Accept-Encoding through rather than ask for gzip
+		// and decompress on its behalf.
 		DisableCompression: true,
 	}
 	rp := &httputil.ReverseProxy{
@@ -497,14 +496,14 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 			if g.hooks.OnProxyError != nil {
 				g.hooks.OnProxyError(r, uc.Name, err)
 			}
-			status, title := http.StatusBadGateway, "Bad Gateway"
+			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err) {
-				status, title = http.StatusGatewayTimeout, "Gateway Timeout"
+				status = http.StatusGatewayTimeout
 			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away: nobody to answer
 			}
-			writeJSONProblem(w, status, title, "upstream "+uc.Name+" did not answer properly")
+			httpanswer.Error(w, status, "upstream "+uc.Name+" did not answer properly")
 		},
 	}
 	return &route{handler: rp, closer: transport.CloseIdleConnections}
@@ -513,11 +512,9 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 // copyBufferSize is the size of ReverseProxy's own response copy buffer.
 const copyBufferSize = 32 << 10
 
-// copyBuffers are the response copy buffers of every upstream. Without a
-// pool ReverseProxy allocates 32 KiB per request, which made the garbage
-// collector the largest cost of a proxied request (see
-// docs/benchmarks-gateway.md). Arrays, not slices, are pooled, so that Put
-// allocates nothing.
+// copyBuffers are every upstream's response copy buffers: without a pool
+// ReverseProxy allocates 32 KiB per request (docs/benchmarks-gateway.md).
+// Arrays are pooled, so that Put allocates nothing.
 var copyBuffers bufferPool
 
 type bufferPool struct{ pool sync.Pool }
@@ -533,13 +530,6 @@ func (p *bufferPool) Put(b []byte) {
 	if cap(b) >= copyBufferSize {
 		p.pool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
 	}
-}
-
-func writeJSONProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 }
 
 // demoHandler is the built-in upstream of the default configuration: it

@@ -277,3 +277,26 @@ rules:
 		}
 	}
 }
+
+// TestProblemsAreWholeAnswers: the gateway's own problem answers (no
+// route, an upstream that does not answer) are written as every HTTP
+// door's: problem+json with its Content-Length, nosniff and no-store.
+func TestProblemsAreWholeAnswers(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	_, srv, _ := gw(t, fmt.Sprintf(`
+upstreams:
+  down: {url: "http://%s"}
+routes:
+  - {match: {path: /down}, upstream: down}
+`, addr))
+	for path, status := range map[string]int{"/down": 502, "/nowhere": 404} {
+		resp, body := get(t, srv.URL+path)
+		h := resp.Header
+		if resp.StatusCode != status || h.Get("Content-Type") != "application/problem+json" || h.Get("Content-Length") != fmt.Sprint(len(body)) ||
+			h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s: %d %v %s; want %d, a problem with its length, nosniff, no-store", path, resp.StatusCode, h, body, status)
+		}
+	}
+}

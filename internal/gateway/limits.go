@@ -19,27 +19,24 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// The API-gateway model at the door: a request's API key names its caller
-// and plan (403 when missing, unknown or outside the plan's routes), and
-// GET /v1/limits tells the caller which limits and quotas apply to it and
-// how much of each is left, without counting.
+// The API-gateway model: a request's API key names its caller and plan
+// (403 when missing, unknown or outside the plan's routes), and GET
+// /v1/limits tells the caller which limits apply to it and how much of
+// each is left, without counting.
 
-// refusal is what the door answers itself before any limit is counted:
+// refusal is what the gateway answers itself before any limit is counted:
 // 400 or 403, and why. The zero refusal lets the request in.
 type refusal struct {
 	status int
 	detail string
 }
 
-// door is what the API-gateway model decides about r before any limit is
-// counted, for ServeHTTP and Decide alike: r with its API key's caller ID
-// and plan as identities (httplimit.WithIdentity) for the plans' rules;
-// a refusal when the key header is given more than once (400), or the key
-// is missing, unknown or its plan does not cover r (403); limits when r
-// asks for GET /v1/limits (answered without counting, after the key is
-// found, and refused as the request it asks about would be when the plan
-// does not cover that one).
-func door(r *http.Request, t *table) (out *http.Request, ref refusal, limits bool) {
+// caller is what the API-gateway model decides about r (part of front): r
+// with its API key's ID and plan as identities for the plans' rules; a
+// refusal when the key header is given more than once (400), or the key is
+// missing, unknown or its plan does not cover r (403); limits when r asks
+// for GET /v1/limits (refused as the request it asks about would be).
+func (t *table) caller(r *http.Request) (out *http.Request, ref refusal, limits bool) {
 	gm := &t.cfg.Gateway
 	if gm.Keys != nil {
 		// A replayed request carries its key as the access log recorded
@@ -122,10 +119,6 @@ func limitsStatus(method string) int {
 	return http.StatusOK
 }
 
-func refuse(w http.ResponseWriter, ref refusal) {
-	httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: http.StatusText(ref.status), Status: ref.status, Detail: ref.detail})
-}
-
 // LimitsAnswer is the body of GET /v1/limits.
 type LimitsAnswer struct {
 	Client LimitsClient `json:"client"`
@@ -190,8 +183,7 @@ type LimitView struct {
 func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 	if limitsStatus(r.Method) != http.StatusOK {
 		w.Header().Set("Allow", "GET, HEAD")
-		httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
-			Detail: "GET " + t.cfg.Gateway.LimitsPath + " tells which limits apply and how much of each is left"})
+		httpanswer.Error(w, http.StatusMethodNotAllowed, "GET "+t.cfg.Gateway.LimitsPath+" tells which limits apply and how much of each is left")
 		return
 	}
 	method, path := asked(r)

@@ -180,16 +180,15 @@ rules:
 	return front.URL + "/work", g.Gate()
 }
 
-// TestOverloadRealProcess asserts only what holds on a loaded two-core
-// machine: with shedding the goodput is clearly above the goodput without,
-// and the shedder did refuse. The modes run at the same time, each with
-// its own upstream and gateway, so that a load spike from elsewhere hits
-// them alike. With the defaults, without shedding the upstream's queue
-// grows by 25 a second, a request arriving at t waits t/2, and from t = 1 s
-// on every answer comes after the client's 0.6 s (0.5 s of wait and 0.1 s
-// of work): 75 answers in time in 3.5 s, 21/s; with shedding the excess is
-// refused at once and the upstream's 50/s are answered in time: about 2.3
-// times as many.
+// TestOverloadRealProcess checks what load shedding means, whatever the
+// machine's speed: at 1.5 times the upstream's capacity the shedder refuses
+// the excess with 503 (without shedding nothing is refused), and the
+// requests answered in time with shedding are not fewer than without. The
+// size of the gap (about 2.3 times with the defaults: without shedding the
+// upstream's queue grows by 25 a second, and from t = 1 s every answer
+// comes after the client's 0.6 s) is a measurement, logged, and the doc's
+// figures come from the long form. The modes run at the same time, each
+// with its own upstream and gateway, so that a load spike hits them alike.
 func TestOverloadRealProcess(t *testing.T) {
 	d := *overloadDuration
 	// The CI form compares no shedding with FIFO shedding; the longer runs
@@ -198,13 +197,8 @@ func TestOverloadRealProcess(t *testing.T) {
 	if *overloadRuns > 1 {
 		modes = append(modes, mode{name: "shedding lifo", shedding: true, order: overload.LIFO})
 	}
-	goodput := func(r loadResult) float64 { return r.goodput }
 	results := make([][]loadResult, len(modes))
-	gapShown := func() bool { return median(results[1], goodput) >= 1.3*median(results[0], goodput) }
-	// A load spike from elsewhere can spoil one round: when the runs asked
-	// for do not show the gap, up to three rounds are run and their medians
-	// compared. A shedder that does not help fails every round.
-	for round := 1; ; round++ {
+	for round := 1; round <= *overloadRuns; round++ {
 		urls, gates := make([]string, len(modes)), make([]*overload.Gate, len(modes))
 		for i, m := range modes {
 			urls[i], gates[i] = setUp(t, m)
@@ -222,10 +216,8 @@ func TestOverloadRealProcess(t *testing.T) {
 				t.Logf("round %d, %s: the gate measured a run time of %v and refused %d (full) and %d (late)", round, modes[i].name, s.RunTime.Round(time.Millisecond), s.Refused[overload.Full], s.Refused[overload.Late])
 			}
 		}
-		if round >= *overloadRuns && (gapShown() || round >= 3) {
-			break
-		}
 	}
+	goodput := func(r loadResult) float64 { return r.goodput }
 	for i, m := range modes {
 		rs := results[i]
 		r := rs[len(rs)-1]
@@ -237,13 +229,22 @@ func TestOverloadRealProcess(t *testing.T) {
 			time.Duration(median(rs, func(r loadResult) float64 { return float64(r.p99) })).Round(time.Millisecond))
 	}
 	with, without := median(results[1], goodput), median(results[0], goodput)
-	if with < 1.3*without {
-		t.Errorf("goodput with shedding %.1f/s, without %.1f/s: want at least 1.3 times", with, without)
+	t.Logf("goodput with shedding %.2f times without", with/max(without, 1e-9))
+	if with < without {
+		t.Errorf("goodput with shedding %.1f/s, without %.1f/s: shedding must not answer fewer in time", with, without)
 	}
-	if last := results[1][len(results[1])-1]; last.shed == 0 {
-		t.Error("the shedder refused nothing at 1.5 times the capacity")
+	for _, r := range results[1] {
+		if r.shed == 0 {
+			t.Error("the shedder refused nothing at 1.5 times the capacity")
+		}
+	}
+	for _, r := range results[0] {
+		if r.shed != 0 {
+			t.Errorf("without shedding %d requests were refused with 503", r.shed)
+		}
 	}
 }
+
 func median(rs []loadResult, f func(loadResult) float64) float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {

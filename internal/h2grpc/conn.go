@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const (
@@ -34,33 +35,29 @@ const (
 	maxMessageLen = 1024
 	// keptBuffer is the largest write buffer kept between flushes.
 	keptBuffer = 256 << 10
-	// maxQueuedData bounds the DATA queued for the writer: the rest of an
-	// answer waits, as for flow-control window, until the writer has taken
-	// what is queued. Large answers to a client that reads slowly then
-	// neither pile up in memory nor trip maxPendingWrite.
+	// maxQueuedData bounds the DATA queued for the writer; the rest of an
+	// answer waits as for flow-control window, so that large answers to a
+	// slow reader neither pile up nor trip maxPendingWrite.
 	maxQueuedData = 128 << 10
 )
 
 // conn is one client connection. Its reader goroutine (serve) owns the
-// Framer that reads and every stream until the stream is dispatched; its
-// writer goroutine (writeLoop) owns the socket's write side. Frames are
-// queued under mu into out by whoever produces them (the reader's
-// acknowledgements, the workers' answers) and the writer sends all that is
-// queued in one Write.
+// reading Framer and every stream until it is dispatched; its writer
+// goroutine (writeLoop) sends, in one Write, all the frames queued in out
+// under mu by the reader and the workers.
 type conn struct {
 	srv *Server
 	nc  net.Conn
 	br  *bufio.Reader // reader only
 	fr  *http2.Framer // reader only, reads br
-	// The header block being read (reader only): HEADERS and its
-	// CONTINUATION frames are decoded into hdr as they arrive.
+	// The header block being read (reader only), decoded into hdr as its
+	// HEADERS and CONTINUATION frames arrive.
 	hdec       *hpack.Decoder
 	hdr        requestHeaders
 	hdrStream  uint32
 	hdrEnded   bool // the HEADERS frame had END_STREAM
 	hdrSelfDep bool // the HEADERS frame made the stream depend on itself
-	// ctx is cancelled when the connection ends: every call's context
-	// derives from it.
+	// ctx, every call's parent, is cancelled when the connection ends.
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -90,15 +87,13 @@ type conn struct {
 	wake              chan struct{}
 	writerDone        chan struct{}
 	// The last streams this side reset (c.mu): frames the client sent on
-	// them before it saw the reset are ignored (RFC 9113 §5.1), not
-	// answered with more resets or, for trailers, a connection error.
+	// them before it saw the reset are ignored (RFC 9113 §5.1).
 	resetIDs  [64]uint32
 	resetNext uint8
 
-	// Connection lifetime (c.mu): when the last call ended (the idle
-	// clock), the last client PING and the strikes of PingMinInterval,
-	// and the timers of IdleTimeout and MaxConnectionAge, stopped by
-	// finish.
+	// Connection lifetime (c.mu): when the last call ended, the last
+	// client PING and its strikes, the timers of IdleTimeout and
+	// MaxConnectionAge.
 	idleSince   time.Time
 	lastPing    time.Time
 	pingStrikes int
@@ -165,12 +160,9 @@ func (c *conn) serve() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				// The Framer's stream errors (header blocks are decoded
-				// here, not by the Framer) are a HEADERS frame
-				// whose padding is too long (its header block was never
-				// decoded: HPACK would be out of sync) and a zero
-				// WINDOW_UPDATE increment: they end the connection, as
-				// RFC 9113 §5.4.1 allows for any stream error.
+				// A HEADERS frame with too much padding (HPACK would be
+				// out of sync) or a zero WINDOW_UPDATE: they end the
+				// connection, as RFC 9113 §5.4.1 allows.
 				err = http2.ConnectionError(se.Code)
 			}
 			c.fail(err)
@@ -198,8 +190,7 @@ func (c *conn) startTimersLocked() {
 	}
 }
 
-// checkIdle runs when IdleTimeout may have passed without a call: it sends
-// GOAWAY if so, or looks again when it might have.
+// checkIdle sends GOAWAY once IdleTimeout has passed without a call.
 func (c *conn) checkIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -218,8 +209,7 @@ func (c *conn) checkIdle() {
 	c.goAwayLocked()
 }
 
-// expire runs at MaxConnectionAge: GOAWAY, and after the grace the
-// connection is closed, whatever is still in flight.
+// expire runs at MaxConnectionAge: GOAWAY, and after the grace a close.
 func (c *conn) expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -302,9 +292,7 @@ func (c *conn) fail(err error) {
 		c.mu.Unlock()
 		var ne net.Error
 		if closing && errors.As(err, &ne) && ne.Timeout() {
-			// The writer's deadline after a graceful close: the client
-			// did not close its side within a second.
-			return
+			return // the client did not close its side after ours
 		}
 		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 			c.srv.opts.Logger.Debug("h2grpc: connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
@@ -358,16 +346,12 @@ func (c *conn) finish() {
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	for range c.wake {
-		// Let the calls that are running finish first, so that one
-		// system call carries all their answers.
-		runtime.Gosched()
+		runtime.Gosched() // let running calls finish: one Write for all their answers
 		c.mu.Lock()
 		buf := c.out
 		c.out, c.spare = c.spare[:0], nil
 		c.wakePending = false
-		if c.queueFull {
-			// Answers wait for room in out: queue the next batch now,
-			// while this one is being written.
+		if c.queueFull { // queue the next batch while this one is written
 			c.queueFull = false
 			c.flushBlockedLocked()
 			if len(c.out) > 0 {
@@ -387,11 +371,8 @@ func (c *conn) writeLoop() {
 		}
 		done := c.closing && len(c.out) == 0
 		if done {
-			// Half-close, so that the client reads everything sent
-			// (GOAWAY, the last answers) before it sees the connection
-			// end; the reader then sees EOF, or gives up after a second.
-			// (Under mu: the handshake clears the read deadline only
-			// before closing is set.)
+			// Half-close, so that the client reads the GOAWAY and the
+			// last answers; the reader then sees EOF or a deadline.
 			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 				cw.CloseWrite()
 				c.nc.SetReadDeadline(time.Now().Add(time.Second))
@@ -407,9 +388,8 @@ func (c *conn) writeLoop() {
 }
 
 // signalLocked wakes the writer; c.mu held. A peer that lets more than
-// maxPendingWrite bytes pile up is not reading: the connection is closed,
-// and the writer still woken so that it fails on the closed socket and
-// ends (an unwoken writer would wait forever).
+// maxPendingWrite bytes pile up is not reading: the socket is closed, and
+// the writer woken to fail on it and end.
 func (c *conn) signalLocked() {
 	if len(c.out) > maxPendingWrite {
 		c.nc.Close()
@@ -495,9 +475,8 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 // c.hdrStream; the last one hands the block to onHeaders.
 func (c *conn) headerFragment(frag []byte, end bool) error {
 	h := &c.hdr
-	// As x/net's Framer: after a malformed or oversized field nothing more
-	// is worth decoding, and a fragment far beyond what is left of the
-	// budget is a flood; both end the connection.
+	// As x/net's Framer: more fragments after a bad field, or a fragment
+	// far beyond what is left of the budget, are a flood.
 	if h.blockBytes > 0 && (h.malformed || h.tooLarge) {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -517,7 +496,8 @@ func (c *conn) headerFragment(frag []byte, end bool) error {
 	return c.onHeaders()
 }
 
-// onHeaders takes a whole header block, c.hdr, of stream c.hdrStream.
+// onHeaders takes a whole header block, c.hdr, of stream c.hdrStream: a
+// new request, or the client's trailers.
 func (c *conn) onHeaders() error {
 	h := &c.hdr
 	id := c.hdrStream
@@ -527,19 +507,18 @@ func (c *conn) onHeaders() error {
 	c.mu.Lock()
 	if st := c.streams[id]; st != nil {
 		c.mu.Unlock()
-		if st.remoteEnded {
+		// Trailers must end the stream and carry no pseudo-header (RFC
+		// 9113 §8.1).
+		switch {
+		case st.remoteEnded:
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
-		}
-		// The client's trailers: they must end the stream, and carry no
-		// pseudo-header (RFC 9113 §8.1).
-		if !c.hdrEnded {
+		case !c.hdrEnded:
 			return http2.ConnectionError(http2.ErrCodeProtocol)
-		}
-		if h.malformed || h.pseudo != 0 {
+		case h.malformed || h.pseudo != 0:
 			c.resetStream(id, http2.ErrCodeProtocol)
-			return nil
+		default:
+			c.endRemote(st)
 		}
-		c.endRemote(st)
 		return nil
 	}
 	if id <= c.maxStreamID {
@@ -557,71 +536,68 @@ func (c *conn) onHeaders() error {
 		c.mu.Unlock()
 		return nil
 	}
-	// Admitted: the stream counts from here, in the same critical section
-	// that raised maxStreamID, so that a GOAWAY covering it (sent by
-	// Shutdown at any moment) never finds the connection idle and closes
-	// it before the stream is answered. Every way out below releases it:
-	// a reset forgets it, an early answer drops it.
+	// The stream counts from here, in the critical section that raised
+	// maxStreamID, so that a GOAWAY covering it never finds the connection
+	// idle before it is answered. Every way out releases it.
 	st := &stream{c: c, id: id, recvAvail: recvWindow, lenLeft: -1, sendWindow: c.peerInitialWindow, counted: true}
 	c.streams[id] = st
 	c.active++
 	c.mu.Unlock()
-	ended := c.hdrEnded
 	if h.malformed || c.hdrSelfDep {
-		// A malformed request, decoded in full (HPACK stays in sync), or
-		// one depending on itself: the stream it opened is reset.
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return nil
 	}
-	if h.tooLarge {
-		st.status = 431
-	} else {
-		if h.method == "" || h.path == "" || h.scheme == "" {
-			c.resetStream(id, http2.ErrCodeProtocol)
-			return nil
-		}
-		if h.contentLength != "" {
-			// gRPC clients do not send it, but when sent it must match
-			// the DATA (RFC 9113 §8.1.1).
-			n, err := strconv.ParseInt(h.contentLength, 10, 64)
-			if err != nil || n < 0 {
-				c.resetStream(id, http2.ErrCodeProtocol)
-				return nil
-			}
-			st.lenLeft = n
-		}
-		switch {
-		case h.method != "POST":
-			st.status = 405
-		case !isGRPC(h.contentType):
-			st.status = 415
-		default:
-			hd := c.srv.handlers[h.path]
-			switch {
-			case hd == nil:
-				c.answerStatus(st, codes.Unimplemented, "unknown method "+h.path, ended)
-				return nil
-			case h.encoding != "" && h.encoding != "identity":
-				c.answerStatus(st, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", h.encoding), ended)
-				return nil
-			case h.timeout != "":
-				d, ok := parseTimeout(h.timeout)
-				if !ok {
-					c.answerStatus(st, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", h.timeout), ended)
-					return nil
-				}
-				st.timeout, st.hasTimeout = d, true
-			}
-			st.handler = hd
-		}
-	}
-	// A request that is not a gRPC call is answered with an HTTP error
-	// when it ends (its body, if any, is read and dropped): until then it
-	// is an open stream like any other, under the same limits.
-	if ended {
+	if c.route(st) && c.hdrEnded {
 		c.endRemote(st)
 	}
 	return nil
+}
+
+// route finds what answers a new request: a handler, or an HTTP status for
+// a request that is not a gRPC call (answered when it ends, its body read
+// and dropped). It reports false when it has answered or reset the stream.
+func (c *conn) route(st *stream) bool {
+	h, ended := &c.hdr, c.hdrEnded
+	if h.tooLarge {
+		st.status = 431
+		return true
+	}
+	if h.method == "" || h.path == "" || h.scheme == "" {
+		c.resetStream(st.id, http2.ErrCodeProtocol)
+		return false
+	}
+	if h.contentLength != "" { // when sent, it must match the DATA (RFC 9113 §8.1.1)
+		n, err := strconv.ParseInt(h.contentLength, 10, 64)
+		if err != nil || n < 0 {
+			c.resetStream(st.id, http2.ErrCodeProtocol)
+			return false
+		}
+		st.lenLeft = n
+	}
+	hd := c.srv.handlers[h.path]
+	switch {
+	case h.method != "POST":
+		st.status = 405
+	case !isGRPC(h.contentType):
+		st.status = 415
+	case hd == nil:
+		c.answerStatus(st, codes.Unimplemented, "unknown method "+h.path, ended)
+		return false
+	case h.encoding != "" && h.encoding != "identity":
+		c.answerStatus(st, codes.Unimplemented, fmt.Sprintf("grpc-encoding %q is not supported; send uncompressed messages", h.encoding), ended)
+		return false
+	case h.timeout != "":
+		d, ok := parseTimeout(h.timeout)
+		if !ok {
+			c.answerStatus(st, codes.Internal, fmt.Sprintf("malformed grpc-timeout %q", h.timeout), ended)
+			return false
+		}
+		st.timeout, st.hasTimeout = d, true
+		fallthrough
+	default:
+		st.handler = hd
+	}
+	return true
 }
 
 // isGRPC reports whether a content-type is gRPC's: application/grpc,
@@ -673,14 +649,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if c.connRecvAvail < 0 {
 		return http2.ConnectionError(http2.ErrCodeFlowControl)
 	}
-	// Data is consumed as it arrives: grant the connection window back in
+	// Data is consumed as it arrives: its window is granted back in
 	// batches.
 	c.connRecvUnacked += uint32(n)
 	if c.connRecvUnacked >= connRecvWindow/2 {
-		c.mu.Lock()
-		c.wfr.WriteWindowUpdate(0, c.connRecvUnacked)
-		c.signalLocked()
-		c.mu.Unlock()
+		c.grant(0, c.connRecvUnacked)
 		c.connRecvAvail += int64(c.connRecvUnacked)
 		c.connRecvUnacked = 0
 	}
@@ -728,7 +701,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		case f.StreamEnded():
 			c.endRemote(st)
 		case st.recvAvail < maxReadFrame:
-			c.answerHTTP(st, strconv.Itoa(int(st.status)), false)
+			c.answerHTTP(st, strconv.Itoa(int(st.status)))
 		}
 		return nil
 	case len(st.msg)+len(data) > 5+c.srv.opts.MaxRecvMsgSize:
@@ -738,9 +711,6 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.answerStatus(st, codes.ResourceExhausted, "the server buffers too many request bytes for this connection; retry later", f.StreamEnded())
 		return nil
 	default:
-		if st.msg == nil {
-			st.msg = make([]byte, 0, len(data))
-		}
 		st.msg = append(st.msg, data...)
 	}
 	if f.StreamEnded() {
@@ -749,14 +719,20 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	st.recvUnacked += uint32(n)
 	if st.recvUnacked >= recvWindow/2 {
-		c.mu.Lock()
-		c.wfr.WriteWindowUpdate(id, st.recvUnacked)
-		c.signalLocked()
-		c.mu.Unlock()
+		c.grant(id, st.recvUnacked)
 		st.recvAvail += int32(st.recvUnacked)
 		st.recvUnacked = 0
 	}
 	return nil
+}
+
+// grant gives n bytes of receive window back on stream id (0: the
+// connection).
+func (c *conn) grant(id, n uint32) {
+	c.mu.Lock()
+	c.wfr.WriteWindowUpdate(id, n)
+	c.signalLocked()
+	c.mu.Unlock()
 }
 
 // endRemote runs when the client has sent its whole request: the message
@@ -887,15 +863,6 @@ func (c *conn) forgetLocked(st *stream) {
 	}
 }
 
-// dropLocked forgets a stream answered before dispatch.
-func (c *conn) dropLocked(st *stream) {
-	if c.streams[st.id] == st {
-		delete(c.streams, st.id)
-	}
-	st.reset = true
-	c.releaseLocked(st)
-}
-
 // releaseLocked ends st's share of MaxConcurrentStreams and of the
 // connection's request bytes; it runs once per stream, when its answer is
 // completely queued or it is forgotten.
@@ -941,18 +908,11 @@ func (c *conn) goAwayLocked() {
 }
 
 // answerHTTP answers a request that is not gRPC with a bare HTTP status
-// before its end, then resets it (RFC 9113 §8.1), and drops the stream.
-// The answer is queued before the stream stops counting, in one critical
-// section, so that a draining connection cannot close in between.
-func (c *conn) answerHTTP(st *stream, status string, ended bool) {
+// before its end, and drops the stream (as answerStatus).
+func (c *conn) answerHTTP(st *stream, status string) {
 	c.mu.Lock()
 	c.writeHeadersLocked(st.id, true, hpack.HeaderField{Name: ":status", Value: status})
-	if !ended {
-		c.wfr.WriteRSTStream(st.id, http2.ErrCodeNo)
-		c.noteResetLocked(st.id)
-	}
-	c.dropLocked(st)
-	c.signalLocked()
+	c.answeredEarlyLocked(st, false)
 	c.mu.Unlock()
 }
 
@@ -972,19 +932,29 @@ func (c *conn) answerPlainLocked(st *stream) {
 }
 
 // answerStatus answers a call that never reached its handler with a
-// trailers-only response, and drops the stream (answer first, in the same
-// critical section, as answerHTTP). When the client was still sending,
-// RST_STREAM NO_ERROR tells it to stop (RFC 9113 §8.1).
+// trailers-only response, and drops the stream.
 func (c *conn) answerStatus(st *stream, code codes.Code, msg string, ended bool) {
 	c.mu.Lock()
 	c.writeStatusLocked(st.id, true, code, msg)
+	c.answeredEarlyLocked(st, ended)
+	c.mu.Unlock()
+}
+
+// answeredEarlyLocked drops a stream whose answer was just queued, in the
+// same critical section, so that a draining connection cannot close in
+// between. When the client was still sending, RST_STREAM NO_ERROR tells it
+// to stop (RFC 9113 §8.1).
+func (c *conn) answeredEarlyLocked(st *stream, ended bool) {
 	if !ended {
 		c.wfr.WriteRSTStream(st.id, http2.ErrCodeNo)
 		c.noteResetLocked(st.id)
 	}
-	c.dropLocked(st)
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+	st.reset = true
+	c.releaseLocked(st)
 	c.signalLocked()
-	c.mu.Unlock()
 }
 
 var (
@@ -1043,30 +1013,24 @@ func (c *conn) writeBlockLocked(id uint32, end bool) {
 // encodeMessage percent-encodes grpc-message as the gRPC HTTP/2 protocol
 // says (bytes outside printable ASCII, and '%'), cut to maxMessageLen.
 func encodeMessage(msg string) string {
-	if len(msg) > maxMessageLen {
-		msg = msg[:maxMessageLen]
-	}
-	plain := true
+	msg = msg[:min(len(msg), maxMessageLen)]
+	const hex = "0123456789ABCDEF"
+	var b []byte // nil while msg needs no escape
 	for i := 0; i < len(msg); i++ {
-		if b := msg[i]; b < 0x20 || b > 0x7e || b == '%' {
-			plain = false
-			break
+		switch c := msg[i]; {
+		case c < 0x20 || c > 0x7e || c == '%':
+			if b == nil {
+				b = append(make([]byte, 0, len(msg)+8), msg[:i]...)
+			}
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		case b != nil:
+			b = append(b, c)
 		}
 	}
-	if plain {
+	if b == nil {
 		return msg
 	}
-	const hex = "0123456789ABCDEF"
-	var sb []byte
-	for i := 0; i < len(msg); i++ {
-		b := msg[i]
-		if b < 0x20 || b > 0x7e || b == '%' {
-			sb = append(sb, '%', hex[b>>4], hex[b&15])
-		} else {
-			sb = append(sb, b)
-		}
-	}
-	return string(sb)
+	return string(b)
 }
 
 // respond sends a handler's answer (worker goroutine).
@@ -1212,4 +1176,4 @@ func (st *stream) call(out []byte) (res []byte, err error) {
 	return st.handler(&st.ctx, st.msg[5:], out)
 }
 
-var errInternal = statusError(codes.Internal, "internal error")
+var errInternal = status.Error(codes.Internal, "internal error")

@@ -9,11 +9,9 @@ import (
 // callCtx is a call's context: the connection's, with the call's
 // grpc-timeout as its deadline, cancelled when the client resets the
 // stream or the handler returns. It is a plain value inside the stream and
-// starts no timer until somebody asks for Done (or a Value): a handler
-// that never waits, such as one over the memory store, costs no
-// context.WithDeadline and no timer, which were a tenth of this server's
-// CPU per call; a handler that does wait (Redis) gets the standard
-// context, made then, so contexts derived from it attach to it as usual.
+// makes the standard context (and its timer) only when somebody asks for
+// Done or a Value: a handler that never waits, such as one over the memory
+// store, costs no context.WithDeadline and no timer.
 type callCtx struct {
 	parent      context.Context // the connection's
 	deadline    time.Time

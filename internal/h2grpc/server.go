@@ -1,44 +1,27 @@
 // Package h2grpc serves unary gRPC methods over plaintext HTTP/2 (h2c with
-// prior knowledge, as Envoy, grpc-go and every gRPC client speak it) at a
-// fraction of grpc-go's CPU per call.
+// prior knowledge, as Envoy and grpc-go speak it) at a fraction of
+// grpc-go's CPU per call, for Portero's rate limit service behind a proxy on
+// the same host.
 //
-// # Why it exists
+// It keeps what a unary call needs: golang.org/x/net/http2's Framer and
+// hpack, one reader and one writer goroutine per connection (the writer
+// sends every answer ready at that moment in one system call) and a pool of
+// workers for the handlers. bench/rls_test.go measures it beside grpc-go.
 //
-// Portero's rate limit service answers one tiny unary call per request that
-// Envoy forwards. Measured on the RLS benchmark (bench/rls_test.go), grpc-go
-// spends about 30 µs of server CPU per call on its HTTP/2 transport, its
-// per-stream goroutines and buffers, its stats and metadata plumbing, before
-// Portero's decision (about 1 µs with the memory store) runs. This package
-// keeps only what a unary call needs: golang.org/x/net/http2's Framer and
-// hpack (the same framing and header compression Go's own HTTP/2 server
-// uses) under one reader goroutine per connection, a pool of workers for the
-// handlers, and one writer goroutine per connection that sends every answer
-// ready at that moment in one system call.
+// Left out, compared with grpc-go: TLS (so Serve takes only loopback TCP and
+// unix sockets), streaming methods, compression (grpc-encoding other than
+// identity is answered UNIMPLEMENTED), interceptors, metadata and stats
+// handlers. Compared with HTTP/2: HTTP/1.1 and upgrades, server push,
+// priorities (parsed, not used) and requests that are not gRPC calls, which
+// get 405 or 415 and a line of text. Protocol errors are answered as RFC
+// 9113 says; h2spec's whole suite passes (h2spec_test.go).
 //
-// # What it does not do
-//
-// No TLS, and so no listener but loopback TCP and unix sockets (Serve
-// refuses any other TCP address): it is for a proxy on the same host or in
-// the same pod. No streaming methods (server reflection
-// stays on the grpc-go transport), no compression (a request compressed with
-// anything but identity is answered UNIMPLEMENTED, which gRPC clients treat
-// as "retry uncompressed" only if configured to; Envoy does not compress its
-// rate limit calls), no interceptors, no HTTP/1.1. Other HTTP/2 requests
-// are answered 405 (not POST) or 415 (not application/grpc) with a line of
-// text. Protocol errors are answered as RFC 9113 says (GOAWAY or RST_STREAM
-// with the error code; h2spec's whole suite passes, see h2spec_test.go);
-// resource limits are MaxConcurrentStreams (a stream counts until its
-// answer is completely queued, waiting for flow-control window included, and
-// a reset call until its handler returns, so a client resetting streams or
-// granting no window cannot pile up work or answers), the message and
-// header list sizes, the request bytes one connection may buffer (64 MiB,
-// or 4 × MaxRecvMsgSize), a bound on the answer bytes queued for the socket
-// (128 KiB of DATA; the rest waits in the answers) and one on all bytes
-// queued for a peer that does not read (8 MiB, past which the connection
-// is closed). Connections are bounded in time too: HandshakeTimeout for the
-// preface, and when set IdleTimeout, MaxConnectionAge with its grace, and
-// PingMinInterval against PING floods (see Options). A cap on the number
-// of connections belongs to the listener (package rls wraps it).
+// What a client can make it hold is bounded: streams (MaxConcurrentStreams,
+// counted until the answer is queued), message and header sizes, request
+// bytes buffered per connection, answer bytes queued for the socket and for
+// a peer that does not read; and time (HandshakeTimeout, IdleTimeout,
+// MaxConnectionAge, PingMinInterval). A cap on connections belongs to the
+// listener.
 package h2grpc
 
 import (
@@ -46,8 +29,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,15 +51,13 @@ type Handler func(ctx context.Context, msg, out []byte) ([]byte, error)
 type Options struct {
 	// MaxConcurrentStreams is advertised in SETTINGS and enforced: calls
 	// beyond it are refused with REFUSED_STREAM, which clients retry. A
-	// call counts until its answer is completely queued (or it is reset;
-	// a reset call whose handler runs counts until the handler returns).
+	// call counts until its answer is queued, or its handler returns.
 	// 0 means 1024.
 	MaxConcurrentStreams uint32
 	// MaxRecvMsgSize bounds a request message; larger ones are answered
-	// RESOURCE_EXHAUSTED. 0 means 4 MiB, grpc-go's default. The requests
-	// one connection has buffered, received or being handled, are bounded
-	// by 64 MiB or 4 × MaxRecvMsgSize, whichever is larger; a call past
-	// that is answered RESOURCE_EXHAUSTED too.
+	// RESOURCE_EXHAUSTED. 0 means 4 MiB, grpc-go's default. The request
+	// bytes one connection buffers are bounded by the larger of 64 MiB and
+	// 4 × MaxRecvMsgSize; a call past that is RESOURCE_EXHAUSTED too.
 	MaxRecvMsgSize int
 	// MaxHeaderListSize bounds a request's decoded headers (SETTINGS
 	// MAX_HEADER_LIST_SIZE); larger ones get HTTP 431. 0 means 16 KiB.
@@ -89,21 +72,18 @@ type Options struct {
 	// IdleTimeout ends a connection that has had no call in flight for
 	// that long: GOAWAY, then close. 0 means never.
 	IdleTimeout time.Duration
-	// MaxConnectionAge ends a connection once it is that old, give or take
-	// 10% (random, so that the connections opened together do not all go
-	// at once): GOAWAY, so the client opens a new connection for its next
-	// calls, while the calls in flight are answered. 0 means never.
+	// MaxConnectionAge ends a connection once it is that old, ±10% at
+	// random so that connections opened together do not all go at once:
+	// GOAWAY, and the calls in flight are answered. 0 means never.
 	MaxConnectionAge time.Duration
 	// MaxConnectionAgeGrace is how long calls in flight may still take
 	// after the GOAWAY of MaxConnectionAge; then the connection is closed.
 	// 0 means until they finish.
 	MaxConnectionAgeGrace time.Duration
 	// PingMinInterval is the shortest time the client may leave between
-	// two PINGs, as grpc-go's keepalive.EnforcementPolicy.MinTime: a PING
-	// sooner than that after the previous one is a strike, and the third
-	// strike ends the connection with GOAWAY ENHANCE_YOUR_CALM and the
-	// debug data "too_many_pings" (what grpc-go sends, and what its
-	// clients recognise). Strikes are forgiven whenever an answer is sent.
+	// two PINGs, as grpc-go's keepalive.EnforcementPolicy.MinTime: the
+	// third PING too soon, with no answer sent since, ends the connection
+	// with GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as grpc-go does.
 	// 0 means pings are answered however often they come.
 	PingMinInterval time.Duration
 	// Logger receives connection errors at debug level; nil means
@@ -115,21 +95,16 @@ const (
 	defaultMaxStreams    = 1024
 	defaultMaxRecvMsg    = 4 << 20
 	defaultMaxHeaderList = 16 << 10
-	// recvWindow is the flow-control window granted to the client for
-	// each stream and, scaled, for the connection; a unary request is
-	// consumed as it arrives, so a large window only saves round trips.
-	recvWindow = 1 << 20
-	// connRecvWindow is the connection's receive window.
+	// The receive windows granted per stream and for the connection: a
+	// request is consumed as it arrives, so large ones only save round trips.
+	recvWindow     = 1 << 20
 	connRecvWindow = 16 << 20
 	// maxPendingWrite bounds the bytes queued for a peer that does not
 	// read (answers, acknowledgements); past it the connection is closed.
 	maxPendingWrite = 8 << 20
-	// minConnRecvBuffer bounds the request bytes one connection may have
-	// buffered (messages being received, and those whose handler runs),
-	// unless 4 × MaxRecvMsgSize is larger. A call that would exceed it is
-	// answered RESOURCE_EXHAUSTED. Without it a client could pin
-	// MaxConcurrentStreams × MaxRecvMsgSize (4 GiB by default) per
-	// connection by never ending its requests.
+	// minConnRecvBuffer bounds the request bytes one connection buffers
+	// (see MaxRecvMsgSize), lest a client pin MaxConcurrentStreams ×
+	// MaxRecvMsgSize (4 GiB) by never ending its requests.
 	minConnRecvBuffer = 64 << 20
 )
 
@@ -241,9 +216,7 @@ func (s *Server) Serve(lis net.Listener) error {
 				return ErrServerClosed
 			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// The listener stays registered while Serve waits, so
-				// that Shutdown or Close still closes it.
+			if errors.As(err, &ne) && ne.Timeout() { // still registered: Close closes it
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				time.Sleep(backoff)
 				continue
@@ -267,10 +240,9 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 }
 
-// Handlers run on a pool of worker goroutines that grows when every
-// worker is busy and shrinks when workers stay idle. Reusing goroutines
-// matters: a new goroutine grows its stack to the handler's depth on every
-// call, which cost a tenth of the server's CPU with one goroutine per call.
+// Handlers run on a pool of worker goroutines that grows when every worker
+// is busy and shrinks when they stay idle: a new goroutine per call would
+// grow its stack to the handler's depth every time.
 const workerIdle = 10 * time.Second
 
 func (s *Server) startWorkers() {
@@ -322,19 +294,11 @@ func (s *Server) dispatch(st *stream) {
 // finished or ctx is done; then it closes what is left. It returns ctx's
 // error when it had to cut calls short.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.beginClose()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	done := s.connsDone
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.beginClose() {
 		c.goAway()
 	}
 	select {
-	case <-done:
+	case <-s.connsDone:
 		s.stopWorkers()
 		return nil
 	case <-ctx.Done():
@@ -346,14 +310,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes every listener and connection at once; calls in flight see
 // their context cancelled and their answers are dropped.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.beginClose()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.beginClose() {
 		c.nc.Close()
 	}
 	s.stopWorkers()
@@ -364,18 +321,21 @@ func (s *Server) Close() error {
 // Close may both call it, any number of times and concurrently.
 func (s *Server) stopWorkers() { s.stopOnce.Do(func() { close(s.quit) }) }
 
-// beginClose marks the server closing and closes its listeners; s.mu held.
-func (s *Server) beginClose() {
-	if s.closing {
-		return
+// beginClose marks the server closing, closes its listeners and returns
+// its connections.
+func (s *Server) beginClose() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closing {
+		s.closing = true
+		for lis := range s.listeners {
+			lis.Close()
+		}
+		if len(s.conns) == 0 {
+			close(s.connsDone)
+		}
 	}
-	s.closing = true
-	for lis := range s.listeners {
-		lis.Close()
-	}
-	if len(s.conns) == 0 {
-		close(s.connsDone)
-	}
+	return slices.Collect(maps.Keys(s.conns))
 }
 
 // forget removes a finished connection.
@@ -405,5 +365,3 @@ func errorStatus(err error) (codes.Code, string) {
 	}
 	return codes.Unknown, err.Error()
 }
-
-func statusError(code codes.Code, msg string) error { return status.Error(code, msg) }

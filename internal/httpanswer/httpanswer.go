@@ -1,18 +1,22 @@
-// Package httpanswer is the HTTP form of an engine verdict, shared by the
-// HTTP doors (the middleware and the check API) so that they answer alike:
-// header fields set on an http.Header with two allocations at most, and
-// the RFC 9457 problem bodies of a refusal.
+// Package httpanswer is the one way an HTTP door answers: a verdict's
+// header fields (set with two allocations at most) and, for a refusal, its
+// status and RFC 9457 problem body, written by Writer.Refuse for the
+// middleware, the gateway, /v1/check and /v1/auth alike.
 //
-//   - A refusal by the limits is 429 Too Many Requests with a problem of
-//     type quota-exceeded naming the violated policies, and Retry-After.
-//   - A refusal because the request can never pass (its cost is more than
-//     a rule ever admits at once) is 429 of the same type, without
-//     Retry-After and without retry-after in the body, whose detail names
-//     the rule, the request's cost and the most the rule admits, which the
-//     body also carries as cost and max-cost.
-//   - A refusal for the service's own sake (the store failed and the
-//     failure policy is deny, or shedding) is 503 Service Unavailable of
-//     type temporary-reduced-capacity, with Retry-After.
+//   - Refused by the limits: 429 Too Many Requests, a problem of type
+//     quota-exceeded naming the violated policies, and Retry-After.
+//   - Refused because the request can never pass (its cost is more than a
+//     rule ever admits at once): 429 of the same type, without Retry-After
+//     and without retry-after in the body; its detail names the rule, the
+//     cost and the most the rule admits, which the body carries as cost
+//     and max-cost.
+//   - Refused for the service's own sake (engine.Verdict.Unavailable: the
+//     store failed under deny, or a service-wide concurrency limit is
+//     full): 503 Service Unavailable of type temporary-reduced-capacity,
+//     with Retry-After.
+//
+// A door may answer a refusal with a status of its own (/v1/auth's deny
+// status for nginx and Traefik); the body is the same.
 package httpanswer
 
 import (
@@ -50,23 +54,34 @@ type Problem struct {
 	MaxCost *int64 `json:"max-cost,omitempty"`
 }
 
-// Write sends p with Cache-Control: no-store and its own Content-Length.
+// Write sends p with its status, Cache-Control: no-store, nosniff and its
+// own Content-Length.
 func Write(w http.ResponseWriter, p Problem) {
+	body, _ := json.Marshal(p)
+	writeBody(w, p.Status, append(body, '\n'))
+}
+
+// Error sends a problem of type about:blank: status, its text as the
+// title, and detail.
+func Error(w http.ResponseWriter, status int, detail string) {
+	Write(w, Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	body, _ := json.Marshal(p)
-	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(p.Status)
+	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
 // WriteUnavailable answers 503 Service Unavailable with a problem body of
 // type temporary-reduced-capacity and Retry-After (whole seconds, at least
-// 1): the answer when refusing for the service's own sake rather than the
-// client's.
+// 1): the answer when refusing for the service's own sake without a
+// verdict (shedding, a wait that ended, a store error reported to the
+// caller).
 func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail string) {
 	secs := max(header.CeilSeconds(retryAfter), 1)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -74,27 +89,76 @@ func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration, detail st
 		Status: http.StatusServiceUnavailable, Detail: detail, RetryAfter: secs})
 }
 
+// Status is what an HTTP door answers verdict v: 0 when it is allowed (the
+// request passes), 503 when it is refused for the service's own sake
+// (engine.Verdict.Unavailable), 429 otherwise.
+func Status(v *engine.Verdict) int {
+	switch {
+	case v.Allowed:
+		return 0
+	case v.Unavailable():
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
+}
+
+// Writer writes the answers of verdicts over one rule set: their header
+// fields (engine/header) and the fixed parts of their problem bodies,
+// formatted once per configuration. It is immutable and safe for
+// concurrent use; a nil *Writer formats everything per request.
+type Writer struct {
+	header *header.Writer
+	texts  texts
+}
+
+// NewWriter prepares the answers of verdicts over rules (a configuration's
+// rules, each at its Index); legacy adds the X-RateLimit-* fields.
+func NewWriter(rules []*engine.Rule, legacy bool) *Writer {
+	return &Writer{header: header.NewWriter(rules, legacy), texts: newTexts(rules)}
+}
+
+var zeroWriter = &Writer{header: &header.Writer{}}
+
+// Fields adds the rate-limit fields of v to f.
+func (w *Writer) Fields(f *Fields, v *engine.Verdict) {
+	if w == nil {
+		w = zeroWriter
+	}
+	f.List, f.Buf = w.header.Append(f.List, f.Buf, v)
+}
+
+// Refuse writes the answer of refused verdict v: status (0 for Status(v)),
+// the rate-limit fields, Cache-Control: no-store and the problem body, in
+// one batch with the fields f already holds (a door's own). body is memory
+// for the body, returned for reuse.
+func (w *Writer) Refuse(rw http.ResponseWriter, f *Fields, body []byte, v *engine.Verdict, status int) []byte {
+	if status == 0 {
+		status = Status(v)
+	}
+	w.Fields(f, v)
+	body = w.AppendRefusal(body[:0], status, v, header.RetryAfterSeconds(v))
+	f.Static("Content-Type", "application/problem+json")
+	f.Static("Cache-Control", "no-store")
+	f.Static("X-Content-Type-Options", "nosniff")
+	f.Int("Content-Length", int64(len(body)))
+	f.Apply(rw.Header())
+	rw.WriteHeader(status)
+	_, _ = rw.Write(body)
+	return body
+}
+
 // Fields collects the header fields of one response and sets them on an
-// http.Header with two allocations at most, whatever their number: the
-// dynamic values live in one buffer that becomes one string, and every
-// value's one-element slice is cut from one []string (with its capacity
-// capped, so that a later Header.Add copies instead of writing into its
-// neighbour). The zero value is ready; Reset keeps the memory.
+// http.Header with two allocations, whatever their number: one string for
+// the dynamic values, one []string cut into capped one-element slices. The
+// zero value is ready; Reset keeps the memory.
 type Fields struct {
 	List []header.Field
 	Buf  []byte
 }
 
-// Reset empties f for reuse. The old entries are not cleared: they refer
-// to header names and to texts prepared with the configuration, not to a
-// request, and each is overwritten before it is read again.
+// Reset empties f for reuse (its entries refer to no request).
 func (f *Fields) Reset() {
 	f.List, f.Buf = f.List[:0], f.Buf[:0]
-}
-
-// Verdict adds the rate-limit fields of v as w writes them.
-func (f *Fields) Verdict(w *header.Writer, v *engine.Verdict) {
-	f.List, f.Buf = w.Append(f.List, f.Buf, v)
 }
 
 // Static adds a field of fixed text under key, a canonical header name.
@@ -102,32 +166,13 @@ func (f *Fields) Static(key, val string) {
 	f.List = append(f.List, header.Field{Name: key, Key: key, Static: val})
 }
 
-// Int adds n in decimal under key; 0–99 take no room in the buffer
-// (strconv keeps them as constants).
+// Int adds n in decimal under key.
 func (f *Fields) Int(key string, n int64) {
-	if n >= 0 && n < 100 {
-		f.Static(key, strconv.FormatInt(n, 10))
-		return
-	}
-	start := len(f.Buf)
-	f.Buf = strconv.AppendInt(f.Buf, n, 10)
-	f.List = append(f.List, header.Field{Name: key, Key: key, Start: start, End: len(f.Buf), Dynamic: true})
+	f.List, f.Buf = header.AppendInt(f.List, f.Buf, key, key, n)
 }
 
-// Has reports whether a field has the canonical key.
-func (f *Fields) Has(key string) bool {
-	for _, fd := range f.List {
-		if fd.Key == key {
-			return true
-		}
-	}
-	return false
-}
-
-// Apply sets the collected fields on h, replacing the values they had,
-// except RateLimit-Policy and RateLimit, whose values are added after
-// those already there: they are lists, and an earlier middleware's (a
-// second limiter stacked around this one) must not be lost.
+// Apply sets the fields on h, replacing their values, except the RateLimit
+// lists, which are added to (a second limiter stacked around this one).
 func (f *Fields) Apply(h http.Header) {
 	if len(f.List) == 0 {
 		return
@@ -143,7 +188,7 @@ func (f *Fields) Apply(h http.Header) {
 		} else {
 			vals[i] = fd.Static
 		}
-		if fd.Key == canonicalRateLimit || fd.Key == canonicalRateLimitPolicy {
+		if fd.Name == header.RateLimit || fd.Name == header.RateLimitPolicy {
 			if old := h[fd.Key]; len(old) > 0 {
 				h[fd.Key] = append(old[:len(old):len(old)], vals[i])
 				continue
@@ -153,24 +198,17 @@ func (f *Fields) Apply(h http.Header) {
 	}
 }
 
-// The canonical keys of the two list fields that Apply adds to.
-const (
-	canonicalRateLimit       = "Ratelimit"
-	canonicalRateLimitPolicy = "Ratelimit-Policy"
-)
-
-// Texts holds the fixed parts of the 429 bodies of a rule set, formatted
-// once per configuration: per rule, the JSON "detail" up to its seconds and
-// the name as a JSON string. It is immutable and safe for concurrent use.
-type Texts struct {
-	rules  []*engine.Rule // by Index
+// texts are the fixed parts of the problem bodies of a rule set, per rule
+// by Index: the JSON "detail" up to its seconds, and the name as a JSON
+// string.
+type texts struct {
+	rules  []*engine.Rule
 	detail []string
 	name   []string
 }
 
-// NewTexts prepares the texts of rules, each at its Index.
-func NewTexts(rules []*engine.Rule) *Texts {
-	t := &Texts{}
+func newTexts(rules []*engine.Rule) texts {
+	var t texts
 	for _, r := range rules {
 		if r.Index < 0 || r.Index > 1<<20 {
 			continue
@@ -193,41 +231,48 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-func (t *Texts) texts(r *engine.Rule) (detail, name string) {
-	if t != nil && r.Index >= 0 && r.Index < len(t.rules) && t.rules[r.Index] == r {
-		return t.detail[r.Index], t.name[r.Index]
+func (w *Writer) text(r *engine.Rule) (detail, name string) {
+	if w != nil {
+		if t := &w.texts; r.Index >= 0 && r.Index < len(t.rules) && t.rules[r.Index] == r {
+			return t.detail[r.Index], t.name[r.Index]
+		}
 	}
 	return retryDetail(r), jsonString(r.Name)
 }
 
-// quotaExceededHead is the start of every 429 body, as json.Marshal writes
-// a Problem.
-const quotaExceededHead = `{"type":"` + ProblemQuotaExceeded + `","title":"Too Many Requests","status":`
+// The starts of the two refusals' bodies, as json.Marshal writes a Problem.
+const (
+	quotaExceededHead = `{"type":"` + ProblemQuotaExceeded + `","title":"Too Many Requests","status":`
+	unavailableHead   = `{"type":"` + ProblemTemporaryReducedCapacity + `","title":"Service Unavailable","status":`
+)
+
+// storeFailed is the detail of a refusal by the failure policy.
+const storeFailed = "the rate limiter cannot reach its store"
 
 // AppendRefusal appends the problem body of refused verdict v to b, the
-// Problem that Write would marshal, byte for byte, assembled from the
-// parts prepared per rule: type quota-exceeded, the given status (429, or
-// a proxy's deny status), the violated policies, and either the detail of
-// the first violated rule with retry seconds, or, when the request can
-// never pass, the detail of the first rule it can never pass with its cost
-// and max-cost and no retry.
-func (t *Texts) AppendRefusal(b []byte, status int, v *engine.Verdict, retry int64) []byte {
-	b = append(b, quotaExceededHead...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	never := -1
-	for _, i := range v.Violated {
-		if v.Results[i].Outcome == engine.CanNeverPass {
-			never = i
-			break
-		}
+// Problem that Refusal returns as json.Marshal writes it, byte for byte,
+// from the parts prepared per rule: of type temporary-reduced-capacity
+// when v is refused for the service's sake, quota-exceeded otherwise; the
+// given status; and, after the detail, the violated policies (none when
+// the failure policy refused it), then the cost and max-cost of a request
+// that can never pass, or the retry seconds.
+func (w *Writer) AppendRefusal(b []byte, status int, v *engine.Verdict, retry int64) []byte {
+	head := quotaExceededHead
+	if v.Unavailable() {
+		head = unavailableHead
 	}
-	if len(v.Violated) > 0 {
+	b = append(b, head...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	never := neverIndex(v)
+	switch {
+	case v.Unavailable() && v.StoreFailed():
+		b = append(b, `,"detail":"`+storeFailed+`"`...)
+	case len(v.Violated) > 0:
 		b = append(b, `,"detail":`...)
 		if never >= 0 {
-			res := &v.Results[never]
-			b = append(b, jsonString(refusal.Never(res))...)
+			b = append(b, jsonString(refusal.Never(&v.Results[never]))...)
 		} else {
-			d, _ := t.texts(v.Results[v.Violated[0]].Rule)
+			d, _ := w.text(v.Results[v.Violated[0]].Rule)
 			b = append(b, d...)
 			b = strconv.AppendInt(b, retry, 10)
 			b = append(b, ` s"`...)
@@ -237,7 +282,7 @@ func (t *Texts) AppendRefusal(b []byte, status int, v *engine.Verdict, retry int
 			if k > 0 {
 				b = append(b, ',')
 			}
-			_, n := t.texts(v.Results[i].Rule)
+			_, n := w.text(v.Results[i].Rule)
 			b = append(b, n...)
 		}
 		b = append(b, ']')
@@ -257,27 +302,39 @@ func (t *Texts) AppendRefusal(b []byte, status int, v *engine.Verdict, retry int
 	return append(b, "}\n"...)
 }
 
-// Refusal returns the Problem of refused verdict v (AppendRefusal writes
-// the same bytes): for doors that marshal it themselves, and for tests.
+// neverIndex is the index in v.Results of the first violated hit that can
+// never pass, or -1.
+func neverIndex(v *engine.Verdict) int {
+	for _, i := range v.Violated {
+		if v.Results[i].Outcome == engine.CanNeverPass {
+			return i
+		}
+	}
+	return -1
+}
+
+// Refusal returns the Problem of refused verdict v, whose bytes
+// AppendRefusal writes: for a door that marshals it itself, and for tests.
 func Refusal(status int, v *engine.Verdict, retry int64) Problem {
-	p := Problem{Type: ProblemQuotaExceeded, Title: "Too Many Requests", Status: status}
-	never := -1
+	p := Problem{Type: ProblemQuotaExceeded, Title: "Too Many Requests", Status: status, RetryAfter: retry}
+	if v.Unavailable() {
+		p.Type, p.Title = ProblemTemporaryReducedCapacity, "Service Unavailable"
+	}
+	never := neverIndex(v)
+	if v.Unavailable() && v.StoreFailed() {
+		p.Detail = storeFailed
+		return p
+	}
 	for _, i := range v.Violated {
 		p.ViolatedPolicies = append(p.ViolatedPolicies, v.Results[i].Rule.Name)
-		if never < 0 && v.Results[i].Outcome == engine.CanNeverPass {
-			never = i
-		}
 	}
 	switch {
 	case never >= 0:
 		res := &v.Results[never]
 		max := res.Rule.MaxCost()
-		p.Detail, p.Cost, p.MaxCost = refusal.Never(res), res.Cost, &max
+		p.Detail, p.Cost, p.MaxCost, p.RetryAfter = refusal.Never(res), res.Cost, &max, 0
 	case len(v.Violated) > 0:
 		p.Detail = refusal.Retry(v.Results[v.Violated[0]].Rule, retry)
-		p.RetryAfter = retry
-	default:
-		p.RetryAfter = retry
 	}
 	return p
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 // csvParser reads CSV logs: time,method,path,client_ip[,header:NAME…], one
@@ -120,31 +122,34 @@ func (p *csvParser) parse(line []byte, r *Request) error {
 	return nil
 }
 
-func (p *csvParser) names() string {
-	var s []string
-	for _, c := range p.cols {
-		switch c.kind {
-		case fMsec:
-			s = append(s, "time")
-		case fMethod:
-			s = append(s, "method")
-		case fPath:
-			s = append(s, "path")
-		case fPeer:
-			s = append(s, "client_ip")
-		case fHost:
-			s = append(s, "host")
-		case fContentLength:
-			s = append(s, "content_length")
-		case fHeader:
-			s = append(s, "header:"+c.header)
-		case fStatus:
-			s = append(s, "status")
-		case fBytes:
-			s = append(s, "bytes")
-		case fRespHeader:
-			s = append(s, "response_header:"+c.header)
+// csvColumns name the columns of a CSV log, besides header:NAME and
+// response_header:NAME.
+var csvColumns = []struct {
+	name string
+	kind fieldKind
+}{{"time", fMsec}, {"method", fMethod}, {"path", fPath}, {"client_ip", fPeer}, {"host", fHost},
+	{"content_length", fContentLength}, {"status", fStatus}, {"bytes", fBytes}}
+
+// name is the column's name in a header line.
+func (c csvCol) name() string {
+	switch c.kind {
+	case fHeader:
+		return "header:" + c.header
+	case fRespHeader:
+		return "response_header:" + c.header
+	}
+	for _, col := range csvColumns {
+		if col.kind == c.kind {
+			return col.name
 		}
+	}
+	return ""
+}
+
+func (p *csvParser) names() string {
+	s := make([]string, len(p.cols))
+	for i, c := range p.cols {
+		s[i] = c.name()
 	}
 	return strings.Join(s, ",")
 }
@@ -155,31 +160,22 @@ func (p *csvParser) header(fields [][]byte) error {
 	for _, f := range fields {
 		name := strings.TrimSpace(string(f))
 		lower := strings.ToLower(name)
-		var c csvCol
-		switch {
-		case lower == "time":
-			c.kind = fMsec
-		case lower == "method":
-			c.kind = fMethod
-		case lower == "path":
-			c.kind = fPath
-		case lower == "client_ip":
-			c.kind = fPeer
-		case lower == "host":
-			c.kind = fHost
-		case lower == "content_length":
-			c.kind = fContentLength
-		case lower == "status":
-			c.kind = fStatus
-		case lower == "bytes":
-			c.kind = fBytes
-		case strings.HasPrefix(lower, "header:") && len(name) > 7:
-			c = csvCol{kind: fHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[7:]))}
-			lower = "header:" + strings.ToLower(c.header)
-		case strings.HasPrefix(lower, "response_header:") && len(name) > 16:
-			c = csvCol{kind: fRespHeader, header: http.CanonicalHeaderKey(strings.TrimSpace(name[16:]))}
-			lower = "response_header:" + strings.ToLower(c.header)
-		default:
+		c := csvCol{kind: fSkip}
+		for _, col := range csvColumns {
+			if lower == col.name {
+				c.kind = col.kind
+			}
+		}
+		for _, h := range []struct {
+			prefix string
+			kind   fieldKind
+		}{{"header:", fHeader}, {"response_header:", fRespHeader}} {
+			if strings.HasPrefix(lower, h.prefix) && len(name) > len(h.prefix) {
+				c = csvCol{kind: h.kind, header: http.CanonicalHeaderKey(strings.TrimSpace(name[len(h.prefix):]))}
+				lower = h.prefix + strings.ToLower(c.header)
+			}
+		}
+		if c.kind == fSkip {
 			return malformed("column %q: want time, method, path, client_ip, host, content_length, header:NAME, status, bytes or response_header:NAME", name)
 		}
 		if seen[lower] {
@@ -247,7 +243,7 @@ func (p *csvParser) time(v []byte) (time.Time, error) {
 		return p.lastT, nil
 	}
 	var t time.Time
-	if d, err := parseDecimalSeconds(v); err == nil {
+	if d, err := sim.ParseSeconds(v); err == nil {
 		t = time.Unix(0, 0).Add(d)
 	} else if t, err = time.Parse(time.RFC3339Nano, string(v)); err != nil {
 		return time.Time{}, malformed("time %q: want RFC 3339 (2006-01-02T15:04:05.5Z) or seconds since the epoch", v)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 // A Format says how to read the lines of a text log: a list of literals
@@ -46,12 +48,9 @@ const (
 
 type token struct {
 	kind fieldKind
-	lit  string // the literal, or the header name of fHeader
+	lit  string // the literal, or the header name of fHeader and fRespHeader
 	litb []byte // lit, for the byte searches
 }
-
-// Name returns the format's name as given (combined, main, or the text).
-func (f *Format) Name() string { return f.name }
 
 // The named formats: nginx's and Apache's combined (the same line), and
 // nginx's default main, which adds X-Forwarded-For.
@@ -59,6 +58,15 @@ const (
 	CombinedFormat = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"`
 	MainFormat     = CombinedFormat + ` "$http_x_forwarded_for"`
 )
+
+// nginxVariables are the nginx variables a Format reads, besides
+// $http_NAME, $sent_http_NAME and $upstream_http_NAME.
+var nginxVariables = map[string]fieldKind{
+	"remote_addr": fPeer, "time_local": fTimeLocal, "time_iso8601": fTimeISO, "msec": fMsec,
+	"request_time": fRequestTime, "request": fRequest, "request_method": fMethod, "request_uri": fURI,
+	"uri": fPath, "document_uri": fPath, "host": fHost, "http_host": fHost, "status": fStatus,
+	"content_length": fContentLength, "http_content_length": fContentLength, "body_bytes_sent": fBytes,
+}
 
 // ParseNginxFormat compiles an nginx log_format string, such as
 // `$remote_addr [$time_local] "$request" $status $request_time
@@ -68,21 +76,14 @@ const (
 // $http_NAME (the request header NAME, underscores read as dashes),
 // $body_bytes_sent and $sent_http_NAME or $upstream_http_NAME (the
 // response's body bytes and header NAME, which settle the rules counted
-// after the response); every other variable is skipped. The format needs a time ($msec, $time_local
-// or $time_iso8601) and a request ($request, or $request_method with
-// $request_uri or $uri).
+// after the response); every other variable is skipped. The format needs a
+// time ($msec, $time_local or $time_iso8601) and a request ($request, or
+// $request_method with $request_uri or $uri).
 func ParseNginxFormat(name, s string) (*Format, error) {
-	f := &Format{name: name}
-	var lit strings.Builder
-	flush := func() {
-		if lit.Len() > 0 {
-			f.tokens = append(f.tokens, token{kind: fLiteral, lit: lit.String(), litb: []byte(lit.String())})
-			lit.Reset()
-		}
-	}
+	b := formatBuilder{f: &Format{name: name}, src: s}
 	for i := 0; i < len(s); {
 		if s[i] != '$' {
-			lit.WriteByte(s[i])
+			b.lit.WriteByte(s[i])
 			i++
 			continue
 		}
@@ -103,44 +104,16 @@ func ParseNginxFormat(name, s string) (*Format, error) {
 		if v == "" {
 			return nil, fmt.Errorf("log format %q: $ without a variable name", s)
 		}
-		flush()
-		if err := f.add(nginxToken(strings.ToLower(v))); err != nil {
-			return nil, fmt.Errorf("log format %q: %w", s, err)
+		if err := b.field(nginxToken(strings.ToLower(v))); err != nil {
+			return nil, err
 		}
 	}
-	flush()
-	return f, f.check(s)
+	return b.done()
 }
 
 func nginxToken(v string) token {
-	switch v {
-	case "remote_addr":
-		return token{kind: fPeer}
-	case "time_local":
-		return token{kind: fTimeLocal}
-	case "time_iso8601":
-		return token{kind: fTimeISO}
-	case "msec":
-		return token{kind: fMsec}
-	case "request_time":
-		return token{kind: fRequestTime}
-	case "request":
-		return token{kind: fRequest}
-	case "request_method":
-		return token{kind: fMethod}
-	case "request_uri":
-		return token{kind: fURI}
-	case "uri", "document_uri":
-		return token{kind: fPath}
-	case "host", "http_host":
-		return token{kind: fHost}
-	case "status":
-		return token{kind: fStatus}
-	case "content_length", "http_content_length":
-		return token{kind: fContentLength}
-	}
-	if v == "body_bytes_sent" {
-		return token{kind: fBytes}
+	if k, ok := nginxVariables[v]; ok {
+		return token{kind: k}
 	}
 	for _, prefix := range []string{"sent_http_", "upstream_http_"} {
 		if h, ok := strings.CutPrefix(v, prefix); ok && h != "" {
@@ -153,6 +126,13 @@ func nginxToken(v string) token {
 	return token{kind: fSkip}
 }
 
+// apacheDirectives are the Apache LogFormat directives a Format reads
+// without an argument, besides %t and %T.
+var apacheDirectives = map[byte]fieldKind{
+	'h': fPeer, 'a': fPeer, 'r': fRequest, 'm': fMethod, 'U': fPath, 's': fStatus,
+	'D': fRequestTimeMicros, 'v': fHost, 'V': fHost, 'b': fBytes, 'B': fBytes,
+}
+
 // ParseApacheFormat compiles an Apache LogFormat string, such as
 // `%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %D`. It reads %h
 // and %a (the peer), %t (the time in brackets), %r, %m, %U (the path), %>s
@@ -161,22 +141,15 @@ func nginxToken(v string) token {
 // response's body bytes) and %{NAME}o (the response header NAME); the
 // others are skipped.
 func ParseApacheFormat(name, s string) (*Format, error) {
-	f := &Format{name: name}
-	var lit strings.Builder
-	flush := func() {
-		if lit.Len() > 0 {
-			f.tokens = append(f.tokens, token{kind: fLiteral, lit: lit.String(), litb: []byte(lit.String())})
-			lit.Reset()
-		}
-	}
+	b := formatBuilder{f: &Format{name: name}, src: s}
 	for i := 0; i < len(s); i++ {
 		if s[i] != '%' {
-			lit.WriteByte(s[i])
+			b.lit.WriteByte(s[i])
 			continue
 		}
 		i++
 		if i < len(s) && s[i] == '%' {
-			lit.WriteByte('%')
+			b.lit.WriteByte('%')
 			continue
 		}
 		var arg string
@@ -193,41 +166,16 @@ func ParseApacheFormat(name, s string) (*Format, error) {
 		if i >= len(s) {
 			return nil, fmt.Errorf("log format %q: %% at the end", s)
 		}
-		flush()
-		var t token
-		switch s[i] {
-		case 'h', 'a':
-			t.kind = fPeer
-		case 't':
-			if arg != "" {
-				t.kind = fSkip
-				break
-			}
-			lit.WriteByte('[')
-			flush()
+		t := token{kind: fSkip}
+		switch c := s[i]; {
+		case c == 't' && arg == "": // [10/Oct/2000:13:55:36 -0700]
+			b.lit.WriteByte('[')
 			t.kind = fTimeLocal
-		case 'r':
-			t.kind = fRequest
-		case 'm':
-			t.kind = fMethod
-		case 'U':
-			t.kind = fPath
-		case 's':
-			t.kind = fStatus
-		case 'D':
-			t.kind = fRequestTimeMicros
-		case 'T':
+		case c == 'T' && (arg == "" || arg == "s"):
 			t.kind = fRequestTime
-			if arg != "" && arg != "s" {
-				t.kind = fSkip
-			}
-		case 'v', 'V':
-			t.kind = fHost
-		case 'b', 'B':
-			t.kind = fBytes
-		case 'o':
+		case c == 'o':
 			t = token{kind: fRespHeader, lit: http.CanonicalHeaderKey(arg)}
-		case 'i':
+		case c == 'i':
 			t = token{kind: fHeader, lit: http.CanonicalHeaderKey(arg)}
 			switch t.lit {
 			case "Host":
@@ -235,23 +183,34 @@ func ParseApacheFormat(name, s string) (*Format, error) {
 			case "Content-Length":
 				t = token{kind: fContentLength}
 			}
-		default:
-			t.kind = fSkip
+		case c != 't' && c != 'T':
+			if k, ok := apacheDirectives[c]; ok {
+				t.kind = k
+			}
 		}
-		if err := f.add(t); err != nil {
-			return nil, fmt.Errorf("log format %q: %w", s, err)
+		if err := b.field(t); err != nil {
+			return nil, err
 		}
-		if s[i] == 't' && arg == "" {
-			lit.WriteByte(']')
+		if t.kind == fTimeLocal {
+			b.lit.WriteByte(']')
 		}
 	}
-	flush()
-	return f, f.check(s)
+	return b.done()
 }
 
-func (f *Format) add(t token) error {
+// formatBuilder compiles the tokens of a Format from its source, src.
+type formatBuilder struct {
+	f   *Format
+	src string
+	lit strings.Builder // the literal being read
+}
+
+// field ends the literal before it and adds t.
+func (b *formatBuilder) field(t token) error {
+	b.flush()
+	f := b.f
 	if n := len(f.tokens); n > 0 && f.tokens[n-1].kind != fLiteral {
-		return fmt.Errorf("two fields with nothing between them: the first would not know where it ends")
+		return fmt.Errorf("log format %q: two fields with nothing between them: the first would not know where it ends", b.src)
 	}
 	switch t.kind {
 	case fMsec:
@@ -271,14 +230,25 @@ func (f *Format) add(t token) error {
 	return nil
 }
 
-func (f *Format) check(s string) error {
+func (b *formatBuilder) flush() {
+	if b.lit.Len() > 0 {
+		l := b.lit.String()
+		b.f.tokens = append(b.f.tokens, token{kind: fLiteral, lit: l, litb: []byte(l)})
+		b.lit.Reset()
+	}
+}
+
+// done checks that the format has what a request needs.
+func (b *formatBuilder) done() (*Format, error) {
+	b.flush()
+	f := b.f
 	if !f.hasMsec && !f.hasTime {
-		return fmt.Errorf("log format %q: no time ($msec, $time_local or $time_iso8601)", s)
+		return nil, fmt.Errorf("log format %q: no time ($msec, $time_local or $time_iso8601)", b.src)
 	}
 	if !f.hasRequest && !(f.hasMethod && f.hasPath) {
-		return fmt.Errorf("log format %q: no request ($request, or $request_method and $request_uri)", s)
+		return nil, fmt.Errorf("log format %q: no request ($request, or $request_method and $request_uri)", b.src)
 	}
-	return nil
+	return f, nil
 }
 
 // parser reads the lines of one text log in one Format; it keeps the last
@@ -300,16 +270,20 @@ type parser struct {
 	scratch  []byte
 }
 
+// lineFields are the fields of a line that make its request once the whole
+// line is read.
+type lineFields struct {
+	logged               time.Time // when the line was written
+	haveMsec             bool      // logged has $msec's precision
+	rt                   time.Duration
+	method, target, path []byte
+}
+
 // parse reads line into r (reset by the caller). Errors wrap ErrMalformed.
 func (p *parser) parse(line []byte, r *Request) error {
 	line = bytes.TrimRight(line, "\r\n")
-	var (
-		pos                  int
-		logged               time.Time
-		haveMsec             bool
-		rt                   time.Duration
-		method, target, path []byte
-	)
+	var lf lineFields
+	pos := 0
 	toks := p.f.tokens
 	for i, t := range toks {
 		if t.kind == fLiteral {
@@ -332,105 +306,117 @@ func (p *parser) parse(line []byte, r *Request) error {
 		if len(v) == 1 && v[0] == '-' {
 			v = nil
 		}
-		switch t.kind {
-		case fPeer:
-			r.Peer = string(v)
-		case fTimeLocal, fTimeISO:
-			if haveMsec {
-				continue
-			}
-			tm, err := p.time(t.kind, v)
+		if err := p.field(t, v, r, &lf); err != nil {
+			return err
+		}
+	}
+	return p.request(&lf, r)
+}
+
+// field reads the value v of field t (nil for none, "-") into r or lf.
+func (p *parser) field(t token, v []byte, r *Request, lf *lineFields) error {
+	switch t.kind {
+	case fPeer:
+		r.Peer = string(v)
+	case fTimeLocal, fTimeISO:
+		if lf.haveMsec {
+			return nil
+		}
+		tm, err := p.time(t.kind, v)
+		if err != nil {
+			return err
+		}
+		lf.logged = tm
+	case fMsec:
+		s, err := sim.ParseSeconds(v)
+		if err != nil {
+			return malformed("msec %q: %v", v, err)
+		}
+		lf.logged, lf.haveMsec = time.Unix(0, 0).Add(s), true
+	case fRequestTime:
+		d, err := sim.ParseSeconds(v)
+		if err != nil && v != nil {
+			return malformed("request time %q: %v", v, err)
+		}
+		lf.rt = d
+	case fRequestTimeMicros:
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if (err != nil || n < 0) && v != nil {
+			return malformed("request time %q: want microseconds", v)
+		}
+		lf.rt = time.Duration(n) * time.Microsecond
+	case fRequest:
+		var ok bool
+		if lf.method, lf.target, ok = splitRequest(v); !ok {
+			return malformed("request %q: want METHOD TARGET PROTOCOL", v)
+		}
+	case fMethod:
+		lf.method = v
+	case fURI:
+		lf.target = v
+	case fPath:
+		lf.path = v
+	case fHost:
+		r.Host = string(unescape(v, &p.scratch))
+	case fStatus:
+		r.Status, _ = strconv.Atoi(string(v))
+	case fContentLength:
+		if v != nil {
+			n, err := wholeNumber("content length", v)
 			if err != nil {
 				return err
 			}
-			logged = tm
-		case fMsec:
-			s, err := parseDecimalSeconds(v)
+			r.ContentLength = n
+		}
+	case fHeader:
+		if v != nil && (p.only == nil || p.only[t.lit]) {
+			r.Header[t.lit] = []string{string(unescape(v, &p.scratch))}
+		}
+	case fBytes:
+		r.Bytes = 0 // Apache's %b writes - for none
+		if v != nil {
+			n, err := wholeNumber("body bytes", v)
 			if err != nil {
-				return malformed("msec %q: %v", v, err)
+				return err
 			}
-			logged, haveMsec = time.Unix(0, 0).Add(s), true
-		case fRequestTime:
-			d, err := parseDecimalSeconds(v)
-			if err != nil && v != nil {
-				return malformed("request time %q: %v", v, err)
-			}
-			rt = d
-		case fRequestTimeMicros:
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if (err != nil || n < 0) && v != nil {
-				return malformed("request time %q: want microseconds", v)
-			}
-			rt = time.Duration(n) * time.Microsecond
-		case fRequest:
-			var ok bool
-			method, target, ok = splitRequest(v)
-			if !ok {
-				return malformed("request %q: want METHOD TARGET PROTOCOL", v)
-			}
-		case fMethod:
-			method = v
-		case fURI:
-			target = v
-		case fPath:
-			path = v
-		case fHost:
-			r.Host = string(unescape(v, &p.scratch))
-		case fStatus:
-			r.Status, _ = strconv.Atoi(string(v))
-		case fContentLength:
-			if v != nil {
-				n, err := wholeNumber("content length", v)
-				if err != nil {
-					return err
-				}
-				r.ContentLength = n
-			}
-		case fHeader:
-			if v != nil && (p.only == nil || p.only[t.lit]) {
-				r.Header[t.lit] = []string{string(unescape(v, &p.scratch))}
-			}
-		case fBytes:
-			r.Bytes = 0 // Apache's %b writes - for none
-			if v != nil {
-				n, err := wholeNumber("body bytes", v)
-				if err != nil {
-					return err
-				}
-				r.Bytes = n
-			}
-		case fRespHeader:
-			if v != nil && (p.resp == nil || p.resp[t.lit]) {
-				r.setRespHeader(t.lit, string(unescape(v, &p.scratch)))
-			}
+			r.Bytes = n
+		}
+	case fRespHeader:
+		if v != nil && (p.resp == nil || p.resp[t.lit]) {
+			r.setRespHeader(t.lit, string(unescape(v, &p.scratch)))
 		}
 	}
-	if logged.IsZero() {
+	return nil
+}
+
+// request completes r from the line's time and request fields.
+func (p *parser) request(lf *lineFields, r *Request) error {
+	if lf.logged.IsZero() {
 		return malformed("no time")
 	}
-	if !validMethod(method) {
-		return malformed("method %q: not an HTTP method", method)
+	if !validMethod(lf.method) {
+		return malformed("method %q: not an HTTP method", lf.method)
 	}
-	r.Method = internMethod(method)
+	r.Method = internMethod(lf.method)
 	switch {
-	case target != nil:
-		u, q, err := decodeTarget(unescape(target, &p.scratch), p.query)
+	case lf.target != nil:
+		u, q, err := decodeTarget(unescape(lf.target, &p.scratch), p.query)
 		if err != nil {
 			return err
 		}
 		r.Path, r.RawQuery = u, q
-	case path != nil:
-		r.Path = string(unescape(path, &p.scratch))
+	case lf.path != nil:
+		r.Path = string(unescape(lf.path, &p.scratch))
 	default:
 		return malformed("no path")
 	}
 	// The line is written when the response ends: the request arrived
 	// request_time earlier. With whole seconds only, it is decided at the
 	// second it arrived in (the whole seconds of request_time earlier).
-	if !haveMsec {
-		rt = rt.Truncate(time.Second)
+	if !lf.haveMsec {
+		lf.rt = lf.rt.Truncate(time.Second)
 	}
-	r.Time, r.Latency = logged.Add(-rt), rt
+	r.Time, r.Latency = lf.logged.Add(-lf.rt), lf.rt
 	return nil
 }
 
@@ -572,7 +558,7 @@ func internMethod(m []byte) string {
 // sets URL.Path: origin form (/a%20b?q), absolute form
 // (http://host/a) or *; and, when query is set, its raw query (URL.RawQuery).
 func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
-	if len(t) > 0 && t[0] == '/' && bytes.IndexAny(t, "%?#") < 0 {
+	if len(t) > 0 && t[0] == '/' && !bytes.ContainsAny(t, "%?#") {
 		return string(t), "", nil // the common case: nothing to decode
 	}
 	u, err := url.ParseRequestURI(string(t))
@@ -583,40 +569,6 @@ func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
 		rawQuery = u.RawQuery
 	}
 	return u.Path, rawQuery, nil
-}
-
-// parseDecimalSeconds reads seconds such as 1700000000.123 or 0.5 into a
-// Duration, exactly (at most nine decimals).
-func parseDecimalSeconds(v []byte) (time.Duration, error) {
-	if len(v) == 0 {
-		return 0, fmt.Errorf("empty")
-	}
-	var sec, frac int64
-	i := 0
-	for ; i < len(v) && v[i] != '.'; i++ {
-		c := v[i]
-		if c < '0' || c > '9' || sec > (1<<62)/10_000_000_000 {
-			return 0, fmt.Errorf("want decimal seconds")
-		}
-		sec = sec*10 + int64(c-'0')
-	}
-	digits := 0
-	if i < len(v) {
-		for i++; i < len(v); i++ {
-			c := v[i]
-			if c < '0' || c > '9' {
-				return 0, fmt.Errorf("want decimal seconds")
-			}
-			if digits < 9 {
-				frac = frac*10 + int64(c-'0')
-				digits++
-			}
-		}
-	}
-	for ; digits < 9; digits++ {
-		frac *= 10
-	}
-	return time.Duration(sec*1e9 + frac), nil
 }
 
 var months = map[string]time.Month{"Jan": 1, "Feb": 2, "Mar": 3, "Apr": 4, "May": 5, "Jun": 6, "Jul": 7, "Aug": 8,

@@ -192,17 +192,7 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 	if o.MaxMalformed <= 0 {
 		o.MaxMalformed = 20
 	}
-	rules := d.Rules()
-	rep := &Report{Rules: make([]RuleStat, len(rules))}
-	for i, r := range rules {
-		rep.Rules[i].RuleInfo = r
-	}
-	for _, in := range rd.inputs {
-		rep.Files = append(rep.Files, in.name)
-	}
-	top := newTopKeys(topCapacity)
-	tl := newTimeline(1 + len(rules))
-	statuses := map[int]int64{}
+	tl := newTally(d.Rules(), rd)
 	var dw *bufio.Writer
 	var row []byte
 	if o.Decisions != nil {
@@ -211,10 +201,6 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 	}
 	var now time.Time
 	var minute int64 = -1 << 62
-	// First and last refusal per rule, as values: a pointer per refusal
-	// would be an allocation per line.
-	first := make([]time.Time, len(rules))
-	last := make([]time.Time, len(rules))
 	for n := 0; ; n++ {
 		if n&0xffff == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -228,19 +214,12 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 			if !ok {
 				return nil, err
 			}
-			if errors.Is(err, ErrDropped) {
-				rep.Dropped++ // not the replay's doing: say so apart
-			} else {
-				rep.Malformed++
-			}
-			if len(rep.Examples) < o.MaxMalformed {
-				rep.Examples = append(rep.Examples, le.Error())
-			}
+			tl.skipped(le, o.MaxMalformed)
 			continue
 		}
 		at := r.Time
 		if at.Before(now) {
-			rep.Late++ // decided when the clock is, which never goes back
+			tl.rep.Late++ // decided when the clock is, which never goes back
 			at = now
 		}
 		now = at
@@ -254,54 +233,9 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", r.File, r.Line, err)
 		}
-		if rep.Requests == 0 {
-			rep.First = now
-		}
-		rep.Requests++
-		rep.Last = now
-		statuses[dec.Status]++
-		if dec.Unsettled {
-			rep.Unsettled++
-		}
-		tl.add(now, 0, 1)
-		for _, res := range dec.Results {
-			st := &rep.Rules[res.Rule]
-			st.Applied++
-			refusal := false
-			switch res.Outcome {
-			case Allowed, NearLimit, CheckOnly:
-				st.Allowed++
-			case Refused:
-				st.Refused++
-				refusal = true
-			case ShadowRefused:
-				st.WouldRefuse++
-				refusal = true
-			case CanNeverPass:
-				if res.Shadow {
-					st.WouldRefuse++
-				} else {
-					st.Refused++
-				}
-				st.CanNeverPass++
-				refusal = true
-			case NotCounted:
-				st.NotCounted++
-			case BadCost:
-				st.BadCost++
-				refusal = true
-			}
-			if refusal {
-				if first[res.Rule].IsZero() {
-					first[res.Rule] = now
-				}
-				last[res.Rule] = now
-				top.add(res.Rule, res.Key, now)
-				tl.add(now, 1+res.Rule, 1)
-			}
-		}
+		tl.decided(now, dec)
 		if dw != nil {
-			row = appendDecision(row[:0], r, dec, rules, o.MultipleFiles, now)
+			row = appendDecision(row[:0], r, dec, tl.rules, o.MultipleFiles, now)
 			if _, err := dw.Write(row); err != nil {
 				return nil, fmt.Errorf("decisions: %w", err)
 			}
@@ -312,40 +246,136 @@ func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, err
 			return nil, fmt.Errorf("decisions: %w", err)
 		}
 	}
+	return tl.report(o.Top), nil
+}
+
+// tally counts what a replay found as it goes.
+type tally struct {
+	rules    []RuleInfo
+	rep      *Report
+	top      *topKeys
+	timeline *timeline
+	statuses map[int]int64
+	// First and last refusal per rule, as values: a pointer per refusal
+	// would be an allocation per line.
+	first, last []time.Time
+}
+
+func newTally(rules []RuleInfo, rd *Reader) *tally {
+	tl := &tally{rules: rules, rep: &Report{Rules: make([]RuleStat, len(rules))}, top: newTopKeys(topCapacity),
+		timeline: newTimeline(1 + len(rules)), statuses: map[int]int64{},
+		first: make([]time.Time, len(rules)), last: make([]time.Time, len(rules))}
+	for i, r := range rules {
+		tl.rep.Rules[i].RuleInfo = r
+	}
+	for _, in := range rd.inputs {
+		tl.rep.Files = append(tl.rep.Files, in.name)
+	}
+	return tl
+}
+
+// skipped counts a line that could not be read, listing the first max.
+func (tl *tally) skipped(le *LineError, max int) {
+	if errors.Is(le, ErrDropped) {
+		tl.rep.Dropped++ // not the replay's doing: said apart
+	} else {
+		tl.rep.Malformed++
+	}
+	if len(tl.rep.Examples) < max {
+		tl.rep.Examples = append(tl.rep.Examples, le.Error())
+	}
+}
+
+// decided counts one request's decision, made at now.
+func (tl *tally) decided(now time.Time, dec *Decision) {
+	rep := tl.rep
+	if rep.Requests == 0 {
+		rep.First = now
+	}
+	rep.Requests++
+	rep.Last = now
+	tl.statuses[dec.Status]++
+	if dec.Unsettled {
+		rep.Unsettled++
+	}
+	tl.timeline.add(now, 0, 1)
+	for _, res := range dec.Results {
+		st := &rep.Rules[res.Rule]
+		st.Applied++
+		refusal := true
+		switch res.Outcome {
+		case Allowed, NearLimit, CheckOnly:
+			st.Allowed++
+			refusal = false
+		case Refused:
+			st.Refused++
+		case ShadowRefused:
+			st.WouldRefuse++
+		case CanNeverPass:
+			if res.Shadow {
+				st.WouldRefuse++
+			} else {
+				st.Refused++
+			}
+			st.CanNeverPass++
+		case NotCounted:
+			st.NotCounted++
+			refusal = false
+		case BadCost:
+			st.BadCost++
+		default:
+			refusal = false
+		}
+		if refusal {
+			if tl.first[res.Rule].IsZero() {
+				tl.first[res.Rule] = now
+			}
+			tl.last[res.Rule] = now
+			tl.top.add(res.Rule, res.Key, now)
+			tl.timeline.add(now, 1+res.Rule, 1)
+		}
+	}
+}
+
+// report completes the report: refusal times, statuses, the top refused
+// keys and the timeline with each rule's peak.
+func (tl *tally) report(top int) *Report {
+	rep, rules := tl.rep, tl.rules
 	for i := range rules {
-		if !first[i].IsZero() {
-			f, l := first[i], last[i]
+		if !tl.first[i].IsZero() {
+			f, l := tl.first[i], tl.last[i]
 			rep.Rules[i].FirstRefusal, rep.Rules[i].LastRefusal = &f, &l
 		}
 	}
-	for s, n := range statuses {
+	for s, n := range tl.statuses {
 		rep.Statuses = append(rep.Statuses, Count{s, n})
 	}
 	sort.Slice(rep.Statuses, func(i, j int) bool { return rep.Statuses[i].Status < rep.Statuses[j].Status })
-	for _, c := range top.top(o.Top) {
+	for _, c := range tl.top.top(top) {
 		rep.TopKeys = append(rep.TopKeys, KeyStat{Rule: rules[c.rule].Name, Key: c.key, Shadow: rules[c.rule].Shadow,
 			Refused: c.count, Error: c.err, First: c.first, Last: c.last})
 	}
-	if len(top.byKey) >= top.capacity {
-		rep.TopKeysError = top.total / int64(top.capacity)
+	if len(tl.top.byKey) >= tl.top.capacity {
+		rep.TopKeysError = tl.top.total / int64(tl.top.capacity)
 	}
-	rep.Timeline = &Timeline{Start: tl.start, Width: tl.width.Seconds(), Requests: make([]int64, len(tl.counts)),
+	t := tl.timeline
+	rep.Timeline = &Timeline{Start: t.start, Width: t.width.Seconds(), Requests: make([]int64, len(t.counts)),
 		Refused: make([][]int64, len(rules))}
 	for i := range rules {
-		rep.Timeline.Refused[i] = make([]int64, len(tl.counts))
+		rep.Timeline.Refused[i] = make([]int64, len(t.counts))
 	}
-	for b, c := range tl.counts {
+	for b, c := range t.counts {
 		rep.Timeline.Requests[b] = c[0]
 		for i := range rules {
 			n := c[1+i]
 			rep.Timeline.Refused[i][b] = n
 			if st := &rep.Rules[i]; n > st.PeakN {
-				t := tl.at(b)
-				st.Peak, st.PeakN = &t, n
+				at := t.at(b)
+				st.Peak, st.PeakN = &at, n
 			}
 		}
 	}
-	return rep, nil
+	return rep
 }
 
 // appendDecision appends one CSV row of the decisions file.

@@ -105,8 +105,7 @@ type input struct {
 	latest  time.Time   // latest arrival read
 	eof     bool
 	pending []*LineError // malformed lines not yet reported
-	pool    *[]*Request
-	seq     *int64
+	seq     *int64       // the Reader's count of requests read
 }
 
 func newRequest(pool *[]*Request) *Request {
@@ -224,7 +223,7 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 			rd.Close()
 			return nil, err
 		}
-		in := &input{name: p, index: i, closer: f, window: opts.ReorderWindow, max: opts.ReorderMax, host: opts.Host, pool: &rd.pool, seq: &rd.seq}
+		in := &input{name: p, index: i, closer: f, window: opts.ReorderWindow, max: opts.ReorderMax, host: opts.Host, seq: &rd.seq}
 		rd.inputs = append(rd.inputs, in)
 		br := bufio.NewReaderSize(f, MaxLineBytes)
 		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -254,48 +253,40 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 		case "csv":
 			in.parse = newCSVParser(opts.Query)
 		default:
-			ps := &parser{f: format, query: opts.Query}
-			if opts.Headers != nil {
-				ps.only = map[string]bool{}
-				for _, h := range opts.Headers {
-					ps.only[http.CanonicalHeaderKey(h)] = true
-				}
-			}
-			if opts.RespHeaders != nil {
-				ps.resp = map[string]bool{}
-				for _, h := range opts.RespHeaders {
-					ps.resp[http.CanonicalHeaderKey(h)] = true
-				}
-			}
+			ps := &parser{f: format, query: opts.Query, only: headerSet(opts.Headers), resp: headerSet(opts.RespHeaders)}
 			in.parse, in.reorder = ps.parse, format.hasRequestTime
 		}
 	}
 	return rd, nil
 }
 
+// headerSet is the set of the canonical names of names; nil for nil (all).
+func headerSet(names []string) map[string]bool {
+	if names == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, h := range names {
+		set[http.CanonicalHeaderKey(h)] = true
+	}
+	return set
+}
+
 // firstLine peeks at the first non-blank line without consuming it.
 func firstLine(br *bufio.Reader) ([]byte, error) {
-	for n := 512; ; n *= 2 {
+	for n := 512; ; n = min(2*n, MaxLineBytes) {
 		b, err := br.Peek(n)
-		rest := b
-		for len(rest) > 0 {
-			line := rest
-			i := bytes.IndexByte(rest, '\n')
-			if i < 0 {
-				if err == nil {
-					break // more to read
-				}
-			} else {
-				line, rest = rest[:i], rest[i+1:]
+		for len(b) > 0 {
+			line, rest, complete := bytes.Cut(b, []byte{'\n'})
+			if !complete && err == nil {
+				break // more to read
 			}
 			if len(bytes.TrimSpace(line)) > 0 {
 				return line, nil
 			}
-			if i < 0 {
-				rest = nil
-			}
+			b = rest
 		}
-		if err != nil || n >= MaxLineBytes {
+		if err != nil || n == MaxLineBytes {
 			return nil, errors.New("no line to tell the log format by: empty file?")
 		}
 	}

@@ -46,6 +46,10 @@ type Compat struct {
 	// of the descriptors that passed, merged, the first value winning (its
 	// RESPONSE_DYNAMIC_METADATA).
 	Metadata bool
+	// QuotaMode is its QUOTA_MODE: every descriptor but the unlimited
+	// ones is a quota descriptor, one that matched no limit (or whose
+	// limit another replaced) included, and such a descriptor passes.
+	QuotaMode bool
 }
 
 // HeaderStyle says which rate limit fields go into response_headers_to_add.
@@ -114,6 +118,7 @@ func compatRequestError(req *descriptor.Request, err error) error {
 func (s *Service) compatAnswer(a *answer, req *descriptor.Request, now time.Time) {
 	c := s.opts.Compat
 	a.compat = c
+	a.code = compatCode(a.statuses, c.QuotaMode)
 	if c.ShadowMode {
 		a.code = descriptor.OK
 	}
@@ -132,6 +137,34 @@ func (s *Service) compatAnswer(a *answer, req *descriptor.Request, now time.Time
 	if c.Metadata {
 		a.metadata = dynamicMetadata(req, a.statuses)
 	}
+}
+
+// compatCode is envoyproxy/ratelimit's overall code, from the statuses:
+// OVER_LIMIT when a descriptor that is not a quota one is over its limit,
+// or when there are quota descriptors and every one is over. A shadow
+// limit's status is OK, so it passes there too.
+func compatCode(sts []descriptor.Status, globalQuota bool) descriptor.Code {
+	quotas, quotasOver := 0, 0
+	for i := range sts {
+		st := &sts[i]
+		if st.Unlimited {
+			continue
+		}
+		quota := globalQuota || st.Limit != nil && st.Limit.Rule != nil && st.Limit.Rule.QuotaMode
+		switch {
+		case st.Code == descriptor.OverLimit && !quota:
+			return descriptor.OverLimit
+		case st.Code == descriptor.OverLimit:
+			quotasOver++
+		}
+		if quota {
+			quotas++
+		}
+	}
+	if quotas > 0 && quotas == quotasOver {
+		return descriptor.OverLimit
+	}
+	return descriptor.OK
 }
 
 // ceilSecond rounds d up to a whole second: the window's length minus the

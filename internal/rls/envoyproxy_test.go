@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +31,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/redistest"
+	"github.com/portero-rl/portero/internal/rlscache"
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
@@ -65,6 +67,16 @@ type scenarioStep struct {
 		Code    string `yaml:"code"`
 		Message string `yaml:"message"`
 	} `yaml:"error"`
+	// Redis, on the Redis store, is every key of Redis after the step
+	// with its value (the per-second Redis's under REDIS_PERSECOND in
+	// RedisPerSecond); each key's TTL must be within its window.
+	Redis          map[string]string `yaml:"redis"`
+	RedisPerSecond map[string]string `yaml:"redis_per_second"`
+	// Probe asks the server beside the service (gRPC health, the debug
+	// port; Want is the answer): scripts/envoyproxy-oracle.py runs them
+	// on both binaries, this test leaves them to internal/server's.
+	Probe map[string]any `yaml:"probe"`
+	Want  any            `yaml:"want"`
 }
 
 // compatSettings are the envoyproxy/ratelimit settings a scenario may set,
@@ -76,6 +88,9 @@ type compatSettings struct {
 	engine   engine.Options
 	load     envoyconf.Options
 	prefixed bool
+	// localCache is LOCAL_CACHE_SIZE_IN_BYTES; perSecond REDIS_PERSECOND.
+	localCache int
+	perSecond  bool
 }
 
 func settingsOf(t *testing.T, env map[string]string) compatSettings {
@@ -100,11 +115,18 @@ func settingsOf(t *testing.T, env map[string]string) compatSettings {
 		case "CACHE_KEY_PREFIX":
 			s.compile.KeyPrefix = v
 		case "LOCAL_CACHE_SIZE_IN_BYTES":
-			// Only spares Redis calls: the answers are the same.
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s=%q: %v", k, v, err)
+			}
+			s.localCache = n
+		case "REDIS_PERSECOND":
+			s.perSecond = on(k)
 		case "SHADOW_MODE":
 			s.compat.ShadowMode = on(k)
 		case "QUOTA_MODE":
 			s.load.QuotaMode = on(k)
+			s.compat.QuotaMode = on(k)
 		case "MERGE_DOMAIN_CONFIG":
 			s.load.MergeDomains = on(k)
 		case "RESPONSE_DYNAMIC_METADATA":
@@ -113,6 +135,9 @@ func settingsOf(t *testing.T, env map[string]string) compatSettings {
 			if on(k) {
 				s.compat.Headers = HeadersEnvoyproxy
 			}
+		case "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY",
+			"GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN":
+			// The server's, asked by probe steps.
 		case "LIMIT_LIMIT_HEADER":
 			s.compat.HeaderNames[0] = v
 		case "LIMIT_REMAINING_HEADER":
@@ -135,6 +160,9 @@ type scenarioDoor struct {
 	load     envoyconf.Options
 	client   pb.RateLimitServiceClient
 	json     string // the /json URL
+	// redis are the Redis servers of the store: none for the memory
+	// store, the per-second one second.
+	redis []*redistest.Server
 }
 
 func (d *scenarioDoor) reload(t *testing.T) {
@@ -168,6 +196,9 @@ func startScenario(t *testing.T, sc *scenario, set compatSettings, st portero.St
 	d := &scenarioDoor{dir: t.TempDir(), clock: &clock{now: sc.Start}, load: set.load}
 	writeScenarioFiles(t, d.dir, sc.Files)
 	set.engine.Store = st
+	if set.localCache > 0 {
+		set.engine.OverLimitCache = rlscache.New(set.localCache, d.clock.Now)
+	}
 	eng, err := engine.New(set.engine)
 	if err != nil {
 		t.Fatal(err)
@@ -244,19 +275,32 @@ func TestEnvoyproxyScenarios(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	srv := redistest.Start(t)
-	stores := map[string]func(t *testing.T) portero.Store{
-		"memory": func(t *testing.T) portero.Store { return newMemStore(t) },
-		"redis": func(t *testing.T) portero.Store {
-			if _, err := redistest.Do(srv.Addr(), "FLUSHALL"); err != nil {
-				t.Fatal(err)
+	srv, second := redistest.Start(t), redistest.Start(t) // second: REDIS_PERSECOND's
+	stores := map[string]func(t *testing.T, set compatSettings) (portero.Store, []*redistest.Server){
+		"memory": func(t *testing.T, _ compatSettings) (portero.Store, []*redistest.Server) { return newMemStore(t), nil },
+		"redis": func(t *testing.T, set compatSettings) (portero.Store, []*redistest.Server) {
+			servers := []*redistest.Server{srv}
+			if set.perSecond {
+				servers = append(servers, second)
 			}
-			st, err := redisstore.New(redisstore.Config{URL: srv.URL(), Timeout: 10 * time.Second})
-			if err != nil {
-				t.Fatal(err)
+			var sts []*redisstore.Store
+			for _, s := range servers {
+				if _, err := redistest.Do(s.Addr(), "FLUSHALL"); err != nil {
+					t.Fatal(err)
+				}
+				st, err := redisstore.New(redisstore.Config{URL: s.URL(), Timeout: 10 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sts = append(sts, st)
 			}
-			t.Cleanup(func() { st.Close(context.Background()) })
-			return st
+			if !set.perSecond {
+				t.Cleanup(func() { sts[0].Close(context.Background()) })
+				return sts[0], servers
+			}
+			ps := redisstore.NewPerSecond(sts[0], sts[1])
+			t.Cleanup(func() { ps.Close(context.Background()) })
+			return ps, servers
 		},
 	}
 	checked := 0
@@ -282,7 +326,10 @@ func TestEnvoyproxyScenarios(t *testing.T) {
 							if via == "json" {
 								tr = "grpc-go"
 							}
-							d := startScenario(t, sc, settingsOf(t, env), stores[storeName](t), tr)
+							set := settingsOf(t, env)
+							st, servers := stores[storeName](t, set)
+							d := startScenario(t, sc, set, st, tr)
+							d.redis = servers
 							checked += runScenario(t, sc, d, via == "json")
 						})
 					}
@@ -315,6 +362,9 @@ func runScenario(t *testing.T, sc *scenario, d *scenarioDoor, viaJSON bool) int 
 		if step.Files != nil {
 			writeScenarioFiles(t, d.dir, step.Files)
 			d.reload(t)
+			continue
+		}
+		if step.Probe != nil {
 			continue
 		}
 		raw := toJSON(t, step.Request)
@@ -358,8 +408,35 @@ func runScenario(t *testing.T, sc *scenario, d *scenarioDoor, viaJSON bool) int 
 				t.Errorf("%s: %s:\n got  %s\n want %s", where, raw, protojson.Format(resp), protojson.Format(want))
 			}
 		}
+		for k, keys := range []map[string]string{step.Redis, step.RedisPerSecond} {
+			if keys != nil && k < len(d.redis) {
+				checkRedis(t, where, d.redis[k], keys)
+			}
+		}
 	}
 	return checked
+}
+
+// checkRedis compares every key of srv and its value with want, and
+// checks that each one expires.
+func checkRedis(t *testing.T, where string, srv *redistest.Server, want map[string]string) {
+	t.Helper()
+	reply, err := redistest.Do(srv.Addr(), "KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, k := range strings.Fields(reply) {
+		if got[k], err = redistest.Do(srv.Addr(), "GET", k); err != nil {
+			t.Fatal(err)
+		}
+		if ttl, err := redistest.Do(srv.Addr(), "TTL", k); err != nil || ttl == "-1" {
+			t.Errorf("%s: redis %s: key %s has no expiry (%v)", where, srv.Addr(), k, err)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("%s: redis %s holds\n %v\nwant\n %v", where, srv.Addr(), got, want)
+	}
 }
 
 // checkJSON posts raw to /json: when bad, the answer must be 400 "Bad

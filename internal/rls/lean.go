@@ -26,10 +26,13 @@ const (
 )
 
 // LeanHealth is the health state the lean transport answers Check with.
-type LeanHealth struct{ notServing atomic.Bool }
+type LeanHealth struct{ notServing, namedNotServing atomic.Bool }
 
 // Shutdown makes every Check answer NOT_SERVING.
 func (h *LeanHealth) Shutdown() { h.notServing.Store(true) }
+
+// setNamed sets the status of ServiceName and HealthName (Server.SetServing).
+func (h *LeanHealth) setNamed(serving bool) { h.namedNotServing.Store(!serving) }
 
 func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 	var in healthpb.HealthCheckRequest
@@ -40,7 +43,7 @@ func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 		return nil, status.Errorf(codes.NotFound, "unknown service %s", quote.Input(in.Service))
 	}
 	st := healthpb.HealthCheckResponse_SERVING
-	if h.notServing.Load() {
+	if h.notServing.Load() || in.Service != "" && h.namedNotServing.Load() {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	return proto.MarshalOptions{}.MarshalAppend(out, &healthpb.HealthCheckResponse{Status: st})

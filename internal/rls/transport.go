@@ -443,6 +443,24 @@ func (c *cappedConn) CloseWrite() error {
 	return c.Close()
 }
 
+// SetServing sets the gRPC health of HealthName and ServiceName; ""
+// stays SERVING, as envoyproxy/ratelimit's does. Its
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED turns them NOT_SERVING while no
+// configuration with a domain is loaded. After Drain or Shutdown it
+// changes nothing.
+func (s *Server) SetServing(serving bool) {
+	if s.lean != nil {
+		s.leanHealth.setNamed(serving)
+		return
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if !serving {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(ServiceName, st)
+	s.health.SetServingStatus(HealthName, st)
+}
+
 // Drain turns health NOT_SERVING while the server goes on serving: the
 // start of a drain, so that health checks send clients elsewhere before
 // Shutdown sends GOAWAY.

@@ -15,10 +15,10 @@ import (
 )
 
 // limitStats are one stat key's counters (envoyproxy/ratelimit's
-// RateLimitStats; over_limit_with_local_cache stays 0 without its local
-// cache, and gostats sends no counter at 0).
+// RateLimitStats; gostats sends no counter at 0).
 type limitStats struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode gostats.Counter
+	overLocalCache                                           gostats.Counter
 }
 
 // limitKey is what a configured limit is counted under: its stats, or,
@@ -108,6 +108,15 @@ func hitsOf(req *descriptor.Request, d int) uint64 {
 // engine's outcome.
 func (s *Stats) count(ls *limitStats, l *descriptor.Limit, res *engine.Result, hits uint64) {
 	r := l.Rule
+	if res.LocalCache {
+		// Refused by the over-limit cache: every hit over the limit.
+		ls.overLimit.Add(hits)
+		ls.overLocalCache.Add(hits)
+		if res.Rule.Shadow {
+			ls.shadowMode.Add(hits)
+		}
+		return
+	}
 	if s.opts.CountEach && r != nil && r.Algorithm == portero.FixedWindow && !r.Limit.IsCalendar() {
 		limit := uint64(l.RequestsPerUnit)
 		after := res.Counter
@@ -269,7 +278,7 @@ func (s *Stats) limitStats(key string, l *descriptor.Limit, dynamic bool) *limit
 	ls := &limitStats{
 		totalHits: sc.NewCounter(key + ".total_hits"), overLimit: sc.NewCounter(key + ".over_limit"),
 		nearLimit: sc.NewCounter(key + ".near_limit"), withinLimit: sc.NewCounter(key + ".within_limit"),
-		shadowMode: sc.NewCounter(key + ".shadow_mode"),
+		shadowMode: sc.NewCounter(key + ".shadow_mode"), overLocalCache: sc.NewCounter(key + ".over_limit_with_local_cache"),
 	}
 	v, loaded := s.byName.LoadOrStore(key, ls)
 	if loaded && dynamic {

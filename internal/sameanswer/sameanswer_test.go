@@ -2,6 +2,7 @@ package sameanswer_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"github.com/portero-rl/portero/internal/grpctest"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
@@ -100,12 +102,19 @@ type request struct {
 type door interface {
 	ask(t *testing.T, r request) answer
 	name() string
+	// expresses reports whether the door can ask r: the doors of
+	// Portero's policy cannot ask a check-only request (cost 0), /v1/auth
+	// any cost but 1.
+	expresses(r request) bool
 }
 
-// middleware: the rule in httplimit, over real loopback HTTP.
-type middleware struct{ url string }
+// middleware: the rule in httplimit, over real loopback HTTP; with a
+// label, another door answering as the middleware does (the gateway).
+type middleware struct{ url, label string }
 
-func (middleware) name() string { return "middleware" }
+func (d middleware) name() string { return cmp.Or(d.label, "middleware") }
+
+func (middleware) expresses(r request) bool { return r.cost > 0 }
 
 func (d middleware) ask(t *testing.T, r request) answer {
 	t.Helper()
@@ -132,6 +141,8 @@ func (d middleware) ask(t *testing.T, r request) answer {
 type grpcDoor struct{ cc *grpc.ClientConn }
 
 func (grpcDoor) name() string { return "gRPC interceptor" }
+
+func (grpcDoor) expresses(r request) bool { return r.cost > 0 }
 
 func (d grpcDoor) ask(t *testing.T, r request) answer {
 	t.Helper()
@@ -193,14 +204,22 @@ func fromHeader(h http.Header) answer {
 	return answer{Policy: h.Get("RateLimit-Policy"), RateLimit: h.Get("RateLimit"), RetryAfter: h.Get("Retry-After")}
 }
 
-// checkDomain: the rule as a descriptor at /v1/check.
-type checkDomain struct{ url string }
+// checkDomain: the rule as descriptors at /v1/check.
+type checkDomain struct {
+	url   string
+	descs map[string][]string // each rule's descriptor keys (scenario.descriptors)
+}
 
 func (checkDomain) name() string { return "check API (domain)" }
 
+func (checkDomain) expresses(request) bool { return true }
+
 func (d checkDomain) ask(t *testing.T, r request) answer {
-	key := map[string]string{"api": "api_key", "dark": "dark"}[r.rule]
-	return postCheck(t, d.url, fmt.Sprintf(`{"domain":"edge","descriptors":[{"entries":[{"key":%q,"value":"k"}],"hits_addend":%d}]}`, key, r.cost))
+	var ds []string
+	for _, key := range d.descs[r.rule] {
+		ds = append(ds, fmt.Sprintf(`{"entries":[{"key":%q,"value":"k"}],"hits_addend":%d}`, key, r.cost))
+	}
+	return postCheck(t, d.url, `{"domain":"edge","descriptors":[`+strings.Join(ds, ",")+`]}`)
 }
 
 func postCheck(t *testing.T, url, body string) answer {
@@ -230,19 +249,24 @@ func postCheck(t *testing.T, url, body string) answer {
 	return a
 }
 
-// envoy: the rule as a descriptor over a real gRPC client.
+// envoy: the rule as descriptors over a real gRPC client.
 type envoy struct {
 	c         *rls.Client
 	transport rls.Transport
+	descs     map[string][]string
 }
 
 func (d envoy) name() string { return "Envoy RLS (" + string(d.transport) + ")" }
 
+func (envoy) expresses(request) bool { return true }
+
 func (d envoy) ask(t *testing.T, r request) answer {
 	t.Helper()
-	key := map[string]string{"api": "api_key", "dark": "dark"}[r.rule]
 	hits := uint64(r.cost)
-	req := &descriptor.Request{Domain: "edge", Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: key, Value: "k"}}, Hits: &hits}}}
+	req := &descriptor.Request{Domain: "edge"}
+	for _, key := range d.descs[r.rule] {
+		req.Descriptors = append(req.Descriptors, descriptor.Descriptor{Entries: []descriptor.Entry{{Key: key, Value: "k"}}, Hits: &hits})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := d.c.ShouldRateLimit(ctx, req)
@@ -265,37 +289,78 @@ func (d envoy) ask(t *testing.T, r request) answer {
 	return a
 }
 
+// scenario is what every door is given: Portero's rules (for the
+// middleware and the gRPC door), the same as a configuration file (for the
+// gateway) and as envoyproxy/ratelimit's descriptors (for /v1/check,
+// /v1/auth and the RLS), the descriptor keys each rule's requests carry,
+// and the clock.
+type scenario struct {
+	rules       func(t *testing.T) *policy.Policy
+	shapes      map[string]overload.Shape
+	gatewayYAML string
+	envoyYAML   string
+	descriptors map[string][]string
+	now         func() time.Time
+	// auth adds /v1/auth, which counts one per request: for scenarios of
+	// cost-1 requests.
+	auth bool
+}
+
+// basic is the rule of TestSameAnswer (api, and the shadow rule dark).
+var basic = scenario{
+	rules: portPolicy,
+	gatewayYAML: `
+rules:
+  - {name: api, match: {path: /sameanswer.Edge/api}, key: "header:X-Api-Key", algorithm: fixed-window, limit: 5/min, cost: "header:X-Cost"}
+  - {name: dark, match: {path: /sameanswer.Edge/dark}, key: "header:X-Api-Key", algorithm: fixed-window, limit: 1/min, mode: shadow}
+`,
+	envoyYAML:   envoyYAML,
+	descriptors: map[string][]string{"api": {"api_key"}, "dark": {"dark"}},
+	now:         now,
+}
+
 // doors starts every door over stores from open (one each, so that their
 // counts are apart), with failure policy pol for the HTTP doors and the
 // RLS alike.
 func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) []door {
 	t.Helper()
-	p := portPolicy(t)
-	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "edge.yaml", Data: []byte(envoyYAML)}}, envoyconf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return doorsFor(t, basic, open, pol)
+}
+
+// doorsFor starts every door of sc: those of Portero's policy (the
+// middleware, the gateway, and the gRPC door unless sc shapes a queue)
+// unless pol is FailError, which they refuse, and, when sc has
+// descriptors, those of envoyproxy/ratelimit's (/v1/check, /v1/auth, the
+// RLS on both of its transports).
+func doorsFor(t *testing.T, sc scenario, open func() portero.Store, pol portero.FailurePolicy) []door {
+	t.Helper()
+	p := sc.rules(t)
 	quiet := slog.New(slog.DiscardHandler)
 	var out []door
 
-	mwPol := pol
-	if pol == portero.FailError {
-		mwPol = "" // the middleware has no caller to report to
-	}
-	if mwPol != "" || pol == "" {
-		l, err := httplimit.New(httplimit.Config{Policy: p, Store: open(), Now: now, OnStoreError: mwPol})
+	if pol != portero.FailError {
+		l, err := httplimit.New(httplimit.Config{Policy: p, Store: open(), Now: sc.now, OnStoreError: pol, Shapes: sc.shapes})
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 		t.Cleanup(srv.Close)
-		out = append(out, middleware{srv.URL})
-		gl, err := grpclimit.New(grpclimit.Config{Policy: p, Store: open(), Now: now, OnStoreError: mwPol})
+		out = append(out, middleware{url: srv.URL}, gatewayDoor(t, sc, open(), pol))
+	}
+	if pol != portero.FailError && sc.shapes == nil { // the gRPC door has no shapes
+		gl, err := grpclimit.New(grpclimit.Config{Policy: p, Store: open(), Now: sc.now, OnStoreError: pol})
 		if err != nil {
 			t.Fatal(err)
 		}
 		addr := grpctest.Start(t, grpctest.Handlers{}, grpc.UnknownServiceHandler(echo), grpc.ChainStreamInterceptor(gl.Stream))
 		out = append(out, grpcDoor{grpctest.Dial(t, addr)})
+	}
+	if sc.envoyYAML == "" { // a scenario descriptors cannot say
+		return out
+	}
+	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "edge.yaml", Data: []byte(sc.envoyYAML)}}, envoyconf.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	checkDoor := func(st portero.Store) *httptest.Server {
@@ -303,7 +368,7 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := checkapi.New(checkapi.Config{Compiler: descriptor.NewCompiler(lim, descriptor.Options{}), Engine: e, Now: now, Logger: quiet})
+		h, err := checkapi.New(checkapi.Config{Compiler: descriptor.NewCompiler(lim, descriptor.Options{}), Engine: e, Now: sc.now, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +376,10 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 		t.Cleanup(srv.Close)
 		return srv
 	}
-	out = append(out, checkDomain{checkDoor(open()).URL})
+	out = append(out, checkDomain{checkDoor(open()).URL, sc.descriptors})
+	if sc.auth {
+		out = append(out, auth{checkDoor(open()).URL, sc.descriptors})
+	}
 
 	// The RLS on both of its transports, each over a store of its own.
 	for _, tr := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
@@ -319,7 +387,7 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), e, rls.ServiceOptions{Now: now, Logger: quiet})
+		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), e, rls.ServiceOptions{Now: sc.now, Logger: quiet})
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -338,7 +406,7 @@ func doors(t *testing.T, open func() portero.Store, pol portero.FailurePolicy) [
 				t.Errorf("rls.Serve (%s): %v", tr, err)
 			}
 		})
-		out = append(out, envoy{c, tr})
+		out = append(out, envoy{c, tr, sc.descriptors})
 	}
 	return out
 }
@@ -363,16 +431,13 @@ func memStores(t *testing.T) func() portero.Store {
 
 // askAll asks every door the same request and fails unless they answer
 // alike; it returns the common answer. Doors that cannot express the
-// request (the middleware and check-only) are left out.
+// request (door.expresses) are left out.
 func askAll(t *testing.T, ds []door, r request) answer {
 	t.Helper()
 	var first answer
 	var firstName string
 	for _, d := range ds {
-		if _, mw := d.(middleware); mw && r.cost == 0 {
-			continue
-		}
-		if _, g := d.(grpcDoor); g && r.cost == 0 {
+		if !d.expresses(r) {
 			continue
 		}
 		a := d.ask(t, r)
@@ -434,10 +499,12 @@ func TestSameFailurePolicies(t *testing.T) {
 		t.Cleanup(func() { st.Close(context.Background()) })
 		return st
 	}
-	deny := doors(t, open, portero.FailDeny)
-	allow := doors(t, open, portero.FailAllow)
-	local := doors(t, open, portero.FailLocal)
-	errs := doors(t, open, portero.FailError)
+	sc := basic
+	sc.auth = true
+	deny := doorsFor(t, sc, open, portero.FailDeny)
+	allow := doorsFor(t, sc, open, portero.FailAllow)
+	local := doorsFor(t, sc, open, portero.FailLocal)
+	errs := doorsFor(t, sc, open, portero.FailError)
 	// Healthy: the same answer as with the memory store.
 	want := answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=4;t=50`}
 	for _, ds := range [][]door{deny, allow, local, errs} {
@@ -462,13 +529,23 @@ func TestSameFailurePolicies(t *testing.T) {
 			t.Errorf("cost 6 of 5 with Redis down: %v, want a refusal that can never pass", got)
 		}
 	}
-	// error: the check API answers 503 and the RLS UNAVAILABLE; the
-	// middleware refuses the setting (TestStoreFailure in httplimit).
+	// error: the check API and /v1/auth answer 503 and the RLS
+	// UNAVAILABLE; the doors of Portero's policy refuse the setting
+	// (TestStoreFailure in httplimit).
 	for _, d := range errs {
 		switch d := d.(type) {
 		case checkDomain:
 			body := `{"domain":"edge","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}]}`
 			resp, err := http.Post(d.url+"/v1/check", "application/json", bytes.NewReader([]byte(body)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 503 {
+				t.Errorf("%s under error with Redis down: %d, want 503", d.name(), resp.StatusCode)
+			}
+		case auth:
+			resp, err := http.Get(d.url + "/v1/auth?domain=edge&descriptor=api_key=k")
 			if err != nil {
 				t.Fatal(err)
 			}

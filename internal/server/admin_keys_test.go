@@ -186,3 +186,23 @@ func TestAdminKeysRedis(t *testing.T) {
 		t.Errorf("redis keys %q, %v: want alice's state in Redis", keys, err)
 	}
 }
+
+// TestAdminKeysStoreDown: with Redis down, GET /api/keys answers what the
+// gateway's requests get, the failure policy's decision, and says so
+// (decided_by), rather than the store's error.
+func TestAdminKeysStoreDown(t *testing.T) {
+	srv := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "down.yaml")
+	writeFile(t, path, fmt.Sprintf("store: {type: redis, url: \"redis://%s/0\", timeout: 200ms, on_error: deny}\n", srv.Addr())+adminKeysRules)
+	r := start(t, server.Options{ConfigPath: path})
+	srv.Kill()
+	t.Cleanup(srv.Restart)
+	code, body := send(t, "GET", r.admin+"/api/keys?rule=per-key&key=alice", "Authorization", "Bearer s3cret")
+	var st struct {
+		keyState
+		DecidedBy string `json:"decided_by"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil || st.Allowed || st.DecidedBy != "deny" {
+		t.Errorf("GET /api/keys with Redis down: %d %s; want 200, refused, decided_by deny", code, body)
+	}
+}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlscache"
 	"github.com/portero-rl/portero/internal/rlsstats"
 	"github.com/portero-rl/portero/internal/rlstrace"
 	"github.com/portero-rl/portero/internal/rlsxds"
@@ -120,6 +123,17 @@ type RLSOptions struct {
 	// (redisstore.DefaultTimeout when 0; envoyproxy/ratelimit's
 	// REDIS_TIMEOUT).
 	RedisTimeout time.Duration
+	// RedisTLS, when set, are the TLS files of the Redis stores whose URL
+	// is rediss:// or rediss-sentinel:// (a private CA, a client
+	// certificate; envoyproxy/ratelimit's REDIS_TLS_*).
+	RedisTLS *redisstore.TLSFiles
+	// RedisPerSecondURL, when set with the Redis store, keeps the plain
+	// counters of one-second windows (engine.CountEach's per-second
+	// limits) in this second Redis, as envoyproxy/ratelimit's
+	// REDIS_PERSECOND_URL (redisstore.PerSecond); RedisPerSecondTimeout
+	// bounds each call there (RedisTimeout when 0).
+	RedisPerSecondURL     string
+	RedisPerSecondTimeout time.Duration
 	// Envoyproxy is the compatibility with envoyproxy/ratelimit (`portero
 	// rls --compat envoyproxy` and its improvements' flags).
 	Envoyproxy EnvoyproxyOptions
@@ -153,6 +167,10 @@ type EnvoyproxyOptions struct {
 	Counting              engine.Counting
 	StopIncrementWhenOver bool
 	CounterJitter         time.Duration
+	// LocalCacheSize, under engine.CountEach, is the size in bytes of
+	// envoyproxy/ratelimit's local cache of the counters over their limit
+	// (its LOCAL_CACHE_SIZE_IN_BYTES; package rlscache); 0 for none.
+	LocalCacheSize int
 	// KeyPrefix is its CACHE_KEY_PREFIX (under Compat).
 	KeyPrefix string
 	// IgnoreDotFiles is its RUNTIME_IGNOREDOTFILES (under Compat); QuotaMode
@@ -290,6 +308,11 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	ep := o.Envoyproxy
 	engOpts := engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit,
 		Counting: ep.Counting, StopIncrementWhenOver: ep.StopIncrementWhenOver, CounterJitter: ep.CounterJitter}
+	if ep.LocalCacheSize > 0 && ep.Counting == engine.CountEach {
+		// One cache for the process, as there: both engines count in the
+		// same counters.
+		engOpts.OverLimitCache = rlscache.New(ep.LocalCacheSize, o.Now)
+	}
 	eng, err := engine.New(engOpts)
 	if err != nil {
 		return &ConfigError{err}
@@ -307,7 +330,9 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if tracer != nil {
 		r.tracer = tracer
 	}
-	r.redis, _ = store.(*redisstore.Store)
+	if rs, ok := store.(interface{ Connected() bool }); ok {
+		r.redis = rs
+	}
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
 	if o.Now != nil {
 		r.metrics.now = o.Now
@@ -362,12 +387,13 @@ type rlsServer struct {
 	compiler           *descriptor.Compiler
 	engine, authEngine *engine.Engine
 	ready              *lifecycle.Readiness
-	redis              *redisstore.Store // nil for the memory store
+	redis              interface{ Connected() bool } // nil for the memory store
 	metrics            *rlsMetrics
 	stats              *rlsstats.Stats
 	tracer             rls.Tracer // nil without tracing
 	source             atomic.Pointer[rlsSource]
 	dash               *dashboard.Dashboard // nil without an admin listener
+	grpc               *rls.Server          // nil without a gRPC listener
 	mu                 sync.Mutex           // serializes reloads
 }
 
@@ -387,6 +413,8 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		if err != nil {
 			return &ConfigError{err}
 		}
+		r.grpc = srv
+		r.configHealth()
 		so := srv.Options()
 		// The gRPC server authenticates clients by mTLS only.
 		if _, err := svc.Listen(lifecycle.Listener{Name: "gRPC", Addr: grpcListen, Scheme: "grpc", Note: "(" + string(so.Transport) + ")",
@@ -430,6 +458,9 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		token := func() string { return o.AdminToken }
 		r.dash = dashboard.New(rlsDashSource{r}, dashboard.Options{Token: token, Ticks: o.DashboardTicks})
 		base := adminBase{reg: r.metrics.reg, ready: r.ready, token: token, dash: r.dash}
+		if o.Envoyproxy.Compat != nil {
+			base.index = debugIndex
+		}
 		srv := base.server(r.log, r.adminRoutes)
 		srv.RegisterOnShutdown(r.dash.Close) // its event streams would hold the shutdown
 		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: srv, TLS: tlsR,
@@ -452,6 +483,15 @@ func (r *rlsServer) healthy() bool {
 		return false
 	}
 	return r.ready.Ready() == nil
+}
+
+// configHealth is HealthyWithConfig's part of the gRPC health: the
+// service's names NOT_SERVING while no configuration with a domain is
+// loaded, as envoyproxy/ratelimit's config health component.
+func (r *rlsServer) configHealth() {
+	if r.grpc != nil && r.opts.Envoyproxy.HealthyWithConfig {
+		r.grpc.SetServing(len(r.compiler.Limits().Domains()) > 0)
+	}
 }
 
 // connected is portero_store_connected: whether the store has reached
@@ -500,6 +540,7 @@ func (r *rlsServer) apply(why string, c *descriptor.Config, err error) {
 		return
 	}
 	r.compiler.SetLimits(c)
+	r.configHealth()
 	r.metrics.setLimits(c)
 	r.source.Store(&rlsSource{limits: c, at: time.Now()})
 	r.metrics.reloads.WithLabelValues("ok").Inc()
@@ -520,6 +561,31 @@ func (r *rlsServer) adminRoutes(mux *http.ServeMux) {
 	})
 }
 
+// debugEndpoints are the admin listener's endpoints as
+// envoyproxy/ratelimit's debug port lists them at / (its five lines, word
+// for word, and Portero's).
+var debugEndpoints = []struct{ path, help string }{
+	{"/api/version", "print out Portero's build"},
+	{"/config", "print out the configuration in use, as JSON"},
+	{"/dashboard/", "Portero's dashboard"},
+	{"/debug/pprof/", "root of various pprof endpoints. hit for help."},
+	{"/debug/pprof/profile", "CPU profiling endpoint"},
+	{"/debug/pprof/trace", "trace endpoint"},
+	{"/healthz", "Portero's liveness probe"},
+	{"/metrics", "Portero's Prometheus metrics"},
+	{"/readyz", "Portero's readiness probe"},
+	{"/rlconfig", "print out the currently loaded configuration for debugging"},
+	{"/stats", "print out stats"},
+}
+
+// debugIndex is envoyproxy/ratelimit's debug index: a line "path: help"
+// per endpoint, sorted, 200 for any path no endpoint takes.
+func debugIndex(w http.ResponseWriter, _ *http.Request) {
+	for _, e := range debugEndpoints {
+		_, _ = io.WriteString(w, e.path+": "+e.help+"\n")
+	}
+}
+
 // openRLSStore opens the store RLSOptions name. A Redis that does not
 // answer yet is no error: the store fails every call (and the engines'
 // failure policies answer) until Redis answers.
@@ -531,7 +597,37 @@ func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
 		}
 		return memstore.New(memstore.Config{})
 	case "redis":
-		return redisstore.New(redisstore.Config{URL: o.RedisURL, Logger: log, DialInBackground: true, Timeout: o.RedisTimeout})
+		var tlsCfg *tls.Config
+		if o.RedisTLS != nil {
+			c, err := o.RedisTLS.Config()
+			if err != nil {
+				return nil, &ConfigError{err}
+			}
+			tlsCfg = c
+		}
+		main, err := openRedis(o.RedisURL, o.RedisTimeout, tlsCfg, log)
+		if err != nil || o.RedisPerSecondURL == "" {
+			return main, err
+		}
+		second, err := openRedis(o.RedisPerSecondURL, cmp.Or(o.RedisPerSecondTimeout, o.RedisTimeout), tlsCfg, log)
+		if err != nil {
+			main.Close(context.Background())
+			return nil, err
+		}
+		return redisstore.NewPerSecond(main, second), nil
 	}
 	return nil, &ConfigError{fmt.Errorf("store %q: want memory or redis", o.Store)}
+}
+
+// openRedis opens a Redis store at url, with tlsCfg when url is TLS.
+func openRedis(url string, timeout time.Duration, tlsCfg *tls.Config, log *slog.Logger) (*redisstore.Store, error) {
+	c := redisstore.Config{URL: url, Logger: log, DialInBackground: true, Timeout: timeout}
+	if strings.HasPrefix(url, "rediss") {
+		c.TLS = tlsCfg
+	}
+	st, err := redisstore.New(c)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	return st, nil
 }

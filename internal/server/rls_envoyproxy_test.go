@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
@@ -232,5 +237,92 @@ func TestRLSEnvoyproxyOptions(t *testing.T) {
 	}
 	if _, m := shadow(both("s")); m["dynamicMetadata"] != nil {
 		t.Errorf("dynamic_metadata without Metadata: %v", m["dynamicMetadata"])
+	}
+}
+
+// grpcHealthOf asks the gRPC health of service.
+func grpcHealthOf(t *testing.T, addr, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(addr, "grpc://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("health of %q: %v", service, err)
+	}
+	return resp.GetStatus()
+}
+
+// TestRLSEnvoyproxyGRPCHealthWithConfig: with HealthyWithConfig
+// (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) and no configuration with a
+// domain, the gRPC health of "ratelimit" (and of the service's own name)
+// is NOT_SERVING, as envoyproxy/ratelimit's, "" SERVING; once a
+// configuration with a domain loads, SERVING. Without the setting,
+// SERVING throughout. On both transports.
+func TestRLSEnvoyproxyGRPCHealthWithConfig(t *testing.T) {
+	for _, transport := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
+		for _, with := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/%v", transport, with), func(t *testing.T) {
+				dir := t.TempDir()
+				reload := make(chan struct{}, 1)
+				r := startRLS(t, server.RLSOptions{ConfigPath: dir, Reload: reload, GRPC: rls.ServerOptions{Transport: transport},
+					Envoyproxy: server.EnvoyproxyOptions{Compat: &rls.Compat{}, Counting: engine.CountEach, HealthyWithConfig: with}})
+				want := healthpb.HealthCheckResponse_SERVING
+				if with {
+					want = healthpb.HealthCheckResponse_NOT_SERVING
+				}
+				for _, svc := range []string{rls.HealthName, rls.ServiceName} {
+					if got := grpcHealthOf(t, r.grpc, svc); got != want {
+						t.Errorf("no configuration: health of %q = %v, want %v", svc, got, want)
+					}
+				}
+				if got := grpcHealthOf(t, r.grpc, ""); got != healthpb.HealthCheckResponse_SERVING {
+					t.Errorf(`no configuration: health of "" = %v, want SERVING`, got)
+				}
+				conf := "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+				if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(conf), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				reload <- struct{}{}
+				deadline := time.Now().Add(10 * time.Second)
+				for grpcHealthOf(t, r.grpc, rls.HealthName) != healthpb.HealthCheckResponse_SERVING && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if got := grpcHealthOf(t, r.grpc, rls.HealthName); got != healthpb.HealthCheckResponse_SERVING {
+					t.Errorf("with a domain: health of ratelimit = %v, want SERVING", got)
+				}
+			})
+		}
+	}
+}
+
+// TestRLSEnvoyproxyDebugIndex: in compatibility mode the admin listener
+// (its debug port) answers / and any path it has no endpoint for with
+// envoyproxy/ratelimit's index of endpoints, 200; Portero's own mode
+// sends / to the dashboard.
+func TestRLSEnvoyproxyDebugIndex(t *testing.T) {
+	r := startRLS(t, server.RLSOptions{GRPCListen: "off", Envoyproxy: server.EnvoyproxyOptions{Compat: &rls.Compat{}, Counting: engine.CountEach}})
+	for _, path := range []string{"/", "/nothing-here"} {
+		code, body := getEP(t, r.admin+path)
+		for _, line := range []string{"/debug/pprof/: root of various pprof endpoints. hit for help.\n", "/debug/pprof/profile: CPU profiling endpoint\n",
+			"/debug/pprof/trace: trace endpoint\n", "/rlconfig: print out the currently loaded configuration for debugging\n", "/stats: print out stats\n"} {
+			if code != 200 || !strings.Contains(body, line) {
+				t.Errorf("GET %s = %d %q, want 200 with %q", path, code, body, line)
+			}
+		}
+	}
+	own := startRLS(t, server.RLSOptions{GRPCListen: "off"})
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(own.admin + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/dashboard/" {
+		t.Errorf("Portero's own mode: GET / = %d %s, want 302 to /dashboard/", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }

@@ -22,10 +22,11 @@ type adminBase struct {
 	ready *lifecycle.Readiness
 	dash  *dashboard.Dashboard
 	token func() string
+	index http.HandlerFunc
 }
 
 func (a adminBase) server(log *slog.Logger, routes func(*http.ServeMux)) *http.Server {
-	return admin.Listener{Registry: a.reg, Ready: a.ready, Dashboard: a.dash, Token: a.token}.Server(log, routes)
+	return admin.Listener{Registry: a.reg, Ready: a.ready, Dashboard: a.dash, Token: a.token, Index: a.index}.Server(log, routes)
 }
 
 type refusals struct{ dashboard.Refused }

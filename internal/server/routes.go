@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/admin"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/dashboard"
@@ -48,8 +49,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		if q := r.URL.Query().Get("minutes"); q != "" {
 			n, err := strconv.Atoi(q)
 			if err != nil || n < 1 || n > dashboard.RefusedMinutes {
-				httpanswer.Write(w, httpanswer.Problem{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest,
-					Detail: fmt.Sprintf("minutes=%q: want a whole number of minutes from 1 to %d", q, dashboard.RefusedMinutes)})
+				httpanswer.Error(w, http.StatusBadRequest, fmt.Sprintf("minutes=%q: want a whole number of minutes from 1 to %d", q, dashboard.RefusedMinutes))
 				return
 			}
 			minutes = n
@@ -60,8 +60,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 }
 
 // keys: GET /api/keys?rule=R&key=K shows a key's state, DELETE resets it,
-// when the store supports it (501 otherwise). The state is the decision a
-// request of cost 1 from the key would get now, without counting it:
+// when the store supports it (501 otherwise). The state is the engine's
+// look at a request of cost 1 from the key now, counting nothing and under
+// the failure policy when the store fails (decided_by names it then):
 // whether it would pass, what it would leave (remaining), how long until
 // such a request passes (retry_after_seconds, 0 when it would) and until
 // the key is full again (reset_after_seconds).
@@ -81,18 +82,23 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "rule " + strconv.Quote(name) + " is a concurrency limit: its state is the requests in flight, which end by themselves"})
 		return
 	}
-	store := s.currentStore()
 	switch r.Method {
 	case http.MethodGet:
-		d, err := store.Peek(r.Context(), rule.StoreRule(), key, s.now(), 1)
-		if err != nil {
+		var v engine.Verdict
+		if err := s.gw.Limiter().Engine().Peek(r.Context(), s.now(), []engine.Hit{{Rule: rule.Engine(), Key: key, Cost: 1}}, &v); err != nil {
 			admin.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return
 		}
-		admin.WriteJSON(w, http.StatusOK, map[string]any{"rule": name, "key": key, "allowed": d.Allowed, "limit": d.Limit,
-			"remaining": d.Remaining, "retry_after_seconds": d.RetryAfter.Seconds(), "reset_after_seconds": d.ResetAfter.Seconds()})
+		res := &v.Results[0]
+		d := res.Decision
+		out := map[string]any{"rule": name, "key": key, "allowed": d.Allowed, "limit": d.Limit,
+			"remaining": d.Remaining, "retry_after_seconds": d.RetryAfter.Seconds(), "reset_after_seconds": d.ResetAfter.Seconds()}
+		if res.Failure != "" {
+			out["decided_by"] = res.Failure
+		}
+		admin.WriteJSON(w, http.StatusOK, out)
 	case http.MethodDelete:
-		rs, ok := store.(resetter)
+		rs, ok := s.currentStore().(resetter)
 		if !ok {
 			admin.WriteJSON(w, http.StatusNotImplemented, map[string]string{"error": "this store cannot reset a key"})
 			return

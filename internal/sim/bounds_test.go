@@ -21,7 +21,7 @@ import (
 //   - sliding log: at most L when T = W;
 //   - token bucket: at most B + ⌈T/I⌉ − 1. The bucket holds at most B·I ns of
 //     credit at s and gains at most T − 1 ns more before the last instant
-//     inside the interval, s+T−1ns; each unit costs I. This is the seed's
+//     inside the interval, s+T−1ns; each unit costs I. This is the bucket's
 //     B + r·T, tightened by one when T is a multiple of I (the burst
 //     experiment's 19 = 10 + 10 − 1 reaches it);
 //   - leaky queue (requests of cost 1): at most ⌈T/I⌉ departures, since

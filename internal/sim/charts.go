@@ -1,17 +1,28 @@
 package sim
 
 import (
-	"path/filepath"
-	"strings"
+	"strconv"
 
 	"github.com/portero-rl/portero/internal/chart"
 )
 
-// BurstCharts draws the burst experiment: the figures as bars in path, and
+// BurstResults are the burst experiment's outcomes, one per algorithm.
+type BurstResults []BurstResult
+
+// Table returns the experiment's figures, one row per algorithm.
+func (res BurstResults) Table() Table {
+	t := Table{Header: []string{"algorithm", "max_admitted_in_any_window"}}
+	for _, r := range res {
+		t.Rows = append(t.Rows, []string{string(r.Algorithm), strconv.Itoa(r.Max)})
+	}
+	return t
+}
+
+// Charts draws the burst experiment: the figures as bars in path, and
 // every algorithm's cumulative throughput over trace time as steps in a
 // second file named after path with "-over-time" before the extension. It
 // returns the files it wrote.
-func BurstCharts(path string, res []BurstResult) ([]string, error) {
+func (res BurstResults) Charts(path string) ([]string, error) {
 	labels := make([]string, len(res))
 	values := make([]float64, len(res))
 	series := make([]chart.Series, len(res))
@@ -36,8 +47,7 @@ func BurstCharts(path string, res []BurstResult) ([]string, error) {
 		s.Y = append(s.Y, float64(len(r.Through)))
 		series[i] = s
 	}
-	ext := filepath.Ext(path)
-	overTime := strings.TrimSuffix(path, ext) + "-over-time" + ext
+	overTime := chart.Beside(path, "-over-time")
 	if err := chart.Bars(path, "Most let through in any 1 s (burst experiment)", labels, values); err != nil {
 		return nil, err
 	}

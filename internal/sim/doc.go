@@ -1,7 +1,7 @@
 // Package sim runs Portero's experiments on a virtual clock: traces of
 // requests replayed through any portero.Store (the in-memory store, or
-// Redis), and the seed's burst experiment, in which five algorithms receive
-// the same 80 requests.
+// Redis), and the burst experiment, in which five algorithms receive the
+// same 80 requests.
 //
 // Time is a parameter here as everywhere in Portero: a trace says when each
 // request arrives, trace time 0 is Epoch (the Unix epoch), and nothing reads
@@ -9,6 +9,7 @@
 // Times are kept in whole nanoseconds and written as exact decimal seconds
 // (FormatSeconds), so outputs can be compared byte for byte.
 //
-// The charts are drawn by package internal/chart. The retry-storm and
-// thundering-herd experiments live in internal/sim/retrysim.
+// Every experiment, here and in the packages below (retrysim, overloadsim,
+// race), prints its figures as a Table and orders its events with Events;
+// the charts are drawn by package internal/chart.
 package sim

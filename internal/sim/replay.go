@@ -2,13 +2,10 @@ package sim
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/portero-rl/portero"
@@ -40,8 +37,9 @@ func (r Result) Departure() (at time.Duration, ok bool) {
 }
 
 // Replay runs every request of trace through store under rule, in order,
-// each at Epoch plus its time, decided by the engine as every door decides
-// (package engine), and returns one result per request. A request whose
+// each at Epoch plus its time, decided by package engine as the middleware,
+// the gateway and the rate limit service decide, and returns one result per
+// request. A request whose
 // cost the rule can never admit is refused and says so (Outcome
 // CanNeverPass); the replay goes on. A store failure is an error.
 func Replay(ctx context.Context, store portero.Store, rule portero.Rule, trace []Request) ([]Result, error) {
@@ -71,9 +69,6 @@ func Replay(ctx context.Context, store portero.Store, rule portero.Rule, trace [
 // pass (null in JSON).
 const never = "never"
 
-// Formats lists the output formats of WriteResults.
-var Formats = []string{"csv", "json", "table"}
-
 // WriteResults writes results in format ("csv", "json" or "table"): one row
 // per request with the columns time, key, cost, allowed, remaining,
 // retry_after ("never", null in JSON, for a request whose cost the rule can
@@ -82,160 +77,42 @@ var Formats = []string{"csv", "json", "table"}
 // decimal seconds, written exactly (FormatSeconds); JSON writes them as
 // numbers.
 func WriteResults(w io.Writer, format string, results []Result, departures bool) error {
-	header := []string{"time", "key", "cost", "allowed", "remaining", "retry_after"}
+	t := Table{Header: []string{"time", "key", "cost", "allowed", "remaining", "retry_after"}}
 	if departures {
-		header = append(header, "departure")
+		t.Header = append(t.Header, "departure")
 	}
-	row := func(r Result) []string {
-		cells := []string{
-			FormatSeconds(r.At), r.Key, strconv.FormatInt(r.Cost, 10),
-			strconv.FormatBool(r.Allowed), strconv.FormatInt(r.Remaining, 10),
-			FormatSeconds(r.RetryAfter),
-		}
+	var values [][]string // the cells as JSON values
+	for _, r := range results {
+		retry := FormatSeconds(r.RetryAfter)
 		if r.NeverPasses() {
-			cells[5] = never
+			retry = never
 		}
+		row := []string{FormatSeconds(r.At), r.Key, strconv.FormatInt(r.Cost, 10), strconv.FormatBool(r.Allowed), strconv.FormatInt(r.Remaining, 10), retry}
+		key, _ := json.Marshal(r.Key)
+		v := []string{row[0], string(key), row[2], row[3], row[4], orNull(retry, never)}
 		if departures {
-			d := ""
-			if at, ok := r.Departure(); ok {
-				d = FormatSeconds(at)
+			at, ok := r.Departure()
+			dep, cell := "", ""
+			if ok {
+				dep = FormatSeconds(at)
+				cell = dep
+			} else if format == "table" {
+				cell = "-"
 			}
-			cells = append(cells, d)
+			row, v = append(row, cell), append(v, orNull(dep, ""))
 		}
-		return cells
+		t.Rows, values = append(t.Rows, row), append(values, v)
 	}
-	switch format {
-	case "csv", "table":
-		rows := make([][]string, len(results))
-		for i, r := range results {
-			rows[i] = row(r)
-			if format == "table" && departures && rows[i][len(header)-1] == "" {
-				rows[i][len(header)-1] = "-"
-			}
-		}
-		return WriteRows(w, format, header, rows)
-	case "json":
-		rows := make([]any, len(results))
-		for i, r := range results {
-			row := jsonRow{
-				Time: json.Number(FormatSeconds(r.At)), Key: r.Key, Cost: r.Cost,
-				Allowed: r.Allowed, Remaining: r.Remaining,
-			}
-			if !r.NeverPasses() {
-				n := json.Number(FormatSeconds(r.RetryAfter))
-				row.RetryAfter = &n
-			}
-			rows[i] = row
-			if departures {
-				q := jsonQueueRow{jsonRow: row}
-				if at, ok := r.Departure(); ok {
-					n := json.Number(FormatSeconds(at))
-					q.Departure = &n
-				}
-				rows[i] = q
-			}
-		}
-		return writeJSON(w, rows)
+	if format == "json" {
+		return writeObjects(w, t.Header, values)
 	}
-	return fmt.Errorf("unknown format %q: want one of %v", format, Formats)
+	return t.Write(w, format)
 }
 
-type jsonRow struct {
-	Time       json.Number  `json:"time"`
-	Key        string       `json:"key"`
-	Cost       int64        `json:"cost"`
-	Allowed    bool         `json:"allowed"`
-	Remaining  int64        `json:"remaining"`
-	RetryAfter *json.Number `json:"retry_after"` // null: it can never pass
-}
-
-// jsonQueueRow adds the departure, null for a dropped request.
-type jsonQueueRow struct {
-	jsonRow
-	Departure *json.Number `json:"departure"`
-}
-
-// writeJSON writes rows as a JSON array, one object per line.
-func writeJSON(w io.Writer, rows []any) error {
-	var b []byte
-	b = append(b, '[')
-	for i, r := range rows {
-		j, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, "\n "...)
-		b = append(b, j...)
+// orNull is s as a JSON value, or null when it is none.
+func orNull(s, none string) string {
+	if s == none {
+		return "null"
 	}
-	b = append(b, "\n]\n"...)
-	_, err := w.Write(b)
-	return err
-}
-
-// WriteRows writes a header and rows as CSV ("csv"), as a table of
-// aligned columns ("table") or as a JSON array of objects whose keys are the
-// header's, in its order ("json"); there a cell that is a JSON number (such
-// as 120 or 0.95) is written as a number, any other as a string.
-func WriteRows(w io.Writer, format string, header []string, rows [][]string) error {
-	switch format {
-	case "json":
-		out := make([]any, len(rows))
-		for i, r := range rows {
-			if len(r) != len(header) {
-				return fmt.Errorf("row %d has %d cells for %d columns", i, len(r), len(header))
-			}
-			var b []byte
-			b = append(b, '{')
-			for j, cell := range r {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				k, _ := json.Marshal(header[j])
-				b = append(b, k...)
-				b = append(b, ':')
-				if isJSONNumber(cell) {
-					b = append(b, cell...)
-				} else {
-					v, _ := json.Marshal(cell)
-					b = append(b, v...)
-				}
-			}
-			out[i] = json.RawMessage(append(b, '}'))
-		}
-		return writeJSON(w, out)
-	case "csv":
-		cw := csv.NewWriter(w)
-		if err := cw.Write(header); err != nil {
-			return err
-		}
-		if err := cw.WriteAll(rows); err != nil { // WriteAll flushes
-			return err
-		}
-		return cw.Error()
-	case "table":
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		writeTabRow(tw, header)
-		for _, r := range rows {
-			writeTabRow(tw, r)
-		}
-		return tw.Flush()
-	}
-	return fmt.Errorf("unknown format %q: want one of %v", format, Formats)
-}
-
-// isJSONNumber reports whether s is a number in JSON's grammar.
-func isJSONNumber(s string) bool {
-	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
-		return false
-	}
-	var n json.Number
-	return json.Unmarshal([]byte(s), &n) == nil
-}
-
-func writeTabRow(w io.Writer, cells []string) {
-	io.WriteString(w, strings.Join(cells, "\t"))
-	io.WriteString(w, "\n")
+	return s
 }

@@ -124,49 +124,47 @@ func ParseTrace(r io.Reader) ([]Request, error) {
 // ParseSeconds reads a non-negative decimal number of seconds, such as "2",
 // "0.5" or "1.000000001", exactly into a Duration. More than nine decimals
 // (finer than a nanosecond) is an error unless the extra digits are zeros,
-// and so is a value beyond the range of a Duration (about 292 years).
-func ParseSeconds(s string) (time.Duration, error) {
-	intPart, frac, hasDot := strings.Cut(s, ".")
-	if intPart == "" && (!hasDot || frac == "") {
+// and so is a value beyond the range of a Duration (about 292 years). It
+// reads bytes as well as a string, without copying them (a log line's
+// field).
+func ParseSeconds[T string | []byte](s T) (time.Duration, error) {
+	var sec, ns int64
+	i, digits := 0, 0
+	for ; i < len(s) && s[i] != '.'; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, errNotSeconds
+		}
+		if sec = sec*10 + int64(s[i]-'0'); sec > math.MaxInt64/int64(time.Second) {
+			return 0, errTooManySeconds
+		}
+	}
+	if i == 0 && len(s) <= 1 { // "" or "."
 		return 0, errors.New("not a number of seconds")
 	}
-	if !allDigits(intPart) || !allDigits(frac) {
-		return 0, errors.New("not a decimal number of seconds (digits and one '.', no sign or exponent)")
-	}
-	if len(frac) > 9 {
-		if strings.Trim(frac[9:], "0") != "" {
+	for i++; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < '0' || c > '9':
+			return 0, errNotSeconds
+		case digits == 9 && c != '0':
 			return 0, errors.New("finer than a nanosecond")
+		case digits < 9:
+			ns, digits = ns*10+int64(c-'0'), digits+1
 		}
-		frac = frac[:9]
 	}
-	var sec int64
-	if intPart != "" {
-		v, err := strconv.ParseInt(intPart, 10, 64)
-		if err != nil || v > math.MaxInt64/int64(time.Second) {
-			return 0, errors.New("too large (at most about 292 years)")
-		}
-		sec = v
-	}
-	var ns int64
-	if frac != "" {
-		v, _ := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
-		ns = v
+	for ; digits < 9; digits++ {
+		ns *= 10
 	}
 	total := sec*int64(time.Second) + ns
 	if total < 0 { // overflow in the last second of the range
-		return 0, errors.New("too large (at most about 292 years)")
+		return 0, errTooManySeconds
 	}
 	return time.Duration(total), nil
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+var (
+	errNotSeconds     = errors.New("not a decimal number of seconds (digits and one '.', no sign or exponent)")
+	errTooManySeconds = errors.New("too large (at most about 292 years)")
+)
 
 // FormatSeconds formats d as decimal seconds, exactly and minimally: "0",
 // "0.5", "1.000000001", "-0.25". It is the inverse of ParseSeconds.

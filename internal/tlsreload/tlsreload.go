@@ -45,6 +45,12 @@ type Files struct {
 	// exactly: a DNS name or a URI (a SPIFFE ID). Empty: any certificate
 	// the CAs signed.
 	ClientSANs []string
+	// ClientSANHostname matches ClientSANs as host names instead, as
+	// crypto/x509's VerifyHostname does (and envoyproxy/ratelimit's
+	// GRPC_CLIENT_TLS_SAN): a certificate for *.ingress.svc is admitted
+	// for envoy.ingress.svc, case does not matter, an IP address matches
+	// an IP SAN.
+	ClientSANHostname bool
 }
 
 // Enabled reports whether any field is set, that is whether TLS is asked
@@ -196,9 +202,9 @@ func (p content) config(f Files, refused func(error)) (*tls.Config, error) {
 	}
 	cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	if len(f.ClientSANs) > 0 {
-		sans := slices.Clone(f.ClientSANs)
+		sans, hostname := slices.Clone(f.ClientSANs), f.ClientSANHostname
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			err := checkSAN(sans, cs)
+			err := checkSAN(sans, hostname, cs)
 			if err != nil && refused != nil {
 				refused(err)
 			}
@@ -208,12 +214,21 @@ func (p content) config(f Files, refused func(error)) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// checkSAN admits a verified client certificate that carries one of sans.
-func checkSAN(sans []string, cs tls.ConnectionState) error {
+// checkSAN admits a verified client certificate that carries one of sans,
+// or with hostname one valid for one of them as a host name.
+func checkSAN(sans []string, hostname bool, cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("tls: no client certificate")
 	}
 	leaf := cs.PeerCertificates[0]
+	if hostname {
+		for _, n := range sans {
+			if leaf.VerifyHostname(n) == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("tls: client certificate %q (SANs %v) is valid for none of the host names %v", leaf.Subject.CommonName, leaf.DNSNames, sans)
+	}
 	for _, n := range leaf.DNSNames {
 		if slices.Contains(sans, n) {
 			return nil

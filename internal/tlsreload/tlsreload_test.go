@@ -119,22 +119,29 @@ func TestClientCertificates(t *testing.T) {
 	caFile := clients.WriteCA(t, dir, "clients")
 	good, stranger := clients.Client(t, "ops.example"), other.Client(t, "ops.example")
 	named := clients.Client(t, "scraper.example")
-	gc, sc, nc := good.TLS(t), stranger.TLS(t), named.TLS(t)
+	wild := clients.Client(t, "*.ingress.svc")
+	gc, sc, nc, wc := good.TLS(t), stranger.TLS(t), named.TLS(t), wild.TLS(t)
 
 	for _, tt := range []struct {
-		name   string
-		sans   []string
-		cert   *tls.Certificate
-		admits bool
+		name     string
+		sans     []string
+		cert     *tls.Certificate
+		admits   bool
+		hostname bool // ClientSANHostname
 	}{
-		{"no certificate", nil, nil, false},
-		{"another CA", nil, &sc, false},
-		{"signed by the CA", nil, &gc, true},
-		{"SAN listed", []string{"scraper.example"}, &nc, true},
-		{"SAN not listed", []string{"scraper.example"}, &gc, false},
+		{"no certificate", nil, nil, false, false},
+		{"another CA", nil, &sc, false, false},
+		{"signed by the CA", nil, &gc, true, false},
+		{"SAN listed", []string{"scraper.example"}, &nc, true, false},
+		{"SAN not listed", []string{"scraper.example"}, &gc, false, false},
+		{"a wildcard SAN, exactly", []string{"envoy.ingress.svc"}, &wc, false, false},
+		{"a wildcard SAN, as a host name", []string{"envoy.ingress.svc"}, &wc, true, true},
+		{"as a host name, in another case", []string{"SCRAPER.example"}, &nc, true, true},
+		{"as a host name, none valid", []string{"envoy.other.svc"}, &wc, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := tlsreload.New(tlsreload.Files{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ClientSANs: tt.sans}, slog.New(slog.DiscardHandler))
+			r, err := tlsreload.New(tlsreload.Files{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, ClientSANs: tt.sans,
+				ClientSANHostname: tt.hostname}, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}

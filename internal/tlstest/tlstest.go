@@ -90,15 +90,21 @@ func (is Issued) TLS(t testing.TB) tls.Certificate {
 
 // Server issues a server certificate for localhost, 127.0.0.1 and ::1.
 func (ca *CA) Server(t testing.TB) Issued {
-	return ca.issue(t, "localhost", x509.ExtKeyUsageServerAuth, []string{"localhost"})
+	return ca.issue(t, "localhost", x509.ExtKeyUsageServerAuth, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
+}
+
+// ServerNamed issues a server certificate for the DNS names only: a client
+// that dials 127.0.0.1 or localhost cannot verify it by name.
+func (ca *CA) ServerNamed(t testing.TB, names ...string) Issued {
+	return ca.issue(t, names[0], x509.ExtKeyUsageServerAuth, names, nil)
 }
 
 // Client issues a client certificate with common name and DNS SAN name.
 func (ca *CA) Client(t testing.TB, name string) Issued {
-	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, []string{name})
+	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, []string{name}, nil)
 }
 
-func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, dns []string) Issued {
+func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, dns []string, ips []net.IP) Issued {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -112,9 +118,7 @@ func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, dns []strin
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     dns,
-	}
-	if usage == x509.ExtKeyUsageServerAuth {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {

@@ -482,7 +482,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	if len(hits) == 0 {
 		return []portero.Decision{}, nil
 	}
-	if len(hits) == 1 {
+	if len(hits) == 1 && hits[0].MaxDelay <= 0 {
 		// One hit is one decision: Limiter.AllowN's, lock-free where it can
 		// be, which also checks the cost.
 		h := hits[0]
@@ -557,7 +557,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 			d = p.t.log.DecideAfter(first.log, ns, first.cost, cost)
 		} else {
 			var st algorithm.State
-			st, d = p.t.dec.Decide(first.s, first.found, ns, cost)
+			st, d = algorithm.DecideWithin(p.t.dec, first.s, first.found, ns, cost, hits[i].MaxDelay)
 			if d.Allowed {
 				first.s, first.found = st, true
 			}

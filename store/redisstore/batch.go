@@ -160,7 +160,7 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 		} else {
 			sec, ns = "0", "0"
 		}
-		args = append(args, sec, ns, string(it.c.alg), strconv.FormatInt(it.hit.Cost, 10), a[0], a[1], a[2])
+		args = append(args, sec, ns, string(it.c.alg), strconv.FormatInt(it.hit.Cost, 10), a[0], it.c.p2(a, it.hit), a[2])
 	}
 	_, err := s.breaker.Execute(func() ([]int64, error) {
 		if s.execHook != nil {

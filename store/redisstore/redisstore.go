@@ -83,6 +83,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,6 +137,11 @@ type Config struct {
 	// redis-sentinel://host:port[,host:port…]/master[/db] (see sentinel.go).
 	// Either URL or Addrs is required.
 	URL string
+	// TLS, when set, replaces the TLS configuration of a rediss:// or
+	// rediss-sentinel:// URL (a private CA, a client certificate:
+	// TLSFiles.Config), or turns TLS on for Addrs; with a redis:// URL it
+	// is an error.
+	TLS *tls.Config
 	// Addrs are host:port addresses: one server, or seed nodes of a Redis
 	// Cluster (detected automatically), or with SentinelMaster the Redis
 	// Sentinels.
@@ -395,6 +401,11 @@ func New(cfg Config) (*Store, error) {
 	default:
 		return nil, errors.New("redisstore: no Redis address: set Config.URL or Config.Addrs")
 	}
+	if cfg.TLS != nil {
+		if err := useTLS(&opt, cfg.TLS, cfg.URL != ""); err != nil {
+			return nil, fmt.Errorf("redisstore: redis URL %q: %w", redactURL(cfg.URL), err)
+		}
+	}
 	opt.DisableCache = true // no client-side caching: every decision asks Redis
 	opt.MaxFlushDelay = cfg.MaxFlushDelay
 	if opt.MaxFlushDelay == 0 {
@@ -593,7 +604,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		// The common case: one hit, one slot, the one-hit script; built
 		// without split's maps and slices.
 		key := s.key(cs[0], hits[0])
-		if s.over != nil && cs[0].decider != nil {
+		if s.over != nil && cs[0].decider != nil && hits[0].MaxDelay <= 0 {
 			at := now
 			if s.cfg.Clock == ServerClock {
 				at = time.Now()
@@ -716,7 +727,7 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 	}
 	for _, i := range c.idx {
 		a := s.argv(cs[i], now)
-		args = append(args, string(cs[i].alg), strconv.FormatInt(hits[i].Cost, 10), a[0], a[1], a[2])
+		args = append(args, string(cs[i].alg), strconv.FormatInt(hits[i].Cost, 10), a[0], cs[i].p2(a, hits[i]), a[2])
 	}
 	script := s.scripts.pick(c.algs)
 	var all bool

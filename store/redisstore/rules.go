@@ -36,6 +36,16 @@ type compiled struct {
 	decider algorithm.Decider
 }
 
+// p2 is the script's second parameter for hit h of rule c, whose
+// parameters are a: for the leaky queue, which needs no B·T, the bound of
+// its wait (portero.Hit.MaxDelay in ns, 0 for none).
+func (c *compiled) p2(a *[3]string, h portero.Hit) string {
+	if c.alg != portero.LeakyQueue {
+		return a[1]
+	}
+	return strconv.FormatInt(min(max(int64(h.MaxDelay), 0), maxSpan), 10)
+}
+
 func compile(r portero.Rule) (*compiled, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err

@@ -175,7 +175,7 @@ func (r *Reference) decide(now time.Time, hits []portero.Hit, commit bool) ([]po
 		if !ok {
 			sc.s, sc.found = r.states[k]
 		}
-		s, d := algs[i].fixed.Decide(sc.s, sc.found, ns, h.Cost)
+		s, d := algorithm.DecideWithin(algs[i].fixed, sc.s, sc.found, ns, h.Cost, h.MaxDelay)
 		if d.Allowed {
 			states[k] = scratch{s, true}
 		}

@@ -23,8 +23,9 @@
 //   - step tables for every algorithm in portero.Algorithms: requests at
 //     given instants with the expected Allowed, Remaining, RetryAfter, Delay
 //     and (where given) ResetAfter, including the worked examples of the
-//     seed and time that goes backwards;
-//   - seeded random traces whose decisions must equal Reference's;
+//     seed, time that goes backwards and a leaky-queue hit's MaxDelay;
+//   - seeded random traces whose decisions must equal Reference's (for the
+//     leaky queue, with and without MaxDelay bounds);
 //   - all-or-nothing across rules: a refused hit consumes nothing anywhere;
 //   - errors: ErrInvalidCost, ErrCostExceedsLimit, ErrInvalidLimit,
 //     ErrUnknownAlgorithm, ErrClosed, and no panics;
@@ -78,13 +79,15 @@ func Run(t *testing.T, newStore func(t *testing.T) portero.Store) {
 }
 
 // Step is one request of a step table: at At after Base, the hit's Cost
-// (1 when zero) on Key ("k" when empty), and the decision expected.
+// (1 when zero) and MaxDelay on Key ("k" when empty), and the decision
+// expected.
 // ResetAfter is checked only when CheckReset is set; PeriodLeft (and Quota)
 // always for a calendar quota, never otherwise.
 type Step struct {
 	At         time.Duration
 	Key        string
 	Cost       int64
+	MaxDelay   time.Duration
 	Allowed    bool
 	Remaining  int64
 	RetryAfter time.Duration
@@ -249,6 +252,21 @@ func Tables() []Table {
 				{At: sec(1), Remaining: 0, RetryAfter: ms(10500), Note: "time went back 10 s: 25 places look taken of 6; Remaining stays 0"},
 			},
 		},
+		{
+			Name: "leaky-queue of 6 places draining 2/s, a hit's MaxDelay bounds its wait",
+			Rule: rule(portero.LeakyQueue, portero.Limit{Count: 2, Window: time.Second, Burst: 6}),
+			Steps: []Step{
+				{At: 0, MaxDelay: ms(1200), Allowed: true, Remaining: 5, Delay: ms(500)},
+				{At: 0, MaxDelay: ms(1200), Allowed: true, Remaining: 4, Delay: ms(1000)},
+				{At: 0, MaxDelay: ms(1200), Remaining: 4, RetryAfter: ms(300), ResetAfter: sec(1), CheckReset: true,
+					Note: "it would depart at 1.5 s: refused, nothing taken; at 0.3 s it would depart 1.2 s later"},
+				{At: 0, Allowed: true, Remaining: 3, Delay: ms(1500), Note: "no bound: the place is free"},
+				{At: ms(400), MaxDelay: ms(1200), Remaining: 3, RetryAfter: ms(400), Note: "it would depart at 2.0 s, 1.6 s away"},
+				{At: ms(800), MaxDelay: ms(1200), Allowed: true, Remaining: 3, Delay: ms(1200), Note: "a departure exactly MaxDelay away passes"},
+				{At: ms(800), Cost: 4, MaxDelay: sec(10), Remaining: 3, RetryAfter: ms(200), Note: "3 taken of 6: the queue's own wait"},
+				{At: ms(800), Cost: 4, MaxDelay: ms(2500), Remaining: 3, RetryAfter: ms(700), Note: "the longer of the two waits: 1.2 + 2.0 − 2.5 s"},
+			},
+		},
 	}
 	return append(tables, CalendarTables()...)
 }
@@ -287,7 +305,7 @@ func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				if cost == 0 {
 					cost = 1
 				}
-				ds, err := s.AllowAll(context.Background(), Base.Add(st.At), []portero.Hit{{Rule: tab.Rule, Key: key, Cost: cost}})
+				ds, err := s.AllowAll(context.Background(), Base.Add(st.At), []portero.Hit{{Rule: tab.Rule, Key: key, Cost: cost, MaxDelay: st.MaxDelay}})
 				if err != nil {
 					t.Fatalf("step %d (at %v, %s cost %d): %v", i, st.At, key, cost, err)
 				}
@@ -399,10 +417,32 @@ func runRandom(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				// all-or-nothing across algorithms is exercised too.
 				other := RandomRules()[(len(rules)*7+len(a))%len(RandomRules())]
 				rules = append(rules, other)
-				CompareTrace(t, newStore(t), NewReference(), RandomTrace(uint64(len(a))*31+1, rules, 1500, back))
+				trace := RandomTrace(uint64(len(a))*31+1, rules, 1500, back)
+				CompareTrace(t, newStore(t), NewReference(), trace)
+				if a == portero.LeakyQueue {
+					t.Run("bounded", func(t *testing.T) {
+						CompareTrace(t, newStore(t), NewReference(), bounded(trace))
+					})
+				}
 			})
 		}
 	}
+}
+
+// bounded returns a copy of trace in which about half the hits of a
+// leaky queue carry a MaxDelay of 0.1 to 3 s (portero.Hit.MaxDelay).
+func bounded(trace []Trace) []Trace {
+	r := rand.New(rand.NewPCG(11, 13))
+	out := make([]Trace, len(trace))
+	for i, c := range trace {
+		out[i] = Trace{At: c.At, Hits: append([]portero.Hit(nil), c.Hits...)}
+		for j := range out[i].Hits {
+			if h := &out[i].Hits[j]; h.Rule.Algorithm == portero.LeakyQueue && r.IntN(2) == 0 {
+				h.MaxDelay = time.Duration(100+r.IntN(2900)) * time.Millisecond
+			}
+		}
+	}
+	return out
 }
 
 // CompareTrace replays trace on got and want and fails t at the first call

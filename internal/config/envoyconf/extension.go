@@ -257,7 +257,7 @@ func (p *parser) addresses(d *descriptor.Node, n *yaml.Node, field string) {
 	var in, out string // the lists as written, for the node's name
 	p.fields(n, field, func(k string, kn, v *yaml.Node) {
 		f := join(field, k)
-		var set **policy.AddrSet
+		var set **clientip.AddrSet
 		text := &in
 		switch k {
 		case "addresses":
@@ -297,7 +297,7 @@ func (p *parser) addresses(d *descriptor.Node, n *yaml.Node, field string) {
 			}
 			all = append(all, pfx...)
 		}
-		s, err := policy.NewAddrSet(all)
+		s, err := clientip.NewAddrSet(all)
 		if err != nil {
 			p.errorf(v, f, "%v", err)
 			return

@@ -1,17 +1,12 @@
 package overloadsim
 
-import (
-	"path/filepath"
-	"strings"
+import "github.com/portero-rl/portero/internal/chart"
 
-	"github.com/portero-rl/portero/internal/chart"
-)
-
-// Chart draws the overload experiment to path (.svg or .png): every mode's
+// Charts draws the overload experiment to path (.svg or .png): every mode's
 // answers in time so far over the run, and all the unbounded queue's
 // answers, which keep growing at capacity while its answers in time stop
 // after a few seconds. It returns the files it wrote.
-func (r *OverloadResult) Chart(path string) ([]string, error) {
+func (r *OverloadResult) Charts(path string) ([]string, error) {
 	var series []chart.Series
 	for i, row := range r.Rows {
 		series = append(series, chart.Series{Name: row.Mode + ": in time", X: r.Seconds, Y: cumulative(r.Goodput[i])})
@@ -35,9 +30,9 @@ func cumulative(perSecond []float64) []float64 {
 	return out
 }
 
-// Chart draws the noisy-neighbour experiment to path: the share of each
+// Charts draws the noisy-neighbour experiment to path: the share of each
 // class's requests served, under each policy.
-func (r *NoisyResult) Chart(path string) ([]string, error) {
+func (r *NoisyResult) Charts(path string) ([]string, error) {
 	labels := make([]string, len(r.Rows))
 	values := make([]float64, len(r.Rows))
 	for i, row := range r.Rows {
@@ -71,8 +66,7 @@ func (r *LittleResult) Charts(path string) ([]string, error) {
 	for _, l := range order {
 		as, fs = append(as, *admitted[l]), append(fs, *inFlight[l])
 	}
-	ext := filepath.Ext(path)
-	second := strings.TrimSuffix(path, ext) + "-in-flight" + ext
+	second := chart.Beside(path, "-in-flight")
 	if err := chart.Lines(path, "Admitted per second: concurrency limit 30 vs rate limit 120/s", "service time (s)", "requests admitted per second", as); err != nil {
 		return nil, err
 	}

@@ -10,8 +10,7 @@ import (
 	"github.com/portero-rl/portero/overload"
 )
 
-// Little's law in the seed ("Por qué el límite de concurrencia es
-// especial"): in-flight work L = arrival rate λ × time in the system W. A
+// Little's law: in-flight work L = arrival rate λ × time in the system W. A
 // concurrency limit C with service time S admits at most C/S per second —
 // 30 / 0.25 s = 120 — and admits less as the service slows down; a rate
 // limit of 120 per second goes on admitting 120 while the work in flight
@@ -132,11 +131,12 @@ func littleRow(limiter string, s time.Duration, starts []time.Duration) LittleRo
 // LittleHeader is the CSV header of the Little's law experiment.
 var LittleHeader = []string{"limiter", "service_time_s", "admitted_per_s", "in_flight"}
 
-// Table returns the header and rows for sim.WriteRows.
-func (r *LittleResult) Table() ([]string, [][]string) {
-	rows := make([][]string, len(r.Rows))
-	for i, o := range r.Rows {
-		rows[i] = []string{o.Limiter, sim.FormatSeconds(o.ServiceTime), fixed(o.Admitted, 2), fixed(o.InFlight, 2)}
+// Table returns the experiment's figures, one row per limiter and service
+// time.
+func (r *LittleResult) Table() sim.Table {
+	t := sim.Table{Header: LittleHeader}
+	for _, o := range r.Rows {
+		t.Rows = append(t.Rows, []string{o.Limiter, sim.FormatSeconds(o.ServiceTime), sim.Fixed(o.Admitted, 2), sim.Fixed(o.InFlight, 2)})
 	}
-	return LittleHeader, rows
+	return t
 }

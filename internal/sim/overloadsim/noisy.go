@@ -11,8 +11,8 @@ import (
 	"github.com/portero-rl/portero/overload"
 )
 
-// The noisy-neighbour experiment of the seed ("¿A quién descartar? El
-// vecino ruidoso"): a shared service that completes 100 requests per second
+// The noisy-neighbour experiment (who pays when one tenant sends far more
+// than its share): a shared service that completes 100 requests per second
 // (10 at once, 100 ms each) and 31 tenants for 60 s — 30 small ones sending
 // 2 per second each, well within a fair share of 100/31 ≈ 3.2, and a large
 // one sending 140 per second. The total, 200 per second, is twice the
@@ -114,11 +114,11 @@ func RunNoisy() (*NoisyResult, error) {
 // NoisyHeader is the CSV header of the noisy-neighbour experiment.
 var NoisyHeader = []string{"policy", "tenant_class", "offered", "served", "served_ratio"}
 
-// Table returns the header and rows for sim.WriteRows.
-func (r *NoisyResult) Table() ([]string, [][]string) {
-	rows := make([][]string, len(r.Rows))
-	for i, o := range r.Rows {
-		rows[i] = []string{o.Policy, o.Class, strconv.Itoa(o.Offered), strconv.Itoa(o.Served), fixed(o.Ratio, 3)}
+// Table returns the experiment's figures, one row per policy and class.
+func (r *NoisyResult) Table() sim.Table {
+	t := sim.Table{Header: NoisyHeader}
+	for _, o := range r.Rows {
+		t.Rows = append(t.Rows, []string{o.Policy, o.Class, strconv.Itoa(o.Offered), strconv.Itoa(o.Served), sim.Fixed(o.Ratio, 3)})
 	}
-	return NoisyHeader, rows
+	return t
 }

@@ -3,15 +3,14 @@ package overloadsim
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/portero-rl/portero/internal/sim"
 	"github.com/portero-rl/portero/overload"
 )
 
-// The overload experiment of the seed ("Cuando la sobrecarga no se
-// maneja"): a service that completes 100 requests per second receives 150
+// The overload experiment (what goodput is left when nobody sheds load): a
+// service that completes 100 requests per second receives 150
 // per second for 120 s, and every client gives up after 2 s. The service
 // runs 10 requests at once, each for 100 ms.
 const (
@@ -37,7 +36,7 @@ var OverloadCapacity = float64(OverloadWorkers) / OverloadRun.Seconds()
 //     whose clients have left;
 //   - bounded-deadline: a FIFO queue of OverloadQueue places (wine),
 //     requests that carry their client's deadline, dropped the moment they
-//     could no longer be answered in time, and refused at the door when
+//     could no longer be answered in time, and refused on arrival when
 //     that moment would come before their turn;
 //   - lifo: the same bounded queue with deadlines, milk order (newest
 //     first; a full queue drops its oldest).
@@ -156,15 +155,11 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // OverloadHeader is the CSV header of the overload experiment.
 var OverloadHeader = []string{"mode", "offered_per_s", "capacity_per_s", "throughput_per_s", "goodput_per_s", "goodput_ratio", "p99_latency_s"}
 
-// Table returns the header and rows for sim.WriteRows.
-func (r *OverloadResult) Table() ([]string, [][]string) {
-	rows := make([][]string, len(r.Rows))
-	for i, o := range r.Rows {
-		rows[i] = []string{o.Mode, num(o.Offered), num(o.Capacity), fixed(o.Throughput, 2), fixed(o.Goodput, 2), fixed(o.GoodputRatio, 3), sim.FormatSeconds(o.P99.Round(time.Millisecond))}
+// Table returns the experiment's figures, one row per mode.
+func (r *OverloadResult) Table() sim.Table {
+	t := sim.Table{Header: OverloadHeader}
+	for _, o := range r.Rows {
+		t.Rows = append(t.Rows, []string{o.Mode, sim.Number(o.Offered), sim.Number(o.Capacity), sim.Fixed(o.Throughput, 2), sim.Fixed(o.Goodput, 2), sim.Fixed(o.GoodputRatio, 3), sim.FormatSeconds(o.P99.Round(time.Millisecond))})
 	}
-	return OverloadHeader, rows
+	return t
 }
-
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func fixed(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }

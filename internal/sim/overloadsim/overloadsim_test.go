@@ -13,11 +13,10 @@ import (
 	"github.com/portero-rl/portero/store/memstore"
 )
 
-func csvOf(t *testing.T, r interface{ Table() ([]string, [][]string) }) string {
+func csvOf(t *testing.T, r interface{ Table() sim.Table }) string {
 	t.Helper()
-	header, rows := r.Table()
 	var b bytes.Buffer
-	if err := sim.WriteRows(&b, "csv", header, rows); err != nil {
+	if err := r.Table().Write(&b, "csv"); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -183,8 +182,8 @@ func TestCharts(t *testing.T) {
 	draw := func(dir string) []string {
 		var files []string
 		for _, f := range []func() ([]string, error){
-			func() ([]string, error) { return ov.Chart(filepath.Join(dir, "overload.svg")) },
-			func() ([]string, error) { return no.Chart(filepath.Join(dir, "noisy.svg")) },
+			func() ([]string, error) { return ov.Charts(filepath.Join(dir, "overload.svg")) },
+			func() ([]string, error) { return no.Charts(filepath.Join(dir, "noisy.svg")) },
 			func() ([]string, error) { return li.Charts(filepath.Join(dir, "little.svg")) },
 		} {
 			fs, err := f()

@@ -11,7 +11,6 @@
 package overloadsim
 
 import (
-	"container/heap"
 	"time"
 
 	"github.com/portero-rl/portero/internal/sim"
@@ -47,31 +46,27 @@ func (j *Job) Latency() time.Duration { return j.Finished - j.At }
 // instant.
 func serve(g *overload.Gate, jobs []*Job, run time.Duration, stop time.Duration) {
 	byTicket := make(map[*overload.Ticket]*Job)
-	var ends endHeap
+	var ends sim.Events[*overload.Ticket] // running requests, by their end
 	var changed []*overload.Ticket
-	started := func(tk *overload.Ticket, j *Job) {
-		j.Ran, j.Started = true, tk.Started().Sub(sim.Epoch)
-		heap.Push(&ends, end{at: j.Started + run, tk: tk})
-	}
-	handle := func(ts []*overload.Ticket) {
-		for _, tk := range ts {
-			j := byTicket[tk]
-			switch tk.State() {
-			case overload.Running:
-				started(tk, j)
-			case overload.Refused:
-				j.Refused = tk.Reason()
-				delete(byTicket, tk)
-			}
+	// update records what became of a request whose ticket changed state.
+	update := func(tk *overload.Ticket) {
+		j := byTicket[tk]
+		switch tk.State() {
+		case overload.Running:
+			j.Ran, j.Started = true, tk.Started().Sub(sim.Epoch)
+			ends.Push(j.Started+run, tk)
+		case overload.Refused:
+			j.Refused = tk.Reason()
+			delete(byTicket, tk)
 		}
 	}
 	next := 0
 	for {
 		var now time.Duration
-		ending := len(ends) > 0 && (next == len(jobs) || ends[0].at <= jobs[next].At)
+		ending := ends.Len() > 0 && (next == len(jobs) || ends.Next() <= jobs[next].At)
 		switch {
 		case ending:
-			now = ends[0].at
+			now = ends.Next()
 		case next < len(jobs):
 			now = jobs[next].At
 		default:
@@ -82,49 +77,27 @@ func serve(g *overload.Gate, jobs []*Job, run time.Duration, stop time.Duration)
 		}
 		t := sim.Epoch.Add(now)
 		changed = g.Expire(t, changed[:0])
-		handle(changed)
+		for _, tk := range changed {
+			update(tk)
+		}
 		if ending {
-			e := heap.Pop(&ends).(end)
-			j := byTicket[e.tk]
-			delete(byTicket, e.tk)
-			j.Done, j.Finished = true, now
-			changed = g.Done(t, e.tk, changed[:0])
-			handle(changed)
-			continue
-		}
-		j := jobs[next]
-		next++
-		var tk *overload.Ticket
-		tk, changed = g.Arrive(t, j.Req, changed[:0])
-		byTicket[tk] = j
-		switch tk.State() {
-		case overload.Running:
-			started(tk, j)
-		case overload.Refused:
-			j.Refused = tk.Reason()
+			_, tk := ends.Pop()
+			j := byTicket[tk]
 			delete(byTicket, tk)
+			j.Done, j.Finished = true, now
+			changed = g.Done(t, tk, changed[:0])
+		} else {
+			j := jobs[next]
+			next++
+			var tk *overload.Ticket
+			tk, changed = g.Arrive(t, j.Req, changed[:0])
+			byTicket[tk] = j
+			update(tk)
 		}
-		handle(changed)
+		for _, tk := range changed {
+			update(tk)
+		}
 	}
-}
-
-type end struct {
-	at time.Duration
-	tk *overload.Ticket
-}
-
-// endHeap orders running requests by their end, earliest first.
-type endHeap []end
-
-func (h endHeap) Len() int           { return len(h) }
-func (h endHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)        { *h = append(*h, x.(end)) }
-func (h *endHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }
 
 // every returns the instants k·1s/rate for k in [0, n) shifted by offset,

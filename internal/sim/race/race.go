@@ -1,4 +1,4 @@
-// Package race holds the seed's distributed experiments: the race between
+// Package race holds the distributed experiments: the race between
 // instances that share one Redis counter (atomic script against a naive
 // GET → compare → INCR), and instances that each count in their own memory.
 //
@@ -7,6 +7,7 @@
 package race
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,24 +59,12 @@ func (c *Config) defaults() error {
 	if c.Addr == "" {
 		return errors.New("race: no Redis address")
 	}
-	if c.Instances == 0 {
-		c.Instances = 2
-	}
-	if c.Requests == 0 {
-		c.Requests = 400
-	}
-	if c.Limit == 0 {
-		c.Limit = 50
-	}
-	if c.Window == 0 {
-		c.Window = time.Minute
-	}
-	if c.Rounds == 0 {
-		c.Rounds = 5
-	}
-	if c.Prefix == "" {
-		c.Prefix = "portero-race:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	}
+	c.Instances = cmp.Or(c.Instances, 2)
+	c.Requests = cmp.Or(c.Requests, 400)
+	c.Limit = cmp.Or(c.Limit, 50)
+	c.Window = cmp.Or(c.Window, time.Minute)
+	c.Rounds = cmp.Or(c.Rounds, 5)
+	c.Prefix = cmp.Or(c.Prefix, "portero-race:"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
 	switch {
 	case c.Instances < 1 || c.Requests < 1 || c.Rounds < 1:
 		return fmt.Errorf("race: instances %d, requests %d, rounds %d: must be positive", c.Instances, c.Requests, c.Rounds)
@@ -92,7 +81,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	// The seed's INCR + EXPIRE form: the window starts at the round's first
+	// The INCR + EXPIRE form: the window starts at the round's first
 	// request, so a round that happens to straddle a clock-aligned boundary
 	// cannot admit two windows' worth, and "exactly the limit" holds.
 	rule := portero.Rule{Name: "race", Algorithm: portero.FixedWindowAnchored, Limit: portero.Limit{Count: cfg.Limit, Window: cfg.Window}}
@@ -176,7 +165,7 @@ func fire(cfg Config, allow func(inst int) (bool, error)) (int64, error) {
 	return admitted.Load(), firstErr
 }
 
-// naiveAllow is the check-then-act limiter the seed warns about: it reads
+// naiveAllow is the check-then-act limiter that races: it reads
 // the counter, decides in the application and then increments, so two
 // instances that read the same value both admit. For the experiment only.
 func naiveAllow(ctx context.Context, c rueidis.Client, key string, limit int64, window time.Duration) (bool, error) {

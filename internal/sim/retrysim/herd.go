@@ -1,16 +1,17 @@
 package retrysim
 
 import (
+	"cmp"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"time"
 
 	"github.com/portero-rl/portero/client"
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 // HerdConfig configures [RunHerd]. Zero fields take the defaults in
-// brackets, which reproduce the seed's picture.
+// brackets: waves of retries at 1 s, 3 s and 7 s without jitter.
 type HerdConfig struct {
 	// Clients refused at the same instant, t = 0 [200].
 	Clients int
@@ -22,7 +23,7 @@ type HerdConfig struct {
 	MaxAttempts int
 	// Capacity is how many requests per second the service accepts after
 	// t = 0, served in 100-ms slots of Capacity/10 [0: it keeps refusing,
-	// so every client makes all its attempts, as in the seed's picture].
+	// so every client makes all its attempts].
 	Capacity float64
 	// Duration of the run [10 s] and width of the buckets [100 ms].
 	Duration, Bucket time.Duration
@@ -38,30 +39,14 @@ type HerdConfig struct {
 }
 
 func (c HerdConfig) withDefaults() (HerdConfig, error) {
-	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
-	}
-	if c.RetryAfterJitter == 0 {
-		c.RetryAfterJitter = client.DefaultRetryAfterJitter
-	}
-	if c.Clients == 0 {
-		c.Clients = 200
-	}
-	if c.Base == 0 {
-		c.Base = time.Second
-	}
-	if c.Cap == 0 {
-		c.Cap = 10 * time.Second
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 4
-	}
-	if c.Duration == 0 {
-		c.Duration = 10 * time.Second
-	}
-	if c.Bucket == 0 {
-		c.Bucket = 100 * time.Millisecond
-	}
+	c.RetryAfter = cmp.Or(c.RetryAfter, time.Second)
+	c.RetryAfterJitter = cmp.Or(c.RetryAfterJitter, client.DefaultRetryAfterJitter)
+	c.Clients = cmp.Or(c.Clients, 200)
+	c.Base = cmp.Or(c.Base, time.Second)
+	c.Cap = cmp.Or(c.Cap, 10*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 4)
+	c.Duration = cmp.Or(c.Duration, 10*time.Second)
+	c.Bucket = cmp.Or(c.Bucket, 100*time.Millisecond)
 	switch {
 	case c.Clients < 0 || c.Clients > 1e6, c.MaxAttempts < 0, c.Capacity < 0:
 		return c, fmt.Errorf("retrysim: Clients %d, MaxAttempts %d and Capacity %v must be non-negative (Clients at most 1e6)", c.Clients, c.MaxAttempts, c.Capacity)
@@ -75,7 +60,7 @@ func (c HerdConfig) withDefaults() (HerdConfig, error) {
 
 // The ways of waiting compared by [RunHerd], in the order of its variants.
 const (
-	// NoJitter waits min(Cap, Base·2^(n−1)) before retry n: the seed's waves.
+	// NoJitter waits min(Cap, Base·2^(n−1)) before retry n: in waves.
 	NoJitter = "no-jitter"
 	// FullJitter waits a uniform draw from [0, that).
 	FullJitter = "full-jitter"
@@ -137,20 +122,20 @@ func RunHerd(cfg HerdConfig) (HerdResult, error) {
 func runHerd(cfg HerdConfig, name string, buckets int) HerdVariant {
 	v := HerdVariant{Name: name, Load: make([]float64, buckets)}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4e4d))
-	q := &queue{}
+	var q sim.Events[attempt]
 	for c := range cfg.Clients {
-		q.schedule(0, c, 1) // attempt 1 at t = 0, refused
+		q.Push(0, attempt{c, 1}) // attempt 1 at t = 0, refused
 	}
 	const slot = 100 * time.Millisecond
 	perSlot := int(cfg.Capacity * slot.Seconds())
 	slotStart, slotUsed := time.Duration(-1), 0
 	for q.Len() > 0 {
-		e := q.next()
-		if e.attempt > 1 {
-			if k := int(e.at / cfg.Bucket); k < buckets {
+		at, e := q.Pop()
+		if e.n > 1 {
+			if k := int(at / cfg.Bucket); k < buckets {
 				v.Load[k]++
 			}
-			if s := e.at.Truncate(slot); s != slotStart {
+			if s := at.Truncate(slot); s != slotStart {
 				slotStart, slotUsed = s, 0
 			}
 			if slotUsed < perSlot {
@@ -159,21 +144,21 @@ func runHerd(cfg HerdConfig, name string, buckets int) HerdVariant {
 				continue
 			}
 		}
-		if e.attempt >= cfg.MaxAttempts {
+		if e.n >= cfg.MaxAttempts {
 			continue
 		}
 		var wait time.Duration
 		switch name {
 		case NoJitter:
-			wait = client.Backoff(e.attempt, cfg.Base, cfg.Cap) // retry n = e.attempt
+			wait = client.Backoff(e.n, cfg.Base, cfg.Cap) // retry n = e.n
 		case FullJitter:
-			wait = client.FullJitter(client.Backoff(e.attempt, cfg.Base, cfg.Cap), rng.Float64())
+			wait = client.FullJitter(client.Backoff(e.n, cfg.Base, cfg.Cap), rng.Float64())
 		case RetryAfterExact:
 			wait = cfg.RetryAfter
 		case RetryAfterJitter:
 			wait = cfg.RetryAfter + client.FullJitter(cfg.RetryAfterJitter, rng.Float64())
 		}
-		q.schedule(e.at+wait, e.req, e.attempt+1)
+		q.Push(at+wait, attempt{e.req, e.n + 1})
 	}
 	for k, l := range v.Load {
 		if l > v.Peak {
@@ -209,21 +194,24 @@ func (r HerdResult) Lines() []string {
 	return out
 }
 
-// WriteTable writes the result: with format "table" the summary and then one
-// row per bucket, with "csv" only the rows (t_s, then the retries per bucket
-// of each variant).
-func (r HerdResult) WriteTable(w io.Writer, format string) error {
-	header := []string{"t_s"}
+// Table returns the summary and one row per bucket: t_s, then the retries
+// per bucket of each variant.
+func (r HerdResult) Table() sim.Table {
+	t := sim.Table{Summary: r.Lines(), Header: []string{"t_s"}}
 	for _, v := range r.Variants {
-		header = append(header, v.Name)
+		t.Header = append(t.Header, v.Name)
 	}
-	rows := make([][]string, len(r.T))
-	for k, t := range r.T {
-		row := []string{fixed(t, 1)}
+	for k, ts := range r.T {
+		row := []string{sim.Fixed(ts, 1)}
 		for _, v := range r.Variants {
-			row = append(row, num(v.Load[k]))
+			row = append(row, sim.Number(v.Load[k]))
 		}
-		rows[k] = row
+		t.Rows = append(t.Rows, row)
 	}
-	return writeRows(w, format, r.Lines(), header, rows)
+	return t
+}
+
+// Charts draws the retries per bucket over time to path.
+func (r HerdResult) Charts(path string) ([]string, error) {
+	return steps(path, "Thundering herd: retries reaching the service", "retries per 100 ms", r)
 }

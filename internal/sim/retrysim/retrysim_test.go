@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 func summary(t *testing.T, r StormResult, s Strategy) StormSummary {
@@ -28,7 +30,7 @@ func TestRetryStormDefaults(t *testing.T) {
 	imm, per, pol := summary(t, r, Immediate), summary(t, r, PerRequest), summary(t, r, Portero)
 
 	// Immediate retries: the 90 refused of every 100 new requests come back
-	// 3 times at once: 10 + 90·4 = 370/s, approaching the seed's 400.
+	// 3 times at once: 10 + 90·4 = 370/s, approaching 400, 4 × the demand.
 	if imm.Offered < 360 || imm.Offered > 400 {
 		t.Errorf("immediate offered %.1f/s during the incident, want ~370 (in [360, 400])", imm.Offered)
 	}
@@ -65,7 +67,7 @@ func TestRetryStormDefaults(t *testing.T) {
 }
 
 func TestRetryStormRefuseAll(t *testing.T) {
-	// A service that refuses everything: exactly the seed's 400/s.
+	// A service that refuses everything: exactly 4 × the demand, 400/s.
 	r, err := RunRetryStorm(StormConfig{Incident: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +114,7 @@ func TestRetryStormOutput(t *testing.T) {
 		t.Errorf("Series t = %v, values = %v", ts, vals)
 	}
 	var buf bytes.Buffer
-	if err := r.WriteTable(&buf, "csv"); err != nil {
+	if err := r.Table().Write(&buf, "csv"); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := csv.NewReader(&buf).ReadAll()
@@ -120,14 +122,14 @@ func TestRetryStormOutput(t *testing.T) {
 		t.Errorf("csv = %v, %v", rows, err)
 	}
 	buf.Reset()
-	if err := r.WriteTable(&buf, "table"); err != nil {
+	if err := r.Table().Write(&buf, "table"); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); !strings.Contains(out, "immediate") || !strings.Contains(out, "× demand") || strings.Count(out, "\n") != 4+1+6 {
 		t.Errorf("table output:\n%s", out)
 	}
-	if err := r.WriteTable(&buf, "json"); err == nil {
-		t.Error("WriteTable(json) succeeded, want an error")
+	if err := r.Table().Write(&buf, "xml"); err == nil {
+		t.Error("Table().Write(xml) succeeded, want an error")
 	}
 }
 
@@ -144,7 +146,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestHerdSeedPicture(t *testing.T) {
+func TestHerdWaves(t *testing.T) {
 	r, err := RunHerd(HerdConfig{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +207,7 @@ func TestHerdCapacityServesMoreWithJitter(t *testing.T) {
 		t.Errorf("full-jitter served %d, want >= 150", fj.Served)
 	}
 	var buf bytes.Buffer
-	if err := r.WriteTable(&buf, "csv"); err != nil {
+	if err := r.Table().Write(&buf, "csv"); err != nil {
 		t.Fatal(err)
 	}
 	if rows, err := csv.NewReader(&buf).ReadAll(); err != nil || len(rows) != 101 || rows[11][0] != "1.0" || rows[11][1] != "200" {
@@ -217,9 +219,8 @@ func TestHerdCapacityServesMoreWithJitter(t *testing.T) {
 	}
 }
 
-// TestHerdRetryAfterJitter is issue 10's point 20 in the experiment:
-// clients told "Retry-After: 1" on every refusal come back together at 1, 2
-// and 3 s when they wait exactly that; with package client's default jitter
+// TestHerdRetryAfterJitter: clients told "Retry-After: 1" on every refusal
+// come back together at 1, 2 and 3 s when they wait exactly that; with package client's default jitter
 // (up to 1 s after the server's time) they spread, and none comes back
 // before the server's time.
 func TestHerdRetryAfterJitter(t *testing.T) {
@@ -279,7 +280,7 @@ func TestDocFigures(t *testing.T) {
 		{Portero, "0.10", 4290, 0, 1710},
 	} {
 		got := summary(t, r, want.s)
-		if amp := fixed(got.Amplification, 2); amp != want.amp || got.Succeeded != want.succeeded || got.Failed != want.failed || got.Unsent != want.unsent {
+		if amp := sim.Fixed(got.Amplification, 2); amp != want.amp || got.Succeeded != want.succeeded || got.Failed != want.failed || got.Unsent != want.unsent {
 			t.Errorf("%s: %s× demand, ok/failed/unsent %d/%d/%d; want %s×, %d/%d/%d (docs/client.md)",
 				want.s, amp, got.Succeeded, got.Failed, got.Unsent, want.amp, want.succeeded, want.failed, want.unsent)
 		}

@@ -1,13 +1,14 @@
 package retrysim
 
 import (
+	"cmp"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/portero-rl/portero/client"
+	"github.com/portero-rl/portero/internal/sim"
 )
 
 // Strategy is how the clients of the retry-storm experiment retry.
@@ -16,7 +17,7 @@ type Strategy string
 // The strategies compared by [RunRetryStorm].
 const (
 	// Immediate resends a refused request at once, up to MaxAttempts−1
-	// times, ignoring Retry-After: the seed's naive client.
+	// times, ignoring Retry-After: the naive client.
 	Immediate Strategy = "immediate"
 	// PerRequest backs off politely but each request on its own: it waits
 	// what Retry-After says (full-jitter exponential backoff without it),
@@ -51,8 +52,7 @@ type StormConfig struct {
 	Incident float64
 	// IncidentStart and IncidentEnd bound the incident [10 s, 40 s].
 	IncidentStart, IncidentEnd time.Duration
-	// MaxAttempts per request, the first included [4: three retries, as in
-	// the seed].
+	// MaxAttempts per request, the first included [4: three retries].
 	MaxAttempts int
 	// Base and Cap of the backoff used when there is no Retry-After
 	// [0.5 s, 10 s].
@@ -71,35 +71,18 @@ type StormConfig struct {
 }
 
 func (c StormConfig) withDefaults() (StormConfig, error) {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.Duration, 60*time.Second)
-	def(&c.IncidentStart, 10*time.Second)
-	def(&c.IncidentEnd, 40*time.Second)
-	def(&c.Base, 500*time.Millisecond)
-	def(&c.Cap, 10*time.Second)
-	def(&c.MaxElapsed, 10*time.Second)
-	def(&c.Bucket, time.Second)
-	def(&c.RetryAfterJitter, client.DefaultRetryAfterJitter)
-	c.RetryAfterJitter = max(0, c.RetryAfterJitter)
-	if c.Rate == 0 {
-		c.Rate = 100
-	}
-	if c.Healthy == 0 {
-		c.Healthy = 200
-	}
-	switch {
-	case c.Incident == 0:
-		c.Incident = 10
-	case c.Incident < 0:
-		c.Incident = 0
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 4
-	}
+	c.Duration = cmp.Or(c.Duration, 60*time.Second)
+	c.IncidentStart = cmp.Or(c.IncidentStart, 10*time.Second)
+	c.IncidentEnd = cmp.Or(c.IncidentEnd, 40*time.Second)
+	c.Base = cmp.Or(c.Base, 500*time.Millisecond)
+	c.Cap = cmp.Or(c.Cap, 10*time.Second)
+	c.MaxElapsed = cmp.Or(c.MaxElapsed, 10*time.Second)
+	c.Bucket = cmp.Or(c.Bucket, time.Second)
+	c.RetryAfterJitter = max(0, cmp.Or(c.RetryAfterJitter, client.DefaultRetryAfterJitter))
+	c.Rate = cmp.Or(c.Rate, 100)
+	c.Healthy = cmp.Or(c.Healthy, 200)
+	c.Incident = max(0, cmp.Or(c.Incident, 10)) // negative: it refuses everything
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 4)
 	switch {
 	case c.Duration < 0, c.Bucket < 0, c.Base < 0, c.Cap < c.Base, c.MaxElapsed < 0, c.MaxAttempts < 0:
 		return c, fmt.Errorf("retrysim: negative durations or attempts, or Cap below Base: %+v", c)
@@ -207,115 +190,136 @@ func (s *service) handle(t time.Duration) (ok bool, pol []client.Policy, lim []c
 	return ok, pol, lim, secs * time.Second
 }
 
+// storm is one strategy's run of the retry-storm experiment.
+type storm struct {
+	cfg      StormConfig
+	strat    Strategy
+	rng      *rand.Rand
+	svc      service
+	pacer    *client.Pacer
+	q        sim.Events[attempt]
+	arrivals []time.Duration // arrival time of request i
+	sent     map[int]bool    // requests sent at least once
+	sum      StormSummary
+	// Attempts per bucket, and during the incident.
+	offered, accepted     []float64
+	inOffered, inAccepted int
+}
+
 func runStorm(cfg StormConfig, strat Strategy, buckets int) (StormSummary, []float64, []float64) {
-	epoch := time.Unix(0, 0).UTC()
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	svc := &service{cfg: cfg, window: -1}
-	pacer := client.NewPacer()
-	offered := make([]float64, buckets)
-	accepted := make([]float64, buckets)
-	sum := StormSummary{Strategy: strat}
-	var inOffered, inAccepted int
-
+	s := &storm{
+		cfg: cfg, strat: strat, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		svc: service{cfg: cfg, window: -1}, pacer: client.NewPacer(), sent: map[int]bool{},
+		sum: StormSummary{Strategy: strat}, offered: make([]float64, buckets), accepted: make([]float64, buckets),
+	}
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
-	var arrivals []time.Duration // arrival time of request i
-	q := &queue{}
 	for t := time.Duration(0); t < cfg.Duration; t += interval {
-		q.schedule(t, len(arrivals), 1)
-		arrivals = append(arrivals, t)
+		s.q.Push(t, attempt{len(s.arrivals), 1})
+		s.arrivals = append(s.arrivals, t)
 	}
-	budget := func(i int) time.Duration { return arrivals[i] + cfg.MaxElapsed }
-	// jitter is what client.Transport adds after a server-given wait that
-	// starts at now and lasts wait: never past request i's budget.
-	jitter := func(i int, now, wait time.Duration) time.Duration {
-		return client.FullJitter(min(cfg.RetryAfterJitter, budget(i)-now-wait), rng.Float64())
+	// Each event is request e.req wanting to send attempt e.n.
+	for s.q.Len() > 0 {
+		now, e := s.q.Pop()
+		if strat == Portero && s.heldBack(now, e) {
+			continue
+		}
+		s.send(now, e)
 	}
-	sent := map[int]bool{} // requests sent at least once
-
-	// Events are "request e.req wants to send attempt e.attempt at e.at".
-	for q.Len() > 0 {
-		e := q.next()
-		if strat == Portero {
-			// As client.Transport: ask the pacer, sleep, ask again.
-			if w := pacer.Take(epoch.Add(e.at)); w > 0 {
-				if e.at+w >= budget(e.req) {
-					if sent[e.req] {
-						sum.Failed++
-					} else {
-						sum.Unsent++
-					}
-					continue
-				}
-				if pacer.HeldUntil().After(epoch.Add(e.at)) {
-					w += jitter(e.req, e.at, w)
-				}
-				q.schedule(e.at+w, e.req, e.attempt)
-				continue
-			}
-		}
-		sent[e.req] = true
-		ok, pol, lim, ra := svc.handle(e.at)
-		if k := int(e.at / cfg.Bucket); k < buckets {
-			offered[k]++
-			if ok {
-				accepted[k]++
-			}
-		}
-		if e.at >= cfg.IncidentStart && e.at < cfg.IncidentEnd {
-			inOffered++
-			if ok {
-				inAccepted++
-			}
-		}
-		if strat == Portero {
-			pacer.Observe(epoch.Add(e.at), pol, lim)
-			if !ok {
-				pacer.Block(epoch.Add(e.at), ra)
-			}
-		}
-		switch {
-		case ok:
-			sum.Succeeded++
-			continue
-		case e.attempt >= cfg.MaxAttempts:
-			sum.Failed++
-			continue
-		case strat == Immediate:
-			q.schedule(e.at, e.req, e.attempt+1)
-			continue
-		}
-		// Polite: Retry-After (always sent here) or full-jitter backoff,
-		// and (Portero) no wait that cannot end within the budget.
-		wait := ra
-		switch {
-		case wait <= 0:
-			wait = client.FullJitter(client.Backoff(e.attempt, cfg.Base, cfg.Cap), rng.Float64())
-		case strat == Portero:
-			wait += jitter(e.req, e.at, wait)
-		}
-		at := e.at + wait
-		if strat == Portero {
-			at += pacer.Delay(epoch.Add(at))
-		}
-		if at >= budget(e.req) {
-			sum.Failed++
-			continue
-		}
-		q.schedule(e.at+wait, e.req, e.attempt+1)
-	}
-
 	scale := float64(time.Second) / float64(cfg.Bucket)
-	for k := range offered {
-		offered[k] *= scale
-		accepted[k] *= scale
-		sum.PeakOffered = math.Max(sum.PeakOffered, offered[k])
+	for k := range s.offered {
+		s.offered[k] *= scale
+		s.accepted[k] *= scale
+		s.sum.PeakOffered = math.Max(s.sum.PeakOffered, s.offered[k])
 	}
 	if d := (cfg.IncidentEnd - cfg.IncidentStart).Seconds(); d > 0 {
-		sum.Offered = float64(inOffered) / d
-		sum.Accepted = float64(inAccepted) / d
+		s.sum.Offered = float64(s.inOffered) / d
+		s.sum.Accepted = float64(s.inAccepted) / d
 	}
-	sum.Amplification = sum.Offered / cfg.Rate
-	return sum, offered, accepted
+	s.sum.Amplification = s.sum.Offered / cfg.Rate
+	return s.sum, s.offered, s.accepted
+}
+
+func (s *storm) budget(i int) time.Duration { return s.arrivals[i] + s.cfg.MaxElapsed }
+
+// jitter is what client.Transport adds after a server-given wait that
+// starts at now and lasts wait: never past request i's budget.
+func (s *storm) jitter(i int, now, wait time.Duration) time.Duration {
+	return client.FullJitter(min(s.cfg.RetryAfterJitter, s.budget(i)-now-wait), s.rng.Float64())
+}
+
+// heldBack does what client.Transport does before an attempt: ask the
+// pacer, and sleep (ask again later) or give up when the wait would not end
+// within the budget. It reports whether the attempt was held back.
+func (s *storm) heldBack(now time.Duration, e attempt) bool {
+	at := sim.Epoch.Add(now)
+	w := s.pacer.Take(at)
+	switch {
+	case w == 0:
+		return false
+	case now+w >= s.budget(e.req) && s.sent[e.req]:
+		s.sum.Failed++
+	case now+w >= s.budget(e.req):
+		s.sum.Unsent++
+	default:
+		if s.pacer.HeldUntil().After(at) {
+			w += s.jitter(e.req, now, w)
+		}
+		s.q.Push(now+w, e)
+	}
+	return true
+}
+
+// send sends attempt e at now, counts it and schedules its retry.
+func (s *storm) send(now time.Duration, e attempt) {
+	s.sent[e.req] = true
+	ok, pol, lim, ra := s.svc.handle(now)
+	if k := int(now / s.cfg.Bucket); k < len(s.offered) {
+		s.offered[k]++
+		if ok {
+			s.accepted[k]++
+		}
+	}
+	if now >= s.cfg.IncidentStart && now < s.cfg.IncidentEnd {
+		s.inOffered++
+		if ok {
+			s.inAccepted++
+		}
+	}
+	if s.strat == Portero {
+		s.pacer.Observe(sim.Epoch.Add(now), pol, lim)
+		if !ok {
+			s.pacer.Block(sim.Epoch.Add(now), ra)
+		}
+	}
+	switch {
+	case ok:
+		s.sum.Succeeded++
+		return
+	case e.n >= s.cfg.MaxAttempts:
+		s.sum.Failed++
+		return
+	case s.strat == Immediate:
+		s.q.Push(now, attempt{e.req, e.n + 1})
+		return
+	}
+	// Polite: Retry-After (always sent here) or full-jitter backoff,
+	// and (Portero) no wait that cannot end within the budget.
+	wait := ra
+	switch {
+	case wait <= 0:
+		wait = client.FullJitter(client.Backoff(e.n, s.cfg.Base, s.cfg.Cap), s.rng.Float64())
+	case s.strat == Portero:
+		wait += s.jitter(e.req, now, wait)
+	}
+	at := now + wait
+	if s.strat == Portero {
+		at += s.pacer.Delay(sim.Epoch.Add(at))
+	}
+	if at >= s.budget(e.req) {
+		s.sum.Failed++
+		return
+	}
+	s.q.Push(now+wait, attempt{e.req, e.n + 1})
 }
 
 // Series returns the chart's data: one named series per strategy's offered
@@ -343,22 +347,26 @@ func (r StormResult) Lines() []string {
 	return out
 }
 
-// WriteTable writes the result: with format "table" the summary and then one
-// row per bucket, with "csv" only the rows (t_s, then <strategy>_offered and
-// <strategy>_accepted per strategy, then capacity, all per second).
-func (r StormResult) WriteTable(w io.Writer, format string) error {
-	header := []string{"t_s"}
+// Table returns the summary and one row per bucket: t_s, then
+// <strategy>_offered and <strategy>_accepted per strategy, then capacity,
+// all per second.
+func (r StormResult) Table() sim.Table {
+	t := sim.Table{Summary: r.Lines(), Header: []string{"t_s"}}
 	for _, s := range r.Summary {
-		header = append(header, string(s.Strategy)+"_offered", string(s.Strategy)+"_accepted")
+		t.Header = append(t.Header, string(s.Strategy)+"_offered", string(s.Strategy)+"_accepted")
 	}
-	header = append(header, "capacity")
-	rows := make([][]string, len(r.T))
-	for k, t := range r.T {
-		row := []string{num(t)}
+	t.Header = append(t.Header, "capacity")
+	for k, ts := range r.T {
+		row := []string{sim.Number(ts)}
 		for i := range r.Summary {
-			row = append(row, num(r.Offered[i][k]), num(r.Accepted[i][k]))
+			row = append(row, sim.Number(r.Offered[i][k]), sim.Number(r.Accepted[i][k]))
 		}
-		rows[k] = append(row, num(r.Capacity[k]))
+		t.Rows = append(t.Rows, append(row, sim.Number(r.Capacity[k])))
 	}
-	return writeRows(w, format, r.Lines(), header, rows)
+	return t
+}
+
+// Charts draws the offered load over time to path.
+func (r StormResult) Charts(path string) ([]string, error) {
+	return steps(path, "Retry storm: requests reaching the service", "requests per second", r)
 }

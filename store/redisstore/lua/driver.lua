@@ -7,8 +7,9 @@
 --   4 "1" to commit when every hit is allowed, "0" to decide only
 --   5 the TTL floor in ms (0 with the server clock)
 --   then five per hit: algorithm, cost, p1, p2, p3, where p1, p2, p3 are
---   W, L, 0 for the windows and the log, and T, B*T, B for the buckets,
---   GCRA and the queue (all in ns or units, exact integers below 2^53).
+--   W, L, 0 for the windows and the log, T, B*T, B for the buckets and
+--   GCRA, and T, the hit's MaxDelay (0 for none), B for the queue (all in
+--   ns or units, exact integers below 2^53).
 -- Reply: all-allowed flag, then five integers per hit: allowed, remaining,
 -- retry-after ns, reset-after ns, delay ns. A hit that fails (a key of the
 -- wrong type, say) makes the reply an error "ERR portero hit I: MESSAGE".

@@ -1,21 +1,15 @@
-package policy
+package clientip
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
-
-	"github.com/portero-rl/portero/clientip"
 )
 
-// AddrSet is a set of addresses given as prefixes (CIDRs and single
-// addresses, IPv4 and IPv6): the address lists of rules. Each prefix is
-// read as clientip.Canonical reads it, as trusted-proxy lists are: an
-// IPv4-mapped IPv6 prefix (::ffff:192.0.2.0/120) as the IPv4 prefix it
-// maps; an IPv4-mapped client address matches as its IPv4 form, so a list
-// need not give both forms. It is immutable once built and looks an
-// address up in O(log n) however long the list (overlapping prefixes are
-// merged into ranges).
+// AddrSet is a set of addresses given as prefixes: the address lists of
+// both compilers' rules (policy.Match, descriptor.Node). Prefixes and
+// addresses are read as Canonical reads them; the set is immutable and
+// looks an address up in O(log n), overlapping prefixes merged into ranges.
 type AddrSet struct {
 	ranges []addrRange // sorted, disjoint; IPv4 before IPv6
 	n      int         // prefixes given
@@ -31,7 +25,7 @@ func NewAddrSet(prefixes []netip.Prefix) (*AddrSet, error) {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("address %v: not a valid address or prefix", p)
 		}
-		p = clientip.Canonical(p)
+		p = Canonical(p)
 		s.ranges = append(s.ranges, addrRange{p.Addr(), lastAddr(p)})
 	}
 	slices.SortFunc(s.ranges, func(a, b addrRange) int { return a.lo.Compare(b.lo) })

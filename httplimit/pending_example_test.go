@@ -14,12 +14,13 @@ import (
 	"github.com/portero-rl/portero/store/memstore"
 )
 
-// ExampleLimiter_Owe replays logged requests through a rule that counts
-// only failed logins: Decide decides each at its logged instant, Owe keeps
-// what it owes, and Pay settles it with the logged response when that
-// response ended — here the first failure is still in flight when the
-// second arrives, as it was when served, so the second passes too.
-func ExampleLimiter_Owe() {
+// ExampleLimiter_Pending replays logged requests through a rule that counts
+// only failed logins: Decide decides each at its logged instant, Pending
+// keeps what it still has to settle, and Settle settles it with the logged
+// response when that response ended — here the first failure is still in
+// flight when the second arrives, as it was when served, so the second
+// passes too.
+func ExampleLimiter_Pending() {
 	failed, _ := policy.ParseStatuses([]string{"401"})
 	p, err := policy.New([]policy.Rule{{Name: "login-failures", Key: policy.MustParseKey("ip"), Algorithm: portero.SlidingLog,
 		Limit: portero.MustParseLimit("2/min"), Responses: failed}}, policy.Options{})
@@ -38,7 +39,7 @@ func ExampleLimiter_Owe() {
 		status   int
 	}{{0, 2 * time.Second, 401}, {time.Second, 0, 401}, {3 * time.Second, 0, 200}}
 	type inFlight struct {
-		o   httplimit.Owed
+		o   httplimit.Pending
 		end time.Time
 		st  int
 	}
@@ -48,14 +49,14 @@ func ExampleLimiter_Owe() {
 		for len(flying) > 0 && !flying[0].end.After(now) { // the responses that ended by now
 			f := flying[0]
 			flying = flying[1:]
-			l.Pay(context.Background(), &f.o, &policy.Response{Status: f.st}, f.end)
+			l.Settle(context.Background(), &f.o, &policy.Response{Status: f.st}, f.end)
 		}
 		r := httptest.NewRequest("POST", "/login", nil)
 		var d httplimit.Decision
 		l.Decide(r, "", now, &d)
 		fmt.Println(e.at, d.Status)
 		f := &inFlight{end: now.Add(e.took), st: e.status}
-		if l.Owe(&d, now, &f.o) {
+		if l.Pending(&d, now, &f.o) {
 			flying = append(flying, f)
 			slices.SortStableFunc(flying, func(a, b *inFlight) int { return a.end.Compare(b.end) })
 		}

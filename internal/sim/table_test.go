@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// TestWriteRowsJSON: keys in the header's order, numbers as numbers, any
+// TestTableJSON: keys in the header's order, numbers as numbers, any
 // other cell (a name, an empty cell, "01", "1 2") as a string.
-func TestWriteRowsJSON(t *testing.T) {
+func TestTableJSON(t *testing.T) {
 	var b bytes.Buffer
 	rows := [][]string{{"fair", "120", "-0.5e3", ""}, {"random", "01", "1 2", "NaN"}}
-	if err := WriteRows(&b, "json", []string{"policy", "a", "b", "c"}, rows); err != nil {
+	if err := (Table{Header: []string{"policy", "a", "b", "c"}, Rows: rows}).Write(&b, "json"); err != nil {
 		t.Fatal(err)
 	}
 	want := `[
@@ -20,15 +20,15 @@ func TestWriteRowsJSON(t *testing.T) {
 ]
 `
 	if b.String() != want {
-		t.Errorf("WriteRows json =\n%s\nwant\n%s", b.String(), want)
+		t.Errorf("Table.Write json =\n%s\nwant\n%s", b.String(), want)
 	}
 	if !json.Valid(b.Bytes()) {
 		t.Error("not valid JSON")
 	}
-	if err := WriteRows(&b, "json", []string{"a"}, [][]string{{"1", "2"}}); err == nil {
+	if err := (Table{Header: []string{"a"}, Rows: [][]string{{"1", "2"}}}).Write(&b, "json"); err == nil {
 		t.Error("a row longer than the header was written")
 	}
-	if err := WriteRows(&b, "xml", nil, nil); err == nil {
+	if err := (Table{}).Write(&b, "xml"); err == nil {
 		t.Error("an unknown format was accepted")
 	}
 }
