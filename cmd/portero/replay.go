@@ -19,6 +19,7 @@ import (
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/gateway"
+	"github.com/portero-rl/portero/internal/plans"
 	"github.com/portero-rl/portero/internal/replay"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
@@ -242,7 +243,7 @@ func newGatewayDecider(cfg *config.Config) (*gatewayDecider, error) {
 		return nil, err
 	}
 	g := &gatewayDecider{gw: gw, store: st, index: map[string]int{}, headers: cfg.RequestHeaders(), query: cfg.Policy.ReadsQuery(),
-		keyHeader: config.DefaultKeyHeader, settles: cfg.Policy.Settles(), bytes: cfg.Policy.ReadsResponseBytes()}
+		keyHeader: plans.DefaultKeyHeader, settles: cfg.Policy.Settles(), bytes: cfg.Policy.ReadsResponseBytes()}
 	if cfg.Gateway.Keys != nil {
 		g.keyHeader = cfg.Gateway.KeyHeader
 	}

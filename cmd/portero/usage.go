@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/portero-rl/portero/internal/chart"
-	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/config/fileerr"
 )
 
 // usageError marks a mistake in the command line or its input files: the
@@ -91,7 +91,7 @@ func unknownCommand(group *cobra.Command, word string) error {
 		}
 	}
 	msg := fmt.Sprintf("unknown command %q for %q", word, group.CommandPath())
-	if s := config.Suggest(word, names); s != "" {
+	if s := fileerr.Suggest(word, names); s != "" {
 		msg += "; did you mean " + s + "?"
 	} else if len(names) > 0 {
 		msg += " (its commands: " + strings.Join(names, ", ") + ")"
@@ -121,7 +121,7 @@ func flagError(cmd *cobra.Command, err error) error {
 	if unknown.GetSpecifiedShortnames() != "" {
 		return usageErr(err)
 	}
-	if s := config.Suggest(name, names); s != "" {
+	if s := fileerr.Suggest(name, names); s != "" {
 		return usageErr(fmt.Errorf("%w; did you mean --%s?", err, s))
 	}
 	for _, sub := range cmd.Commands() {

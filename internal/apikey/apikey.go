@@ -6,6 +6,8 @@
 // SHA-256 of the key, in hexadecimal (Hash; `portero keys hash`). A lookup
 // hashes the key a request presents, finds its entry by that hash and
 // compares the two in constant time.
+//
+// ReadFile (file.go) streams a keys file of millions of keys, key by key.
 package apikey
 
 import (

@@ -1,16 +1,16 @@
-// Package config reads Portero's YAML configuration file and turns it into
-// the pieces the gateway runs: a policy, the client-IP settings, the store
-// settings, upstreams and routes. It is the only package that imports a
-// YAML library.
+// Package config reads Portero's YAML configuration file into the pieces
+// the gateway runs: a policy, the client-IP settings, the store settings,
+// upstreams and routes, and the API-gateway model (compiled by package
+// plans).
 //
 // Loading never half-succeeds: Parse returns either a complete, validated
 // Config or an Errors value listing every problem found, each once, with
 // the file, line, column and field ("portero.yaml:12:12: rules[2].limit:
-// ..."). The YAML node tree is walked field by field (walk.go), so an
-// unknown field does not hide the other errors and a type error names its
-// field. A Config that loads may carry Warnings: settings that do less
-// than they seem to say, each at its place. The file format is documented
-// field by field in docs/configuration.md.
+// ..."). The YAML node tree is walked field by field (walk.go, on
+// yamlwalk), so an unknown field does not hide the other errors and a type
+// error names its field. A Config that loads may carry Warnings: settings
+// that do less than they seem to say, each at its place. The file format
+// is documented field by field in docs/configuration.md.
 package config
 
 import (
@@ -19,11 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +30,8 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/internal/config/fileerr"
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
+	"github.com/portero-rl/portero/internal/plans"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
@@ -60,7 +59,7 @@ type File struct {
 	Upstreams map[string]Upstream `yaml:"upstreams,omitempty"`
 	Routes    []Route             `yaml:"routes,omitempty"`
 	Rules     []Rule              `yaml:"rules,omitempty"`
-	// The API-gateway model (plans.go): address lists, levels, usage
+	// The API-gateway model (model.go): address lists, levels, usage
 	// plans and API keys, look-back rules, GET /v1/limits.
 	AddressLists   map[string][]string `yaml:"address_lists,omitempty"`
 	Levels         Levels              `yaml:"levels,omitempty"`
@@ -170,7 +169,7 @@ type Rule struct {
 	// CountResponses and Reserve: rules settled after the response.
 	CountResponses []string `yaml:"count_responses,omitempty"`
 	Reserve        int64    `yaml:"reserve,omitempty"`
-	// The rate limiter's neighbours (overload.go).
+	// The overload controls beside the limit (overload.go).
 	Concurrency *Concurrency `yaml:"concurrency,omitempty"`
 	Queue       *Queue       `yaml:"queue,omitempty"`
 	Shape       *Shape       `yaml:"shape,omitempty"`
@@ -238,9 +237,9 @@ type Config struct {
 	// Upstreams by name, and Routes in order.
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
-	// Gateway is the API-gateway model (plans.go): levels, plans, keys,
-	// GET /v1/limits.
-	Gateway GatewayModel
+	// Gateway is the API-gateway model (package plans): levels, plans,
+	// keys, GET /v1/limits.
+	Gateway plans.Model
 }
 
 // UpstreamConfig is a validated upstream.
@@ -275,17 +274,9 @@ const (
 	DefaultDialTimeout       = 5 * time.Second
 )
 
-// FieldError is one problem in a configuration file.
-type FieldError struct {
-	File         string
-	Line, Column int    // 1-based; Column 0 when unknown (YAML syntax errors)
-	Field        string // such as rules[2].limit; empty for syntax errors
-	Msg          string
-}
-
-func (e *FieldError) Error() string {
-	return fileerr.Format(e.File, e.Line, e.Column, e.Field, e.Msg)
-}
+// FieldError is one problem in a configuration file, at its line, column
+// and field.
+type FieldError = fileerr.Error
 
 // Options tune ParseWith and LoadWith. The zero value is what Parse and
 // Load use: what `portero serve` runs.
@@ -298,12 +289,27 @@ type Options struct {
 	AllowUnsetEnv bool
 }
 
-// EnvVar is an environment variable a configuration reads, and where.
-type EnvVar struct {
-	Name         string
+// Place is where a setting is: its file, line, column and field.
+type Place struct {
 	File         string
 	Line, Column int
 	Field        string
+}
+
+func (pl Place) say(msg string) string {
+	return fileerr.Format(pl.File, pl.Line, pl.Column, pl.Field, msg)
+}
+
+// place returns where the field at path is.
+func (p *parser) place(path []any) Place {
+	n := p.node(path...)
+	return Place{File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path)}
+}
+
+// EnvVar is an environment variable a configuration reads, and where.
+type EnvVar struct {
+	Place
+	Name string
 	// Set reports whether it had a value when the file was read.
 	Set bool
 }
@@ -314,29 +320,24 @@ func (e EnvVar) String() string {
 	if !e.Set {
 		state = "unset here"
 	}
-	return fileerr.Format(e.File, e.Line, e.Column, e.Field, fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
+	return e.say(fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
 }
 
 // FileNeed is a file a configuration names that was missing where it was
 // checked (config validate in CI, without the production secrets).
 type FileNeed struct {
-	Path         string
-	File         string
-	Line, Column int
-	Field        string
+	Place
+	Path string
 }
 
 // String describes the need, as `config validate` prints it.
-func (n FileNeed) String() string {
-	return fileerr.Format(n.File, n.Line, n.Column, n.Field, fmt.Sprintf("needs file %s (missing here)", n.Path))
-}
+func (n FileNeed) String() string { return n.say(fmt.Sprintf("needs file %s (missing here)", n.Path)) }
 
 // Warning is a setting that loads but may not do what its writer meant,
 // at its place in the file.
 type Warning struct {
-	File         string
-	Line, Column int
-	Field, Msg   string
+	Place
+	Msg string
 }
 
 // String describes the warning as `FILE:LINE:COLUMN: warning: FIELD: MESSAGE`.
@@ -427,35 +428,14 @@ type parser struct {
 	// zeros holds the number fields written as 0 (the walker's), which
 	// their zero value cannot tell from a field left out.
 	zeros map[string]bool
-	// lists are the address lists, by name (plans.go).
-	lists map[string][]netip.Prefix
+	// lists are the file's address lists (model.go).
+	lists plans.AddressLists
 }
 
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
-
-// yamlErrors turns the YAML library's errors into FieldErrors with lines;
-// one about a tab in p.data is put at the tab, with a hint.
+// yamlErrors turns a YAML syntax error into Errors.
 func (p *parser) yamlErrors(err error) error {
-	var msgs []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	} else {
-		msgs = []string{err.Error()}
-	}
-	var out Errors
-	for _, m := range msgs {
-		fe := &FieldError{File: p.file, Msg: strings.TrimPrefix(m, "yaml: ")}
-		if sm := yamlLine.FindStringSubmatch(m); sm != nil {
-			fe.Line, _ = strconv.Atoi(sm[1])
-			fe.Msg = strings.ReplaceAll(sm[2], "type config.", "")
-			if line, col, hint, ok := fileerr.TabError(p.data, fe.Line, fe.Msg); ok {
-				fe.Line, fe.Column, fe.Msg = line, col, fe.Msg+": "+hint
-			}
-		}
-		out = append(out, fe)
-	}
-	return out
+	line, col, msg := yamlwalk.SyntaxError(p.data, err)
+	return Errors{{File: p.file, Line: line, Column: col, Msg: msg}}
 }
 
 // node finds the YAML node at a path of mapping keys (string) and sequence
@@ -513,8 +493,7 @@ func fieldName(path []any) string {
 
 // warnf notes a warning about the field at path.
 func (p *parser) warnf(path []any, format string, args ...any) {
-	n := p.node(path...)
-	p.warnings = append(p.warnings, Warning{File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path), Msg: fmt.Sprintf(format, args...)})
+	p.warnings = append(p.warnings, Warning{Place: p.place(path), Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) errorf(path []any, format string, args ...any) {
@@ -577,9 +556,32 @@ func (p *parser) duration(s string, def time.Duration, path []any) time.Duration
 	return d
 }
 
+// validate checks f, section by section, into a Config; p.errs says what
+// is wrong.
 func (p *parser) validate(f *File) *Config {
 	c := &Config{Source: p.file, File: *f}
-	// server
+	p.server(f, c)
+	p.admin(f, c)
+	p.store(f, c)
+	p.clientIP(f, c)
+	p.upstreams(f, c)
+	p.addressLists(f)
+	p.routes(f, c)
+	rules, seen, ruleOK := p.rules(f, c)
+	rules = p.gatewayModel(f, c, rules, seen)
+	if ruleOK && len(p.errs) == 0 {
+		pol, err := policy.New(rules, policy.Options{IPv6Prefix: f.ClientIP.IPv6Prefix, IPv4Prefix: f.ClientIP.IPv4Prefix})
+		if err != nil {
+			p.errorf(at("rules"), "%v", err)
+		}
+		c.Policy = pol
+	}
+	return c
+}
+
+// server reads the gateway listener: its address, timeouts, load shedding
+// and TLS.
+func (p *parser) server(f *File, c *Config) {
 	c.Listen = f.Server.Listen
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -593,8 +595,10 @@ func (p *parser) validate(f *File) *Config {
 	c.DrainPeriod = p.duration(f.Server.DrainPeriod, DefaultDrainPeriod, at("server", "drain_period"))
 	p.overload(f, c)
 	c.ServerTLS = p.tls(c, f.Server.TLS, at("server", "tls"))
+}
 
-	// admin
+// admin reads the admin listener: its address, token and TLS.
+func (p *parser) admin(f *File, c *Config) {
 	switch f.Admin.Listen {
 	case "":
 		c.AdminListen = DefaultAdminListen
@@ -610,16 +614,17 @@ func (p *parser) validate(f *File) *Config {
 			p.errorf(path, "give token or token_env, not both")
 		}
 		c.AdminToken = os.Getenv(f.Admin.TokenEnv)
-		n := p.node(path...)
-		c.Env = append(c.Env, EnvVar{Name: f.Admin.TokenEnv, File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(path), Set: c.AdminToken != ""})
+		c.Env = append(c.Env, EnvVar{Place: p.place(path), Name: f.Admin.TokenEnv, Set: c.AdminToken != ""})
 		if c.AdminToken == "" && !p.opts.AllowUnsetEnv {
 			p.errorf(path, "environment variable %s is empty or unset", f.Admin.TokenEnv)
 		}
 	}
 
 	c.AdminTLS = p.tls(c, f.Admin.TLS, at("admin", "tls"))
+}
 
-	// store
+// store reads where counters live and what happens when the store fails.
+func (p *parser) store(f *File, c *Config) {
 	switch f.Store.Type {
 	case "", "memory":
 		c.StoreType = "memory"
@@ -664,8 +669,11 @@ func (p *parser) validate(f *File) *Config {
 		p.errorf(at("store", "max_keys"), "%d: want the most keys per rule, at least 1 (leave max_keys out for the default)", f.Store.MaxKeys)
 	}
 	c.MaxKeys = f.Store.MaxKeys
+}
 
-	// client_ip
+// clientIP reads how the client's address is found, and the identity
+// headers.
+func (p *parser) clientIP(f *File, c *Config) {
 	for i, s := range f.ClientIP.TrustedProxies {
 		pfx, err := clientip.ParsePrefixes([]string{s})
 		if err != nil {
@@ -692,15 +700,12 @@ func (p *parser) validate(f *File) *Config {
 			p.errorf(at("identity", h.name), "%q: not a header name", h.v)
 		}
 	}
+}
 
-	// upstreams
+// upstreams reads the services the gateway forwards to.
+func (p *parser) upstreams(f *File, c *Config) {
 	c.Upstreams = map[string]*UpstreamConfig{}
-	names := make([]string, 0, len(f.Upstreams))
-	for name := range f.Upstreams {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range sortedKeys(f.Upstreams) {
 		u := f.Upstreams[name]
 		path := at("upstreams", name)
 		uc := &UpstreamConfig{Name: name, PreserveHost: u.PreserveHost, MaxIdleConns: u.MaxIdleConns}
@@ -735,10 +740,10 @@ func (p *parser) validate(f *File) *Config {
 		}
 		c.Upstreams[name] = uc
 	}
+}
 
-	p.addressLists(f)
-
-	// routes
+// routes reads which upstream each request goes to.
+func (p *parser) routes(f *File, c *Config) {
 	if len(f.Routes) == 0 {
 		p.errorf(at("routes"), "at least one route is required, such as - upstream: NAME")
 	}
@@ -754,7 +759,7 @@ func (p *parser) validate(f *File) *Config {
 		if r.Upstream == "" {
 			p.errorf(append(path, "upstream"), "required: the name of an upstream")
 		} else if u, ok := c.Upstreams[r.Upstream]; !ok {
-			have := strings.Join(names, ", ")
+			have := strings.Join(sortedKeys(f.Upstreams), ", ")
 			if have == "" {
 				have = "none defined under upstreams"
 			}
@@ -767,102 +772,102 @@ func (p *parser) validate(f *File) *Config {
 		}
 		c.Routes = append(c.Routes, rc)
 	}
+}
 
-	// rules
-	rules := make([]policy.Rule, 0, len(f.Rules))
-	seen := map[string]int{}
-	ruleOK := true
+// rules reads the file's own rules; seen maps each name to its index, and
+// ok is false when one is wrong.
+func (p *parser) rules(f *File, c *Config) (rules []policy.Rule, seen map[string]int, ok bool) {
+	seen, ok = map[string]int{}, true
 	for i, r := range f.Rules {
-		path := at("rules", i)
-		pr := policy.Rule{Name: r.Name}
-		ok := true
-		bad := func(field []any, format string, args ...any) {
-			p.errorf(field, format, args...)
-			ok = false
+		pr, counts, rok := p.rule(c, r, at("rules", i), i, seen)
+		if counts {
+			rules = append(rules, pr)
 		}
-		if err := policy.ValidName(r.Name); err != nil {
-			bad(append(path, "name"), "%v", strings.TrimPrefix(err.Error(), "name: "))
-		} else if j, dup := seen[r.Name]; dup {
-			bad(append(path, "name"), "%q: already used by rules[%d]", r.Name, j)
-		} else {
-			seen[r.Name] = i
-		}
-		before := p.problems
-		pr.Match = p.match(r.Match, append(path, "match"))
-		ok = ok && p.problems == before // reported once, not again below
-		kind, nok := p.neighbours(c, r, &pr, path)
-		ok = ok && nok
-		if kind == priorityOnly {
-			ruleOK = ruleOK && ok
-			continue // it gives requests a class; nothing to count
-		}
-		if r.Key == "" {
-			bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
-		} else if k, err := policy.ParseKey(r.Key); err != nil {
-			bad(append(path, "key"), "%v", err)
-		} else {
-			pr.Key = k
-		}
-		if r.Algorithm != "" && kind != concurrency {
-			a, err := portero.ParseAlgorithm(r.Algorithm)
-			if err != nil {
-				bad(append(path, "algorithm"), "%v", err)
-			}
-			pr.Algorithm = a
-		}
-		if kind == concurrency {
-			// Its limit is the concurrency section (neighbours).
-		} else if r.Limit == "" {
-			bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
-		} else if l, err := portero.ParseLimit(r.Limit); err != nil {
-			bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
-		} else {
-			pr.Limit = l
-		}
-		if kind == concurrency {
-			// A cost is reported by neighbours: one slot per request.
-		} else if cost, err := policy.ParseCost(r.Cost); err != nil {
-			bad(append(path, "cost"), "%v", err)
-		} else {
-			pr.Cost = cost
-		}
-		switch r.Mode {
-		case "", "enforce":
-			pr.Mode = policy.Enforce
-		case "shadow":
-			pr.Mode = policy.Shadow
-		default:
-			bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
-		}
-		if p.zero(append(path, "reserve")) {
-			bad(append(path, "reserve"), "0: want the units counted at the decision, at least 1 (leave reserve out for 1)")
-		}
-		if set, err := policy.ParseStatuses(r.CountResponses); err != nil {
-			bad(append(path, "count_responses"), "%v", err)
-		} else {
-			pr.Responses, pr.Reserve = set, r.Reserve
-		}
-		if ok {
-			// What only the combination can tell (a cost larger than the
-			// limit could ever admit, an algorithm's own bounds).
-			if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
-				_, msg, _ := strings.Cut(err.Error(), "): ")
-				bad(path, "%s", msg)
-			}
-			p.shapeHolds(r, pr.Limit, path)
-		}
-		ruleOK = ruleOK && ok
-		rules = append(rules, pr)
+		ok = ok && rok
 	}
-	rules = p.gatewayModel(f, c, rules, seen)
-	if ruleOK && len(p.errs) == 0 {
-		pol, err := policy.New(rules, policy.Options{IPv6Prefix: f.ClientIP.IPv6Prefix, IPv4Prefix: f.ClientIP.IPv4Prefix})
+	return rules, seen, ok
+}
+
+// rule reads rules[i], whose name seen notes; counts is false for a rule
+// that only gives requests a priority, ok false when it is wrong.
+func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int) (pr policy.Rule, counts, ok bool) {
+	pr = policy.Rule{Name: r.Name}
+	ok = true
+	bad := func(field []any, format string, args ...any) {
+		p.errorf(field, format, args...)
+		ok = false
+	}
+	if err := policy.ValidName(r.Name); err != nil {
+		bad(append(path, "name"), "%v", strings.TrimPrefix(err.Error(), "name: "))
+	} else if j, dup := seen[r.Name]; dup {
+		bad(append(path, "name"), "%q: already used by rules[%d]", r.Name, j)
+	} else {
+		seen[r.Name] = i
+	}
+	before := p.problems
+	pr.Match = p.match(r.Match, append(path, "match"))
+	ok = ok && p.problems == before // reported once, not again below
+	kind, nok := p.overloadSections(c, r, &pr, path)
+	ok = ok && nok
+	if kind == priorityOnly {
+		return pr, false, ok // it gives requests a class; nothing to count
+	}
+	if r.Key == "" {
+		bad(append(path, "key"), "required, such as ip, header:X-API-Key, user, tenant+user or global")
+	} else if k, err := policy.ParseKey(r.Key); err != nil {
+		bad(append(path, "key"), "%v", err)
+	} else {
+		pr.Key = k
+	}
+	if r.Algorithm != "" && kind != concurrency {
+		a, err := portero.ParseAlgorithm(r.Algorithm)
 		if err != nil {
-			p.errorf(at("rules"), "%v", err)
+			bad(append(path, "algorithm"), "%v", err)
 		}
-		c.Policy = pol
+		pr.Algorithm = a
 	}
-	return c
+	if kind == concurrency {
+		// Its limit is the concurrency section (overloadSections).
+	} else if r.Limit == "" {
+		bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
+	} else if l, err := portero.ParseLimit(r.Limit); err != nil {
+		bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
+	} else {
+		pr.Limit = l
+	}
+	if kind == concurrency {
+		// A cost is reported by overloadSections: one slot per request.
+	} else if cost, err := policy.ParseCost(r.Cost); err != nil {
+		bad(append(path, "cost"), "%v", err)
+	} else {
+		pr.Cost = cost
+	}
+	switch r.Mode {
+	case "", "enforce":
+		pr.Mode = policy.Enforce
+	case "shadow":
+		pr.Mode = policy.Shadow
+	default:
+		bad(append(path, "mode"), "%q: want enforce or shadow", r.Mode)
+	}
+	if p.zero(append(path, "reserve")) {
+		bad(append(path, "reserve"), "0: want the units counted at the decision, at least 1 (leave reserve out for 1)")
+	}
+	if set, err := policy.ParseStatuses(r.CountResponses); err != nil {
+		bad(append(path, "count_responses"), "%v", err)
+	} else {
+		pr.Responses, pr.Reserve = set, r.Reserve
+	}
+	if ok {
+		// What only the combination can tell (a cost larger than the
+		// limit could ever admit, an algorithm's own bounds).
+		if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
+			_, msg, _ := strings.Cut(err.Error(), "): ")
+			bad(path, "%s", msg)
+		}
+		p.shapeHolds(r, pr.Limit, path)
+	}
+	return pr, true, ok
 }
 
 // limitMessage drops the repetition of the input from ParseLimit's error.
@@ -910,13 +915,17 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 		return f
 	}
 	fieldPath := func(field string) []any { return append(append([]any{}, path...), field) }
-	if err := f.Validate(); err != nil {
+	// An error about one file is put at its field.
+	tlsErr := func(err error) {
 		var fe *tlsreload.FileError
 		if errors.As(err, &fe) {
 			p.errorf(fieldPath(fe.Field), "%v", err)
 		} else {
 			p.errorf(path, "%v", err)
 		}
+	}
+	if err := f.Validate(); err != nil {
+		tlsErr(err)
 		return f
 	}
 	if p.opts.AllowUnsetEnv {
@@ -928,8 +937,7 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 				continue
 			}
 			if _, err := os.Stat(pf[1]); errors.Is(err, fs.ErrNotExist) {
-				n := p.node(fieldPath(pf[0])...)
-				c.Files = append(c.Files, FileNeed{Path: pf[1], File: p.file, Line: n.Line, Column: n.Column, Field: fieldName(fieldPath(pf[0]))})
+				c.Files = append(c.Files, FileNeed{Place: p.place(fieldPath(pf[0])), Path: pf[1]})
 				present = false
 			}
 		}
@@ -938,12 +946,7 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 		}
 	}
 	if _, err := tlsreload.Load(f); err != nil {
-		var fe *tlsreload.FileError
-		if errors.As(err, &fe) {
-			p.errorf(fieldPath(fe.Field), "%v", err)
-		} else {
-			p.errorf(path, "%v", err)
-		}
+		tlsErr(err)
 	}
 	return f
 }

@@ -18,9 +18,9 @@ import (
 // minute") with four logins inside one minute, in every timing that matters
 // (the first three at the end of a window and the fourth early in the next,
 // the sliding counter's blind spot, at several offsets from the clock's
-// minute) and in 2,000 random ones: the fourth is refused every time. With
-// the sliding counter the default used to have, three logins at 0:59.9 and
-// one at 1:15 are 4 in 15 s and all pass.
+// minute) and in 2,000 random ones: the fourth is refused every time. A
+// sliding counter would let three logins at 0:59.9 and one at 1:15, 4 in
+// 15 s, all pass.
 func TestDefaultLoginExact(t *testing.T) {
 	c, err := config.LoadDefault()
 	if err != nil {

@@ -33,17 +33,8 @@ func (c *Config) RequestHeaders() []string {
 	for _, name := range c.Policy.RequestHeaders() {
 		add(name)
 	}
-	for _, r := range f.Routes {
-		for _, name := range sortedKeys(r.Match.Headers) {
-			add(name)
-		}
-	}
-	for _, pn := range sortedKeys(f.Plans) {
-		for _, m := range f.Plans[pn].Routes {
-			for _, name := range sortedKeys(m.Headers) {
-				add(name)
-			}
-		}
+	for _, name := range c.routeHeaders() {
+		add(name)
 	}
 	if c.Gateway.Keys != nil {
 		add(c.Gateway.KeyHeader)
@@ -69,19 +60,7 @@ func (c *Config) RequestHeaders() []string {
 func (c *Config) HashedHeaders() []string {
 	valued := map[string]bool{}
 	f := &c.File
-	for _, r := range f.Routes {
-		for name := range r.Match.Headers {
-			valued[http.CanonicalHeaderKey(name)] = true
-		}
-	}
-	for _, pl := range f.Plans {
-		for _, m := range pl.Routes {
-			for name := range m.Headers {
-				valued[http.CanonicalHeaderKey(name)] = true
-			}
-		}
-	}
-	for _, h := range []string{f.Identity.UserHeader, f.Identity.TenantHeader, c.ClientIP.Header, "X-Forwarded-For"} {
+	for _, h := range append(c.routeHeaders(), f.Identity.UserHeader, f.Identity.TenantHeader, c.ClientIP.Header, "X-Forwarded-For") {
 		if h = strings.TrimSpace(h); h != "" {
 			valued[http.CanonicalHeaderKey(h)] = true
 		}
@@ -90,6 +69,21 @@ func (c *Config) HashedHeaders() []string {
 	for _, name := range c.Policy.KeyOnlyHeaders() {
 		if !valued[name] {
 			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// routeHeaders returns the headers the routes' and the plans' routes'
+// matches read, in file order.
+func (c *Config) routeHeaders() []string {
+	var out []string
+	for _, r := range c.File.Routes {
+		out = append(out, sortedKeys(r.Match.Headers)...)
+	}
+	for _, pn := range sortedKeys(c.File.Plans) {
+		for _, m := range c.File.Plans[pn].Routes {
+			out = append(out, sortedKeys(m.Headers)...)
 		}
 	}
 	return out

@@ -9,12 +9,10 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// The rate limiter's neighbours in the YAML (docs/overload.md,
-// docs/configuration.md): per rule a concurrency limit (with a queue to
-// wait for its slots), a priority for load shedding, and a shape for a
-// leaky-queue rule; for the whole service the overload section, an
-// overload.Gate. Parsed here, beside the rest of the file, with the same
-// file:line:field errors.
+// The overload controls beside the rate limits (docs/overload.md): per rule
+// a concurrency limit (with a queue to wait for its slots), a priority for
+// load shedding, and a shape for a leaky-queue rule; for the whole service
+// the overload section, an overload.Gate.
 
 // Concurrency is a rule's concurrency limit: at most Max requests in
 // flight per key, each holding a lease of TTL (renewed while it runs).
@@ -83,21 +81,21 @@ type PriorityRule struct {
 type ruleKind int
 
 const (
-	rateRule     ruleKind = iota // a limit
+	rateLimited  ruleKind = iota // a limit
 	concurrency                  // a concurrency section instead of a limit
 	priorityOnly                 // only a priority: no key, nothing counted
 )
 
-// neighbours reads rule r's concurrency, queue, shape and priority into pr
-// and c, reports what is wrong with them, and says what kind of rule r is
-// and whether its sections are sound.
-func (p *parser) neighbours(c *Config, r Rule, pr *policy.Rule, path []any) (kind ruleKind, ok bool) {
+// overloadSections reads rule r's concurrency, queue, shape and priority
+// into pr and c, reports what is wrong with them, and says what kind of
+// rule r is and whether its sections are sound.
+func (p *parser) overloadSections(c *Config, r Rule, pr *policy.Rule, path []any) (kind ruleKind, ok bool) {
 	ok = true
 	bad := func(field []any, format string, args ...any) {
 		p.errorf(field, format, args...)
 		ok = false
 	}
-	kind = rateRule
+	kind = rateLimited
 	switch {
 	case r.Concurrency != nil:
 		kind = concurrency

@@ -13,15 +13,15 @@ import (
 	"github.com/portero-rl/portero/overload"
 )
 
-const neighbourBase = `upstreams: {d: {type: demo}}
+const overloadBase = `upstreams: {d: {type: demo}}
 routes: [{upstream: d}]
 `
 
-// Every neighbour in one file: per rule a concurrency limit with its queue,
+// Every overload control in one file: per rule a concurrency limit with its queue,
 // a shape, priorities (one rule with only a priority); for the service the
 // overload section.
 func TestNeighboursConfig(t *testing.T) {
-	src := neighbourBase + `identity: {tenant_header: X-Tenant}
+	src := overloadBase + `identity: {tenant_header: X-Tenant}
 rules:
   - name: checkout
     match: {methods: [POST], path: /checkout}
@@ -88,19 +88,19 @@ overload:
 // server.max_in_flight is overload.max_in_flight alone: the one in-flight
 // cap is the Gate.
 func TestMaxInFlightIsAGate(t *testing.T) {
-	c, err := config.Parse("m.yaml", []byte("server: {max_in_flight: 7}\n"+neighbourBase))
+	c, err := config.Parse("m.yaml", []byte("server: {max_in_flight: 7}\n"+overloadBase))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Overload == nil || c.Overload.Gate != (overload.Config{MaxInFlight: 7}) {
 		t.Errorf("Overload = %+v, want a Gate of 7 and nothing else", c.Overload)
 	}
-	if c, err := config.Parse("m.yaml", []byte(neighbourBase)); err != nil || c.Overload != nil {
+	if c, err := config.Parse("m.yaml", []byte(overloadBase)); err != nil || c.Overload != nil {
 		t.Errorf("without either: %+v, %v; want no Gate", c.Overload, err)
 	}
 }
 
-// Every error of the neighbours' sections at once, each with its line,
+// Every error of the overload sections at once, each with its line,
 // column and field.
 func TestNeighboursErrorsAtOnce(t *testing.T) {
 	src := `server: {max_in_flight: 5}
@@ -201,7 +201,7 @@ func TestNeighboursErrors(t *testing.T) {
 		{"limit or concurrency", "rules: [{name: a, key: ip}]\n",
 			`x.yaml:3:9: rules[0].limit: required, such as 100/min or 10/s burst 20 (or a concurrency section)`},
 	} {
-		_, err := config.Parse("x.yaml", []byte(neighbourBase+tc.src))
+		_, err := config.Parse("x.yaml", []byte(overloadBase+tc.src))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: Parse = %v\nwant one error starting %q", tc.name, err, tc.want)
 		}
@@ -232,7 +232,7 @@ func TestOverloadDocYAML(t *testing.T) {
 			src, _, _ := strings.Cut(blk, "```")
 			full := src
 			if !strings.Contains(src, "routes:") {
-				full += neighbourBase
+				full += overloadBase
 			}
 			c, err := config.ParseWith(fmt.Sprintf("%s block %d", doc, i), []byte(full), config.Options{AllowUnsetEnv: true})
 			if err != nil {

@@ -1,33 +1,27 @@
 package config
 
 import (
-	"fmt"
 	"reflect"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/portero-rl/portero/internal/config/fileerr"
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
 )
 
-// The YAML tree is walked here, field by field, instead of being handed to
-// the decoder's strict mode: the decoder stops at the first unknown field
+// The YAML tree is decoded here, field by field, instead of by the
+// decoder's strict mode: the decoder stops at the first unknown field
 // (hiding every other problem), and its type errors name neither the field
 // nor the column. The walker reports every problem with the node's line,
-// column and field path, sets what it can, and goes on.
-
-// maxNodes bounds the nodes one file may expand to through YAML aliases
-// (each alias is walked as a copy of its anchor, so a few lines can stand
-// for billions of nodes).
-const maxNodes = 1_000_000
+// column and field path, sets what it can, and goes on. Its mappings are
+// read by yamlwalk's Portero rules.
 
 type walker struct {
-	p      *parser
-	nodes  int
-	bombed bool
+	p *parser
+	yamlwalk.Walker
 }
 
 // walk decodes the document root into f, reporting problems to p.
@@ -48,29 +42,17 @@ func (p *parser) walk(root *yaml.Node, f *File) {
 
 // typeErr reports that n cannot be the value at path.
 func (w *walker) typeErr(n *yaml.Node, path []any, want string) {
-	w.p.nodeErr(n, path, true, "want %s, found %s", want, describe(n))
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "something else"
+	w.p.nodeErr(n, path, true, "want %s, found %s", want, yamlwalk.Describe(n))
 }
 
 func (w *walker) value(n *yaml.Node, v reflect.Value, path []any) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+	at := n
+	n, err := w.Resolve(n)
+	if err != nil {
+		w.p.nodeErr(at, path, true, "%v", err)
+		w.p.walked[""] = true // what validation would add is the walk cut short
 	}
-	if !w.count(n, path) {
-		return
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+	if n == nil || yamlwalk.IsNull(n) {
 		return // "server:" with nothing under it: the defaults
 	}
 	switch v.Kind() {
@@ -107,20 +89,6 @@ func (w *walker) value(n *yaml.Node, v reflect.Value, path []any) {
 	default:
 		w.scalar(n, v, path)
 	}
-}
-
-// count counts one more node walked, and reports false (once, with an
-// error) past maxNodes.
-func (w *walker) count(n *yaml.Node, path []any) bool {
-	if w.nodes++; w.nodes <= maxNodes {
-		return true
-	}
-	if !w.bombed {
-		w.bombed = true
-		w.p.nodeErr(n, path, true, "more than %d values once YAML aliases are expanded: is an alias repeated too often?", maxNodes)
-		w.p.walked[""] = true // what validation would add is the walk cut short
-	}
-	return false
 }
 
 // wants names what a scalar field of each kind takes, for type errors.
@@ -173,55 +141,23 @@ func (w *walker) zero(path []any) {
 	w.p.zeros[fieldName(path)] = true
 }
 
-// pairs calls f for every key of mapping n, in order, after the keys merged
-// in with "<<" (which the mapping's own keys override); it reports keys
-// that are not scalars and keys given twice.
+// pairs calls f for every key of mapping n (yamlwalk's Portero rules),
+// after reporting the problems of its keys.
 func (w *walker) pairs(n *yaml.Node, path []any, f func(k string, kn, vn *yaml.Node)) {
-	if w.bombed {
+	pairs, problems := w.Pairs(n, yamlwalk.Portero)
+	for _, pr := range problems {
+		at := path
+		if pr.Key != "" {
+			at = append(path[:len(path):len(path)], pr.Key)
+		}
+		w.p.nodeErr(pr.Node, at, true, "%s", pr.Msg)
+	}
+	if w.Exceeded() {
+		w.p.walked[""] = true
 		return
 	}
-	seen := map[string]*yaml.Node{}
-	var own [][2]*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		kn, vn := n.Content[i], n.Content[i+1]
-		if kn.Kind == yaml.ScalarNode && kn.Tag == "!!merge" {
-			w.merge(vn, path, f)
-			continue
-		}
-		own = append(own, [2]*yaml.Node{kn, vn})
-	}
-	for _, kv := range own {
-		kn, vn := kv[0], kv[1]
-		if kn.Kind != yaml.ScalarNode {
-			w.p.nodeErr(kn, path, true, "a key must be a name, found %s", describe(kn))
-			continue
-		}
-		if first, dup := seen[kn.Value]; dup {
-			w.p.nodeErr(kn, append(path[:len(path):len(path)], kn.Value), true, "given twice (first at line %d)", first.Line)
-			continue
-		}
-		seen[kn.Value] = kn
-		f(kn.Value, kn, vn)
-	}
-}
-
-// merge applies the mapping (or list of mappings) of a "<<" key.
-func (w *walker) merge(vn *yaml.Node, path []any, f func(k string, kn, vn *yaml.Node)) {
-	if vn.Kind == yaml.AliasNode && vn.Alias != nil {
-		vn = vn.Alias
-	}
-	if !w.count(vn, path) {
-		return
-	}
-	switch vn.Kind {
-	case yaml.MappingNode:
-		w.pairs(vn, path, f)
-	case yaml.SequenceNode:
-		for _, m := range vn.Content {
-			w.merge(m, path, f)
-		}
-	default:
-		w.typeErr(vn, path, "a mapping to merge with <<")
+	for _, kv := range pairs {
+		f(kv.Key, kv.KeyNode, kv.Value)
 	}
 }
 
@@ -238,15 +174,11 @@ func (w *walker) structure(n *yaml.Node, v reflect.Value, path []any) {
 	w.pairs(n, path, func(k string, kn, vn *yaml.Node) {
 		i, ok := fields.index[k]
 		if !ok {
-			msg := "unknown field"
-			if s := suggest(k, fields.names); s != "" {
-				msg += "; did you mean " + s + "?"
+			if s := fileerr.Suggest(k, fields.names); s != "" {
 				// What validation would say of the missing s is this typo.
 				w.p.walked[fieldName(append(path[:len(path):len(path)], s))] = true
-			} else {
-				msg += " (known here: " + strings.Join(fields.names, ", ") + ")"
 			}
-			w.p.nodeErr(kn, append(path[:len(path):len(path)], k), true, "%s", msg)
+			w.p.nodeErr(kn, append(path[:len(path):len(path)], k), true, "%s", fileerr.Unknown(k, fields.names))
 			return
 		}
 		w.value(vn, v.Field(i), append(path[:len(path):len(path)], k))
@@ -276,23 +208,6 @@ func fieldsOf(t reflect.Type) *structFields {
 	}
 	fieldCache.Store(t, f)
 	return f
-}
-
-// suggest returns the known name closest to k by edit distance
-// (github.com/agnivade/levenshtein: a small, maintained implementation, so
-// that the config reader does not carry its own), when it is close enough
-// to be a misspelling: at most a third of the longer name, and at least
-// two edits allowed (a swap of two letters, "kye" for key, is two). Ties go
-// to the first in field order.
-func suggest(k string, names []string) string {
-	best, bestD := "", 0
-	for _, n := range names {
-		d := levenshtein.ComputeDistance(k, n)
-		if limit := max(2, max(len(k), len(n))/3); d <= limit && (best == "" || d < bestD) {
-			best, bestD = n, d
-		}
-	}
-	return best
 }
 
 // sortErrors puts errors in file order and drops exact repeats (one

@@ -13,8 +13,8 @@ import (
 	"github.com/portero-rl/portero/engine/header"
 	"github.com/portero-rl/portero/httplimit"
 	"github.com/portero-rl/portero/internal/apikey"
-	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/httpanswer"
+	"github.com/portero-rl/portero/internal/plans"
 	"github.com/portero-rl/portero/internal/quote"
 	"github.com/portero-rl/portero/policy"
 )
@@ -68,7 +68,7 @@ func (t *table) caller(r *http.Request) (out *http.Request, ref refusal, limits 
 		if !ok {
 			return r, refusal{http.StatusForbidden, "unknown API key in the " + gm.KeyHeader + " header"}, false
 		}
-		r = r.WithContext(httplimit.WithIdentities(r.Context(), map[string]string{config.IdentityAPIKey: k.ID, config.IdentityPlan: k.Plan}))
+		r = r.WithContext(httplimit.WithIdentities(r.Context(), map[string]string{plans.IdentityAPIKey: k.ID, plans.IdentityPlan: k.Plan}))
 	}
 	method, path := r.Method, r.URL.Path
 	limits = gm.LimitsPath != "" && path == gm.LimitsPath
@@ -79,7 +79,7 @@ func (t *table) caller(r *http.Request) (out *http.Request, ref refusal, limits 
 		}
 	}
 	if gm.Keys != nil {
-		plan := httplimit.Identity(r.Context())[config.IdentityPlan]
+		plan := httplimit.Identity(r.Context())[plans.IdentityPlan]
 		if pc := gm.Plans[plan]; pc != nil && !pc.Covers(&policy.Request{Method: method, Host: r.Host, Path: path, Header: r.Header}) {
 			return r, refusal{http.StatusForbidden, "usage plan " + plan + " does not cover " + quote.Cut(method) + " " + quote.Cut(path)}, false
 		}
@@ -198,7 +198,7 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 		return
 	}
 	id := httplimit.Identity(r.Context())
-	ans := LimitsAnswer{Client: LimitsClient{APIKey: id[config.IdentityAPIKey], Plan: id[config.IdentityPlan]}, Limits: []LimitView{}}
+	ans := LimitsAnswer{Client: LimitsClient{APIKey: id[plans.IdentityAPIKey], Plan: id[plans.IdentityPlan]}, Limits: []LimitView{}}
 	if ip := t.cfg.ClientIP.Resolve(r); ip.IsValid() {
 		ans.Client.IP = ip.String()
 	}
@@ -222,7 +222,7 @@ func (g *Gateway) limits(w http.ResponseWriter, r *http.Request, t *table) {
 }
 
 // view is the LimitView of the look res at rule pr, for a caller in plan.
-func view(res *engine.Result, pr *policy.Rule, gm *config.GatewayModel, plan string) LimitView {
+func view(res *engine.Result, pr *policy.Rule, gm *plans.Model, plan string) LimitView {
 	d := res.Decision
 	lv := LimitView{
 		Name: pr.Name, Level: cmp.Or(gm.Levels[pr.Name], "rule"), AppliesTo: pr.Match.String(), Shared: !pr.Key.PerClient(),

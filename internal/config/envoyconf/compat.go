@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
 )
 
 // What Options.Envoyproxy reads as envoyproxy/ratelimit does: its parser is
@@ -31,35 +33,38 @@ var bool11 = map[string]bool{
 
 func quoted(v *yaml.Node) bool { return v.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 }
 
-// checkKeys reports, as envoyproxy/ratelimit's validateYamlKeys does, a key
-// that is not a string or not one it knows, a list of something other than
-// mappings, and a value that is neither a string, a whole number, a
-// boolean nor nothing (a float, say); metadata and Portero's extension are
-// not looked into.
+// checkKeys reports, as envoyproxy/ratelimit's validateYamlKeys does on
+// the file decoded into a map (yamlwalk.YAMLv2Map), a key that is not a
+// string or not one it knows, a list of something other than mappings, and
+// a value that is neither a string, a whole number, a boolean nor nothing
+// (a float, say); metadata and Portero's extension are not looked into.
 func (p *parser) checkKeys(n *yaml.Node, field string, depth int) {
-	n = deref(n)
 	if depth > 4*maxDepth {
 		p.errorf(n, field, "nested deeper than %d levels", 4*maxDepth)
 		return
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		kn, v := n.Content[i], deref(n.Content[i+1])
-		if kn.Kind != yaml.ScalarNode || kn.Tag != "!!str" {
-			p.errorf(kn, field, "config error, key is not of type string: %s", kn.Value)
-			continue
+	p.pairs(n, field, yamlwalk.YAMLv2Map, func(k string, kn, v *yaml.Node) {
+		if kn.Tag != "!!str" {
+			p.errorf(kn, field, "config error, key is not of type string: %s", k)
+			return
 		}
-		f := join(field, kn.Value)
-		if !envoyproxyKeys[kn.Value] {
-			p.errorf(kn, f, "config error, unknown key %q", kn.Value)
-			continue
+		f := join(field, k)
+		if !envoyproxyKeys[k] {
+			p.errorf(kn, f, "config error, unknown key %q", k)
+			return
 		}
-		if kn.Value == "metadata" || kn.Value == "portero" {
-			continue
+		if k == "metadata" || k == "portero" {
+			return
+		}
+		if v = p.resolve(v, f); v == nil {
+			return
 		}
 		switch v.Kind {
 		case yaml.SequenceNode:
 			for j, e := range v.Content {
-				e = deref(e)
+				if e = p.resolve(e, f); e == nil {
+					return
+				}
 				if e.Kind != yaml.MappingNode {
 					p.errorf(e, f, "config error, yaml file contains list of type other than map: %s", e.Value)
 					continue
@@ -75,21 +80,21 @@ func (p *parser) checkKeys(n *yaml.Node, field string, depth int) {
 				p.errorf(v, f, "error checking config: %s is not a string, a whole number or a boolean", v.Value)
 			}
 		}
-	}
+	})
 }
 
 // boolean11 reads a boolean as yaml.v2 decodes one into a bool: a plain
 // YAML 1.1 boolean word, or nothing (false); a quoted one is an error.
 func (p *parser) boolean11(v *yaml.Node, field string) bool {
 	if v.Kind == yaml.ScalarNode {
-		if v.Tag == "!!null" {
+		if yamlwalk.IsNull(v) {
 			return false
 		}
 		if b, ok := bool11[v.Value]; ok && !quoted(v) {
 			return b
 		}
 	}
-	p.errorf(v, field, "cannot unmarshal %s into bool", kindName(v))
+	p.errorf(v, field, "cannot unmarshal %s into bool", yamlwalk.Describe(v))
 	return false
 }
 
@@ -98,7 +103,7 @@ func (p *parser) boolean11(v *yaml.Node, field string) bool {
 // '_' between digits) in range, or nothing (0); a quoted one is an error.
 func (p *parser) uint11(v *yaml.Node, field string, max uint64) uint64 {
 	if v.Kind == yaml.ScalarNode {
-		if v.Tag == "!!null" {
+		if yamlwalk.IsNull(v) {
 			return 0
 		}
 		if !quoted(v) {
@@ -111,7 +116,7 @@ func (p *parser) uint11(v *yaml.Node, field string, max uint64) uint64 {
 			}
 		}
 	}
-	p.errorf(v, field, "cannot unmarshal %s into a whole number from 0 to %d", kindName(v), max)
+	p.errorf(v, field, "cannot unmarshal %s into a whole number from 0 to %d", yamlwalk.Describe(v), max)
 	return 0
 }
 
@@ -119,11 +124,11 @@ func (p *parser) uint11(v *yaml.Node, field string, max uint64) uint64 {
 // of values as envoyproxy/ratelimit turns it into a protobuf Struct (keys
 // as text, numbers as float64, YAML 1.1 booleans and nulls).
 func (p *parser) metadata(v *yaml.Node, field string) map[string]any {
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+	if yamlwalk.IsNull(v) {
 		return nil
 	}
 	if v.Kind != yaml.MappingNode {
-		p.errorf(v, field, "want a mapping, found %s", kindName(v))
+		p.errorf(v, field, "want a mapping, found %s", yamlwalk.Describe(v))
 		return nil
 	}
 	m, _ := p.jsonValue(v, field, 0).(map[string]any)
@@ -134,23 +139,25 @@ func (p *parser) metadata(v *yaml.Node, field string) map[string]any {
 }
 
 func (p *parser) jsonValue(v *yaml.Node, field string, depth int) any {
-	v = deref(v)
+	if v = p.resolve(v, field); v == nil {
+		return nil
+	}
 	if depth > 4*maxDepth {
 		p.errorf(v, field, "nested deeper than %d levels", 4*maxDepth)
 		return nil
 	}
 	switch v.Kind {
 	case yaml.MappingNode:
-		m := make(map[string]any, len(v.Content)/2)
-		for i := 0; i+1 < len(v.Content); i += 2 {
-			k := v.Content[i].Value
-			if _, dup := m[k]; dup && !p.compat {
-				p.errorf(v.Content[i], join(field, k), "given twice")
-				continue
-			}
-			// Under Envoyproxy the last, as yaml.v2 keeps it.
-			m[k] = p.jsonValue(v.Content[i+1], join(field, k), depth+1)
+		// Under Envoyproxy yaml.v2 decodes metadata into a map of
+		// interface values: a key given twice is its last value.
+		rules := yamlwalk.Portero
+		if p.compat {
+			rules = yamlwalk.YAMLv2Map
 		}
+		m := make(map[string]any, len(v.Content)/2)
+		p.pairs(v, field, rules, func(k string, _, e *yaml.Node) {
+			m[k] = p.jsonValue(e, join(field, k), depth+1)
+		})
 		return m
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(v.Content))
@@ -180,6 +187,6 @@ func (p *parser) jsonValue(v *yaml.Node, field string, depth int) any {
 		}
 		return v.Value
 	}
-	p.errorf(v, field, "want a value, found %s", kindName(v))
+	p.errorf(v, field, "want a value, found %s", yamlwalk.Describe(v))
 	return nil
 }

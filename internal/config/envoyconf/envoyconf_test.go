@@ -216,6 +216,8 @@ func TestParseErrors(t *testing.T) {
 		{"no domain", "descriptors: []\n", "x.yaml:1:1: domain: missing or empty domain"},
 		{"unknown top", "domain: d\nfoo: 1\n", "x.yaml:2:1: foo: unknown field"},
 		{"unknown nested", "domain: d\ndescriptors:\n  - key: k\n    valeu: v\n", "x.yaml:4:5: descriptors[0].valeu: unknown field"},
+		{"did you mean", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, request_per_unit: 1}\n", "x.yaml:4:32: descriptors[0].rate_limit.request_per_unit: unknown field; did you mean requests_per_unit?"},
+		{"known here", "domainn: d\nfoo: 1\n", "x.yaml:2:1: foo: unknown field (known here: domain, descriptors, portero)"},
 		{"empty key", "domain: d\ndescriptors:\n  - key: ''\n", "x.yaml:3:10: descriptors[0].key: empty key"},
 		{"missing key", "domain: d\ndescriptors:\n  - value: v\n", "x.yaml:3:5: descriptors[0].key: missing key"},
 		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", `x.yaml:4:24: descriptors[0].rate_limit.unit: invalid unit "fortnight"`},

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/portero-rl/portero/descriptor"
 )
 
 // TestEnvoyproxyConfigTests is the port of envoyproxy/ratelimit's config
@@ -55,6 +57,7 @@ func TestEnvoyproxyConfigTests(t *testing.T) {
 		{"domain_only", false, true, true},
 		{"duplicate_key_only", false, false, false},
 		{"duplicate_mapping_key", false, true, false},
+		{"duplicate_rate_limit", false, true, false},
 		{"duplicate_wildcard", false, false, false},
 		{"empty_descriptors", false, true, true},
 		{"empty_file", false, false, false},
@@ -66,6 +69,7 @@ func TestEnvoyproxyConfigTests(t *testing.T) {
 		{"hex_requests_per_unit", false, true, false},
 		{"key_value_collision", false, false, true},
 		{"max_requests_per_unit", false, true, false},
+		{"merge_key", false, true, true},
 		{"metadata_any", false, true, true},
 		{"metadata_scalar", false, false, false},
 		{"misplaced_known_key", false, true, false},
@@ -241,5 +245,63 @@ func TestMetadataDuplicateKeys(t *testing.T) {
 	}
 	if _, err := Parse([]Source{{Name: "d.yaml", Data: []byte(src)}}, Options{}); err == nil || !strings.Contains(err.Error(), "d.yaml:7") || !strings.Contains(err.Error(), "given twice") {
 		t.Errorf("metadata with a key given twice in Portero's mode: %v, want an error at d.yaml:7", err)
+	}
+}
+
+// TestMergeKeysAndRepeats: a mapping merged with << and a key given twice
+// read as each mode's rule says (yamlwalk.Rules): under Options.Envoyproxy
+// as yaml.v2 decodes envoyproxy/ratelimit's structs (keys in order, a
+// mapping given again adding to the first), in Portero's mode with the
+// mapping's own keys winning and a key given twice refused.
+func TestMergeKeysAndRepeats(t *testing.T) {
+	limit := func(cfg *descriptor.Config, key string) string {
+		m := cfg.Domain("d").Match(entries(key, "v"))
+		if m.Limit == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%d/%s", m.Limit.RequestsPerUnit, m.Limit.Unit)
+	}
+	for _, tt := range []struct {
+		src              string
+		envoyproxy, ours string // the limits of a and b, or the error
+	}{
+		{"descriptors:\n  - &x {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {<<: *x, key: b}\n", "1/second 1/second", "1/second 1/second"},
+		// yaml.v2 applies a merge where it stands: after the own key, it wins.
+		{"descriptors:\n  - {key: b, <<: {key: a, rate_limit: {unit: minute, requests_per_unit: 2}}}\n", "2/minute none", "none 2/minute"},
+		{"descriptors:\n  - {key: a, rate_limit: {unit: hour}, rate_limit: {requests_per_unit: 3}}\n", "3/hour none", "given twice"},
+		{"descriptors:\n  - &x {key: c, rate_limit: {unit: day, requests_per_unit: 4}}\n  - {<<: *x, key: a, rate_limit: {unit: second}}\n", "4/second none", "0/second none"},
+	} {
+		for _, compat := range []bool{true, false} {
+			want := tt.ours
+			if compat {
+				want = tt.envoyproxy
+			}
+			cfg, err := Parse([]Source{{Name: "d.yaml", Data: []byte("domain: d\n" + tt.src)}}, Options{Envoyproxy: compat})
+			got := ""
+			if err != nil {
+				got = err.Error()
+			} else {
+				got = limit(cfg, "a") + " " + limit(cfg, "b")
+			}
+			if !strings.Contains(got, want) {
+				t.Errorf("Envoyproxy %v, %q: %s, want %s", compat, tt.src, got, want)
+			}
+		}
+	}
+}
+
+// TestAliasesBounded: descriptors that repeat each other ten times over
+// nine levels through YAML aliases (10⁹ descriptors) are refused at the
+// bound of values, in both modes, envoyproxy/ratelimit's key check too.
+func TestAliasesBounded(t *testing.T) {
+	src := "domain: d\ndescriptors:\n  - &m0 {key: k0}\n"
+	for i := 1; i <= 9; i++ {
+		src += fmt.Sprintf("  - &m%d {key: k%d, descriptors: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*m%d, ", i-1), 10), ", "))
+	}
+	for _, compat := range []bool{true, false} {
+		_, err := Parse([]Source{{Name: "bomb.yaml", Data: []byte(src)}}, Options{Envoyproxy: compat})
+		if err == nil || !strings.Contains(err.Error(), "more than 1000000 values once YAML aliases are expanded") {
+			t.Errorf("Envoyproxy %v: %v", compat, err)
+		}
 	}
 }

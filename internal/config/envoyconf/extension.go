@@ -3,8 +3,6 @@ package envoyconf
 import (
 	"fmt"
 	"math"
-	"net/netip"
-	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -12,6 +10,8 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
+	"github.com/portero-rl/portero/internal/plans"
 	"github.com/portero-rl/portero/policy"
 )
 
@@ -211,44 +211,39 @@ func (p *parser) fileExtension(n *yaml.Node, field string) {
 			return
 		}
 		if v.Kind != yaml.MappingNode {
-			p.errorf(v, f, "want a mapping of names to lists of addresses and CIDRs, found %s", kindName(v))
+			p.errorf(v, f, "want a mapping of names to lists of addresses and CIDRs, found %s", yamlwalk.Describe(v))
 			return
 		}
-		p.lists = map[string][]netip.Prefix{}
+		p.lists = plans.AddressLists{}
 		p.fields(v, f, func(name string, kn, list *yaml.Node) {
 			lf := join(f, name)
-			if err := policy.ValidName(name); err != nil {
+			items, values := p.strList(list, lf)
+			bad, err := p.lists.Add(name, values)
+			if err != nil {
 				p.errorf(kn, lf, "%v", err)
-				return
 			}
-			var out []netip.Prefix
-			for i, item := range p.strList(list, lf) {
-				pfx, err := clientip.ParsePrefixes([]string{item.Value})
-				if err != nil {
-					p.errorf(item, fmt.Sprintf("%s[%d]", lf, i), "%v", err)
-					continue
-				}
-				out = append(out, pfx...)
+			for _, b := range bad {
+				p.errorf(items[b.Index], fmt.Sprintf("%s[%d]", lf, b.Index), "%v", b.Err)
 			}
-			p.lists[name] = out
 		})
 	})
 }
 
-// strList reads a list of strings.
-func (p *parser) strList(n *yaml.Node, field string) []*yaml.Node {
+// strList reads a list of strings: their nodes and values.
+func (p *parser) strList(n *yaml.Node, field string) (items []*yaml.Node, values []string) {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, field, "want a list, found %s", kindName(n))
-		return nil
+		p.errorf(n, field, "want a list, found %s", yamlwalk.Describe(n))
+		return nil, nil
 	}
-	var out []*yaml.Node
 	for i, item := range n.Content {
-		item = deref(item)
-		if p.str(item, fmt.Sprintf("%s[%d]", field, i)); item.Kind == yaml.ScalarNode && item.Tag != "!!null" {
-			out = append(out, item)
+		if item = p.resolve(item, field); item == nil {
+			break
+		}
+		if p.str(item, fmt.Sprintf("%s[%d]", field, i)); item.Kind == yaml.ScalarNode && !yamlwalk.IsNull(item) {
+			items, values = append(items, item), append(values, item.Value)
 		}
 	}
-	return out
+	return items, values
 }
 
 // addresses reads a descriptor's portero: {addresses, not_addresses}
@@ -268,41 +263,20 @@ func (p *parser) addresses(d *descriptor.Node, n *yaml.Node, field string) {
 			p.strictUnknown(kn, field, k, "addresses and not_addresses")
 			return
 		}
-		items := p.strList(v, f)
+		items, values := p.strList(v, f)
 		if len(items) == 0 {
 			p.errorf(v, f, "want at least one address list, address or CIDR")
 			return
 		}
-		var all []netip.Prefix
-		names := make([]string, 0, len(items))
-		for i, item := range items {
-			names = append(names, item.Value)
-			if l, ok := p.lists[item.Value]; ok {
-				all = append(all, l...)
-				continue
-			}
-			pfx, err := clientip.ParsePrefixes([]string{item.Value})
-			if err != nil {
-				have := make([]string, 0, len(p.lists))
-				for name := range p.lists {
-					have = append(have, name)
-				}
-				sort.Strings(have)
-				h := strings.Join(have, ", ")
-				if h == "" {
-					h = "none under portero.address_lists"
-				}
-				p.errorf(item, fmt.Sprintf("%s[%d]", f, i), "%q: neither an address list (have %s) nor an address or CIDR", item.Value, h)
-				continue
-			}
-			all = append(all, pfx...)
+		s, bad, err := p.lists.Set(values, "portero.address_lists")
+		for _, b := range bad {
+			p.errorf(items[b.Index], fmt.Sprintf("%s[%d]", f, b.Index), "%v", b.Err)
 		}
-		s, err := clientip.NewAddrSet(all)
 		if err != nil {
 			p.errorf(v, f, "%v", err)
 			return
 		}
-		*set, *text = s, "["+strings.Join(names, ",")+"]"
+		*set, *text = s, "["+strings.Join(values, ",")+"]"
 	})
 	if in == "" && out == "" {
 		return

@@ -7,33 +7,23 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/config/fileerr"
-	"go.yaml.in/yaml/v3"
+	"github.com/portero-rl/portero/internal/config/yamlwalk"
+	"github.com/portero-rl/portero/internal/plans"
 )
 
-// Error is a configuration problem at a place in a file.
-type Error struct {
-	File   string
-	Line   int // 1-based; 0 when the problem concerns the whole file
-	Column int
-	// Field is the dotted path of the field, such as
-	// "descriptors[0].rate_limit.unit"; empty for the whole file.
-	Field string
-	Msg   string
-}
-
-func (e *Error) Error() string {
-	return fileerr.Format(e.File, e.Line, e.Column, e.Field, e.Msg)
-}
+// Error is a configuration problem at a place in a file; Field is the
+// dotted path of the field, such as "descriptors[0].rate_limit.unit".
+type Error = fileerr.Error
 
 // Source is one configuration file's name and contents.
 type Source struct {
@@ -67,13 +57,12 @@ type Options struct {
 }
 
 // maxDepth bounds the nesting of descriptors (and fileerr.MaxSize one
-// file), so that a hostile file cannot exhaust memory or the stack.
+// file, yamlwalk.DefaultMaxNodes the values it expands to through YAML
+// aliases), so that a hostile file cannot exhaust memory or the stack;
+// maxErrors the errors reported of one file.
 const (
 	maxDepth  = 32
 	maxErrors = 20
-	// maxNodes bounds the descriptors of one file after YAML aliases are
-	// expanded (an alias can repeat a subtree exponentially).
-	maxNodes = 100_000
 )
 
 // Load reads the configuration at path: one YAML file, or a directory whose
@@ -167,6 +156,9 @@ func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
 	var errs []error
 	for _, src := range srcs {
 		p := &parser{file: src.Name, compat: opts.Envoyproxy, quota: opts.QuotaMode}
+		if p.compat {
+			p.rules = yamlwalk.YAMLv2
+		}
 		dom := p.file1(src.Data)
 		if len(p.errs) > 0 {
 			errs = append(errs, p.errs...)
@@ -202,10 +194,13 @@ func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
 }
 
 type parser struct {
-	file                  string
-	lists                 map[string][]netip.Prefix // portero.address_lists
+	file string
+	// rules read the file's mappings: yamlwalk.Portero, or YAMLv2 under
+	// Options.Envoyproxy.
+	rules                 yamlwalk.Rules
+	walk                  yamlwalk.Walker
+	lists                 plans.AddressLists // portero.address_lists
 	errs                  []error
-	nodes                 int
 	domainLine, domainCol int
 	compat                bool // Options.Envoyproxy
 	quota                 bool // Options.QuotaMode
@@ -248,7 +243,7 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	if p.compat && root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+	if p.compat && yamlwalk.IsNull(root) {
 		p.errorf(root, "domain", "config file cannot have empty domain")
 		return nil
 	}
@@ -274,7 +269,7 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 		case "portero":
 			p.fileExtension(v, "portero")
 		default:
-			p.unknown(kn, "", k)
+			p.unknown(kn, "", k, rootFields)
 		}
 	})
 	if name == "" && len(p.errs) == 0 {
@@ -295,63 +290,58 @@ func (p *parser) file1(data []byte) *descriptor.Domain {
 }
 
 func (p *parser) yamlError(data []byte, err error) {
-	// yaml.v3 errors read "yaml: line N: msg"; keep the line in our form,
-	// and put one about a tab at the tab.
-	msg := err.Error()
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-		if i := strings.IndexByte(rest, ':'); i > 0 {
-			if n, err := strconv.Atoi(rest[:i]); err == nil {
-				line = n
-				msg = strings.TrimSpace(rest[i+1:])
-			}
-		}
-	} else if rest, ok := strings.CutPrefix(msg, "yaml: "); ok {
-		msg = rest
-	}
-	col := 0
-	if l, c, hint, ok := fileerr.TabError(data, line, msg); ok {
-		line, col, msg = l, c, msg+": "+hint
-	}
+	line, col, msg := yamlwalk.SyntaxError(data, err)
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: col, Msg: "invalid YAML: " + msg})
 }
 
-// fields calls f for every key of mapping n, reporting a non-mapping,
-// non-string keys and duplicate keys.
+// resolve returns n, an alias followed, counted against the file's bound
+// of values; nil past it, said even after maxErrors others.
+func (p *parser) resolve(n *yaml.Node, field string) *yaml.Node {
+	r, err := p.walk.Resolve(n)
+	if err != nil {
+		p.errs = append(p.errs, &Error{File: p.file, Line: n.Line, Column: n.Column, Field: field, Msg: err.Error()})
+	}
+	return r
+}
+
+// fields calls f for every key of mapping n as p.rules read them,
+// reporting a non-mapping and the problems of its keys.
 func (p *parser) fields(n *yaml.Node, field string, f func(k string, kn, v *yaml.Node)) {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, field, "want a mapping, found %s", kindName(n))
+	if n = p.resolve(n, field); n == nil {
 		return
 	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		kn, v := n.Content[i], deref(n.Content[i+1])
-		if kn.Kind != yaml.ScalarNode {
-			p.errorf(kn, field, "keys must be strings")
-			continue
-		}
-		if seen[kn.Value] && !p.compat { // envoyproxy/ratelimit takes the last
-			p.errorf(kn, join(field, kn.Value), "given twice")
-			continue
-		}
-		seen[kn.Value] = true
-		f(kn.Value, kn, v)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, field, "want a mapping, found %s", yamlwalk.Describe(n))
+		return
+	}
+	p.pairs(n, field, p.rules, f)
+}
+
+// pairs calls f for every key of mapping n as rules read them, after
+// reporting the problems of its keys.
+func (p *parser) pairs(n *yaml.Node, field string, rules yamlwalk.Rules, f func(k string, kn, v *yaml.Node)) {
+	pairs, problems := p.walk.Pairs(n, rules)
+	for _, pr := range problems {
+		p.errorf(pr.Node, join(field, pr.Key), "%s", pr.Msg)
+	}
+	for _, kv := range pairs {
+		f(kv.Key, kv.KeyNode, kv.Value)
 	}
 }
 
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
-}
+// The fields of each mapping, for "did you mean".
+var (
+	rootFields       = []string{"domain", "descriptors", "portero"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata", "portero"}
+	rateLimitFields  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "portero"}
+)
 
-func (p *parser) unknown(kn *yaml.Node, field, k string) {
+// unknown reports key k of the mapping at field, which has known.
+func (p *parser) unknown(kn *yaml.Node, field, k string, known []string) {
 	if p.compat {
 		return // checkKeys reported the unknown keys; a known one out of place is ignored, as there
 	}
-	p.errorf(kn, join(field, k), "unknown field")
+	p.errorf(kn, join(field, k), "%s", fileerr.Unknown(k, known))
 }
 
 func join(field, k string) string {
@@ -361,27 +351,12 @@ func join(field, k string) string {
 	return field + "." + k
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "something else"
-}
-
 func (p *parser) str(v *yaml.Node, field string) string {
-	if p.compat && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+	if p.compat && yamlwalk.IsNull(v) {
 		return "" // yaml.v2 leaves the string empty
 	}
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		p.errorf(v, field, "want a string, found %s", kindName(v))
+	if v.Kind != yaml.ScalarNode || yamlwalk.IsNull(v) {
+		p.errorf(v, field, "want a string, found %s", yamlwalk.Describe(v))
 		return ""
 	}
 	return v.Value
@@ -399,7 +374,7 @@ func (p *parser) boolean(v *yaml.Node, field string) bool {
 			return false
 		}
 	}
-	p.errorf(v, field, "want true or false, found %s", kindName(v))
+	p.errorf(v, field, "want true or false, found %s", yamlwalk.Describe(v))
 	return false
 }
 
@@ -410,23 +385,23 @@ func (p *parser) uint(v *yaml.Node, field string, max uint64) uint64 {
 	if p.compat {
 		return p.uint11(v, field, max)
 	}
-	if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
+	if v.Kind == yaml.ScalarNode && !yamlwalk.IsNull(v) {
 		if n, ok := fileerr.Whole(v.Value); ok && n >= 0 && uint64(n) <= max {
 			return uint64(n)
 		}
 	}
-	p.errorf(v, field, "want a whole number from 0 to %d, found %s", max, kindName(v))
+	p.errorf(v, field, "want a whole number from 0 to %d, found %s", max, yamlwalk.Describe(v))
 	return 0
 }
 
 // descriptors reads the list n of one level, adding each node with add
 // (the domain's or the parent node's Add, which refuses duplicates).
 func (p *parser) descriptors(n *yaml.Node, add func(*descriptor.Node) *descriptor.Node, field, parentKey string, depth int) {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+	if yamlwalk.IsNull(n) {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, field, "want a list of descriptors, found %s", kindName(n))
+		p.errorf(n, field, "want a list of descriptors, found %s", yamlwalk.Describe(n))
 		return
 	}
 	if depth > maxDepth {
@@ -435,11 +410,10 @@ func (p *parser) descriptors(n *yaml.Node, add func(*descriptor.Node) *descripto
 	}
 	for i, item := range n.Content {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if p.nodes++; p.nodes > maxNodes {
-			p.errorf(item, f, "more than %d descriptors in one file (counting YAML aliases expanded)", maxNodes)
+		if item = p.resolve(item, f); item == nil {
 			return
 		}
-		d := p.descriptor(deref(item), f, parentKey, depth)
+		d := p.descriptor(item, f, parentKey, depth)
 		if d == nil {
 			continue
 		}
@@ -483,7 +457,7 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 		case "portero":
 			addrs = v
 		default:
-			p.unknown(kn, field, k)
+			p.unknown(kn, field, k, descriptorFields)
 		}
 	})
 	if addrs != nil && len(p.errs) == before {
@@ -519,7 +493,7 @@ func (p *parser) descriptor(n *yaml.Node, field, parentKey string, depth int) *d
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bool) *descriptor.Limit {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+	if yamlwalk.IsNull(n) {
 		return nil
 	}
 	r := &descriptor.LimitSpec{FullKey: fullKey, Shadow: shadow, QuotaMode: quota, Envoyproxy: p.compat}
@@ -531,20 +505,6 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 		switch k {
 		case "unit":
 			unitNode = v
-			s := p.str(v, f)
-			if len(p.errs) == before {
-				u, err := descriptor.ParseUnit(s)
-				if err != nil && p.compat && unlimitedIn(n) {
-					// envoyproxy/ratelimit ignores a unit it cannot read
-					// beside unlimited (and refuses one it can).
-					unitNode = nil
-					break
-				}
-				if err != nil {
-					p.errorf(v, f, "%v", err)
-				}
-				r.Unit = u
-			}
 		case "requests_per_unit":
 			rpuNode = v
 			r.RequestsPerUnit = uint32(p.uint(v, f, math.MaxUint32))
@@ -557,9 +517,24 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 		case "portero":
 			ext = v
 		default:
-			p.unknown(kn, field, k)
+			p.unknown(kn, field, k, rateLimitFields)
 		}
 	})
+	if unitNode != nil && len(p.errs) == before {
+		s := p.str(unitNode, join(field, "unit"))
+		u, err := descriptor.ParseUnit(s)
+		switch {
+		case len(p.errs) > before:
+		case err != nil && p.compat && r.Unlimited:
+			// envoyproxy/ratelimit ignores a unit it cannot read beside
+			// unlimited (and refuses one it can).
+			unitNode = nil
+		case err != nil:
+			p.errorf(unitNode, join(field, "unit"), "%v", err)
+		default:
+			r.Unit = u
+		}
+	}
 	if len(p.errs) > before {
 		return nil
 	}
@@ -609,23 +584,9 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 	return l
 }
 
-// unlimitedIn reports whether the rate_limit mapping n says unlimited: true.
-func unlimitedIn(n *yaml.Node) bool {
-	n = deref(n)
-	u := false
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "unlimited" {
-			v := deref(n.Content[i+1])
-			_, u = bool11[v.Value]
-			u = u && bool11[v.Value] && v.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0
-		}
-	}
-	return u
-}
-
 func (p *parser) replaces(n *yaml.Node, field string) []string {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, field, "want a list of {name: ...}, found %s", kindName(n))
+		p.errorf(n, field, "want a list of {name: ...}, found %s", yamlwalk.Describe(n))
 		return nil
 	}
 	var out []string
@@ -634,7 +595,7 @@ func (p *parser) replaces(n *yaml.Node, field string) []string {
 		name := ""
 		p.fields(item, f, func(k string, kn, v *yaml.Node) {
 			if k != "name" {
-				p.unknown(kn, f, k)
+				p.unknown(kn, f, k, []string{"name"})
 				return
 			}
 			name = p.str(v, join(f, "name"))

@@ -1,24 +1,38 @@
-// Package fileerr formats a problem found in a configuration file the one
-// way Portero reports it, whichever reader found it (internal/config for
-// Portero's YAML, internal/config/envoyconf for envoyproxy/ratelimit's):
+// Package fileerr says what is wrong in a configuration file, and where, the
+// one way every reader of Portero's files reports it:
 //
 //	FILE[:LINE[:COLUMN]]: [FIELD: ]MESSAGE
 //
-// such as "portero.yaml:12: rules[2].limit: 0/min: ...". It also holds
-// what both readers share below their own fields: reading a file with the
-// size cap (Read), the one reading of a whole number (Whole), and where a
-// tab breaks a file's YAML (TabError). It imports nothing but the standard
-// library, so both readers can use it without importing each other.
+// such as "portero.yaml:12:12: rules[2].limit: 0/min: ...". It also holds
+// what the readers share below their own fields: reading a file with the
+// size cap (Read), the one reading of a whole number (Whole) and the one
+// "did you mean" (Suggest, Unknown). It imports only the standard library
+// and an edit distance, so every reader can use it.
 package fileerr
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/agnivade/levenshtein"
 )
+
+// Error is one problem at a place in a configuration file.
+type Error struct {
+	File string
+	// Line and Column are 1-based, 0 when unknown; a column is shown only
+	// with a line.
+	Line, Column int
+	// Field is the path of the field, such as rules[2].limit; empty for the
+	// whole file or a syntax error.
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string { return Format(e.File, e.Line, e.Column, e.Field, e.Msg) }
 
 // MaxSize bounds one configuration file in bytes (16 MiB): far above any
 // real configuration, and low enough that a path such as /dev/zero or a
@@ -90,46 +104,27 @@ func Whole(s string) (int64, bool) {
 	return n, err == nil
 }
 
-// The YAML library's messages about a tab in the indentation. It reports
-// them at the line where the scalar or block before the tab starts (the
-// line above, or further up), not where the tab is.
-var tabMessages = []string{
-	"found a tab character that violates indentation",
-	"found a tab character where an indentation space is expected",
-	"found character that cannot start any token",
+// Suggest returns the name of known closest to typed by edit distance when
+// it is close enough to be a misspelling of it, or "": at most a third of
+// the longer name, and at least two edits allowed (a swap of two letters,
+// "kye" for key, is two). Ties go to the first in known's order. It is the
+// one "did you mean" of the project, for the command line as for files.
+func Suggest(typed string, known []string) string {
+	best, bestD := "", 0
+	for _, n := range known {
+		d := levenshtein.ComputeDistance(typed, n)
+		if limit := max(2, max(len(typed), len(n))/3); d <= limit && (best == "" || d < bestD) {
+			best, bestD = n, d
+		}
+	}
+	return best
 }
 
-// TabError finds the tab a YAML syntax error msg, reported at line, is
-// about: the first tab, from line on, among a line's leading spaces and
-// "-" indicators (for a character that cannot start a token, on line
-// itself, where the library reports it). It returns the tab's line and
-// column and a hint for the message; ok is false when msg is about
-// something else, or no such tab is there.
-func TabError(data []byte, line int, msg string) (tabLine, column int, hint string, ok bool) {
-	last := -1 // the last line to look at; 0 for the end of the file
-	for i, m := range tabMessages {
-		if strings.Contains(msg, m) {
-			last = 0
-			if i == len(tabMessages)-1 {
-				last = line
-			}
-		}
+// Unknown is the message for a field typed where only known are: "unknown
+// field; did you mean NAME?", or the known names when none is close.
+func Unknown(typed string, known []string) string {
+	if s := Suggest(typed, known); s != "" {
+		return "unknown field; did you mean " + s + "?"
 	}
-	if last < 0 || line < 1 {
-		return 0, 0, "", false
-	}
-	for i, l := range bytes.Split(data, []byte("\n")) {
-		n := i + 1
-		if n < line {
-			continue
-		}
-		if last > 0 && n > last {
-			break
-		}
-		lead := l[:len(l)-len(bytes.TrimLeft(l, " \t-"))]
-		if col := bytes.IndexByte(lead, '\t'); col >= 0 {
-			return n, col + 1, "YAML indents with spaces only, never with tabs", true
-		}
-	}
-	return 0, 0, "", false
+	return "unknown field (known here: " + strings.Join(known, ", ") + ")"
 }

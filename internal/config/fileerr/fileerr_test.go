@@ -24,3 +24,19 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknown: a misspelt field gets the nearest known one (a swap of two
+// letters is two edits), a far one the list of known fields.
+func TestUnknown(t *testing.T) {
+	known := []string{"key", "value", "rate_limit"}
+	for typed, want := range map[string]string{
+		"kye":       "unknown field; did you mean key?",
+		"valeu":     "unknown field; did you mean value?",
+		"ratelimit": "unknown field; did you mean rate_limit?",
+		"frobs":     "unknown field (known here: key, value, rate_limit)",
+	} {
+		if got := fileerr.Unknown(typed, known); got != want {
+			t.Errorf("Unknown(%q) = %q, want %q", typed, got, want)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package config
+package apikey
 
 import (
 	"bufio"
@@ -9,14 +9,17 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/portero-rl/portero/internal/config/fileerr"
 )
 
-// The keys file (api_keys.file) may hold millions of keys, so it is read as
-// it streams, one line at a time, each key checked and added to the set as
-// soon as its item ends: memory holds the set and one line, never the file
-// or a YAML tree of it (a yaml.Node costs about 2.8 KB per key, and
-// yaml.v3 about 37 µs to parse one). It is YAML, in the shape `portero
-// keys` writes and the docs show:
+// A keys file (api_keys.file) may hold millions of keys, so it is read as
+// it streams, one line at a time, each key handed to add as soon as its
+// item ends: memory holds one line, never the file or a YAML tree of it.
+// It is read here, not by yaml.v3, which has no token stream: its Decoder
+// builds a whole document's tree (about 2 KB a key), and decoding each
+// item alone takes about ten times as long (BenchmarkKeysFile). The
+// shape it reads is the one `portero keys` writes and the docs show:
 //
 //	keys:
 //	  - {id: acme, plan: gold, sha256: 64 hex digits}
@@ -49,7 +52,7 @@ var keysFields = []string{"id", "plan", "sha256"}
 type keysReader struct {
 	file  string
 	line  int
-	errs  Errors
+	errs  []*fileerr.Error
 	more  int // errors past maxKeysErrors
 	state int
 	seen  bool // a line other than a comment and a first "---"
@@ -61,7 +64,7 @@ type keysReader struct {
 	seqIndent int
 	item      *keyItem
 	n         int // items begun
-	add       func(k APIKey) (field string, err error)
+	add       func(k Entry) (field string, err error)
 }
 
 // The states of a keysReader: before keys:, in its sequence, in another
@@ -79,17 +82,26 @@ type keyItem struct {
 	index      int
 	line, col  int // of its dash
 	indent     int // of its block mapping's keys; -1 until known
-	key        APIKey
+	key        Entry
 	at         [3][2]int // line and column of each field's value
 	have       [3]bool
 	flowClosed bool
 	errsBefore int // errors reported before it began
 }
 
-// readKeysFile streams the keys file at path, calling add for every key it
-// reads without error. The errors are the file's problems, each with its
-// line; err is one that kept it from being read at all.
-func readKeysFile(path string, add func(APIKey) (field string, err error)) (Errors, error) {
+// Entry is one key as a configuration or a keys file writes it: the
+// caller's ID, its plan, and the SHA-256 of the key (Hash).
+type Entry struct {
+	ID     string `yaml:"id"`
+	Plan   string `yaml:"plan"`
+	SHA256 string `yaml:"sha256"`
+}
+
+// ReadFile streams the keys file at path, calling add for every key it
+// reads without error; add returns the field a key is wrong in and why.
+// The errors are the file's problems, each with its line; err is one that
+// kept it from being read at all.
+func ReadFile(path string, add func(Entry) (field string, err error)) ([]*fileerr.Error, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -110,7 +122,7 @@ func (kr *keysReader) read(r io.Reader) error {
 			return kr.finish()
 		}
 		if size += len(b); size > MaxKeysFileSize {
-			kr.errs = Errors{{File: kr.file, Msg: fmt.Sprintf("larger than %d MiB: not a keys file", MaxKeysFileSize>>20)}}
+			kr.errs = []*fileerr.Error{{File: kr.file, Msg: fmt.Sprintf("larger than %d MiB: not a keys file", MaxKeysFileSize>>20)}}
 			return nil
 		}
 		if len(b) > 0 {
@@ -136,7 +148,7 @@ func (kr *keysReader) finish() error {
 		kr.errorAt(1, 1, "", "empty keys file: want keys: [{id: ..., plan: ..., sha256: ...}]")
 	}
 	if kr.more > 0 {
-		kr.errs = append(kr.errs, &FieldError{File: kr.file, Msg: fmt.Sprintf("and %d more errors", kr.more)})
+		kr.errs = append(kr.errs, &fileerr.Error{File: kr.file, Msg: fmt.Sprintf("and %d more errors", kr.more)})
 	}
 	return nil
 }
@@ -150,7 +162,7 @@ func (kr *keysReader) errorAt(line, col int, field, format string, args ...any) 
 		kr.more++
 		return
 	}
-	kr.errs = append(kr.errs, &FieldError{File: kr.file, Line: line, Column: col, Field: field, Msg: fmt.Sprintf(format, args...)})
+	kr.errs = append(kr.errs, &fileerr.Error{File: kr.file, Line: line, Column: col, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // handle reads one line.
@@ -219,13 +231,7 @@ func (kr *keysReader) top(c *cursor) {
 		return
 	}
 	if string(name) != "keys" {
-		msg := "unknown field"
-		if s := suggest(string(name), []string{"keys"}); s != "" {
-			msg += "; did you mean keys?"
-		} else {
-			msg += " (known here: keys)"
-		}
-		kr.errorAt(kr.line, 1, string(name), "%s", msg)
+		kr.errorAt(kr.line, 1, string(name), "%s", fileerr.Unknown(string(name), []string{"keys"}))
 		kr.state = keysSkip
 		return
 	}
@@ -370,14 +376,7 @@ func (kr *keysReader) set(it *keyItem, name, v []byte, keyCol, valCol int) {
 		}
 	}
 	if i < 0 {
-		field := kr.itemField() + "." + string(name)
-		msg := "unknown field"
-		if s := suggest(string(name), keysFields); s != "" {
-			msg += "; did you mean " + s + "?"
-		} else {
-			msg += " (known here: " + strings.Join(keysFields, ", ") + ")"
-		}
-		kr.errorAt(kr.line, keyCol+1, field, "%s", msg)
+		kr.errorAt(kr.line, keyCol+1, kr.itemField()+"."+string(name), "%s", fileerr.Unknown(string(name), keysFields))
 		return
 	}
 	if it.have[i] {
