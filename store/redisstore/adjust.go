@@ -71,9 +71,6 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustm
 		err := s.nodeOf(cn, key).exec(func() error {
 			return adjustScript.Exec(ctx, cn.client, []string{key}, args).Error()
 		})
-		if s.over != nil {
-			s.over.drop(key)
-		}
 		if err != nil {
 			if unavailable(err) {
 				return fmt.Errorf("redisstore: adjust key %q (redis key %q): %w", a.Key, key, err)

@@ -161,12 +161,6 @@ type Config struct {
 	// because it was unavailable (an AllowAll, a Peek or an Acquire that
 	// returned the error). It must be quick and safe for concurrent use.
 	OnUnavailable func(UnavailableCall)
-	// OverLimitCache, when positive, keeps up to that many keys that Redis
-	// refused and answers their one-hit calls locally while their state
-	// still refuses (cache.go; never for the sliding log): exactly Redis's
-	// answers with CallerClock, never a refusal Redis would not make with
-	// ServerClock. 0, the default, leaves it off.
-	OverLimitCache int
 }
 
 // UnavailableCall describes one call Redis did not decide because it was
@@ -187,8 +181,6 @@ type Stats struct {
 	// Unavailable counts calls Redis did not decide because it was
 	// unavailable (the caller's failure policy answered).
 	Unavailable uint64
-	// OverLimit counts calls answered by the over-limit cache.
-	OverLimit uint64
 	// Errors counts calls that returned an error.
 	Errors uint64
 	// Batches counts batch scripts run (Config.Batch) and Batched the
@@ -219,7 +211,6 @@ type Store struct {
 	scripts   *scripts
 	rules     sync.Map // portero.Rule → *compiled
 	log       *slog.Logger
-	over      *overCache // nil when Config.OverLimitCache is 0
 	closed    atomic.Bool
 	stop      chan struct{} // closed by Close: ends the dialler
 	dialMu    sync.Mutex    // orders the dialler's handover with Close
@@ -242,7 +233,7 @@ type Store struct {
 	minTTL string
 	leases leaseState // concurrency leases (lease.go)
 
-	calls, redisCalls, unavailableCalls, errs, overHits, batches, batched atomic.Uint64
+	calls, redisCalls, unavailableCalls, errs, batches, batched atomic.Uint64
 }
 
 var _ portero.Store = (*Store)(nil)
@@ -274,8 +265,6 @@ func New(cfg Config) (*Store, error) {
 	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	switch {
-	case cfg.OverLimitCache < 0:
-		return nil, fmt.Errorf("redisstore: over-limit cache size %d: must be positive", cfg.OverLimitCache)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("redisstore: timeout %v: must be positive", cfg.Timeout)
 	case cfg.MinTTL < 0:
@@ -292,9 +281,6 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, minTTL: "0", stop: make(chan struct{})}
 	if cfg.Clock == CallerClock {
 		s.minTTL = strconv.FormatInt(int64((cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
-	}
-	if cfg.OverLimitCache > 0 {
-		s.over = newOverCache(cfg.OverLimitCache)
 	}
 	s.server = s.newNode("", "")
 	if cfg.Client != nil {
@@ -443,7 +429,6 @@ func (s *Store) Stats() Stats {
 		Calls:       s.calls.Load(),
 		Redis:       s.redisCalls.Load(),
 		Unavailable: s.unavailableCalls.Load(),
-		OverLimit:   s.overHits.Load(),
 		Errors:      s.errs.Load(),
 		Batches:     s.batches.Load(),
 		Batched:     s.batched.Load(),
@@ -531,19 +516,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	if len(hits) == 1 {
 		// The common case: one hit, one slot, the one-hit script; built
 		// without split's maps and slices.
-		key := s.key(cs[0], hits[0])
-		if s.over != nil && cs[0].decider != nil && hits[0].MaxDelay <= 0 {
-			at := now
-			if s.cfg.Clock == ServerClock {
-				at = time.Now()
-			}
-			if d, ok := s.over.decide(key, at, hits[0].Cost); ok {
-				s.overHits.Add(1)
-				out[0] = d
-				return out, nil
-			}
-		}
-		calls = []call{oneCall(key, cs[0].alg)}
+		calls = []call{oneCall(s.key(cs[0], hits[0]), cs[0].alg)}
 	} else {
 		calls = s.split(cn, cs, hits)
 	}
@@ -554,15 +527,6 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		_, err = s.run(ctx, cn, now, cs, hits, calls[0], true, out)
 	} else {
 		err = s.runSlots(ctx, cn, now, cs, hits, calls, out)
-	}
-	if s.over != nil && len(hits) > 1 {
-		// A call of several hits may have counted on a cached key: its
-		// entry would no longer be the key's state.
-		for _, c := range calls {
-			for _, k := range c.keys {
-				s.over.drop(k)
-			}
-		}
 	}
 	if err == nil {
 		s.redisCalls.Add(1)
@@ -669,18 +633,11 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 				return err
 			}
 		}
-		sent := time.Now()
 		res, err := script.Exec(ctx, cn.client, c.keys, args).ToArray()
 		if err != nil {
 			return err
 		}
 		all, err = s.decode(res, cs, c, out)
-		// Only a call that counts fills the over-limit cache: a peek
-		// (Peek) and the first, deciding pass over several slots leave it
-		// alone.
-		if err == nil && commit && len(res) == 11 && s.over != nil {
-			s.remember(cs[c.idx[0]], c.keys[0], cs[c.idx[0]].alg, res[6:], sent)
-		}
 		return err
 	})
 	if err != nil {
@@ -693,8 +650,7 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 // copying it into a slice of its own) and reports whether every hit was
 // allowed.
 func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out []portero.Decision) (bool, error) {
-	// One hit refused by the one-hit script: five more (see remember).
-	if len(res) != 1+5*len(c.idx) && !(len(c.idx) == 1 && len(res) == 11) {
+	if len(res) != 1+5*len(c.idx) {
 		return false, fmt.Errorf("redisstore: %w: %d integers in the reply, want %d", ErrScript, len(res), 1+5*len(c.idx))
 	}
 	var r [5]int64
@@ -710,43 +666,6 @@ func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out [
 	}
 	first, err := res[0].AsInt64()
 	return first == 1, err
-}
-
-// remember puts a key that the one-hit script refused into the over-limit
-// cache: x holds the state (three numbers) and Redis's instant of the
-// decision (seconds, nanoseconds); sent is when the call left.
-func (s *Store) remember(c *compiled, key string, alg portero.Algorithm, x []rueidis.RedisMessage, sent time.Time) {
-	if c.decider == nil {
-		return
-	}
-	var v [5]int64
-	for i := range v {
-		n, err := x[i].AsInt64()
-		if err != nil {
-			return
-		}
-		v[i] = n
-	}
-	s.rememberState(c, key, alg, v, sent)
-}
-
-// rememberState is remember with the five numbers decoded.
-func (s *Store) rememberState(c *compiled, key string, alg portero.Algorithm, v [5]int64, sent time.Time) {
-	st, ok := cacheState(alg, v[0], v[1], v[2])
-	if !ok {
-		return
-	}
-	e := overEntry{state: st, decider: c.decider, expiry: c.decider.Expiry(st)}
-	if s.cfg.Clock == ServerClock {
-		// Redis decided at r; its clock is ahead of ours by at most
-		// r - sent (the call cannot have reached it before it left). A
-		// later call at local l reaches Redis by l + that + the deadline,
-		// or fails: a refusal decided at that instant holds for all
-		// earlier ones, since no algorithm gets stricter as time passes.
-		r := v[3]*1e9 + v[4]
-		e.shift = r - sent.UnixNano() + int64(s.cfg.Timeout)
-	}
-	s.over.put(key, e)
 }
 
 // describe turns a failed call into an error naming the store, the key, the
