@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +35,8 @@ type node struct {
 	slots   string                 // ranges, "0-5460" or "0-99,200-5460"; "" off a cluster
 	addr    atomic.Pointer[string] // a cluster node's master, as last seen
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
-	down    atomic.Bool // the last call found it unavailable
+	down    atomic.Bool   // the last call found it unavailable
+	flips   atomic.Uint64 // changes of down, so that a call that ended late does not undo a later one
 }
 
 func (s *Store) newNode(slots, addr string) *node {
@@ -55,7 +57,14 @@ func (s *Store) newNode(slots, addr string) *node {
 		// A caller that gave up says nothing about Redis.
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
-			s.log.Warn("redisstore: circuit breaker "+to.String(), n.attrs("from", from.String())...)
+			// Open and closed are news; the probes between them
+			// (half-open, open again), one each BreakerOpen while Redis is
+			// down, are not.
+			level := slog.LevelWarn
+			if to == gobreaker.StateHalfOpen || from == gobreaker.StateHalfOpen && to == gobreaker.StateOpen {
+				level = slog.LevelDebug
+			}
+			s.log.Log(context.Background(), level, "redisstore: circuit breaker "+to.String(), n.attrs("from", from.String())...)
 		},
 	})
 	return n
@@ -73,18 +82,22 @@ func (n *node) attrs(more ...any) []any {
 // how it ended and returns its error, marked with the node when Redis was
 // unavailable; a refusal of the breaker is such an error.
 func (n *node) allow() (done func(error) error, err error) {
+	since := n.flips.Load()
 	end, err := n.breaker.Allow()
 	if err != nil {
-		return nil, n.failed(err)
+		// The breaker refuses only once calls failed, and those noted
+		// it: a refusal that returns after a probe found Redis again
+		// must not say it is gone.
+		return nil, n.mark(err)
 	}
 	return func(err error) error {
 		end(err)
 		if err == nil {
-			n.answered()
+			n.answeredSince(since)
 			return nil
 		}
 		if unavailable(err) {
-			return n.failed(err)
+			return n.failedSince(err, since)
 		}
 		return err
 	}, nil
@@ -99,14 +112,28 @@ func (n *node) exec(fn func() error) error {
 	return done(fn())
 }
 
-// failed notes that Redis was unavailable to a call on the node: the first
-// such call after an answer logs it. It returns err marked with the node.
-func (n *node) failed(err error) error {
+// mark returns err marked as the node's unavailability.
+func (n *node) mark(err error) error {
 	var ue *unavailableError
 	if !errors.As(err, &ue) || ue.node == nil {
 		err = &unavailableError{err: err, node: n}
 	}
-	if n.down.CompareAndSwap(false, true) {
+	return err
+}
+
+// failed notes that Redis was unavailable to a call on the node: the first
+// such call after an answer logs it. It returns err marked with the node.
+func (n *node) failed(err error) error { return n.failedSince(err, n.flips.Load()) }
+
+// failedSince is failed for a call that started when the node's state had
+// changed since times. A call that started before the node's state last
+// changed says nothing of the node now: at a crash, an answer that was on
+// its way when another call found the connection gone; after a failover,
+// a failure on the connection to the master it replaced.
+func (n *node) failedSince(err error, since uint64) error {
+	err = n.mark(err)
+	if n.flips.Load() == since && n.down.CompareAndSwap(false, true) {
+		n.flips.Add(1)
 		if n.slots == "" {
 			n.s.log.Warn("redisstore: redis unavailable: the callers' failure policies decide", "err", err)
 		} else {
@@ -117,11 +144,13 @@ func (n *node) failed(err error) error {
 	return err
 }
 
-// answered notes that Redis decided a call on the node.
-func (n *node) answered() {
-	if !n.down.Load() || !n.down.CompareAndSwap(true, false) {
+// answeredSince notes that Redis decided a call on the node that started
+// when its state had changed since times (failedSince).
+func (n *node) answeredSince(since uint64) {
+	if !n.down.Load() || n.flips.Load() != since || !n.down.CompareAndSwap(true, false) {
 		return // the common case: one load, no write
 	}
+	n.flips.Add(1)
 	if n.slots == "" {
 		n.s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
 	} else {
@@ -183,7 +212,11 @@ func (s *Store) nodeOf(cn *conn, key string) *node {
 	if i := t.owner[slot(key)]; i > 0 {
 		return t.nodes[i-1]
 	}
-	return s.server // a slot no master serves: CLUSTERDOWN, for the store as a whole
+	// A slot no master served when the slots were read: the cluster's
+	// view may have been incomplete then, or the slot is not served
+	// (CLUSTERDOWN, for the store as a whole).
+	s.refreshSoon()
+	return s.server
 }
 
 // topology is a cluster's slots and the nodes that serve them.
