@@ -55,8 +55,8 @@ func (t *table) allow(key string, now time.Time, cost int64, clock bool) (porter
 	var ns int64
 	if s := t.store; !clock {
 		ns = now.UnixNano()
-	} else if s.coarse == nil && s.custom == nil {
-		ns = s.exactNS() // nowNS's common case, without its frame
+	} else if s.monotonic {
+		ns = s.monoBase + nanotime() // nowNS's common case, without its frame
 	} else {
 		ns = s.nowNS()
 	}
