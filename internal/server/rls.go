@@ -334,6 +334,9 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		r.redis = rs
 	}
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
+	if rs, ok := store.(*redisstore.Store); ok {
+		r.metrics.reg.MustRegister(storeNodeGauge(func() *redisstore.Store { return rs }))
+	}
 	if o.Now != nil {
 		r.metrics.now = o.Now
 	}
