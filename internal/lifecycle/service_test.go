@@ -21,7 +21,6 @@ import (
 	"github.com/portero-rl/portero/internal/watch"
 )
 
-
 func TestWarnExposed(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "CA")
