@@ -174,8 +174,10 @@ type EnvoyproxyOptions struct {
 	// KeyPrefix is its CACHE_KEY_PREFIX (under Compat).
 	KeyPrefix string
 	// IgnoreDotFiles is its RUNTIME_IGNOREDOTFILES (under Compat); QuotaMode
-	// its QUOTA_MODE (every limit in quota_mode).
-	IgnoreDotFiles, QuotaMode bool
+	// its QUOTA_MODE (every limit in quota_mode, descriptor.Options.QuotaMode);
+	// ShadowMode its SHADOW_MODE (engine.Options.ShadowAll: every request
+	// OK, the statuses unchanged).
+	IgnoreDotFiles, QuotaMode, ShadowMode bool
 	// HealthyWithConfig fails /healthcheck until a configuration with a
 	// domain is loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
@@ -304,10 +306,10 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	// counters, the same failure policy), a second engine for /v1/auth's
 	// failure policy.
 	compiler = descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
-		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix})
+		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix, QuotaMode: o.Envoyproxy.QuotaMode})
 	ep := o.Envoyproxy
 	engOpts := engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit,
-		Counting: ep.Counting, StopIncrementWhenOver: ep.StopIncrementWhenOver, CounterJitter: ep.CounterJitter}
+		Counting: ep.Counting, StopIncrementWhenOver: ep.StopIncrementWhenOver, CounterJitter: ep.CounterJitter, ShadowAll: ep.ShadowMode}
 	if ep.LocalCacheSize > 0 && ep.Counting == engine.CountEach {
 		// One cache for the process, as there: both engines count in the
 		// same counters.
