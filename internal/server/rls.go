@@ -76,9 +76,11 @@ type RLSOptions struct {
 	// Store is "memory" (the default) or "redis", at RedisURL.
 	Store, RedisURL string
 	// OnStoreError is the failure policy of gRPC and /v1/check when the
-	// store fails (portero.FailError when empty: gRPC UNAVAILABLE, 503);
-	// AuthOnStoreError that of /v1/auth (portero.FailAllow when empty).
-	// LocalShare is the share of each limit FailLocal admits.
+	// store fails, AuthOnStoreError that of /v1/auth; empty is the
+	// engine's default (engine.Options.OnError), as at every door. One
+	// policy for both is one engine, so that FailLocal keeps one local
+	// count per limit. LocalShare is the share of each limit FailLocal
+	// admits.
 	OnStoreError, AuthOnStoreError portero.FailurePolicy
 	LocalShare                     float64
 	// NearLimit is the share of a limit used from which an admitted
@@ -236,12 +238,6 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if grpcListen == "off" && httpListen == "off" {
 		return &ConfigError{errors.New("both the gRPC and the HTTP listeners are off: nothing to serve")}
 	}
-	if o.OnStoreError == "" {
-		o.OnStoreError = portero.FailError
-	}
-	if o.AuthOnStoreError == "" {
-		o.AuthOnStoreError = portero.FailAllow
-	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultRLSShutdownTimeout
 	}
@@ -303,8 +299,8 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		}
 	}()
 	// One compiler and one engine for gRPC and /v1/check (the same
-	// counters, the same failure policy), a second engine for /v1/auth's
-	// failure policy.
+	// counters, the same failure policy), and for /v1/auth unless its
+	// failure policy differs.
 	compiler = descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
 		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix, QuotaMode: o.Envoyproxy.QuotaMode})
 	ep := o.Envoyproxy
@@ -319,10 +315,12 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if err != nil {
 		return &ConfigError{err}
 	}
-	engOpts.OnError = o.AuthOnStoreError
-	authEng, err := engine.New(engOpts)
-	if err != nil {
-		return &ConfigError{err}
+	authEng := eng
+	if o.AuthOnStoreError != o.OnStoreError {
+		engOpts.OnError = o.AuthOnStoreError
+		if authEng, err = engine.New(engOpts); err != nil {
+			return &ConfigError{err}
+		}
 	}
 	if limits != nil {
 		log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()), "envoyproxy_compat", compat)
@@ -344,7 +342,7 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	r.metrics.domains.Set(float64(len(limits.Domains())))
 	r.ready.AddCheck(r.readyCheck)
 	if r.redis != nil && !r.redis.Connected() {
-		log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_store_error", o.OnStoreError.String(),
+		log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_store_error", eng.OnError().String(),
 			"ready", r.readyCheck() == nil)
 	}
 	if err := r.listen(svc, grpcListen, httpListen, adminListen); err != nil {
@@ -513,7 +511,7 @@ func (r *rlsServer) readyCheck() error {
 	if r.redis == nil || r.redis.Connected() {
 		return nil
 	}
-	if p := r.opts.OnStoreError; p == portero.FailDeny || p == portero.FailError {
+	if p := r.engine.OnError(); p == portero.FailDeny || p == portero.FailError {
 		return fmt.Errorf("redis has not answered yet and the failure policy is %s", p)
 	}
 	return nil

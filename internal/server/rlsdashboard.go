@@ -26,10 +26,7 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 	if storeType == "" {
 		storeType = "memory"
 	}
-	onError := string(r.opts.OnStoreError)
-	if onError == "" {
-		onError = "allow"
-	}
+	onError := r.engine.OnError().String()
 	snap := dashboard.Snapshot{
 		Service:          "portero rls",
 		TopRefusedWindow: "5 min",
