@@ -65,9 +65,6 @@ type Options struct {
 	// exactly as there. Otherwise a descriptor's hits go whole to the
 	// outcome the engine decided.
 	CountEach bool
-	// GlobalShadowMode is SHADOW_MODE (global_shadow_mode counts the
-	// requests it let through).
-	GlobalShadowMode bool
 	// Limits returns the configuration in use (to tell unknown domains).
 	Limits func() *descriptor.Config
 	// MaxKeys caps the keys the requests' values add (detailed_metric,
