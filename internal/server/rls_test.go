@@ -301,12 +301,12 @@ func TestRLSReadiness(t *testing.T) {
 	}
 }
 
-// TestRLSStartWithRedisDown is issue 10's point 5 for `portero rls`, as
+// TestRLSStartWithRedisDown is, for `portero rls`, what
 // TestStartWithRedisDown is for serve: with a real redis-server's address
-// and nothing answering there, rls starts, says so in its log, answers
-// gRPC and /v1/check by --on-store-error (and is not ready only under
-// deny), and counts in Redis by itself once Redis answers. Without
-// DialInBackground, RunRLS failed at the start.
+// and nothing answering there, rls starts (the store dials in the
+// background), says so in its log, answers gRPC and /v1/check by
+// --on-store-error (and is not ready only under deny), and counts in Redis
+// by itself once Redis answers.
 func TestRLSStartWithRedisDown(t *testing.T) {
 	for _, tt := range []struct {
 		policy  portero.FailurePolicy
