@@ -3,8 +3,8 @@
 
 GO       ?= go
 FUZZTIME ?= 15s
-# Minimising each new interesting input may take 60s by default, which can
-# eat a whole short run of the YAML fuzz targets; 1s keeps them exploring.
+# Minimising a new input may take 60s by default, most of a short fuzz run:
+# cap it so that the time goes to executions.
 FUZZMINIMIZETIME ?= 1s
 
 .PHONY: build test vet deps bench fuzz

@@ -1,5 +1,5 @@
 // Package rlsstats sends `portero rls`'s statistics as envoyproxy/ratelimit
-// sends them: statsd counters, gauges and timers with its names
+// sends them: statsd (or DogStatsD) counters, gauges and timers with its names
 // (ratelimit.service.rate_limit.DOMAIN.KEY.total_hits, …), its values (the
 // hits split into within, near and over the limit as its limiter splits
 // them), its tags (EXTRA_TAGS) and its flush interval, so that a
@@ -48,6 +48,11 @@ type Options struct {
 	// Protocol is tcp (gostats's default, as there) or udp
 	// (STATSD_PROTOCOL).
 	Addr, Protocol string
+	// DogStatsd sends DogStatsD over UDP instead (USE_DOG_STATSD): tags as
+	// DogStatsD tags, names rewritten by Mogrifiers
+	// (USE_DOG_STATSD_MOGRIFIERS); Protocol is then unused.
+	DogStatsd  bool
+	Mogrifiers []Mogrifier
 	// Tags are added to every statistic (EXTRA_TAGS).
 	Tags map[string]string
 	// FlushInterval is how often counters and gauges are sent
@@ -152,8 +157,11 @@ func New(o Options) (*Stats, error) {
 	return s, nil
 }
 
-// newSink returns gostats's network sink to o.Addr.
+// newSink returns gostats's network sink to o.Addr, or DataDog's.
 func newSink(o Options) (sink gostats.Sink, err error) {
+	if o.DogStatsd {
+		return newDogSink(o.Addr, o.Mogrifiers)
+	}
 	host, p, err := net.SplitHostPort(o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("statsd address %q: %w", o.Addr, err)
