@@ -19,6 +19,8 @@
 #   IR         1 (the default when valgrind is installed) also counts
 #              instructions and cache misses per decision
 #              (scripts/bench-ir.sh, about fifteen minutes) into $RESULTS/ir.md
+#   The hot key is also measured in CPU time (bench/cpu_test.go, ten
+#              seconds) into $RESULTS/hotcpu.md
 #   REDIS      1 (the default when redis-server is installed) also runs the
 #              Redis store's report (bench/redis_test.go, about two minutes)
 #              into $RESULTS/redis.md and, with valgrind, the Redis-side
@@ -94,6 +96,12 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 		echo "instructions and cache misses (scripts/bench-ir.sh)" >&2
 		OUT="$RESULTS/ir.md" bash scripts/bench-ir.sh >/dev/null
 	fi
+	echo "the hot key in CPU time (TestHotKeyCPU)" >&2
+	{
+		echo "Run: $(date -u +%Y-%m-%dT%H:%MZ), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+		echo
+		(cd bench && PORTERO_BENCH_HOTCPU=1 go test -run '^TestHotKeyCPU$' -v -count=1 .) | grep -E '^\||×'
+	} >"$RESULTS/hotcpu.md"
 	if [ "${REDIS:-$(have redis-server && echo 1 || echo 0)}" = 1 ]; then
 		echo "the Redis store's report" >&2
 		{
@@ -317,6 +325,19 @@ $(parallel portero-clock)
 $(parallel portero-coarse)
 | 0 allocations per decision on an existing key | HotKey $allocs_hot, RandomKeys $allocs_rand allocs/op | | | $(verdict "$allocs_hot == 0 && $allocs_rand == 0") |
 | ≤ 30 B of heap per key at a million keys | $bkey B/key | $(printf %.1f "$fm_v") B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 30") |
+
+MD
+	if [ -f "$RESULTS/hotcpu.md" ]; then
+		cat <<MD
+
+The hot key in CPU time (the thread's, which leaves out what other processes
+took; \`cd bench && PORTERO_BENCH_HOTCPU=1 go test -run TestHotKeyCPU -v
+-count=1 .\`: sixty interleaved bursts of 200,000 decisions per subject):
+
+MD
+		cat "$RESULTS/hotcpu.md"
+	fi
+	cat <<MD
 
 ### Reading these numbers
 
