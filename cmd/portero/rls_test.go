@@ -220,11 +220,9 @@ func TestRLSUsage(t *testing.T) {
 
 // TestRLSFailClosed: behind a real redis-server that dies, `portero rls
 // --on-store-error deny` refuses (OVER_LIMIT, and /v1/check allowed:false)
-// where it used to fail open (the Redis store's fail-closed refusals came
-// with an error, so Envoy saw an error and, by its default, let the
-// request through); with the default flags it reports the failure
-// (UNAVAILABLE, 503), so that Envoy's failure_mode_deny decides, and says
-// so in --help.
+// rather than failing the call (which Envoy, by its default, lets
+// through); with the default flags it reports the failure (UNAVAILABLE,
+// 503), so that Envoy's failure_mode_deny decides, and says so in --help.
 func TestRLSFailClosed(t *testing.T) {
 	srv := redistest.Start(t)
 	deny, denyHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL(), "--on-store-error", "deny")
