@@ -514,10 +514,15 @@ func TestSameFailurePolicies(t *testing.T) {
 	}
 	sc := basic
 	sc.auth = true
-	deny := doorsFor(t, sc, open, portero.FailDeny)
-	allow := doorsFor(t, sc, open, portero.FailAllow)
-	local := doorsFor(t, sc, open, portero.FailLocal)
-	errs := doorsFor(t, sc, open, portero.FailError)
+	// Each policy's doors with the compatibility mode's, which counts as
+	// envoyproxy/ratelimit does (a cost that can never pass is counted
+	// there): compatN leaves them out.
+	var doorsOf [4][]door
+	const compatN = 2
+	for i, pol := range []portero.FailurePolicy{portero.FailDeny, portero.FailAllow, portero.FailLocal, portero.FailError} {
+		doorsOf[i] = append(compatDoors(t, sc, open, pol), doorsFor(t, sc, open, pol)...)
+	}
+	deny, allow, local, errs := doorsOf[0], doorsOf[1], doorsOf[2], doorsOf[3]
 	// Healthy: the same answer as with the memory store.
 	want := answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=4;t=50`}
 	for _, ds := range [][]door{deny, allow, local, errs} {
@@ -537,7 +542,7 @@ func TestSameFailurePolicies(t *testing.T) {
 		t.Errorf("local with Redis down: %v, want %v", got, want)
 	}
 	// A cost that can never pass is refused under every policy, and says so.
-	for _, ds := range [][]door{deny, allow, local} {
+	for _, ds := range [][]door{deny[compatN:], allow[compatN:], local[compatN:]} {
 		if got := askAll(t, ds, request{"api", 6}); !got.NeverPasses || got.Allowed || got.RetryAfter != "" {
 			t.Errorf("cost 6 of 5 with Redis down: %v, want a refusal that can never pass", got)
 		}
