@@ -18,7 +18,7 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/redistest"
-	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/internal/testenv"
 )
 
@@ -227,8 +227,8 @@ func TestRLSFailClosed(t *testing.T) {
 	srv := redistest.Start(t)
 	deny, denyHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL(), "--on-store-error", "deny")
 	def, defHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL())
-	ask := func(addr string) (*rls.Answer, error) {
-		c, err := rls.Dial(addr)
+	ask := func(addr string) (*rlsclient.Answer, error) {
+		c, err := rlsclient.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/portero-rl/portero/internal/grpctest"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
@@ -251,7 +252,7 @@ func postCheck(t *testing.T, url, body string) answer {
 
 // envoy: the rule as descriptors over a real gRPC client.
 type envoy struct {
-	c         *rls.Client
+	c         *rlsclient.Client
 	transport rls.Transport
 	descs     map[string][]string
 	compat    bool // the compatibility mode
@@ -401,7 +402,7 @@ func doorsFor(t *testing.T, sc scenario, open func() portero.Store, pol portero.
 
 // serveRLS serves svc on transport tr on loopback until the test ends and
 // returns a client of it.
-func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rls.Client {
+func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rlsclient.Client {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -410,7 +411,7 @@ func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rls.Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: tr, ShutdownGrace: time.Second}) }()
-	c, err := rls.Dial(lis.Addr().String())
+	c, err := rlsclient.Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

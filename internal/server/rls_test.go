@@ -26,6 +26,7 @@ import (
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/testenv"
 	"github.com/portero-rl/portero/internal/tlsreload"
@@ -348,7 +349,7 @@ func TestRLSStartWithRedisDown(t *testing.T) {
 			if out := ask("10.0.0.1"); out.Allowed != tt.allowed || out.Degraded == "" {
 				t.Errorf("/v1/check while Redis is down = %+v, want allowed %v by the failure policy (degraded)", out, tt.allowed)
 			}
-			c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+			c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -440,7 +441,7 @@ func TestRLSLocalPolicySharedByAllDoors(t *testing.T) {
 	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
 	r := startRLS(t, server.RLSOptions{ConfigPath: path, Store: "redis", RedisURL: srv.URL(),
 		OnStoreError: portero.FailLocal, AuthOnStoreError: portero.FailLocal})
-	c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+	c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
 	if err != nil {
 		t.Fatal(err)
 	}
