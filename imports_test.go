@@ -66,7 +66,9 @@ func TestImportsFlowDownward(t *testing.T) {
 //     translates its protocol to and from the engine;
 //   - internal/gateway, the middleware in front of a reverse proxy, may
 //     import httplimit and no other door;
-//   - internal/server may import the gateway and the doors, not cmd;
+//   - internal/server may import the gateway and the doors, not cmd; the
+//     pieces it wires (internal/admin, internal/servemetrics,
+//     internal/gatewaylog) import none of them;
 //   - a compiler (policy, descriptor) imports no other compiler: they are
 //     peers, and what they share (clientip.AddrSet) lives below both;
 //   - every other package (the vocabulary, algorithm, the stores, engine,
@@ -127,15 +129,17 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 // beside it at the edge: the statsd client (internal/rlsstats), the xDS
 // client and its resources (internal/rlsxds) and OpenTelemetry
 // (internal/rlstrace), its local cache (internal/rlscache, on freecache)
-// are linked by `portero rls` (internal/server, cmd)
-// only, never by the library's packages nor by the RLS door itself.
+// are linked by `portero rls` (internal/server, cmd) only, never by the
+// library's packages, the RLS door itself, nor the pieces `portero serve`
+// shares or wires (the admin listener, serve's metrics and access log).
 func TestEcosystemAtTheEdge(t *testing.T) {
 	const mod = "github.com/portero-rl/portero"
 	heavy := []string{"github.com/lyft/gostats", "go.opentelemetry.io/", "github.com/envoyproxy/go-control-plane/pkg/",
 		"github.com/envoyproxy/go-control-plane/ratelimit/", mod + "/internal/rlsstats", mod + "/internal/rlsxds", mod + "/internal/rlstrace",
 		mod + "/internal/rlscache", "github.com/coocood/freecache"}
 	pkgs := []string{mod, mod + "/engine", mod + "/store/memstore", mod + "/store/redisstore", mod + "/policy", mod + "/descriptor",
-		mod + "/httplimit", mod + "/client", mod + "/internal/rls", mod + "/internal/checkapi", mod + "/internal/config/envoyconf"}
+		mod + "/httplimit", mod + "/client", mod + "/internal/rls", mod + "/internal/checkapi", mod + "/internal/config/envoyconf",
+		mod + "/internal/admin", mod + "/internal/servemetrics", mod + "/internal/gatewaylog"}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed to list dependencies: %v", err)

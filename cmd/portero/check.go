@@ -26,10 +26,8 @@ import (
 // answer was printed, and the exit status (1) tells scripts.
 var errRefused = errors.New("over limit")
 
-// checkFailed gives an error of `portero check` (no answer: the server
-// unreachable, an error status, a malformed reply) the exit status 3, so
-// that a script tells "refused" (1) from "could not ask" and from a usage
-// error (2). A refusal and a usage error pass through.
+// checkFailed gives an error of `portero check` that is neither a refusal
+// nor a usage error (no answer came) the exit status 3.
 func checkFailed(err error) error {
 	var u usageError
 	if err == nil || errors.Is(err, errRefused) || errors.As(err, &u) {
@@ -45,8 +43,8 @@ type checkFlags struct {
 	hits           uint32
 	json           bool
 	timeout        time.Duration
-	// TLS to the server (grpcs://, https://): CA file, client certificate
-	// and key files, and the name to verify.
+	// TLS to the server: CA file, client certificate and key files, and
+	// the name to verify.
 	tlsCA, tlsCert, tlsKey, tlsServerName string
 }
 
@@ -55,28 +53,18 @@ func newCheckCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Ask a running Portero (or envoyproxy/ratelimit) whether a request may pass",
-		Long: `check sends one decision request to a running server and prints the answer.
-The request counts like any other (use hits_addend 0 in a descriptor, written
-key=value;hits=0, to look without counting).
+		Long: `check sends one decision request to a running rate limit service
+(portero rls, envoyproxy/ratelimit) and prints the answer. The request counts
+like any other (hits_addend 0, written key=value;hits=0, looks without
+counting). portero serve is asked what is left with GET /v1/limits instead.
 
---server is grpc://host:port (Envoy's rate limit service; the default,
-grpc://127.0.0.1:8081) or http://host:port (Portero's POST /v1/check), or
-grpcs:// and https:// for the same over TLS. Over TLS the server's
-certificate is checked against --tls-ca (the system's CAs without it) for
-the server's host name (or --tls-server-name); --tls-cert and --tls-key
-present a client certificate to a server that requires one (mTLS).
-Each --descriptor is a comma-separated list of key=value entries, in order;
-append ;hits=N to set that descriptor's own hits_addend and
-;limit=N/unit for a limit override.
-
-It asks a rate limit service (portero rls, envoyproxy/ratelimit) about
-descriptors. portero serve decides its rules as requests pass through it:
-a caller asks it what is left with GET /v1/limits, which counts nothing.
-
---json prints the answer as POST /v1/check's JSON, whichever the server:
-allowed, code, the deciding rule with limit, remaining, retry_after and
-reset_after, and one entry per descriptor (over gRPC, the fields Envoy's
-protocol carries).
+--server is grpc://host:port (Envoy's rate limit service; the default) or
+http://host:port (POST /v1/check), or grpcs:// and https:// over TLS, the
+server's certificate checked against --tls-ca (the system's CAs without it);
+--tls-cert and --tls-key present a client certificate (mTLS). Each
+--descriptor is a comma-separated list of key=value entries, with ;hits=N for
+its own hits_addend and ;limit=N/unit for a limit override. --json prints
+the answer as POST /v1/check's JSON, whichever the server.
 
 The exit status is 0 when allowed, 1 when over the limit, 2 for a usage
 error and 3 when no answer came (the server unreachable or failing).`,
@@ -248,39 +236,31 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, 
 	if err != nil {
 		return fmt.Errorf("%s: %w", target, err)
 	}
+	out := answerJSON(req, a)
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(answerJSON(req, a)); err != nil {
+		if err := enc.Encode(out); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(w, a.Code)
-		for i, s := range a.Statuses {
-			if s.Name == "" && s.RequestsPerUnit == 0 {
-				fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, s.Code)
-				continue
-			}
-			fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d reset in %.3gs\n", i, s.Code, s.Name, s.RequestsPerUnit, s.Unit, s.Remaining, s.ResetAfter)
-		}
+		var hdr [][2]string
 		for _, h := range a.Headers {
-			fmt.Fprintf(w, "  %s: %s\n", h.Name, h.Value)
+			hdr = append(hdr, [2]string{h.Name, h.Value})
 		}
+		printAnswer(w, &out, hdr)
 	}
-	if a.Code != descriptor.OK {
+	if !out.Allowed {
 		return errRefused
 	}
 	return nil
 }
 
 // answerJSON is a gRPC answer in the shape of POST /v1/check's, with the
-// fields Envoy's protocol carries: per descriptor its code, limit and
-// name, remaining and the time to reset; counted when the request was
-// allowed and the descriptor has a limit and a non-zero hits_addend (a
-// refused request counts against no limit); retry_after from the
-// Retry-After header when the server sent one. The deciding rule is, as
-// the HTTP door picks it, the refusing descriptor with the longest wait,
-// or when allowed the one with the least remaining.
+// fields Envoy's protocol carries; a descriptor counted when the request
+// was allowed and it has a limit and hits. The deciding rule is, as the
+// check API picks it, the refusing descriptor with the longest wait, or
+// when allowed the one with the least remaining.
 func answerJSON(req *descriptor.Request, a *rls.Answer) checkapi.CheckResponse {
 	out := checkapi.CheckResponse{Allowed: a.Code == descriptor.OK, Code: a.Code.String()}
 	var retry float64
@@ -346,26 +326,20 @@ func checkHTTP(ctx context.Context, w io.Writer, server string, tc *tls.Config, 
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode == http.StatusTooManyRequests {
-		// A request that can never pass: a refusal, told as a problem.
-		var p struct {
-			Detail string `json:"detail"`
-		}
-		json.Unmarshal(raw, &p)
-		if asJSON {
-			w.Write(raw)
-		} else {
-			fmt.Fprintf(w, "OVER_LIMIT\n  %s\n", p.Detail)
-		}
-		return errRefused
+	var p struct {
+		Detail string `json:"detail"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		var p struct {
-			Detail string `json:"detail"`
-		}
-		if json.Unmarshal(raw, &p) == nil && p.Detail != "" {
-			return fmt.Errorf("%s: %s: %s", server, resp.Status, p.Detail)
-		}
+	_ = json.Unmarshal(raw, &p)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests && asJSON: // a request that can never pass, told as a problem
+		w.Write(raw)
+		return errRefused
+	case resp.StatusCode == http.StatusTooManyRequests:
+		fmt.Fprintf(w, "OVER_LIMIT\n  %s\n", p.Detail)
+		return errRefused
+	case resp.StatusCode != http.StatusOK && p.Detail != "":
+		return fmt.Errorf("%s: %s: %s", server, resp.Status, p.Detail)
+	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("%s: %s", server, resp.Status)
 	}
 	var out checkapi.CheckResponse
@@ -375,28 +349,38 @@ func checkHTTP(ctx context.Context, w io.Writer, server string, tc *tls.Config, 
 	if asJSON {
 		w.Write(raw)
 	} else {
-		fmt.Fprintln(w, out.Code)
-		if out.Rule != "" {
-			fmt.Fprintf(w, "  rule %q: limit %d, remaining %d, retry after %.3gs, reset after %.3gs\n", out.Rule, out.Limit, out.Remaining, out.RetryAfter, out.ResetAfter)
-		}
-		for i, d := range out.Descriptors {
-			if d.Rule == "" {
-				fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, d.Code)
-				continue
-			}
-			fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d counted %t\n", i, d.Code, d.Rule, d.RequestsPerUnit, d.Unit, d.Remaining, d.Counted)
-		}
+		var hdr [][2]string
 		for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
 			if v := resp.Header.Get(name); v != "" {
-				fmt.Fprintf(w, "  %s: %s\n", name, v)
+				hdr = append(hdr, [2]string{name, v})
 			}
 		}
-		if out.Degraded != "" {
-			fmt.Fprintf(w, "  degraded: %s\n", out.Degraded)
-		}
+		printAnswer(w, &out, hdr)
 	}
 	if !out.Allowed {
 		return errRefused
 	}
 	return nil
+}
+
+// printAnswer prints an answer for people: its code, the deciding rule,
+// each descriptor, the header fields that came with it.
+func printAnswer(w io.Writer, out *checkapi.CheckResponse, hdr [][2]string) {
+	fmt.Fprintln(w, out.Code)
+	if out.Rule != "" {
+		fmt.Fprintf(w, "  rule %q: limit %d, remaining %d, retry after %.3gs, reset after %.3gs\n", out.Rule, out.Limit, out.Remaining, out.RetryAfter, out.ResetAfter)
+	}
+	for i, d := range out.Descriptors {
+		if d.Rule == "" && d.RequestsPerUnit == 0 {
+			fmt.Fprintf(w, "  descriptor %d: %s (no limit)\n", i, d.Code)
+			continue
+		}
+		fmt.Fprintf(w, "  descriptor %d: %s %q %d/%s remaining %d counted %t\n", i, d.Code, d.Rule, d.RequestsPerUnit, d.Unit, d.Remaining, d.Counted)
+	}
+	for _, h := range hdr {
+		fmt.Fprintf(w, "  %s: %s\n", h[0], h[1])
+	}
+	if out.Degraded != "" {
+		fmt.Fprintf(w, "  degraded: %s\n", out.Degraded)
+	}
 }

@@ -8,10 +8,10 @@ import (
 )
 
 // TestCheckPolicyIsNoFlag: `portero check` asks rate limit services about
-// descriptors only. Pointed at portero serve with a rule's name, it used to
-// POST /v1/check there, which serve forwards to its upstream: a request
-// spent and no answer. Now the command line is refused before anything is
-// sent (the server here stands for serve's upstream).
+// descriptors only. A flag naming one of serve's rules would POST
+// /v1/check to serve, which forwards it to its upstream: a request spent
+// and no answer. So the command line is refused before anything is sent
+// (the server here stands for serve's upstream).
 func TestCheckPolicyIsNoFlag(t *testing.T) {
 	var got atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { got.Add(1) }))

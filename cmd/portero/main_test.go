@@ -34,23 +34,23 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-// The golden outputs below were checked by hand against worked examples
-// of each algorithm; the comments give the arithmetic.
-func TestReplayGolden(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		trace string
-		args  []string
-		want  string
-	}{
-		{
-			// "llegadas (9 de golpe) … 6 cupos … una cada 0,5 s": 6 queued,
-			// departing 0.5 … 3.0 s; 3 dropped, each of which could come
-			// back at 0.5 s, when the first departure frees a place.
-			name:  "leaky-queue nine at once",
-			trace: strings.Repeat("0,a\n", 9),
-			args:  []string{"--algorithm", "leaky-queue", "--limit", "6", "--window", "3s"},
-			want: `time,key,cost,allowed,remaining,retry_after,departure
+// replayGolden are `portero sim replay`'s golden outputs, checked by hand
+// against the worked examples of docs/algorithms.md; the comments give the
+// arithmetic.
+var replayGolden = []struct {
+	name  string
+	trace string
+	args  []string
+	want  string
+}{
+	{
+		// Nine arrivals at once, six places, one out every 0.5 s: 6 queued,
+		// departing 0.5 … 3.0 s; 3 dropped, each of which could come
+		// back at 0.5 s, when the first departure frees a place.
+		name:  "leaky-queue nine at once",
+		trace: strings.Repeat("0,a\n", 9),
+		args:  []string{"--algorithm", "leaky-queue", "--limit", "6", "--window", "3s"},
+		want: `time,key,cost,allowed,remaining,retry_after,departure
 0,a,1,true,5,0,0.5
 0,a,1,true,4,0,1
 0,a,1,true,3,0,1.5
@@ -61,15 +61,15 @@ func TestReplayGolden(t *testing.T) {
 0,a,1,false,0,0.5,
 0,a,1,false,0,0.5,
 `,
-		},
-		{
-			// Windows [0,10) and [10,20) of 3: the instant 10 belongs to the
-			// window that starts there ("8 9 9 | 10 11 12"). 9.5 waits 0.5 s
-			// for the boundary; 12.5 waits until 20.
-			name:  "fixed-window boundary at 10 s",
-			trace: "time,key\n8,c\n9,c\n9,c\n9.5,c\n10,c\n11,c\n12,c\n12.5,c\n",
-			args:  []string{"--algorithm", "fixed-window", "--limit", "3", "--window", "10s", "--format", "table"},
-			want: `time  key  cost  allowed  remaining  retry_after
+	},
+	{
+		// Windows [0,10) and [10,20) of 3: the instant 10 belongs to the
+		// window that starts there ("8 9 9 | 10 11 12"). 9.5 waits 0.5 s
+		// for the boundary; 12.5 waits until 20.
+		name:  "fixed-window boundary at 10 s",
+		trace: "time,key\n8,c\n9,c\n9,c\n9.5,c\n10,c\n11,c\n12,c\n12.5,c\n",
+		args:  []string{"--algorithm", "fixed-window", "--limit", "3", "--window", "10s", "--format", "table"},
+		want: `time  key  cost  allowed  remaining  retry_after
 8     c    1     true     2          0
 9     c    1     true     1          0
 9     c    1     true     0          0
@@ -79,15 +79,15 @@ func TestReplayGolden(t *testing.T) {
 12    c    1     true     0          0
 12.5  c    1     false    0          7.5
 `,
-		},
-		{
-			// r = 0.5/s, B = 1: "dos segundos dan una ficha entera". At 1 s the
-			// bucket holds half a token: (1 − 0.5)/0.5 = 1 s to wait; at 3.5 s
-			// three quarters: 0.5 s.
-			name:  "token-bucket rate 0.5",
-			trace: "0,k\n1,k\n2,k\n3,k\n3.5,k\n",
-			args:  []string{"--algorithm", "token-bucket", "--limit", "1", "--window", "1s", "--rate", "0.5", "--format", "json"},
-			want: `[
+	},
+	{
+		// r = 0.5/s, B = 1: "dos segundos dan una ficha entera". At 1 s the
+		// bucket holds half a token: (1 − 0.5)/0.5 = 1 s to wait; at 3.5 s
+		// three quarters: 0.5 s.
+		name:  "token-bucket rate 0.5",
+		trace: "0,k\n1,k\n2,k\n3,k\n3.5,k\n",
+		args:  []string{"--algorithm", "token-bucket", "--limit", "1", "--window", "1s", "--rate", "0.5", "--format", "json"},
+		want: `[
  {"time":0,"key":"k","cost":1,"allowed":true,"remaining":0,"retry_after":0},
  {"time":1,"key":"k","cost":1,"allowed":false,"remaining":0,"retry_after":1},
  {"time":2,"key":"k","cost":1,"allowed":true,"remaining":0,"retry_after":0},
@@ -95,59 +95,62 @@ func TestReplayGolden(t *testing.T) {
  {"time":3.5,"key":"k","cost":1,"allowed":false,"remaining":0,"retry_after":0.5}
 ]
 `,
-		},
-		{
-			// The sliding counter's worked example: L = 100, W = 60 s, 80 in
-			// the previous window, 30 in this one, a request 15 s in:
-			// 80·0.75 + 30 = 90 < 100, admitted, and then 91 + (n−1) < 100
-			// leaves n = 9. Costs let the trace say "80" and "30" in a line.
-			// A cost of 30 is admitted when estimate + 29 < 100: not at 60 s
-			// (80 + 29), but after 80·(1 − e/60) < 71, e > 6.75 s — and
-			// at 70 s (80·5/6 + 29 ≈ 95.7); then 96.7 + (n−1) < 100, n = 4.
-			name:  "sliding-counter estimate",
-			trace: "0,u,80\n60,u,30\n70,u,30\n75,u\n",
-			args:  []string{"--algorithm", "sliding-counter", "--limit", "100", "--window", "1m"},
-			want: `time,key,cost,allowed,remaining,retry_after
+	},
+	{
+		// The sliding-counter worked example: L = 100, W = 60 s, 80 in
+		// the previous window, 30 in this one, a request 15 s in:
+		// 80·0.75 + 30 = 90 < 100, admitted, and then 91 + (n−1) < 100
+		// leaves n = 9. Costs let the trace say "80" and "30" in a line.
+		// A cost of 30 is admitted when estimate + 29 < 100: not at 60 s
+		// (80 + 29), but after 80·(1 − e/60) < 71, e > 6.75 s — and
+		// at 70 s (80·5/6 + 29 ≈ 95.7); then 96.7 + (n−1) < 100, n = 4.
+		name:  "sliding-counter estimate",
+		trace: "0,u,80\n60,u,30\n70,u,30\n75,u\n",
+		args:  []string{"--algorithm", "sliding-counter", "--limit", "100", "--window", "1m"},
+		want: `time,key,cost,allowed,remaining,retry_after
 0,u,80,true,20,0
 60,u,30,false,20,6.750000001
 70,u,30,true,4,0
 75,u,1,true,9,0
 `,
-		},
-		{
-			// Costs and keys: a's export of 4 fits the burst of 5, b is
-			// counted apart; a's second export needs 3 more tokens at 2/s.
-			name:  "gcra costs and keys",
-			trace: "0,a,4\n0,b,5\n0,a,4\n",
-			args:  []string{"--algorithm", "gcra", "--limit", "2", "--window", "1s", "--burst", "5"},
-			want: `time,key,cost,allowed,remaining,retry_after
+	},
+	{
+		// Costs and keys: a's export of 4 fits the burst of 5, b is
+		// counted apart; a's second export needs 3 more tokens at 2/s.
+		name:  "gcra costs and keys",
+		trace: "0,a,4\n0,b,5\n0,a,4\n",
+		args:  []string{"--algorithm", "gcra", "--limit", "2", "--window", "1s", "--burst", "5"},
+		want: `time,key,cost,allowed,remaining,retry_after
 0,a,4,true,1,0
 0,b,5,true,0,0
 0,a,4,false,1,1.5
 `,
-		},
-		{
-			name:  "leaky-queue json departures",
-			trace: "0,q\n0,q\n0.25,q\n",
-			args:  []string{"--algorithm", "leaky-queue", "--limit", "2", "--window", "1s", "--format", "json"},
-			want: `[
+	},
+	{
+		name:  "leaky-queue json departures",
+		trace: "0,q\n0,q\n0.25,q\n",
+		args:  []string{"--algorithm", "leaky-queue", "--limit", "2", "--window", "1s", "--format", "json"},
+		want: `[
  {"time":0,"key":"q","cost":1,"allowed":true,"remaining":1,"retry_after":0,"departure":0.5},
  {"time":0,"key":"q","cost":1,"allowed":true,"remaining":0,"retry_after":0,"departure":1},
  {"time":0.25,"key":"q","cost":1,"allowed":false,"remaining":0,"retry_after":0.25,"departure":null}
 ]
 `,
-		},
-		{
-			name:  "leaky-queue table",
-			trace: "0,q\n0,q\n0,q\n",
-			args:  []string{"--algorithm", "leaky-queue", "--limit", "2", "--window", "1s", "--format", "table"},
-			want: `time  key  cost  allowed  remaining  retry_after  departure
+	},
+	{
+		name:  "leaky-queue table",
+		trace: "0,q\n0,q\n0,q\n",
+		args:  []string{"--algorithm", "leaky-queue", "--limit", "2", "--window", "1s", "--format", "table"},
+		want: `time  key  cost  allowed  remaining  retry_after  departure
 0     q    1     true     1          0            0.5
 0     q    1     true     0          0            1
 0     q    1     false    0          0.5          -
 `,
-		},
-	} {
+	},
+}
+
+func TestReplayGolden(t *testing.T) {
+	for _, tc := range replayGolden {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, "trace.csv", tc.trace)
 			args := append([]string{"sim", "replay", "--trace", path}, tc.args...)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,8 +20,9 @@ import (
 // planFormats are the outputs of `portero plan` and `portero plan quota`.
 var planFormats = []string{"table", "json", "yaml"}
 
-// newPlanCmd builds `portero plan`, the seed's pencil-and-paper sizing,
-// and `portero plan quota`. The arithmetic is package internal/plan.
+// newPlanCmd builds `portero plan`, the pencil-and-paper sizing of a
+// limit from the narrowest resource (package internal/plan), and `portero
+// plan quota`.
 func newPlanCmd() *cobra.Command {
 	var (
 		capacity, margin, units, format, name, key string
@@ -47,7 +47,7 @@ latency requests in flight (rounded up), what the service behind must hold.
 		Example: "  portero plan --capacity 1000 --margin 30% --units-per-request 2 --latency 200ms\n" +
 			"  portero plan --capacity 1000 --margin 30% --units-per-request 2 --latency 200ms --format yaml > portero.yaml",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkPlanFormat(format); err != nil {
+			if err := checkOneOf("--format", format, planFormats...); err != nil {
 				return err
 			}
 			if capacity == "" || latency == 0 {
@@ -88,13 +88,6 @@ latency requests in flight (rounded up), what the service behind must hold.
 	f.StringVar(&key, "key", "global", "the rule's key in --format yaml: global protects the bottleneck from everyone together")
 	cmd.AddCommand(newPlanQuotaCmd())
 	return cmd
-}
-
-func checkPlanFormat(format string) error {
-	if slices.Contains(planFormats, format) {
-		return nil
-	}
-	return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(planFormats, ", ")))
 }
 
 // planJSON is `portero plan --format json`.
@@ -184,7 +177,7 @@ limit of its own. It also gives the steady rate at which the quota lasts the who
 period. A calendar period is read at its nominal length (24 h, 7 or 30 days).`,
 		Example: "  portero plan quota --quota 500000/day --rate 10/s",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkPlanFormat(format); err != nil {
+			if err := checkOneOf("--format", format, planFormats...); err != nil {
 				return err
 			}
 			if quota == "" || rate == "" {

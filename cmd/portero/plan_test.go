@@ -10,14 +10,14 @@ import (
 	"github.com/portero-rl/portero/internal/config"
 )
 
-var seedPlan = []string{"plan", "--capacity", "1000", "--margin", "30%", "--units-per-request", "2", "--latency", "200ms"}
+var workedPlan = []string{"plan", "--capacity", "1000", "--margin", "30%", "--units-per-request", "2", "--latency", "200ms"}
 
-// The seed's pencil and paper: 1,000 writes/s, 30% margin, 2 writes per
+// The worked example on pencil and paper: 1,000 writes/s, 30% margin, 2 writes per
 // request, 200 ms → rate 350 (1000 × 0.7 ÷ 2), burst 350 (the rate),
 // concurrency 70 (350 × 0.2, Little's law); 500 at once is what the
 // partition absorbs (1000 ÷ 2).
-func TestPlanSeed(t *testing.T) {
-	out, errOut, code := runCmd(t, seedPlan...)
+func TestPlanWorkedExample(t *testing.T) {
+	out, errOut, code := runCmd(t, workedPlan...)
 	want := `rate         350/s  1000 units/s × (1 − 30%) = 700 units/s, ÷ 2 units per request
 burst        350    requests at once: the rate, an honest start; raise it with a reason
 concurrency  70     in flight: 350/s × 200ms (Little's law)
@@ -26,7 +26,7 @@ max burst    500    what the bottleneck absorbs at once: 1000 units ÷ 2 units p
 	if code != 0 || out != want {
 		t.Fatalf("plan (exit %d, stderr %q):\n%s\nwant:\n%s", code, errOut, out, want)
 	}
-	out, _, code = runCmd(t, append(seedPlan, "--format", "json")...)
+	out, _, code = runCmd(t, append(workedPlan, "--format", "json")...)
 	var got struct {
 		Rate, Burst, Concurrency, MaxBurst int64
 		Warnings                           []string
@@ -44,7 +44,7 @@ max burst    500    what the bottleneck absorbs at once: 1000 units ÷ 2 units p
 
 // --format yaml writes a configuration that `portero config validate`
 // accepts, with the planned limit as a token bucket on a global key; a
-// burst of twice the rate (the seed's "el doble por inercia") is warned
+// burst of twice the rate ("double it, out of habit") is warned
 // about in every format and still written as asked.
 func TestPlanYAMLValidates(t *testing.T) {
 	for _, tc := range []struct {
@@ -55,7 +55,7 @@ func TestPlanYAMLValidates(t *testing.T) {
 		{nil, "350/s burst 350", false},
 		{[]string{"--burst", "700", "--name", "dynamo", "--key", "tenant"}, "350/s burst 700", true},
 	} {
-		out, errOut, code := runCmd(t, append(append(seedPlan, "--format", "yaml"), tc.extra...)...)
+		out, errOut, code := runCmd(t, append(append(workedPlan, "--format", "yaml"), tc.extra...)...)
 		if code != 0 {
 			t.Fatalf("plan --format yaml %v: exit %d: %s", tc.extra, code, errOut)
 		}
@@ -75,14 +75,14 @@ func TestPlanYAMLValidates(t *testing.T) {
 		if r.Algorithm != portero.TokenBucket || r.Limit.String() != tc.limit {
 			t.Errorf("plan's rule: %s %s, want token-bucket %s", r.Algorithm, r.Limit, tc.limit)
 		}
-		table, _, _ := runCmd(t, append(seedPlan, tc.extra[:min(2, len(tc.extra))]...)...)
+		table, _, _ := runCmd(t, append(workedPlan, tc.extra[:min(2, len(tc.extra))]...)...)
 		if got := strings.Contains(table, "warning: burst 700"); got != tc.warn {
 			t.Errorf("plan %v (table): warning shown %v, want %v:\n%s", tc.extra, got, tc.warn, table)
 		}
 	}
 }
 
-// The seed's other question: 500,000 per day at a steady 10/s runs out
+// The other question: 500,000 per day at a steady 10/s runs out
 // after 50,000 s (13.9 h); the day lasts at 500000 ÷ 86400 = 5.787/s.
 func TestPlanQuota(t *testing.T) {
 	args := []string{"plan", "quota", "--quota", "500000/day", "--rate", "10/s"}

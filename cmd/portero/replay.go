@@ -1,7 +1,7 @@
 package main
 
 import (
-	"container/heap"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,57 +25,46 @@ import (
 	"github.com/portero-rl/portero/store/memstore"
 )
 
+// replayFlags are the options of `portero replay`.
+type replayFlags struct {
+	config, logFormat, format, chart, decisions, host string
+	top                                               int
+	window                                            time.Duration
+}
+
 // newReplayCmd builds `portero replay`: access logs through a whole
 // configuration, as serve would decide them.
 func newReplayCmd() *cobra.Command {
-	var (
-		configPath, logFormat, format, chartPath, decisionsPath, host string
-		top                                                           int
-		window                                                        time.Duration
-	)
+	var f replayFlags
 	cmd := &cobra.Command{
 		Use:   "replay --config FILE ACCESS_LOG...",
 		Short: "Replay access logs through a configuration: what would it have refused, whom, and when?",
 		Long: `replay decides every request of the access logs through a whole Portero
-configuration — every rule, key, match, cost, shadow mode, quota and usage
-plan, by the gateway's own decision path, the one 'portero serve' answers
-with — on a
-virtual clock that follows the logs' times, and reports per rule how many
-requests it would have refused, the keys refused most, and when.
+configuration (every rule, key, match, cost, shadow mode, quota and usage
+plan) by the gateway's own decision path, the one 'portero serve' answers
+with, on a virtual clock that follows the logs' times, and reports per rule
+how many requests it would have refused, the keys refused most, and when.
 
-Logs: nginx's and Apache's combined format, nginx's main (with
-X-Forwarded-For, which counts only from the configuration's trusted
-proxies), any nginx log_format (--log-format 'nginx:FORMAT', such as one
-with $msec, $request_time and "$http_x_api_key") or Apache LogFormat
-('apache:FORMAT'), the JSON access log of 'portero serve --access-log'
-(json), and CSV with a header line 'time,method,path,client_ip[,header:NAME…]'
-(csv). Gzip-compressed files are read as they are. Without --log-format each
-file's format is told from its first line. Several files are merged by time.
+Logs: nginx's and Apache's combined format, nginx's main, any nginx
+log_format ('nginx:FORMAT') or Apache LogFormat ('apache:FORMAT'), the JSON
+access log of 'portero serve --access-log' (json), and CSV with a header
+line 'time,method,path,client_ip[,header:NAME…]' (csv); gzip-compressed or
+not. Without --log-format each file's format is told from its first line.
+Several files are merged by time.
 
-Time: a request is decided when it arrived. With sub-second times ($msec,
-the JSON access log, CSV) that is its exact instant; with $time_local's whole
-seconds, the requests of one second are decided at that second, in file
-order. A log line is written when its response ends, so the log's
-$request_time is taken off (whole seconds of it without $msec), and lines
-are put back in arrival order within --reorder-window.
-
-The counters live in memory whatever the configuration's store says, so a
-replay never touches a production Redis; the decisions are the same (one
-conformance suite). Rules counted after the response (count_responses, a
-cost from the response) are settled with the response the log recorded
-(status, body bytes, response headers), when it ended. Not modelled: the
-overload section and server.max_in_flight, and requests canceled while a
-queue holds them.
-
-Every line gets a decision: a request whose cost is more than its rule can
-ever admit is a refusal that says so (can-never-pass); a malformed line is
-counted, reported with its file and line, and skipped.
+A request is decided when it arrived: the logged response time is taken
+off, and lines are put back in arrival order within --reorder-window. The
+counters live in memory whatever the configuration's store says, so a
+replay never touches a production Redis. Rules counted after the response
+are settled with the response the log recorded, when it ended. Not
+modelled: the overload section, server.max_in_flight, and requests
+canceled while a queue holds them. A malformed line is counted, reported
+with its file and line, and skipped.
 
 --decisions FILE writes one row per request:
-line,time,client,method,path,status,rule,decision — status is what serve
-would answer (200: passed on to the upstream, which answers what it
-answers; 429, 503, 400, 411, 403, 405 or 404 when Portero answers itself),
-rule the rule that refused or, when allowed, the one closest to its limit.`,
+line,time,client,method,path,status,rule,decision, where status is what
+serve would answer (200: passed on to the upstream). See
+docs/operations.md.`,
 		Example: `  portero replay --config portero.yaml /var/log/nginx/access.log*
   portero replay --config portero.yaml --chart refusals.svg --decisions decisions.csv access.log
   portero replay --config portero.yaml --log-format 'nginx:$remote_addr [$time_local] "$request" $status $msec $request_time "$http_x_api_key"' access.log`,
@@ -84,98 +74,77 @@ rule the rule that refused or, when allowed, the one closest to its limit.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if configPath == "" {
-				return usageErr(errors.New("--config is required: the configuration to try"))
-			}
-			if err := checkOneOf("--format", format, replay.ReportFormats); err != nil {
-				return err
-			}
-			if chartPath != "" {
-				if err := checkChart(chartPath); err != nil {
-					return err
-				}
-			}
-			if logFormat != "" {
-				if _, _, err := replay.ParseFormat(logFormat); err != nil {
-					return usageErr(fmt.Errorf("--log-format: %w", err))
-				}
-			}
-			cfg, err := config.LoadWith(configPath, config.Options{AllowUnsetEnv: true})
-			if err != nil {
-				return usageErr(err)
-			}
-			d, err := newGatewayDecider(cfg)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			rd, err := replay.Open(args, replay.InputOptions{Format: logFormat, Host: host, ReorderWindow: window, Headers: d.headers, Query: d.query, RespHeaders: d.respHeaders},
-				func(p string) (io.ReadCloser, error) { return os.Open(p) })
-			if err != nil {
-				return usageErr(err)
-			}
-			defer rd.Close()
-			opts := replay.Options{Top: top, MultipleFiles: len(args) > 1, Tick: d.sweep}
-			if decisionsPath != "" {
-				f, err := os.Create(decisionsPath)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				opts.Decisions = f
-			}
-			defer debug.SetGCPercent(debug.SetGCPercent(replayGCPercent))
-			rep, err := replay.Replay(cmd.Context(), rd, d, opts)
-			if err != nil {
-				return err
-			}
-			if err := rep.Write(cmd.OutOrStdout(), format); err != nil {
-				return err
-			}
-			if chartPath != "" {
-				if err := rep.Chart(chartPath); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runReplay(cmd, f, args) },
 	}
-	f := cmd.Flags()
-	f.StringVarP(&configPath, "config", "c", "", "the configuration to try (YAML, as serve reads it)")
-	f.StringVar(&logFormat, "log-format", "", "combined, main, json, csv, nginx:'LOG_FORMAT' or apache:'LOGFORMAT'; empty to detect each file's")
-	f.StringVar(&format, "format", "table", "report format: table, csv or json")
-	f.StringVar(&chartPath, "chart", "", "draw the refusals over time to this file (.svg or .png)")
-	f.StringVar(&decisionsPath, "decisions", "", "write one CSV row per request to this file")
-	f.StringVar(&host, "host", "", "Host of the requests whose log does not record one (for rules and routes that match a host)")
-	f.IntVar(&top, "top", 10, "how many of the keys refused most to list")
-	f.DurationVar(&window, "reorder-window", replay.DefaultReorderWindow, "how far out of order (by arrival) a log's lines may be and still be decided in order")
+	fl := cmd.Flags()
+	fl.StringVarP(&f.config, "config", "c", "", "the configuration to try (YAML, as serve reads it)")
+	fl.StringVar(&f.logFormat, "log-format", "", "combined, main, json, csv, nginx:'LOG_FORMAT' or apache:'LOGFORMAT'; empty to detect each file's")
+	fl.StringVar(&f.format, "format", "table", "report format: table, csv or json")
+	fl.StringVar(&f.chart, "chart", "", "draw the refusals over time to this file (.svg or .png)")
+	fl.StringVar(&f.decisions, "decisions", "", "write one CSV row per request to this file")
+	fl.StringVar(&f.host, "host", "", "Host of the requests whose log does not record one (for rules and routes that match a host)")
+	fl.IntVar(&f.top, "top", 10, "how many of the keys refused most to list")
+	fl.DurationVar(&f.window, "reorder-window", replay.DefaultReorderWindow, "how far out of order (by arrival) a log's lines may be and still be decided in order")
 	return cmd
 }
 
-func checkOneOf(flag, v string, allowed []string) error {
-	for _, a := range allowed {
-		if v == a {
-			return nil
+// runReplay replays the access logs at paths as f says.
+func runReplay(cmd *cobra.Command, f replayFlags, paths []string) error {
+	if f.config == "" {
+		return usageErr(errors.New("--config is required: the configuration to try"))
+	}
+	if err := checkOneOf("--format", f.format, replay.ReportFormats...); err != nil {
+		return err
+	}
+	if err := checkChart("--chart", f.chart); err != nil {
+		return err
+	}
+	if f.logFormat != "" {
+		if _, _, err := replay.ParseFormat(f.logFormat); err != nil {
+			return usageErr(fmt.Errorf("--log-format: %w", err))
 		}
 	}
-	return usageErr(fmt.Errorf("%s %q: want one of %s", flag, v, strings.Join(allowed, ", ")))
-}
-
-func checkChart(path string) error {
-	lower := strings.ToLower(path)
-	if !strings.HasSuffix(lower, ".svg") && !strings.HasSuffix(lower, ".png") {
-		return usageErr(fmt.Errorf("--chart %q: want a file name ending in .svg or .png", path))
+	cfg, err := config.LoadWith(f.config, config.Options{AllowUnsetEnv: true})
+	if err != nil {
+		return usageErr(err)
+	}
+	d, err := newGatewayDecider(cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	rd, err := replay.Open(paths, replay.InputOptions{Format: f.logFormat, Host: f.host, ReorderWindow: f.window, Headers: d.headers,
+		Query: d.query, RespHeaders: d.respHeaders}, func(p string) (io.ReadCloser, error) { return os.Open(p) })
+	if err != nil {
+		return usageErr(err)
+	}
+	defer rd.Close()
+	opts := replay.Options{Top: f.top, MultipleFiles: len(paths) > 1, Tick: d.sweep}
+	if f.decisions != "" {
+		out, err := os.Create(f.decisions)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		opts.Decisions = out
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(replayGCPercent))
+	rep, err := replay.Replay(cmd.Context(), rd, d, opts)
+	if err != nil {
+		return err
+	}
+	if err := rep.Write(cmd.OutOrStdout(), f.format); err != nil {
+		return err
+	}
+	if f.chart != "" {
+		return rep.Chart(f.chart)
 	}
 	return nil
 }
 
-// replayGCPercent is the collector's target during a replay: the live heap
-// is a few megabytes (the store's bounded state), so the default 100 would
-// collect every few thousand lines; 400 costs a few megabytes more and
-// saves about a tenth of the CPU (BenchmarkReplay, -benchtime 1000000x
-// -cpu 1, 3 runs each with this set to 100 and to 400: 777k and 847k
-// lines per CPU second).
+// replayGCPercent is the collector's target during a replay: its live heap
+// is small (the store's bounded state), and at the default of 100 the
+// collector runs every few thousand lines.
 const replayGCPercent = 400
 
 // gatewayDecider decides replayed requests with a real gateway of the
@@ -207,50 +176,32 @@ type gatewayDecider struct {
 	url            url.URL
 	d              gateway.Decision
 	out            replay.Decision
-	// owed holds the requests in flight whose rules counted after the
-	// response wait for its end; free their memory for reuse.
-	owed owedHeap
-	free []*owed
-	seq  int64
+	// pending holds the requests in flight whose rules counted after the
+	// response wait for its end, by the end of their responses, then by
+	// arrival; free their memory for reuse.
+	pending []*unsettled
+	free    []*unsettled
+	seq     int64
 }
 
-// owed is a request passed on whose response ends at due.
-type owed struct {
+// unsettled is a request passed on whose response ends at due, with what
+// its rules counted after the response wait for.
+type unsettled struct {
 	due  time.Time
 	seq  int64
 	o    gateway.Pending
 	resp policy.Response
 }
 
-// owedHeap orders the owed by the end of their responses, then by arrival.
-type owedHeap []*owed
-
-func (h owedHeap) Len() int { return len(h) }
-func (h owedHeap) Less(i, j int) bool {
-	if !h[i].due.Equal(h[j].due) {
-		return h[i].due.Before(h[j].due)
-	}
-	return h[i].seq < h[j].seq
-}
-func (h owedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *owedHeap) Push(x any)   { *h = append(*h, x.(*owed)) }
-func (h *owedHeap) Pop() any {
-	old := *h
-	o := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return o
-}
-
-// owe keeps what the request just decided at now owes, to be settled with
-// the response r's log recorded when that response ended (r.Latency
-// later), as serve settled it.
-func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
-	var ow *owed
+// hold keeps what the rules of the request just decided at now count after
+// its response, to be settled with the response r's log recorded when it
+// ended (r.Latency later), as serve settled it.
+func (g *gatewayDecider) hold(now time.Time, r *replay.Request) {
+	var ow *unsettled
 	if n := len(g.free); n > 0 {
 		ow, g.free = g.free[n-1], g.free[:n-1]
 	} else {
-		ow = &owed{}
+		ow = &unsettled{}
 	}
 	if !g.gw.Pending(&g.d, now, &ow.o) {
 		g.free = append(g.free, ow)
@@ -259,13 +210,15 @@ func (g *gatewayDecider) owe(now time.Time, r *replay.Request) {
 	g.seq++
 	ow.due, ow.seq = now.Add(max(r.Latency, 0)), g.seq
 	ow.resp = policy.Response{Status: r.Status, Header: http.Header(r.RespHeader).Clone(), Bytes: r.Bytes}
-	heap.Push(&g.owed, ow)
+	i, _ := slices.BinarySearchFunc(g.pending, ow, func(a, b *unsettled) int { return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.seq, b.seq)) })
+	g.pending = slices.Insert(g.pending, i, ow)
 }
 
-// payDue settles, at their ends, the responses that ended by now.
-func (g *gatewayDecider) payDue(now time.Time) error {
-	for len(g.owed) > 0 && !g.owed[0].due.After(now) {
-		ow := heap.Pop(&g.owed).(*owed)
+// settleDue settles, at their ends, the responses that ended by now.
+func (g *gatewayDecider) settleDue(now time.Time) error {
+	for len(g.pending) > 0 && !g.pending[0].due.After(now) {
+		ow := g.pending[0]
+		g.pending[0], g.pending = nil, g.pending[1:]
 		err := g.gw.Settle(context.Background(), &ow.o, &ow.resp, ow.due)
 		ow.resp = policy.Response{}
 		g.free = append(g.free, ow)
@@ -319,10 +272,9 @@ func (g *gatewayDecider) Close() { g.store.Close(context.Background()) }
 // Decide builds the http.Request serve would have received (its peer, Host,
 // path, query and the logged headers, its API key as the access log
 // recorded it) and decides it at now, after settling the responses that
-// ended by now; for a request passed on, it keeps what the rules counted
-// after the response owe, to settle them with the response the log
-// recorded when it ends (Gateway.Pending and Settle: as serve did once the
-// upstream answered).
+// ended by now; for a request passed on, it holds what its rules count
+// after the response, to settle them with the response the log recorded
+// when it ends, as serve did once the upstream answered.
 func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decision, error) {
 	ctx := context.Background()
 	if r.APIKey != "" {
@@ -350,7 +302,7 @@ func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decis
 	}
 	// The responses that ended by now, in the order they ended: serve had
 	// settled them when this request arrived.
-	if err := g.payDue(now); err != nil {
+	if err := g.settleDue(now); err != nil {
 		return nil, err
 	}
 	g.gw.Decide(req, now, &g.d)
@@ -364,7 +316,7 @@ func (g *gatewayDecider) Decide(now time.Time, r *replay.Request) (*replay.Decis
 		if r.Status == 0 || r.Answered || (g.bytes && r.Bytes < 0) {
 			out.Unsettled = true
 		} else {
-			g.owe(now, r)
+			g.hold(now, r)
 		}
 	}
 	switch out.Status {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/portero-rl/portero/internal/apikey"
+	"github.com/portero-rl/portero/internal/gatewaylog"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/server"
 )
@@ -201,7 +202,7 @@ func TestReplayMatchesServePlansOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	policy := strings.ReplaceAll(plansRedisPolicy, "REDIS", srv.URL())
 	checkPlansReplay(t, policy, nil, plansTraffic(400), func(cfgPath, accessLog string) (string, func()) {
-		return startServeWith(t, server.Options{ConfigPath: cfgPath, AccessLog: server.AccessLog{Path: accessLog}})
+		return startServeWith(t, server.Options{ConfigPath: cfgPath, AccessLog: gatewaylog.Options{Path: accessLog}})
 	}, "401 allowed", "429 refused login-failures", "429 refused tokens", "429 refused plan/basic", "403 forbidden",
 		"405 limits", "200 limits", "404 allowed")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/internal/apikey"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/gatewaylog"
 	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/testenv"
 	"github.com/portero-rl/portero/store/memstore"
@@ -58,7 +59,7 @@ var listenRE = regexp.MustCompile(`portero: gateway listening on (http://\S+)`)
 // virtual clock, with the JSON access log at accessLog.
 func startServe(t *testing.T, cfgPath, accessLog string, clock *virtualClock) (gateway string, stop func()) {
 	t.Helper()
-	return startServeWith(t, server.Options{ConfigPath: cfgPath, Now: clock.now, AccessLog: server.AccessLog{Path: accessLog},
+	return startServeWith(t, server.Options{ConfigPath: cfgPath, Now: clock.now, AccessLog: gatewaylog.Options{Path: accessLog},
 		// No sweeper: it reads the wall clock, far from the virtual one.
 		OpenStore: func(cfg *config.Config, _ *slog.Logger) (portero.Store, error) {
 			return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys, SweepInterval: -1})

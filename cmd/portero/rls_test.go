@@ -66,6 +66,23 @@ func startCommand(t *testing.T, name string, args []string, re *regexp.Regexp) [
 	return nil
 }
 
+// waitReady waits until the server at url answers /readyz with 200.
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/readyz: not ready after 30 s (%v)", url, err)
+		}
+	}
+}
+
 func runCheck(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -231,6 +248,12 @@ func TestRLSFailClosed(t *testing.T) {
 		var out checkapi.CheckResponse
 		json.NewDecoder(resp.Body).Decode(&out)
 		return resp.StatusCode, out
+	}
+	// The store dials Redis in the background, and until it has answered
+	// the failure policy decides: under deny and error the instance says
+	// it is not ready until then.
+	for _, addr := range []string{denyHTTP, defHTTP} {
+		waitReady(t, "http://"+addr)
 	}
 	if a, err := ask(deny); err != nil || a.Code != descriptor.OK {
 		t.Fatalf("Redis up: %+v, %v", a, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/config"
+	"github.com/portero-rl/portero/internal/gatewaylog"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/internal/server"
@@ -24,49 +25,26 @@ func newServeCmd() *cobra.Command {
 	var settle time.Duration
 	var refusalLines int
 	var drain time.Duration
-	var access server.AccessLog
+	var access gatewaylog.Options
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway: rate limits in front of your upstreams",
 		Long: `serve runs Portero as a reverse proxy: every request passes the rules of
 the configuration (stacked, all-or-nothing) and is refused with 429 and
 Retry-After, or forwarded to its upstream with RateLimit headers added.
+Without --config it runs the built-in configuration ('portero config
+default'): a memory store, a sample policy and a demo upstream.
 
-Without --config it runs the built-in configuration (show it with
-'portero config default'): a memory store, a sample policy and a demo
-upstream, so that curl can watch the 429s at once.
+It reloads the configuration on SIGHUP and when the file changes, once the
+file has settled; a bad one is refused, its errors logged. On SIGTERM it
+drains (/readyz answers 503 for server.drain_period while requests are
+still served; a second SIGTERM ends the drain), then lets in-flight
+requests finish within server.shutdown_timeout. A Redis store that does not
+answer at start serves under store.on_error until Redis answers.
 
-It reloads the configuration on SIGHUP and when the file changes (a
-Kubernetes ConfigMap update included; a file is applied once it has
-settled, and a bad one is refused, its errors logged, the running
-configuration kept). On SIGTERM or Ctrl-C it drains: /readyz answers 503
-for server.drain_period (5s) while requests are still served — a second
-SIGTERM or Ctrl-C ends the drain at once, and without any /readyz probe
-since the start there is none — then it stops accepting and lets
-in-flight requests finish within server.shutdown_timeout; it exits 1 if it
-had to cut some.
-
-A Redis store that does not answer at start is no reason not to start: the
-gateway serves under store.on_error (and /readyz answers 503 under deny)
-until Redis answers, then counts there.
-
-server.tls and admin.tls serve the gateway and the admin listener over TLS
-(admin.tls.client_ca requires client certificates); the certificate files
-are read again when they change, without a restart. The admin listener also
-serves /api/version and Go's profiler under /debug/pprof/, behind its token.
-
-With --access-log FILE (or - for standard output) every request gets a
-line: JSON by default (what 'portero replay' reads back), or text with
---access-log-format text. SIGUSR1 reopens the file, for log rotation. A
-disk slower than the requests never holds them up: past
---access-log-buffer lines waiting, a line is dropped and counted
-(portero_access_log_dropped_total), and the file says how many at that
-place.
-
-Logs go to stderr, one logger for every line (--log-format text or json).
-Refusals are logged at INFO, at most --log-refusals lines a second per rule,
-each with the number of lines it stands for (suppressed); shadow refusals
-likewise.`,
+--access-log writes one line per request (JSON, what 'portero replay'
+reads, or text); SIGUSR1 reopens the file. Refusals are logged at INFO, at
+most --log-refusals lines a second per rule. See docs/operations.md.`,
 		Example: `  portero serve
   portero serve --config examples/gateway.yaml --access-log /var/log/portero/access.log
   portero serve --config portero.yaml --listen :8080 --admin-listen off --log-format json`,

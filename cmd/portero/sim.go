@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +82,7 @@ windows start at trace times 0, W, 2W, ...
 The buckets, GCRA and the queue read --limit L --window W as rate L/W per
 second and capacity L, unless --rate (per second) or --burst says otherwise.
 A request whose cost the rule can never admit at once is refused with
-retry_after "never" (null in JSON), as every door refuses it. A malformed
+retry_after "never" (null in JSON), as serve and rls refuse it. A malformed
 trace is an error naming its line (exit status 2), and then no decision is
 printed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -175,10 +174,7 @@ FILE-over-time.svg.`, "csv", "out",
 
 // checkFormat checks a --format flag against the formats sim.Table writes.
 func checkFormat(format string) error {
-	if !slices.Contains(sim.Formats, format) {
-		return usageErr(fmt.Errorf("--format %q: want one of %s", format, strings.Join(sim.Formats, ", ")))
-	}
-	return nil
+	return checkOneOf("--format", format, sim.Formats...)
 }
 
 func joinAlgorithms(algs []portero.Algorithm) string {

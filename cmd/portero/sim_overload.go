@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/portero-rl/portero/internal/chart"
 	"github.com/portero-rl/portero/internal/sim"
 	"github.com/portero-rl/portero/internal/sim/overloadsim"
 )
@@ -73,10 +72,8 @@ func experimentCmd(use, short, long, format, chartFlag string, run func(*cobra.C
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			if chartPath != "" {
-				if err := chart.CheckPath(chartPath); err != nil {
-					return usageErr(fmt.Errorf("--%s: %w", chartFlag, err))
-				}
+			if err := checkChart("--"+chartFlag, chartPath); err != nil {
+				return err
 			}
 			res, err := run(cmd)
 			if err != nil {

@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/portero-rl/portero/internal/chart"
 	"github.com/portero-rl/portero/internal/config/fileerr"
 )
 
@@ -24,6 +26,27 @@ func usageErr(err error) error {
 		return nil
 	}
 	return usageError{err}
+}
+
+// checkOneOf is the usage error of a flag whose value v is none of
+// allowed.
+func checkOneOf(flag, v string, allowed ...string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	return usageErr(fmt.Errorf("%s %q: want one of %s", flag, v, strings.Join(allowed, ", ")))
+}
+
+// checkChart is the usage error of a chart flag whose file is neither
+// .svg nor .png; no file is no error.
+func checkChart(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := chart.CheckPath(path); err != nil {
+		return usageErr(fmt.Errorf("%s: %w", flag, err))
+	}
+	return nil
 }
 
 // strictTree applies the command line's rules to cmd and every command

@@ -1,21 +1,13 @@
-// Package accesslog writes `portero serve`'s access log and reads it back.
+// Package accesslog writes `portero serve`'s access log and reads it back:
+// one line per request, in JSON (what `portero replay` reads) or in
+// logfmt-style text for people, with what a replay needs to key, match,
+// cost and settle every request as serve did (secrets by their SHA-256)
+// and what an operator reads (route, rule, key, decision, latency).
 //
-// One line per request, in JSON (the form `portero replay` reads) or in
-// logfmt-style text for people: when it arrived (to the nanosecond), the
-// method, host and decoded path, the connection's peer and the client
-// address Portero settled on, the request headers (and query) the rules
-// read, so that a replay can key, match and cost every request as serve
-// did — secrets by their SHA-256, never as sent: the API key, the cookies
-// and query arguments keys read, the headers only keys read —, the
-// response's status, bytes and the headers costs read (to settle the rules
-// counted after the response), the latency, the route and upstream, the
-// rule that decided, its key and the decision.
-//
-// A Writer never blocks a request on the disk beyond its bounded buffer: an
-// entry that finds the buffer full is dropped and counted (Writer.Dropped),
-// and the line saying how many were lost is the next one written. Reopen
-// closes and reopens the file, for log rotation (serve calls it on
-// SIGUSR1).
+// A Writer never blocks a request on the disk beyond its bounded buffer:
+// an entry that finds it full is dropped and counted, and the next line
+// written says how many were lost. Reopen reopens the file, for log
+// rotation.
 package accesslog
 
 import (
@@ -23,7 +15,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -35,50 +29,37 @@ type Header struct {
 
 // Entry is one request.
 type Entry struct {
-	// Time is when the request was decided (its arrival, not the end of
-	// the response).
-	Time time.Time
+	// Time is when the request arrived; Latency the time from then to the
+	// end of the response.
+	Time    time.Time
+	Latency time.Duration
 	// Method, Host and Path are the request's method, Host header and
-	// decoded URL path.
-	Method, Host, Path string
-	// Query is the query as recorded when the configuration's keys read
-	// it (query:NAME): the arguments they read alone, each value as its
-	// SHA-256 (a query may carry tokens; a key needs only to tell values
-	// apart); empty otherwise.
-	Query string
-	// Peer is the connection's address without the port; ClientIP the
-	// client address Portero settled on (after trusted proxies), empty when
-	// unknown.
+	// decoded URL path. Query is recorded only when the keys read it, with
+	// the arguments they read alone, each value as its SHA-256.
+	Method, Host, Path, Query string
+	// Peer is the connection's address without the port, ClientIP the
+	// client address Portero settled on (after trusted proxies).
 	Peer, ClientIP string
-	// Header holds the request headers the configuration reads, in the
-	// order given to the writer.
+	// Header holds the request headers the configuration reads.
 	Header []Header
-	// APIKey is the API key the request presented in the configuration's
-	// api_keys header, as apikey.Logged records it: its SHA-256 (what the
-	// keys file holds), never the key; empty when there was none or the
-	// configuration has no API keys.
+	// APIKey is the SHA-256 of the API key the request presented
+	// (apikey.Logged), never the key.
 	APIKey string
 	// ContentLength is the declared body size; -1 when unknown.
 	ContentLength int64
-	// Status is the response status; Bytes the response body bytes.
-	Status int
-	Bytes  int64
-	// RespHeader holds the response header fields the configuration's
-	// costs read (response-header:NAME), for a replay to settle them.
+	// Status, Bytes and RespHeader are the response: its status, body
+	// bytes and the header fields the costs read, to settle them.
+	Status     int
+	Bytes      int64
 	RespHeader []Header
-	// Latency is the time from arrival to the end of the response.
-	Latency time.Duration
-	// Route and Upstream name the route matched and its upstream; empty
-	// when none matched.
+	// Route and Upstream name the route matched and its upstream.
 	Route, Upstream string
-	// Rule is the rule that decided the request (the refusing one, or when
-	// allowed the one closest to its limit), Key the key it counted under;
-	// empty when no rule applied.
+	// Rule decided the request (the refusing one, or when allowed the one
+	// closest to its limit), counting under Key.
 	Rule, Key string
 	// Decision is what Portero did: allowed, refused, can-never-pass,
-	// unavailable (the store failed and the failure policy denied), bad-cost
-	// (400 or 411: the cost could not be read), no-rule (no rule applied),
-	// or error.
+	// unavailable (the failure policy denied), bad-cost (400 or 411),
+	// no-rule, forbidden, limits or error.
 	Decision string
 	// Shadow lists the shadow rules that would have refused the request.
 	Shadow []string
@@ -87,13 +68,9 @@ type Entry struct {
 // Formats are the formats of a Writer.
 var Formats = []string{"json", "text"}
 
-// AppendJSON appends e as one JSON object and a newline. The keys are, in
-// this order: time (RFC 3339 in UTC with nanoseconds), method, host, path,
-// query, peer, client_ip, headers (an object), api_key_sha256,
-// content_length, status, bytes, response_headers (an object), latency_ms,
-// route, upstream, rule, key, decision, shadow (an array, omitted when
-// empty). Empty strings and objects are omitted too, except method and
-// path.
+// AppendJSON appends e as one JSON object and a newline, keys in the
+// order of Entry's JSON form (time in RFC 3339, UTC, nanoseconds); empty
+// strings, objects and arrays are left out, except method and path.
 func AppendJSON(b []byte, e *Entry) []byte {
 	b = append(b, `{"time":"`...)
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
@@ -214,9 +191,8 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// AppendText appends e as one line of key=value pairs (logfmt), in the
-// order of AppendJSON, values quoted when they need it; headers are
-// header.NAME=VALUE.
+// AppendText appends e as one line of logfmt key=value pairs in the
+// order of AppendJSON, values quoted when they need it.
 func AppendText(b []byte, e *Entry) []byte {
 	b = append(b, "time="...)
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
@@ -309,11 +285,10 @@ func (e *DroppedError) Error() string {
 // ErrMalformed is wrapped by ParseJSON's errors.
 var ErrMalformed = errors.New("malformed access log line")
 
-// ParseJSON reads one line of the JSON form back into e (reusing its
-// Header and Shadow memory). time, method and path are required; headers
-// come back sorted by name (JSON objects have no order). Errors wrap
-// ErrMalformed and name the field, except for the line a Writer writes
-// where it dropped entries: a *DroppedError.
+// ParseJSON reads one line of the JSON form back into e, reusing its
+// memory. time, method and path are required; headers come back sorted by
+// name. Errors wrap ErrMalformed and name the field, but for the line
+// where a Writer dropped entries: a *DroppedError.
 func ParseJSON(line []byte, e *Entry) error {
 	line = bytes.TrimSpace(line)
 	var j jsonEntry
@@ -358,9 +333,5 @@ func ParseJSON(line []byte, e *Entry) error {
 }
 
 func sortHeaders(hs []Header) {
-	for i := 1; i < len(hs); i++ {
-		for j := i; j > 0 && hs[j].Name < hs[j-1].Name; j-- {
-			hs[j], hs[j-1] = hs[j-1], hs[j]
-		}
-	}
+	slices.SortFunc(hs, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 }

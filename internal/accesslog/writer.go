@@ -19,23 +19,20 @@ const DefaultBuffer = 4096
 // Options configure a Writer.
 type Options struct {
 	// Path is the file to append to (created 0640 when missing), or "-"
-	// for Stdout. Required.
-	Path string
-	// Format is "json" (the default when empty) or "text".
-	Format string
-	// Buffer is the most lines waiting for the disk; an entry beyond it is
-	// dropped and counted. 0 means DefaultBuffer.
+	// for Stdout (nil: os.Stdout); required. Format is "json" (when empty)
+	// or "text".
+	Path, Format string
+	Stdout       io.Writer
+	// Buffer is the most lines waiting for the disk, beyond which an entry
+	// is dropped and counted; 0 means DefaultBuffer.
 	Buffer int
-	// Stdout is where "-" writes; nil means os.Stdout.
-	Stdout io.Writer
-	// Open opens Path for appending; nil means os.OpenFile with O_APPEND.
-	// Tests use it to make a slow disk.
+	// Open opens Path for appending (nil: os.OpenFile with O_APPEND); a
+	// test's makes a slow disk.
 	Open func(path string) (io.WriteCloser, error)
 }
 
-// Writer writes entries to a file from one goroutine of its own, so that a
-// request only formats its line and hands it over. It is safe for
-// concurrent use; Close stops its goroutine.
+// Writer writes entries from a goroutine of its own, so that a request
+// only formats its line and hands it over. It is safe for concurrent use.
 type Writer struct {
 	opts    Options
 	text    bool
@@ -101,8 +98,8 @@ func (w *Writer) open() (io.WriteCloser, error) {
 	return f, nil
 }
 
-// Log formats e and queues it. It never waits for the disk: when the
-// buffer is full the entry is dropped and counted. After Close it drops.
+// Log formats e and queues it, never waiting for the disk: when the buffer
+// is full, or after Close, the entry is dropped and counted.
 func (w *Writer) Log(e *Entry) {
 	if w.closed.Load() {
 		w.dropped.Add(1)
@@ -129,8 +126,7 @@ func putLine(bp *[]byte) {
 	linePool.Put(bp)
 }
 
-// Dropped returns the number of entries dropped so far because the buffer
-// was full (or the writer closed).
+// Dropped returns the number of entries dropped so far.
 func (w *Writer) Dropped() int64 { return w.dropped.Load() }
 
 // Written returns the number of lines written so far.
@@ -146,9 +142,8 @@ func (w *Writer) Errors() (int64, error) {
 }
 
 // Reopen flushes and closes the file and opens Path again: after a log
-// rotator renamed it, the next lines go to a new file of that name. The
-// old file keeps every line written before. On error the writer keeps the
-// old file.
+// rotator renamed it, the next lines go to a new file of that name. On
+// error the writer keeps the old file.
 func (w *Writer) Reopen() error {
 	if w.closed.Load() {
 		return errors.New("access log: closed")
@@ -179,9 +174,8 @@ func (w *Writer) fail(err error) {
 	w.lastErr.Store(&err)
 }
 
-// run is the writer's goroutine: it takes lines, writes them through a
-// buffer, and flushes whenever nothing more is waiting, so that lines reach
-// the file within one write of being logged.
+// run is the writer's goroutine: it writes lines through a buffer and
+// flushes whenever nothing more is waiting.
 func (w *Writer) run(f io.WriteCloser) {
 	defer close(w.stopped)
 	bw := bufio.NewWriterSize(f, 64<<10)

@@ -1,13 +1,11 @@
-// Package apikey maps API keys to the usage plans they belong to. An API
-// key identifies a caller for counting; it does not authenticate it (it
-// travels in a header, does not expire and authorizes nothing): put
-// authentication in front of Portero or in the upstream.
+// Package apikey maps API keys to the callers and usage plans they belong
+// to. A key identifies a caller for counting; it does not authenticate it
+// (it travels in a header, does not expire and authorizes nothing).
 //
-// Keys are kept hashed, as configuration files and keys files hold them:
-// the SHA-256 of the key's bytes, in hexadecimal (Hash; `portero keys
-// hash`). A lookup hashes the key a request presents and finds its entry by
-// that hash, then compares the two hashes with crypto/subtle, in constant
-// time.
+// Keys are kept hashed, as configuration and keys files hold them: the
+// SHA-256 of the key, in hexadecimal (Hash; `portero keys hash`). A lookup
+// hashes the key a request presents, finds its entry by that hash and
+// compares the two in constant time.
 //
 // ReadFile (file.go) streams a keys file of millions of keys, key by key.
 package apikey
@@ -53,8 +51,8 @@ type entry struct {
 	key  Key
 }
 
-// Set maps hashed keys to callers. It is immutable and safe for
-// concurrent use.
+// Set maps hashed keys to callers; once built, it is safe for concurrent
+// use.
 type Set struct {
 	byHash map[[32]byte]*entry
 }
@@ -95,8 +93,7 @@ const TooLong = "too-long"
 
 // Logged is how a log records raw, a key a request presented, so that the
 // request can be decided again (LookupLogged) without the key ever being
-// written: its Hash, as the keys file holds it; TooLong for a key longer
-// than MaxKeyLen; "" for none.
+// written: its Hash; TooLong for a key longer than MaxKeyLen; "" for none.
 func Logged(raw string) string {
 	switch {
 	case raw == "":

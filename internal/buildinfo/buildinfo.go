@@ -1,9 +1,7 @@
-// Package buildinfo describes the running binary from the build
-// information the Go toolchain records in it: the module version (a tag, a
-// pseudo-version, or (devel) for a build from a checkout), the VCS revision,
-// time and modified flag (go build records them unless -buildvcs=false),
-// and the Go release. `portero --version`, the admin API's /api/version and
-// the metric portero_build_info all show this one description.
+// Package buildinfo describes the running binary from what the Go
+// toolchain records in it (module version, VCS revision, time and modified
+// flag, Go release): the one description `portero --version`,
+// /api/version and the metric portero_build_info show.
 package buildinfo
 
 import (
@@ -11,19 +9,17 @@ import (
 	"strings"
 )
 
-// Info is what a binary says about its build. Empty fields were not
+// Info is what a binary says about its build; empty fields were not
 // recorded.
 type Info struct {
-	// Version is the main module's version; "(devel)" for a build from a
-	// checkout or when none was recorded.
+	// Version is the main module's version: a tag, a pseudo-version, or
+	// "(devel)" for a build from a checkout.
 	Version string `json:"version"`
-	// Revision and Time are the VCS revision and commit time.
-	Revision string `json:"revision,omitempty"`
-	Time     string `json:"time,omitempty"`
-	// Modified reports a build from a working tree with uncommitted
-	// changes.
-	Modified bool `json:"modified,omitempty"`
-	// GoVersion is the Go release that built the binary.
+	// Revision and Time are the VCS revision and commit time; Modified a
+	// build from a working tree with uncommitted changes.
+	Revision  string `json:"revision,omitempty"`
+	Time      string `json:"time,omitempty"`
+	Modified  bool   `json:"modified,omitempty"`
 	GoVersion string `json:"goversion,omitempty"`
 	// Known is false when the binary carries no build information at all.
 	Known bool `json:"-"`

@@ -1,22 +1,18 @@
 // Package dashboard is the live dashboard of Portero's admin listener: per
-// rule, what was allowed and refused over the last minutes; the rules and
-// keys closest to their limits; the keys refused most; the quotas spent;
-// the configuration running and where it came from; and the store's health
-// (latency, failure-policy state, fallback decisions). `portero serve` and
-// `portero rls` both mount it, each feeding it through the small Source
+// rule what was allowed and refused over the last minutes, the keys
+// closest to their limits and refused most, the quotas spent, the
+// configuration running, and the store's health. `portero serve` and
+// `portero rls` both mount it and feed it through the small Source
 // interface.
 //
-// The page is one HTML file, a style sheet and a script, embedded with
-// go:embed: no external asset, no CDN, so it works on a closed network. It
-// updates live from server-sent events, and falls back to polling where
-// those are cut by a proxy. It sits behind the admin token: requests carry
-// it as a bearer token, or, for a browser, in a cookie that the page's
-// login form sets (an HMAC of the token, so that the cookie is not the
-// token and changing the token logs everyone out).
-//
-// A Dashboard samples its Source once per Options.Interval in Run (or when
-// Sample is called, with the instant given: tests drive it on their own
-// clock) and keeps Options.History samples: its memory is bounded.
+// The page is one embedded HTML file, a style sheet and a script (no
+// external asset, so it works on a closed network), updated over
+// server-sent events or, where a proxy cuts those, by polling. It sits
+// behind the admin token: a bearer token, or for a browser the cookie its
+// login form sets, an HMAC of the token (not the token; changing the token
+// logs everyone out). A Dashboard samples its Source once per
+// Options.Interval and keeps Options.History samples: its memory is
+// bounded.
 package dashboard
 
 import (
@@ -31,15 +27,13 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 )
 
 // Source is what a command tells the dashboard. Snapshot is called from
-// one goroutine, once per interval; it must be safe to call while the
-// command serves.
+// one goroutine, once per interval, while the command serves.
 type Source interface {
 	Snapshot() Snapshot
 }
@@ -48,52 +42,41 @@ type Source interface {
 // cumulative since the command started; the dashboard turns them into
 // rates.
 type Snapshot struct {
-	// Service names the command, such as "portero serve".
-	Service string `json:"service"`
-	// Config is the configuration running.
-	Config Config `json:"config"`
-	// Rules are the rules of the configuration with their counters.
-	Rules []Rule `json:"rules"`
-	// TopRefused are the keys refused most recently (the command's own
-	// bounded list, such as serve's /api/refused), most first.
-	TopRefused []Key `json:"top_refused"`
-	// TopRefusedWindow says over how long TopRefused counts, such as 5m.
-	TopRefusedWindow string `json:"top_refused_window,omitempty"`
-	// Usage are the keys closest to their limits (a Usage tracker's Top).
-	Usage []UsageEntry `json:"usage"`
-	// Store is the store's health.
-	Store Store `json:"store"`
-	// Requests counts the requests decided.
-	Requests float64 `json:"requests"`
+	Service string `json:"service"` // such as "portero serve"
+	Config  Config `json:"config"`
+	Rules   []Rule `json:"rules"`
+	// TopRefused are the keys refused most recently, most first, over
+	// TopRefusedWindow (such as "5 min").
+	TopRefused       []Key        `json:"top_refused"`
+	TopRefusedWindow string       `json:"top_refused_window,omitempty"`
+	Usage            []UsageEntry `json:"usage"` // the keys closest to their limits
+	Store            Store        `json:"store"`
+	Requests         float64      `json:"requests"` // requests decided
 }
 
-// Config describes the configuration running.
+// Config describes the configuration running: where it was read from,
+// when it was applied, the reloads applied and refused.
 type Config struct {
-	// Source is the file it was read from (or the built-in default).
-	Source string `json:"source"`
-	// Loaded is when it was applied.
-	Loaded time.Time `json:"loaded"`
-	// Reloads and ReloadErrors count the reloads applied and refused.
-	Reloads      int64 `json:"reloads"`
-	ReloadErrors int64 `json:"reload_errors"`
+	Source       string    `json:"source"`
+	Loaded       time.Time `json:"loaded"`
+	Reloads      int64     `json:"reloads"`
+	ReloadErrors int64     `json:"reload_errors"`
 }
 
-// Rule is one rule and its decision counters.
+// Rule is one rule and its decision counters, by outcome name (allowed,
+// near-limit, refused, shadow-refused, not-counted, check-only,
+// can-never-pass).
 type Rule struct {
-	Name      string `json:"name"`
-	Key       string `json:"key"`
-	Algorithm string `json:"algorithm,omitempty"`
-	Limit     string `json:"limit"`
-	// Mode is enforce or shadow.
-	Mode string `json:"mode"`
-	// Quota is true for a calendar quota (per day, week or month).
-	Quota bool `json:"quota,omitempty"`
-	// Counts are the decisions by outcome name (allowed, near-limit,
-	// refused, shadow-refused, not-counted, check-only, can-never-pass).
-	Counts map[string]float64 `json:"counts"`
+	Name      string             `json:"name"`
+	Key       string             `json:"key"`
+	Algorithm string             `json:"algorithm,omitempty"`
+	Limit     string             `json:"limit"`
+	Mode      string             `json:"mode"`            // enforce or shadow
+	Quota     bool               `json:"quota,omitempty"` // a calendar quota (per day, week or month)
+	Counts    map[string]float64 `json:"counts"`
 }
 
-// Key is a refused key.
+// Key is a refused key and how often it was refused.
 type Key struct {
 	Rule   string `json:"rule"`
 	Key    string `json:"key"`
@@ -103,21 +86,17 @@ type Key struct {
 
 // Store is the store's health.
 type Store struct {
-	// Type is memory or redis.
-	Type string `json:"type"`
-	// OnError is the failure policy: allow, deny, local or error.
-	OnError string `json:"on_error"`
-	// Connected is false while a Redis store has not reached Redis yet.
+	Type    string `json:"type"`     // memory or redis
+	OnError string `json:"on_error"` // the failure policy
+	// Connected is false while a Redis store has not reached Redis yet;
+	// Fallback true while the failure policy decides instead of the store.
 	Connected bool `json:"connected"`
-	// Fallback is true while the failure policy decides instead of the
-	// store.
-	Fallback bool `json:"fallback"`
-	// Errors counts the decisions the store failed; FallbackDecisions the
+	Fallback  bool `json:"fallback"`
+	// Errors counts the decisions the store failed, FallbackDecisions the
 	// rule decisions the failure policy made.
-	Errors            float64 `json:"errors"`
-	FallbackDecisions float64 `json:"fallback_decisions"`
-	// Latency is the cumulative histogram of decision times, in seconds.
-	Latency Histogram `json:"-"`
+	Errors            float64   `json:"errors"`
+	FallbackDecisions float64   `json:"fallback_decisions"`
+	Latency           Histogram `json:"-"` // of decision times, in seconds
 }
 
 // Histogram is a cumulative histogram: Counts[i] observations were at most
@@ -129,23 +108,20 @@ type Histogram struct {
 	Sum    float64
 }
 
-// Options configure a Dashboard.
+// Options configure a Dashboard; every field may be left zero.
 type Options struct {
 	// Token returns the admin token at each request (a reload may change
 	// it); nil or "" means none, and the dashboard is open like the rest of
 	// the admin listener.
 	Token func() string
-	// Prefix is the path the dashboard is mounted under; empty means
-	// "/dashboard/".
+	// Prefix is the path the dashboard is mounted under: "/dashboard/".
 	Prefix string
-	// Interval is the time between samples; 0 means one second.
+	// Interval is the time between samples (one second), History the
+	// samples kept for the charts (900: 15 minutes).
 	Interval time.Duration
-	// History is the number of samples kept for the charts; 0 means 900
-	// (15 minutes at one a second).
-	History int
-	// Ticks, when not nil, are the instants Run samples at, one per value
-	// received (a test's or a simulation's clock); nil samples once at the
-	// start and then every Interval of the wall clock.
+	History  int
+	// Ticks, when not nil, are the instants Run samples at (a test's
+	// clock); nil samples at the start and then every Interval.
 	Ticks <-chan time.Time
 }
 
@@ -168,17 +144,13 @@ type Dashboard struct {
 	once    sync.Once
 }
 
-// sample is one point of the charts: per rule, rates per second over the
-// interval before it.
+// sample is one point of the charts: per rule name, the rates per second
+// of allowed, refused and shadow-refused decisions over the interval
+// before it.
 type sample struct {
 	At       time.Time
-	Allowed  []float64 // by rule, in the order of the snapshot's rules
-	Refused  []float64
-	Shadow   []float64
-	Names    []string
-	P50, P99 float64 // seconds, over the interval; NaN without data
-	Fallback bool
-	Requests float64 // per second
+	Rules    map[string][3]float64
+	P50, P99 float64 // seconds; NaN without data
 	Elapsed  float64 // seconds since the sample before
 }
 
@@ -204,9 +176,9 @@ func New(src Source, o Options) *Dashboard {
 		closed: make(chan struct{})}
 }
 
-// Close ends the event streams of the pages watching (they would otherwise
-// hold an http.Server's Shutdown until its deadline: register it with
-// RegisterOnShutdown). Later streams end at once; the rest keeps working.
+// Close ends the event streams of the pages watching, which would
+// otherwise hold an http.Server's Shutdown until its deadline (register it
+// with RegisterOnShutdown). Later streams end at once; the rest works on.
 func (d *Dashboard) Close() { d.once.Do(func() { close(d.closed) }) }
 
 // Run samples every Interval (or at Options.Ticks) until ctx is done.
@@ -234,51 +206,44 @@ func (d *Dashboard) Sample(now time.Time) {
 	snap := d.src.Snapshot()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := sample{At: now, P50: math.NaN(), P99: math.NaN(), Fallback: snap.Store.Fallback}
-	var elapsed float64
+	s := sample{At: now, Rules: map[string][3]float64{}, P50: math.NaN(), P99: math.NaN()}
 	if d.last != nil {
-		elapsed = now.Sub(d.lastAt).Seconds()
+		s.Elapsed = now.Sub(d.lastAt).Seconds()
+		s.P50, s.P99 = quantiles(snap.Store.Latency, d.last.Store.Latency)
 	}
-	s.Elapsed = elapsed
-	prevRule := map[string]map[string]float64{}
+	prev := map[string]map[string]float64{}
 	if d.last != nil {
 		for _, r := range d.last.Rules {
-			prevRule[r.Name] = r.Counts
+			prev[r.Name] = r.Counts
 		}
 	}
 	rate := func(cur, prev map[string]float64, outcomes ...string) float64 {
-		if elapsed <= 0 || prev == nil {
+		if s.Elapsed <= 0 || prev == nil {
 			return 0
 		}
 		var n float64
 		for _, o := range outcomes {
 			n += cur[o] - prev[o]
 		}
-		return math.Max(n, 0) / elapsed
+		return math.Max(n, 0) / s.Elapsed
 	}
 	for _, r := range snap.Rules {
-		p := prevRule[r.Name]
-		s.Names = append(s.Names, r.Name)
-		s.Allowed = append(s.Allowed, rate(r.Counts, p, "allowed", "near-limit", "check-only"))
-		s.Refused = append(s.Refused, rate(r.Counts, p, "refused", "can-never-pass"))
-		s.Shadow = append(s.Shadow, rate(r.Counts, p, "shadow-refused"))
+		p := prev[r.Name]
+		s.Rules[r.Name] = [3]float64{rate(r.Counts, p, "allowed", "near-limit", "check-only"), rate(r.Counts, p, "refused", "can-never-pass"),
+			rate(r.Counts, p, "shadow-refused")}
 	}
+	d.rps = 0
 	if d.last != nil {
-		s.P50, s.P99 = quantiles(snap.Store.Latency, d.last.Store.Latency)
-		if elapsed > 0 {
-			s.Requests = math.Max(snap.Requests-d.last.Requests, 0) / elapsed
+		if s.Elapsed > 0 {
+			d.rps = math.Max(snap.Requests-d.last.Requests, 0) / s.Elapsed
 		}
-	}
-	if d.last != nil {
 		d.samples[d.next] = s
 		d.next = (d.next + 1) % len(d.samples)
-		if d.next == 0 {
-			d.full = true
-		}
+		d.full = d.full || d.next == 0
 	}
-	d.last, d.lastAt, d.rps = &snap, now, s.Requests
+	d.last, d.lastAt = &snap, now
 	d.state = d.encode(false)
-	point := d.encodePoint(s)
+	point, _ := json.Marshal(point{d.state, now.UnixMilli(), s.Rules, ms(s.P99)})
 	for ch := range d.subs {
 		select {
 		case ch <- point:
@@ -319,25 +284,30 @@ type state struct {
 	Snapshot
 	Now int64   `json:"now"` // unix ms of the sample
 	RPS float64 `json:"requests_per_second"`
-	// RefusedMinute counts the rule refusals (enforced) of the last
+	// RefusedMinute counts the enforced rules' refusals of the last
 	// minute's samples.
-	RefusedMinute float64      `json:"refused_last_minute"`
-	IntervalMS    int64        `json:"interval_ms"` // between samples
-	Latency       latency      `json:"latency"`
-	Quotas        []UsageEntry `json:"quotas"`
-	History       *history     `json:"history,omitempty"`
-	// Window counts each rule's decisions over the samples kept, by rule
-	// name: allowed (with near-limit and check-only), refused (with
-	// can-never-pass) and shadow-refused, what the rule cards show beside
+	RefusedMinute float64 `json:"refused_last_minute"`
+	IntervalMS    int64   `json:"interval_ms"`
+	// Latency is over the last minute's samples, in milliseconds (null
+	// without data): the latest p50 and the worst p99.
+	Latency struct {
+		P50 *float64 `json:"p50_ms"`
+		P99 *float64 `json:"p99_ms"`
+	} `json:"latency"`
+	Quotas  []UsageEntry `json:"quotas"`
+	History *history     `json:"history,omitempty"`
+	// Window counts each rule's allowed, refused and shadow-refused
+	// decisions over the samples kept: what the rule cards show beside
 	// their charts.
 	Window map[string][3]float64 `json:"window"`
 }
 
-type latency struct {
-	// P50 and P99 over the last minute's samples, in milliseconds; null
-	// without data.
-	P50 *float64 `json:"p50_ms"`
-	P99 *float64 `json:"p99_ms"`
+// point is one sample as sent live.
+type point struct {
+	State json.RawMessage       `json:"state"`
+	T     int64                 `json:"t"`
+	Rules map[string][3]float64 `json:"rules"` // allowed, refused, shadow per second
+	P99   *float64              `json:"p99_ms"`
 }
 
 type history struct {
@@ -350,14 +320,6 @@ type ruleHistory struct {
 	Allowed []float64 `json:"allowed"`
 	Refused []float64 `json:"refused"`
 	Shadow  []float64 `json:"shadow"`
-}
-
-// point is one sample as sent live.
-type point struct {
-	State json.RawMessage       `json:"state"`
-	T     int64                 `json:"t"`
-	Rules map[string][3]float64 `json:"rules"` // allowed, refused, shadow per second
-	P99   *float64              `json:"p99_ms"`
 }
 
 func ms(f float64) *float64 {
@@ -377,21 +339,15 @@ func (d *Dashboard) ordered() []sample {
 
 // encode renders the state; d.mu is held.
 func (d *Dashboard) encode(withHistory bool) []byte {
+	st := state{IntervalMS: d.opts.Interval.Milliseconds()}
 	if d.last == nil {
-		b, _ := json.Marshal(state{IntervalMS: d.opts.Interval.Milliseconds()})
+		b, _ := json.Marshal(st)
 		return b
 	}
-	st := state{Snapshot: *d.last, Now: d.lastAt.UnixMilli(), RPS: d.rps, IntervalMS: d.opts.Interval.Milliseconds()}
-	if st.Rules == nil {
-		st.Rules = []Rule{}
-	}
-	if st.TopRefused == nil {
-		st.TopRefused = []Key{}
-	}
-	if st.Usage == nil {
-		st.Usage = []UsageEntry{}
-	}
-	st.Quotas = []UsageEntry{}
+	st.Snapshot, st.Now, st.RPS = *d.last, d.lastAt.UnixMilli(), d.rps
+	st.Rules = nonNil(st.Rules)
+	st.TopRefused = nonNil(st.TopRefused)
+	st.Usage, st.Quotas = nonNil(st.Usage), []UsageEntry{}
 	quota := map[string]bool{}
 	for _, r := range st.Rules {
 		quota[r.Name] = r.Quota
@@ -401,18 +357,15 @@ func (d *Dashboard) encode(withHistory bool) []byte {
 			st.Quotas = append(st.Quotas, u)
 		}
 	}
-	// Latency over the last minute: the median of the samples' medians
-	// would be wrong; keep it simple and honest with the worst p99 and the
-	// latest p50 of the samples that had data.
 	samples := d.ordered()
 	minute := d.lastAt.Add(-time.Minute)
-	var p50, p99 = math.NaN(), math.NaN()
+	p50, p99 := math.NaN(), math.NaN()
 	for _, s := range samples {
 		if !s.At.After(minute) {
 			continue
 		}
-		for _, r := range s.Refused {
-			st.RefusedMinute += r * s.Elapsed
+		for _, r := range s.Rules {
+			st.RefusedMinute += r[1] * s.Elapsed
 		}
 		if !math.IsNaN(s.P50) {
 			p50 = s.P50
@@ -421,29 +374,31 @@ func (d *Dashboard) encode(withHistory bool) []byte {
 			p99 = s.P99
 		}
 	}
-	st.Latency = latency{P50: ms(p50), P99: ms(p99)}
+	st.Latency.P50, st.Latency.P99 = ms(p50), ms(p99)
 	st.Window = d.window(samples)
 	if withHistory {
-		h := &history{Rules: map[string]*ruleHistory{}}
+		h := &history{T: []int64{}, Rules: map[string]*ruleHistory{}, P99: []*float64{}}
 		for _, r := range st.Rules {
 			h.Rules[r.Name] = &ruleHistory{Allowed: []float64{}, Refused: []float64{}, Shadow: []float64{}}
 		}
 		for _, s := range samples {
-			h.T = append(h.T, s.At.UnixMilli())
-			h.P99 = append(h.P99, ms(s.P99))
-			for _, r := range st.Rules {
-				rh := h.Rules[r.Name]
-				a, rf, sh := valueOf(s, r.Name)
-				rh.Allowed, rh.Refused, rh.Shadow = append(rh.Allowed, a), append(rh.Refused, rf), append(rh.Shadow, sh)
+			h.T, h.P99 = append(h.T, s.At.UnixMilli()), append(h.P99, ms(s.P99))
+			for name, rh := range h.Rules {
+				v := s.Rules[name] // zero when the rule was not in the configuration then
+				rh.Allowed, rh.Refused, rh.Shadow = append(rh.Allowed, v[0]), append(rh.Refused, v[1]), append(rh.Shadow, v[2])
 			}
-		}
-		if h.T == nil {
-			h.T, h.P99 = []int64{}, []*float64{}
 		}
 		st.History = h
 	}
 	b, _ := json.Marshal(st)
 	return b
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // window returns the decisions of each rule of the latest snapshot over
@@ -460,32 +415,13 @@ func (d *Dashboard) window(samples []sample) map[string][3]float64 {
 		}
 		var n [3]float64
 		for _, s := range samples {
-			a, rf, sh := valueOf(s, r.Name)
-			n[0], n[1], n[2] = n[0]+a*s.Elapsed, n[1]+rf*s.Elapsed, n[2]+sh*s.Elapsed
+			for i, v := range s.Rules[r.Name] {
+				n[i] += v * s.Elapsed
+			}
 		}
 		w[r.Name] = [3]float64{math.Round(n[0]), math.Round(n[1]), math.Round(n[2])}
 	}
 	return w
-}
-
-// valueOf returns a sample's rates for the rule named (0 when the rule was
-// not in the configuration then).
-func valueOf(s sample, name string) (allowed, refused, shadow float64) {
-	for i, n := range s.Names {
-		if n == name {
-			return s.Allowed[i], s.Refused[i], s.Shadow[i]
-		}
-	}
-	return 0, 0, 0
-}
-
-func (d *Dashboard) encodePoint(s sample) []byte {
-	p := point{State: d.state, T: s.At.UnixMilli(), Rules: map[string][3]float64{}, P99: ms(s.P99)}
-	for i, n := range s.Names {
-		p.Rules[n] = [3]float64{s.Allowed[i], s.Refused[i], s.Shadow[i]}
-	}
-	b, _ := json.Marshal(p)
-	return b
 }
 
 // cookieName is the dashboard's session cookie.
@@ -498,13 +434,17 @@ func cookieValue(token string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+func (d *Dashboard) token() string {
+	if d.opts.Token == nil {
+		return ""
+	}
+	return d.opts.Token()
+}
+
 // authorized reports whether r carries the token (bearer) or the
 // dashboard's cookie for it.
 func (d *Dashboard) authorized(r *http.Request) bool {
-	var token string
-	if d.opts.Token != nil {
-		token = d.opts.Token()
-	}
+	token := d.token()
 	if token == "" {
 		return true
 	}
@@ -512,10 +452,8 @@ func (d *Dashboard) authorized(r *http.Request) bool {
 		subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
 		return true
 	}
-	if c, err := r.Cookie(cookieName); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(cookieValue(token))) == 1 {
-		return true
-	}
-	return false
+	c, err := r.Cookie(cookieName)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(cookieValue(token))) == 1
 }
 
 // ServeHTTP serves the dashboard under its prefix: the page, its assets,
@@ -531,42 +469,34 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
 	// Everything comes from this origin: no external asset can load, and
 	// no other site can frame the page.
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
-	w.Header().Set("Referrer-Policy", "no-referrer")
-	switch rest {
-	case "login":
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+	h.Set("Referrer-Policy", "no-referrer")
+	switch {
+	case rest == "login":
 		d.login(w, r)
-		return
-	case "app.css":
-		// The login page's style too: nothing in it is secret.
+	case rest == "app.css": // the login page's style too: nothing in it is secret
 		d.file(w, r, "app.css", "text/css; charset=utf-8")
-		return
-	}
-	if !d.authorized(r) {
-		if rest == "" || rest == "index.html" {
-			d.loginPage(w, http.StatusUnauthorized, "")
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="portero-admin"`)
+	case !d.authorized(r) && (rest == "" || rest == "index.html"):
+		d.loginPage(w, http.StatusUnauthorized, "")
+	case !d.authorized(r):
+		h.Set("WWW-Authenticate", `Bearer realm="portero-admin"`)
 		http.Error(w, "a valid bearer token (or the dashboard's login) is required", http.StatusUnauthorized)
-		return
-	}
-	switch rest {
-	case "", "index.html":
+	case rest == "" || rest == "index.html":
 		d.file(w, r, "index.html", "text/html; charset=utf-8")
-	case "app.js":
+	case rest == "app.js":
 		d.file(w, r, "app.js", "text/javascript; charset=utf-8")
-	case "state":
+	case rest == "state":
 		d.mu.Lock()
 		b := d.encode(true)
 		d.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
+		h.Set("Content-Type", "application/json")
 		_, _ = w.Write(b)
-	case "events":
+	case rest == "events":
 		d.events(w, r)
 	default:
 		http.NotFound(w, r)
@@ -590,11 +520,6 @@ func (d *Dashboard) file(w http.ResponseWriter, r *http.Request, name, ctype str
 
 // events streams one event per sample until the client goes away.
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{}) // the stream outlives any write timeout
 	ch := make(chan []byte, 4)
@@ -609,8 +534,13 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write([]byte("retry: 2000\n\n"))
-	fl.Flush()
+	send := func(b []byte) bool {
+		_, err := w.Write(b)
+		return err == nil && rc.Flush() == nil
+	}
+	if !send([]byte("retry: 2000\n\n")) {
+		return
+	}
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
@@ -620,15 +550,13 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		case <-d.closed:
 			return
 		case b := <-ch:
-			if _, err := w.Write(append(append([]byte("event: sample\ndata: "), b...), '\n', '\n')); err != nil {
+			if !send(append(append([]byte("event: sample\ndata: "), b...), '\n', '\n')) {
 				return
 			}
-			fl.Flush()
 		case <-keepalive.C:
-			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+			if !send([]byte(": keepalive\n\n")) {
 				return
 			}
-			fl.Flush()
 		}
 	}
 }
@@ -644,15 +572,11 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.loginPage(w, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	var token string
-	if d.opts.Token != nil {
-		token = d.opts.Token()
-	}
-	if token != "" && subtle.ConstantTimeCompare([]byte(r.PostForm.Get("token")), []byte(token)) != 1 {
-		d.loginPage(w, http.StatusUnauthorized, "That is not the admin token.")
-		return
-	}
-	if token != "" {
+	if token := d.token(); token != "" {
+		if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("token")), []byte(token)) != 1 {
+			d.loginPage(w, http.StatusUnauthorized, "That is not the admin token.")
+			return
+		}
 		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cookieValue(token), Path: d.opts.Prefix, HttpOnly: true,
 			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	}
@@ -666,12 +590,4 @@ func (d *Dashboard) loginPage(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(page))
-}
-
-// sortUsage orders entries by the share of their limit used, most first.
-func sortUsage(us []UsageEntry) {
-	sort.SliceStable(us, func(i, j int) bool {
-		a, b := us[i], us[j]
-		return float64(a.Used)*float64(b.Limit) > float64(b.Used)*float64(a.Limit)
-	})
 }

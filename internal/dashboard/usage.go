@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,4 +160,12 @@ func (r *RuleUsage) appendLive(out []UsageEntry, now time.Time) []UsageEntry {
 	r.keys = live
 	r.setFloor()
 	return append(out, live...)
+}
+
+// sortUsage orders entries by the share of their limit used, most first.
+func sortUsage(us []UsageEntry) {
+	sort.SliceStable(us, func(i, j int) bool {
+		a, b := us[i], us[j]
+		return float64(a.Used)*float64(b.Limit) > float64(b.Used)*float64(a.Limit)
+	})
 }

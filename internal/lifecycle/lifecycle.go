@@ -1,15 +1,13 @@
-// Package lifecycle holds the pieces of a server's life that every Portero
-// command serving traffic shares: readiness (what /readyz answers), the
-// drain before the listeners close, the graceful shutdown with its
-// deadline, and the signals that drive them.
+// Package lifecycle is the one serving lifecycle of `portero serve` and
+// `portero rls` (Service): listeners, readiness (what /readyz answers),
+// reloads, the drain before the listeners close, the graceful shutdown
+// with its deadline, and the signals that drive them.
 //
-// The order on SIGTERM is: Readiness.Drain marks the server not ready and
-// keeps serving for the drain period (when something has probed readiness
-// at all), so that load balancers probing /readyz see 503 and stop sending
-// new requests; then Shutdown stops
-// accepting and gives in-flight requests the shutdown timeout, and reports
-// ErrInterrupted when it had to cut some. A second SIGTERM or Ctrl-C ends
-// the drain at once (Signals).
+// On SIGTERM, Readiness.Drain marks the server not ready and keeps serving
+// for the drain period, so that load balancers probing /readyz see 503 and
+// stop sending; then Shutdown stops accepting, gives in-flight requests
+// the shutdown timeout and reports ErrInterrupted when it had to cut some.
+// A second SIGTERM or Ctrl-C ends the drain at once.
 package lifecycle
 
 import (
@@ -36,9 +34,9 @@ const (
 )
 
 // Readiness is what a readiness probe answers: not ready while starting,
-// ready once Serving is called as long as every check passes, not ready
-// again from Drain on. Its methods are safe for concurrent use; a check is
-// called on every probe, so it must be quick.
+// ready from Serving on while every check passes, not ready from Drain on.
+// Its methods are safe for concurrent use; a check runs at every probe,
+// so it must be quick.
 type Readiness struct {
 	state  atomic.Int32
 	probed atomic.Bool // Ready was asked since Serving
@@ -57,8 +55,8 @@ func (r *Readiness) AddCheck(check func() error) {
 // Serving marks the listeners up.
 func (r *Readiness) Serving() { r.state.CompareAndSwap(starting, serving) }
 
-// Ready returns nil when ready, or why not. It is what a probe asks, and
-// it notes that one did (see Drain).
+// Ready returns nil when ready, or why not, and notes that a probe asked
+// (see Drain).
 func (r *Readiness) Ready() error {
 	r.probed.Store(true)
 	switch r.state.Load() {
@@ -92,10 +90,9 @@ func (r *Readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 }
 
 // Drain marks the server not ready and waits for period while it keeps
-// serving, or less if hurry receives or is closed. It returns at once for
-// a period of zero or less, and when no probe has asked Ready since the
-// server started: then nothing watches readiness (a developer's Ctrl-C, a
-// test), and waiting would only delay the stop.
+// serving, or less if hurry receives or is closed. It returns at once when
+// no probe has asked Ready since the start: then nothing watches readiness
+// (a developer's Ctrl-C, a test), and waiting would only delay the stop.
 func (r *Readiness) Drain(period time.Duration, hurry <-chan struct{}, log *slog.Logger) {
 	r.state.Store(draining)
 	if period <= 0 {
@@ -126,10 +123,9 @@ func (r *Readiness) Drain(period time.Duration, hurry <-chan struct{}, log *slog
 var ErrInterrupted = errors.New("shutdown timeout: in-flight requests were cut")
 
 // Shutdown stops the servers gracefully, all at once: they stop accepting
-// and have timeout for their in-flight requests, after which those that
-// have a Close method (an *http.Server does) are closed and the error wraps
-// ErrInterrupted. A server whose Shutdown closes its connections itself
-// when the context ends (the RLS's) just reports the cut. Nil servers are skipped.
+// and have timeout for their in-flight requests, after which those with a
+// Close method (an *http.Server) are closed and the error wraps
+// ErrInterrupted. Nil servers are skipped.
 func Shutdown(timeout time.Duration, servers ...Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -161,27 +157,18 @@ func Shutdown(timeout time.Duration, servers ...Server) error {
 	return nil
 }
 
-// Signals delivers the signals a serving command acts on until stop is
-// called: a value on Reload after SIGHUP, and Hurry closed at the
-// second SIGTERM or interrupt (the first one cancels the command's
-// context, in main).
+// Signals are the signals a serving command acts on: a value on Reload
+// after SIGHUP and on Reopen after SIGUSR1 (several pending are one), and
+// Hurry closed at the second SIGTERM or interrupt (the first cancels the
+// command's context, in main).
 type Signals struct {
-	// Reload receives a value after SIGHUP (several SIGHUPs before it is
-	// taken are one value).
-	Reload <-chan struct{}
-	// Hurry is closed at the second SIGTERM or interrupt.
-	Hurry <-chan struct{}
-	// Reopen receives a value after SIGUSR1, for log rotation (several
-	// pending are one value).
-	Reopen <-chan struct{}
+	Reload, Hurry, Reopen <-chan struct{}
 }
 
 // NotifySignals starts delivering Signals; stop ends it and its goroutine.
 func NotifySignals() (s Signals, stop func()) {
 	ch := make(chan os.Signal, 4)
 	signal.Notify(ch, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGTERM, os.Interrupt)
-	// Reload has room for one: SIGHUPs that come while a reload is pending
-	// are one reload, and a stop signal is never stuck behind them.
 	reload, reopen, hurry, done := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -18,9 +18,8 @@ import (
 )
 
 // Server is what a listener serves: an *http.Server, the RLS's gRPC
-// servers. Serve runs until Shutdown, which stops accepting and waits for
-// what is in flight until its context ends. A Server that also has a
-// Close method is closed when that context ends first (Shutdown).
+// servers. Shutdown stops accepting and waits for what is in flight until
+// its context ends.
 type Server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -28,16 +27,13 @@ type Server interface {
 
 // Listener is one address a Service serves.
 type Listener struct {
-	// Name says what it is in logs and in the printed line: "gateway",
-	// "admin", "gRPC", "HTTP".
-	Name string
-	// Addr is the address to bind, host:port.
-	Addr string
-	// Scheme is the printed URL's scheme ("http", "grpc"); with TLS an "s"
-	// is added. Note is printed after the URL.
+	// Name says what it is in logs and in the printed line ("gateway",
+	// "admin"); Addr is the host:port to bind.
+	Name, Addr string
+	// Scheme is the printed URL's scheme ("http", "grpc"; with TLS an "s"
+	// is added), Note what is printed after it.
 	Scheme, Note string
-	// Server serves the listener.
-	Server Server
+	Server       Server
 	// TLS, when not nil, serves TLS from its files (reloaded when they
 	// change), offering NextProtos in ALPN (nil: h2 and http/1.1).
 	TLS        *tlsreload.Reloader
@@ -45,15 +41,13 @@ type Listener struct {
 	// OwnTLS reports that Server does TLS itself (grpc-go with transport
 	// credentials): it counts as TLS for the warning and the printed URL.
 	OwnTLS bool
-	// Credentials marks a listener that can ask for credentials (the
-	// admin listener: a bearer token, a client certificate); Auth reports
-	// that it does. Off loopback, such a listener without one draws a
-	// warning, TLS or not (TLS alone lets anyone in); any other listener
-	// draws one without TLS.
+	// Credentials marks a listener that can ask for credentials (a bearer
+	// token, a client certificate), Auth one that does. Off loopback, such
+	// a listener without one draws a warning, TLS or not (TLS alone lets
+	// anyone in); any other listener draws one without TLS. Risk says what
+	// anyone could then do ("spend any client's limits").
 	Credentials, Auth bool
-	// Risk says who can do what on the listener when it is exposed
-	// ("spend any client's limits"), for the warning.
-	Risk string
+	Risk              string
 	// Public marks a listener meant to face any client (the gateway): off
 	// loopback without TLS it is logged at INFO only, since TLS is often
 	// terminated in front of it.
@@ -61,19 +55,17 @@ type Listener struct {
 	// OnDrain, when set, is called as the drain starts (a gRPC server
 	// turns its health NOT_SERVING).
 	OnDrain func()
-	// Listen binds Addr; nil means TCP. (For a listener that is no TCP
-	// socket, such as a unix socket.)
+	// Listen binds Addr; nil means TCP (a unix socket needs its own).
 	Listen func(addr string) (net.Listener, error)
 }
 
 // Options configure a Service. Every field may be left zero.
 type Options struct {
-	// Name prefixes the printed lines ("portero", "portero rls").
-	Name string
-	// Stdout receives one line per listener, "NAME: LISTENER listening on
-	// URL"; nil means io.Discard.
+	// Name prefixes the printed lines ("portero", "portero rls"); Stdout
+	// receives one line per listener, "NAME: LISTENER listening on URL"
+	// (nil: io.Discard); Logger the logs (nil: slog.Default()).
+	Name   string
 	Stdout io.Writer
-	// Logger receives the logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Watch is the configuration file or directory to watch for changes
 	// (package watch); empty for none. The watcher starts in Start, so
@@ -81,12 +73,8 @@ type Options struct {
 	// reload rather than lost.
 	Watch        string
 	WatchOptions watch.Options
-	// Reload triggers a reload for every value received (SIGHUP, see
-	// NotifySignals).
+	// Reload triggers a reload for every value received (SIGHUP).
 	Reload <-chan struct{}
-	// Triggers are reloads from elsewhere (a file the configuration names,
-	// such as the API keys file), each value the reason Hooks.Reload gets.
-	Triggers <-chan string
 	// Hurry, when it receives or is closed, ends the drain early (the
 	// second SIGTERM).
 	Hurry <-chan struct{}
@@ -95,15 +83,14 @@ type Options struct {
 // Hooks are what Run asks of the command while it serves.
 type Hooks struct {
 	// Reload reads the configuration again and applies it (or logs why
-	// not); why is "signal", "file change" or what Options.Triggers sent.
-	// Called from Run's goroutine,
-	// one at a time. Nil: reload triggers are ignored.
+	// not), one at a time; why is "signal", "file change" or the reason
+	// given to Watch. Nil: reload triggers are ignored.
 	Reload func(why string)
 	// DrainPeriod and ShutdownTimeout are asked at stop time, so that a
 	// reload may change them; nil means 0 and 30s.
 	DrainPeriod, ShutdownTimeout func() time.Duration
-	// Serving, when set, is called once every listener serves, after the
-	// listeners' lines are printed (for the command's own lines).
+	// Serving, when set, is called once every listener serves, after
+	// their lines are printed.
 	Serving func()
 }
 
@@ -111,10 +98,10 @@ type Hooks struct {
 // is nil.
 const DefaultShutdownTimeout = 30 * time.Second
 
-// Service is the one serving lifecycle of `portero serve` and `portero
-// rls`: its listeners (TLS optional, certificates reloaded), readiness,
-// reloads on a signal and on file change, then on stop the drain and the
-// graceful shutdown. Use it in this order:
+// Service is one command's serving lifecycle: its listeners (TLS
+// optional, certificates reloaded), readiness, reloads on a signal and on
+// file change, then on stop the drain and the graceful shutdown. In this
+// order:
 //
 //	svc := Start(opts)       // the watcher's baseline
 //	defer svc.Close()
@@ -126,8 +113,11 @@ type Service struct {
 	log   *slog.Logger
 	ready Readiness
 
-	changes   <-chan struct{}
-	stopWatch func()
+	changes  <-chan struct{} // the configuration's
+	triggers chan string     // the other files' changes, by reason
+	watchers []*watch.Watcher
+	forwards sync.WaitGroup
+	stopOnce sync.Once
 
 	mu        sync.Mutex
 	listeners []bound
@@ -153,22 +143,63 @@ func Start(o Options) *Service {
 	if o.Name == "" {
 		o.Name = "portero"
 	}
-	s := &Service{opts: o, log: o.Logger, stopWatch: func() {}}
+	s := &Service{opts: o, log: o.Logger, triggers: make(chan string, 1)}
 	if o.Watch != "" {
-		wo := o.WatchOptions
-		if wo.Logger == nil {
-			wo.Logger = o.Logger
-		}
-		w, err := watch.New(o.Watch, wo)
-		if err != nil {
-			s.log.Warn("cannot watch the configuration; reload with SIGHUP", "path", o.Watch, "err", err)
-		} else {
+		if w := s.watch(o.Watch, "the configuration"); w != nil {
 			s.log.Info("watching the configuration: a change applies once it has settled", "path", o.Watch, "settle", w.Settle())
-			var once sync.Once
-			s.changes, s.stopWatch = w.C, func() { once.Do(func() { w.Close() }) }
+			s.changes = w.C
 		}
 	}
 	return s
+}
+
+// watch starts a watcher of path (what names it in the log); nil, logged,
+// when it cannot.
+func (s *Service) watch(path, what string) *watch.Watcher {
+	wo := s.opts.WatchOptions
+	if wo.Logger == nil {
+		wo.Logger = s.log
+	}
+	w, err := watch.New(path, wo)
+	if err != nil {
+		s.log.Warn("cannot watch "+what+"; reload with SIGHUP", "path", path, "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	s.watchers = append(s.watchers, w)
+	s.mu.Unlock()
+	return w
+}
+
+// Watch reloads, giving why as the reason, when the file at path (one the
+// configuration names, such as the API keys file) changes; what names the
+// file in the log should it not be watched.
+func (s *Service) Watch(path, what, why string) {
+	w := s.watch(path, what)
+	if w == nil {
+		return
+	}
+	s.forwards.Go(func() {
+		for range w.C {
+			select {
+			case s.triggers <- why:
+			default: // one is pending already
+			}
+		}
+	})
+}
+
+// stopWatch closes the watchers and waits for their forwarding.
+func (s *Service) stopWatch() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		ws := s.watchers
+		s.mu.Unlock()
+		for _, w := range ws {
+			w.Close()
+		}
+		s.forwards.Wait()
+	})
 }
 
 // Readiness is what the service's /readyz answers; add the command's own
@@ -230,9 +261,7 @@ func (s *Service) URL(name string) string {
 }
 
 // warnExposed logs a warning when l binds more than loopback unprotected:
-// without a credential where it takes one, without TLS otherwise. Anyone
-// who reaches the address can then do l.Risk. A Public listener without
-// TLS is noted at INFO instead.
+// without a credential where it takes one, without TLS otherwise.
 func warnExposed(log *slog.Logger, l Listener) {
 	if Loopback(l.Addr) || strings.HasPrefix(l.Addr, "unix:") {
 		return // a unix socket is as private as its file's permissions
@@ -279,13 +308,12 @@ func (s *Service) Close() {
 	s.listeners = nil
 }
 
-// Run prints the listeners' URLs, serves them until ctx is done (or one of
-// them fails), applying reloads meanwhile, and then stops: readiness turns
-// 503 and the listeners keep serving for the drain period (Readiness.Drain;
-// none after a failure), then every server shuts down at once within the
-// shutdown timeout. It returns after every server has stopped: nil, the
-// error that stopped a listener, or one wrapping ErrInterrupted when the
-// timeout cut requests in flight.
+// Run prints the listeners' URLs and serves them until ctx is done (or one
+// of them fails), applying reloads meanwhile; then it drains (none after a
+// failure) and shuts every server down at once within the shutdown
+// timeout. It returns after every server has stopped: nil, the error that
+// stopped a listener, or one wrapping ErrInterrupted when the timeout cut
+// requests in flight.
 func (s *Service) Run(ctx context.Context, h Hooks) error {
 	s.mu.Lock()
 	ls := s.listeners
@@ -347,11 +375,15 @@ loop:
 			if h.Reload != nil {
 				h.Reload("signal")
 			}
-		case <-s.changes:
+		case _, ok := <-s.changes:
+			if !ok {
+				s.changes = nil
+				continue
+			}
 			if h.Reload != nil {
 				h.Reload("file change")
 			}
-		case why := <-s.opts.Triggers:
+		case why := <-s.triggers:
 			if h.Reload != nil {
 				h.Reload(why)
 			}

@@ -1,12 +1,7 @@
 // Package logging is the one way Portero's commands log: a log/slog logger
-// writing text or JSON at a level chosen by name (New), and a Sampler that
-// keeps a line repeated on every request (a refusal) to a few a second.
-//
-// Both `portero serve` and `portero rls` build their logger here and hand
-// it to every part that logs (the gateway, the Redis store, the gRPC and
-// HTTP servers); New also makes it slog's default, so that a library
-// writing through the standard log package lands in the same stream and
-// format.
+// writing text or JSON at a level chosen by name (New), which every part
+// of a command logs to, and a Sampler that keeps a line repeated on every
+// request (a refusal) to a few a second.
 package logging
 
 import (
@@ -44,9 +39,9 @@ func ParseLevel(s string) (slog.Level, error) {
 }
 
 // New returns a logger writing to w in format (text or json) the lines at
-// level and above, and makes it slog's default (and so the standard log
-// package's output). The error names the setting that is wrong and lists
-// the values that exist.
+// level and above, and makes it slog's default, so that a library writing
+// through the standard log package lands in the same stream. The error
+// names the setting that is wrong and lists the values that exist.
 func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	l, err := ParseLevel(level)
 	if err != nil {
@@ -72,12 +67,10 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 const DefaultPerSecond = 5
 
 // Sampler lets at most a fixed number of lines a second through for each
-// name (a rule's), and counts the ones it holds back, so that the next line
-// let through can say how many were not written. It is a fixed window of
-// one second from package algorithm: Portero limits its own log as it
-// limits clients. Names must come from a bounded set (configured rules),
-// never from what a client sends: the sampler keeps a little state per
-// name. Safe for concurrent use.
+// name (a rule's), and counts the ones it holds back for the next line to
+// say: a fixed window of package algorithm, as Portero limits clients.
+// Names must come from a bounded set (configured rules), never from a
+// client: it keeps state per name. Safe for concurrent use.
 type Sampler struct {
 	dec   algorithm.Decider // nil: every line passes
 	off   bool              // no line passes

@@ -1,5 +1,5 @@
-// Package plan is the seed's pencil-and-paper sizing as arithmetic: a limit
-// is computed backwards from the narrowest resource behind the door.
+// Package plan is `portero plan`'s arithmetic: a limit computed backwards
+// from the narrowest resource behind Portero, as on pencil and paper.
 //
 //  1. The bottleneck sustains C units per second (a partition's 1,000
 //     writes/s).
@@ -16,9 +16,9 @@
 // spends a quota of Q per period after Q/r seconds (500,000 per day at 10/s:
 // 50,000 s, 13.9 h), so a quota is a limit of its own.
 //
-// Every figure is computed with exact rationals (math/big), so that 30% of
-// 1,000 is 300 and not 299.99999999999994: the seed's numbers come out
-// exactly, and rounding happens once, in the safe direction.
+// Every figure is an exact rational (math/big), so that 30% of 1,000 is
+// 300 and not 299.99999999999994, and rounding happens once, in the safe
+// direction.
 package plan
 
 import (
@@ -35,15 +35,12 @@ import (
 
 // Input is what the sizing starts from.
 type Input struct {
-	// Capacity is what the narrowest resource sustains, in units per
-	// second (writes, queries, tokens). Positive.
-	Capacity *big.Rat
-	// Margin is the share of Capacity kept in reserve for peaks and
-	// retries, in [0, 1).
-	Margin *big.Rat
-	// UnitsPerRequest is the units one request costs. Positive.
-	UnitsPerRequest *big.Rat
-	// Latency is the mean time a request spends in the service. Positive.
+	// Capacity is what the narrowest resource sustains in units per
+	// second (writes, queries, tokens), UnitsPerRequest what one request
+	// costs of them: both positive. Margin is the share of Capacity kept
+	// for peaks and retries, in [0, 1).
+	Capacity, UnitsPerRequest, Margin *big.Rat
+	// Latency is the mean time a request spends in the service.
 	Latency time.Duration
 	// Burst is the chosen burst (bucket capacity) in requests; 0 means the
 	// rate.
@@ -52,17 +49,13 @@ type Input struct {
 
 // Plan is the result.
 type Plan struct {
-	// Target is Capacity·(1 − Margin), the units per second the door may
+	// Target is Capacity·(1 − Margin), the units per second Portero may
 	// let through.
 	Target *big.Rat
-	// Rate is the requests per second admitted: Target/UnitsPerRequest,
-	// rounded down.
-	Rate int64
-	// Burst is the requests that may arrive at once: Input.Burst, or Rate.
-	Burst int64
-	// MaxBurst is the most requests whose units the bottleneck does in one
-	// second: Capacity/UnitsPerRequest, rounded down.
-	MaxBurst int64
+	// Rate is Target/UnitsPerRequest requests per second, rounded down;
+	// Burst what may arrive at once (Input.Burst, or Rate); MaxBurst the
+	// most requests whose units the bottleneck does in one second.
+	Rate, Burst, MaxBurst int64
 	// Concurrency is Rate × Latency (Little's law), rounded up: the
 	// requests in flight at the planned rate.
 	Concurrency int64
@@ -125,15 +118,12 @@ type QuotaRun struct {
 	// period's nominal length: 24 h, 7 or 30 days).
 	Quota  int64
 	Period time.Duration
-	// Rate is the steady requests (units) per second.
-	Rate *big.Rat
-	// Seconds is Quota/Rate: when the quota is spent, from the start of
-	// the period. Lasts reports whether that is the whole period or more.
-	Seconds *big.Rat
-	Lasts   bool
-	// Sustainable is Quota/Period, the steady rate at which the quota lasts
-	// the whole period.
-	Sustainable *big.Rat
+	// Rate is the steady requests (units) per second; Seconds is
+	// Quota/Rate, when the quota is spent from the start of the period;
+	// Sustainable is Quota/Period, the rate at which it lasts the period.
+	Rate, Seconds, Sustainable *big.Rat
+	// Lasts reports whether the quota lasts the whole period.
+	Lasts bool
 }
 
 // Quota computes when quota is spent by a client at rate (both as

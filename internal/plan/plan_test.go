@@ -27,7 +27,7 @@ func margin(s string) *big.Rat {
 	return r
 }
 
-// The seed's worked example and its neighbours, by hand:
+// The worked example and its neighbours, by hand:
 // 1000 writes/s × (1 − 30%) = 700; ÷ 2 = 350 requests/s; burst = rate;
 // 350 × 0.2 s = 70 in flight; the bottleneck absorbs 1000 ÷ 2 = 500 at once.
 func TestSize(t *testing.T) {
@@ -38,7 +38,7 @@ func TestSize(t *testing.T) {
 		rate, burst, maxBurst, concurrency int64
 		warnings                           []string
 	}{
-		{"the seed", plan.Input{Capacity: rat("1000"), Margin: margin("30%"), UnitsPerRequest: rat("2"), Latency: 200 * time.Millisecond},
+		{"the worked example", plan.Input{Capacity: rat("1000"), Margin: margin("30%"), UnitsPerRequest: rat("2"), Latency: 200 * time.Millisecond},
 			"700", 350, 350, 500, 70, nil},
 		{"a margin as a fraction", plan.Input{Capacity: rat("1000"), Margin: margin("0.3"), UnitsPerRequest: rat("2"), Latency: 200 * time.Millisecond},
 			"700", 350, 350, 500, 70, nil},
@@ -46,7 +46,7 @@ func TestSize(t *testing.T) {
 			"700", 350, 700, 500, 70, []string{"burst 700 × 2 units per request = 1400 units at once, more than the 1000 units the bottleneck does in a second: the burst alone overloads it; keep it at most 500"}},
 		{"a burst the bottleneck absorbs", plan.Input{Capacity: rat("1000"), Margin: margin("30%"), UnitsPerRequest: rat("2"), Latency: 200 * time.Millisecond, Burst: 500},
 			"700", 350, 500, 500, 70, nil},
-		// 120 req/s × 0.5 s = 60 in flight: the seed's other Little's law example.
+		// 120 req/s × 0.5 s = 60 in flight: the other Little's law example.
 		{"Little's law, 0.5 s", plan.Input{Capacity: rat("120"), Margin: margin("0%"), UnitsPerRequest: rat("1"), Latency: 500 * time.Millisecond},
 			"120", 120, 120, 120, 60, []string{"margin 0%: peaks and retries go straight to the bottleneck"}},
 		// 1000 × 0.75 / 3 = 250; 250 × 0.123 = 30.75 → 31 (round up: slots).

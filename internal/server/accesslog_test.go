@@ -11,6 +11,7 @@ import (
 
 	"github.com/portero-rl/portero/internal/accesslog"
 	"github.com/portero-rl/portero/internal/apikey"
+	"github.com/portero-rl/portero/internal/gatewaylog"
 	"github.com/portero-rl/portero/internal/server"
 )
 
@@ -47,7 +48,7 @@ rules:
 `)
 	path := filepath.Join(dir, "access.log")
 	reopen := make(chan struct{})
-	r := start(t, server.Options{ConfigPath: cfg, AccessLog: server.AccessLog{Path: path}, Reopen: reopen})
+	r := start(t, server.Options{ConfigPath: cfg, AccessLog: gatewaylog.Options{Path: path}, Reopen: reopen})
 	for range 3 {
 		get(t, r.gateway+"/api/x", "X-Api-Key", "k1", "User-Agent", "test")
 	}
@@ -109,7 +110,7 @@ rules:
   - {name: per-user, key: "header:X-User-Token", limit: 2/min}
 `)
 	path := filepath.Join(dir, "access.log")
-	r := start(t, server.Options{ConfigPath: cfg, AccessLog: server.AccessLog{Path: path, Headers: []string{"x-api-key", "X-Tier"}}})
+	r := start(t, server.Options{ConfigPath: cfg, AccessLog: gatewaylog.Options{Path: path, Headers: []string{"x-api-key", "X-Tier"}}})
 	get(t, r.gateway+"/", "X-Api-Key", "k1", "X-User-Token", "t1", "X-Tier", "gold")
 	waitFor(t, "1 access log line", func() bool { b, _ := os.ReadFile(path); return strings.Count(string(b), "\n") >= 1 })
 	es := readEntries(t, path)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/server"
 )
@@ -88,7 +89,7 @@ func adminKeysSession(t *testing.T, r *running) {
 	// The operator finds alice's key among the refused ones and looks at
 	// her state.
 	code, body := send(t, "GET", r.admin+"/api/refused", auth...)
-	var refused []server.RefusedKey
+	var refused []dashboard.Key
 	if err := json.Unmarshal([]byte(body), &refused); code != 200 || err != nil || len(refused) != 1 || refused[0].Rule != "per-key" {
 		t.Fatalf("GET /api/refused: %d %s (%v), want alice's key alone", code, body, err)
 	}

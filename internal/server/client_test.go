@@ -41,8 +41,8 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// TestPoliteClientThroughGateway is issue 6's end-to-end test against
-// Portero's own gateway: a rule of one request per 2 s answers the second
+// TestPoliteClientThroughGateway is the polite client's end-to-end test
+// against Portero's own gateway: a rule of one request per 2 s answers the second
 // request with 429 and Retry-After: 2; Portero's client sends nothing in
 // those 2 seconds, then retries and succeeds. Real time: about 2 s.
 func TestPoliteClientThroughGateway(t *testing.T) {

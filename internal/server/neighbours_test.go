@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,38 +80,7 @@ rules:
     concurrency: {max: %d, ttl: %s}
 `, srv.URL(), up.URL, killMax, killTTL))
 
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), serveEnv+"="+path)
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			child.Process.Kill()
-			child.Wait()
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && m[1] == "gateway" {
-				addr <- m[2]
-			}
-		}
-	}()
-	var childURL string
-	select {
-	case childURL = <-addr:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the child printed no gateway address within 30 s")
-	}
+	childURL, kill := startChild(t, path)
 	for range killMax {
 		go func() {
 			if resp, err := http.Get(childURL); err == nil {
@@ -120,8 +90,7 @@ rules:
 		<-entered
 	}
 
-	key := "portero:{global=*}:lease:held"
-	scores := func() []int64 { return srv.Scores(t, key) }
+	scores := func() []int64 { return srv.Scores(t, "portero:{global=*}:lease:held") }
 	ttl := killTTL.Microseconds()
 	var t0 int64
 	waitFor(t, "the child's three requests holding leases", func() bool {
@@ -142,9 +111,7 @@ rules:
 		return len(s) == killMax && slices.Min(s) > t0+ttl
 	})
 
-	child.Process.Kill()
-	child.Wait()
-	killed = true
+	kill()
 	tk := srv.Micros(t)
 	held := scores()
 	if len(held) == 0 {
@@ -155,35 +122,11 @@ rules:
 	}
 	// The slots come back at the leases' expiry, not before: the second
 	// instance admits three at once (each held by the hanging upstream).
-	got := 0
-	for deadline := time.Now().Add(killTTL + 20*time.Second); got < killMax; time.Sleep(20 * time.Millisecond) {
-		ch := make(chan int, 1)
-		go func() {
-			resp, err := http.Get(second.gateway)
-			if err != nil {
-				ch <- 0
-				return
-			}
-			resp.Body.Close()
-			ch <- resp.StatusCode
-		}()
-		// An admitted request reaches the upstream, and hangs there; a
-		// refused one is answered.
-		select {
-		case code := <-ch:
-			if code != 503 {
-				t.Fatalf("second instance after the kill: %d, want 503 until a slot is back", code)
-			}
-		case <-entered:
-			if now := srv.Micros(t); now < slices.Min(held) {
-				t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, slices.Min(held))
-			}
-			got++
+	slotsBack(t, second.gateway, entered, func() {
+		if now := srv.Micros(t); now < slices.Min(held) {
+			t.Errorf("a slot came back at %d µs, before the earliest lease expired at %d", now, slices.Min(held))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d slots back %v after the kill, want all within the %v lease", got, killMax, killTTL+20*time.Second, killTTL)
-		}
-	}
+	})
 	if n := len(scores()); n != killMax {
 		t.Errorf("%d leases in Redis with the second instance's 3 requests in flight, want 3", n)
 	}
@@ -191,4 +134,70 @@ rules:
 		t.Errorf("the upstream serves %d requests, want %d: the killed child's %d, still running, and the second instance's %d", n, 2*killMax, killMax, killMax)
 	}
 	t.Logf("killed at %d µs; the child's leases expired by %d µs (TTL %v); all %d slots taken by the second instance", tk, slices.Max(held), killTTL, killMax)
+}
+
+// startChild runs `portero serve` on the configuration at path in a child
+// process and returns its gateway's URL and what kills it (SIGKILL).
+func startChild(t *testing.T, path string) (url string, kill func()) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), serveEnv+"="+path)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() { once.Do(func() { child.Process.Kill(); child.Wait() }) }
+	t.Cleanup(kill)
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && m[1] == "gateway" {
+				addr <- m[2]
+			}
+		}
+	}()
+	select {
+	case url = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child printed no gateway address within 30 s")
+	}
+	return url, kill
+}
+
+// slotsBack asks url until killMax requests are admitted (they reach the
+// upstream, which tells entered, and hang there), each refused one answered
+// 503 meanwhile; admitted runs for each admission.
+func slotsBack(t *testing.T, url string, entered <-chan struct{}, admitted func()) {
+	t.Helper()
+	got := 0
+	for deadline := time.Now().Add(killTTL + 20*time.Second); got < killMax; time.Sleep(20 * time.Millisecond) {
+		ch := make(chan int, 1)
+		go func() {
+			resp, err := http.Get(url)
+			if err != nil {
+				ch <- 0
+				return
+			}
+			resp.Body.Close()
+			ch <- resp.StatusCode
+		}()
+		select {
+		case code := <-ch:
+			if code != 503 {
+				t.Fatalf("second instance after the kill: %d, want 503 until a slot is back", code)
+			}
+		case <-entered:
+			admitted()
+			got++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d slots back %v after the kill, want all within the %v lease", got, killMax, killTTL+20*time.Second, killTTL)
+		}
+	}
 }

@@ -494,32 +494,6 @@ func (r *rlsServer) configHealth() {
 	}
 }
 
-// reloader returns the certificate reloader of a listener's TLS files,
-// nil when TLS is off.
-func reloader(f tlsreload.Files, log *slog.Logger) (*tlsreload.Reloader, error) {
-	if !f.Enabled() {
-		return nil, nil
-	}
-	return tlsreload.New(f, log)
-}
-
-// withProbes serves /readyz from ready and /healthz in front of h, so
-// that the HTTP listener answers probes while it drains like serve's
-// gateway does.
-func withProbes(h http.Handler, ready *lifecycle.Readiness) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		switch req.URL.Path {
-		case "/readyz":
-			ready.ServeHTTP(w, req)
-		case "/healthz":
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			_, _ = w.Write([]byte("ok\n"))
-		default:
-			h.ServeHTTP(w, req)
-		}
-	})
-}
-
 // connected is portero_store_connected: whether the store has reached
 // its backend.
 func (r *rlsServer) connected() float64 {

@@ -1,9 +1,14 @@
 // Package server runs `portero serve`: the gateway listener, the admin
-// listener (Prometheus metrics, effective config, refused keys, a live
-// view), configuration reloads on SIGHUP and on file change, and graceful
-// shutdown (a drain with /readyz at 503, then in-flight requests get the
-// shutdown timeout). Run owns every goroutine it starts and returns only
-// after they have stopped.
+// listener (package admin, with serve's /config, /api/refused and
+// /api/keys, the dashboard), the access log (package gatewaylog), the
+// metrics (package servemetrics), configuration reloads on SIGHUP and on
+// file change, and the drain and graceful shutdown of package lifecycle.
+// Run owns every goroutine it starts and returns only after they have
+// stopped.
+//
+// The files rls*.go run `portero rls` on the same lifecycle; rlsseam.go is
+// what they take from the shared packages until they move to a package of
+// their own.
 package server
 
 import (
@@ -20,75 +25,64 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/internal/accesslog"
+	"github.com/portero-rl/portero/internal/admin"
 	"github.com/portero-rl/portero/internal/config"
 	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/internal/gateway"
+	"github.com/portero-rl/portero/internal/gatewaylog"
 	"github.com/portero-rl/portero/internal/lifecycle"
 	"github.com/portero-rl/portero/internal/logging"
+	"github.com/portero-rl/portero/internal/servemetrics"
+	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
-// Options configure Run. The zero value serves the embedded default
+// Options configure Run; the zero value serves the embedded default
 // configuration.
 type Options struct {
 	// ConfigPath is the YAML file; empty means the embedded default.
 	ConfigPath string
 	// Listen and AdminListen override the configuration's addresses when
-	// not empty (use 127.0.0.1:0 in tests); AdminListen "off" disables the
-	// admin listener.
+	// not empty; AdminListen "off" turns the admin listener off.
 	Listen, AdminListen string
-	// Stdout receives the addresses listened on, one line each; nil means
-	// io.Discard.
+	// Stdout receives the addresses listened on (nil: io.Discard), Logger
+	// the logs (nil: slog.Default()).
 	Stdout io.Writer
-	// Logger receives the logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Reload, when not nil, triggers a reload for every value received
-	// (serve sends one per SIGHUP).
-	Reload <-chan struct{}
+	// Reload triggers a reload per value (SIGHUP), Reopen reopens the
+	// access log per value (SIGUSR1), Hurry ends the drain early (a second
+	// SIGTERM).
+	Reload, Reopen, Hurry <-chan struct{}
 	// DrainPeriod, when not nil, overrides server.drain_period.
 	DrainPeriod *time.Duration
-	// Hurry, when it receives or is closed, ends the drain at shutdown
-	// early (serve closes it at a second SIGTERM or Ctrl-C).
-	Hurry <-chan struct{}
-	// Watch reloads when the configuration file changes (package watch).
-	Watch bool
-	// WatchOptions tune the watcher; the zero value is its defaults.
+	// Watch reloads when the configuration file changes.
+	Watch        bool
 	WatchOptions watch.Options
-	// LogSampler bounds the refusal and shadow-refusal lines per rule;
-	// nil means logging.DefaultPerSecond a second.
+	// LogSampler bounds the refusal lines per rule (nil:
+	// logging.DefaultPerSecond a second).
 	LogSampler *logging.Sampler
-	// Now is the clock of the limiter; nil means time.Now.
-	Now func() time.Time
-	// AccessLog is the access log; the zero value is none.
-	AccessLog AccessLog
-	// Reopen, when not nil, reopens the access log for every value
-	// received (serve sends one per SIGUSR1, for log rotation).
-	Reopen <-chan struct{}
-	// OpenStore opens a store for a configuration, logging to log; nil
-	// means OpenStore.
+	// Now is the limiter's clock; nil means time.Now.
+	Now       func() time.Time
+	AccessLog gatewaylog.Options // the zero value is none
+	// OpenStore opens a configuration's store; nil opens the one it names.
 	OpenStore func(cfg *config.Config, log *slog.Logger) (portero.Store, error)
 }
 
 // Server is one running `portero serve`.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	metrics *metrics
-	obs     *observer
-	gw      *gateway.Gateway
-	now     func() time.Time
-
+	opts  Options
+	log   *slog.Logger
+	obs   *servemetrics.Observer
+	gw    *gateway.Gateway
+	now   func() time.Time
 	ready *lifecycle.Readiness
 
 	dash     *dashboard.Dashboard // nil without an admin listener
 	loadedAt atomic.Int64         // unix ns when the running configuration was applied
-
-	access  *accesslog.Writer         // nil when off
-	logSpec atomic.Pointer[logSpec]   // what the access log records of a request
-	addrs   atomic.Pointer[[2]string] // the gateway's and admin's bound addresses, for /config
+	access   *gatewaylog.Log      // nil when off
+	addrs    atomic.Pointer[[2]string]
 
 	mu       sync.Mutex // guards store, storeKey and serializes reloads
 	store    *leased
@@ -97,14 +91,11 @@ type Server struct {
 	closers  sync.WaitGroup // close retired stores once idle
 }
 
-// OpenStore opens the store a configuration names: memory (store/memstore)
-// or redis (store/redisstore, its lines logged to log). A Redis store
-// reports a failure as an error and the engine of the gateway's middleware
-// applies on_error. A Redis that does not answer yet is no error: the
-// store starts failing every call (so on_error answers) and switches to
-// Redis once it answers (redisstore.Config.DialInBackground); only a
-// malformed URL is.
-func OpenStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
+// openStore opens the store a configuration names: memory or redis. A
+// Redis that does not answer yet is no error: the store fails every call
+// (so that store.on_error answers) and switches to Redis once it answers
+// (redisstore.Config.DialInBackground); only a malformed URL is.
+func openStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	switch cfg.StoreType {
 	case "memory":
 		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
@@ -115,8 +106,8 @@ func OpenStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
 }
 
-// storeSettings are the settings OpenStore builds a store from. A reload
-// opens a new store when they change and keeps the running one, with its
+// storeSettings are the settings a store is opened from. A reload opens a
+// new store when they change and keeps the running one, with its
 // counters, otherwise. on_error and local_share are the middleware's
 // engine's, never the store's, so changing them keeps the store.
 type storeSettings struct {
@@ -150,16 +141,15 @@ func (s *Server) load() (*config.Config, error) {
 	return cfg, nil
 }
 
-// currentStore is the store of the running configuration, for the admin
-// API.
+// currentStore is the store of the running configuration.
 func (s *Server) currentStore() portero.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.store.Store
 }
 
-// degraded reports whether the store is answering from its failure policy
-// (the Redis store's fallback).
+// degraded reports whether a Redis store is failing, so that the failure
+// policy decides.
 func (s *Server) degraded() bool {
 	if rs := s.redis.Load(); rs != nil {
 		return rs.Degraded()
@@ -205,56 +195,49 @@ func (s *Server) setStore(st *leased, key storeSettings) {
 	idle := old.retire(st)
 	s.closers.Go(func() {
 		<-idle
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := old.Store.Close(cctx); err != nil {
-			s.log.Warn("closing the replaced store", "err", err)
-		}
+		s.closeStore(old.Store, "closing the replaced store")
 	})
+}
+
+func (s *Server) closeStore(st portero.Store, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := st.Close(ctx); err != nil {
+		s.log.Warn(what, "err", err)
+	}
 }
 
 func (s *Server) adminToken() string { return s.gw.Config().AdminToken }
 
-// Run loads the configuration, listens, prints the addresses to
-// opts.Stdout and serves until ctx is done; then it drains, stops
-// accepting, lets in-flight requests finish (up to the configured
+// Run loads the configuration, listens, prints the addresses and serves
+// until ctx is done; then it drains, lets in-flight requests finish (up to
 // shutdown_timeout), closes the store and returns. A bad configuration is
-// an error before anything listens. The lifecycle (listeners, TLS,
-// reloads, the drain and the shutdown) is package lifecycle's Service, the
-// one `portero rls` runs too.
+// an error before anything listens.
 func Run(ctx context.Context, opts Options) error {
-	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, metrics: newMetrics()}
-	if s.log == nil {
-		s.log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.Stdout == nil {
 		opts.Stdout = io.Discard
 	}
 	if opts.OpenStore == nil {
-		s.opts.OpenStore = OpenStore
+		opts.OpenStore = openStore
 	}
-	sampler := opts.LogSampler
-	if sampler == nil {
-		sampler = logging.NewSampler(logging.DefaultPerSecond)
-	}
-	s.obs = &observer{m: s.metrics, log: s.log, refused: &refusals{}, now: s.now, degraded: s.degraded, sample: sampler,
-		usage: dashboard.NewUsage(0)}
+	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
+	s.obs = servemetrics.New(servemetrics.Options{Logger: s.log, Now: s.now, Degraded: s.degraded, Sampler: opts.LogSampler})
 
-	// The watcher starts before the file is read, so that a change in
-	// between is a reload rather than lost.
+	// Reloads come from the signal, the configuration's watcher and, once
+	// the configuration names one, the API keys file's. The watcher starts
+	// before the file is read, so that a change in between is a reload.
 	var watchPath string
 	if opts.Watch {
 		watchPath = opts.ConfigPath
 	}
-	// Reloads come from the signal, the configuration's watcher and, once
-	// the configuration names one, the API keys file's.
-	triggers, forward, stopForward := reloads()
-	defer stopForward()
 	svc := lifecycle.Start(lifecycle.Options{Name: "portero", Stdout: opts.Stdout, Logger: s.log,
-		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Triggers: triggers, Hurry: opts.Hurry})
+		Watch: watchPath, WatchOptions: opts.WatchOptions, Reload: opts.Reload, Hurry: opts.Hurry})
 	defer svc.Close()
 	s.ready = svc.Readiness()
 	cfg, err := s.load()
@@ -262,42 +245,16 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if kf := cfg.Gateway.KeysFile; opts.Watch && kf != "" {
-		wo := opts.WatchOptions
-		if wo.Logger == nil {
-			wo.Logger = s.log
-		}
-		if w, err := watch.New(kf, wo); err != nil {
-			s.log.Warn("cannot watch the API keys file; reload with SIGHUP", "path", kf, "err", err)
-		} else {
-			defer w.Close()
-			forward(w.C, "API keys file change")
-		}
+		svc.Watch(kf, "the API keys file", "API keys file change")
 	}
-	st, err := s.opts.OpenStore(cfg, s.log)
-	if err != nil {
-		return err
-	}
-	store := newLeased(st)
-	s.setStore(store, storeKey(cfg))
-	defer func() {
-		// Stores replaced by reloads close as their last calls finish;
-		// by now no request runs, so this waits only for the closes.
-		s.closers.Wait()
-		s.mu.Lock()
-		cur := s.store.Store
-		s.mu.Unlock()
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := cur.Close(cctx); err != nil {
-			s.log.Warn("closing the store", "err", err)
-		}
-	}()
-	if rs, ok := st.(*redisstore.Store); ok && !rs.Connected() {
-		s.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_error", cfg.OnError,
-			"ready", cfg.OnError != portero.FailDeny)
-	}
-	if s.access, err = s.openAccessLog(opts.AccessLog); err != nil {
-		return err
+	err = s.start(cfg)
+	if s.store != nil {
+		defer func() {
+			// Stores replaced by reloads close as their last calls finish;
+			// by now no request runs, so this waits only for the closes.
+			s.closers.Wait()
+			s.closeStore(s.currentStore(), "closing the store")
+		}()
 	}
 	if s.access != nil {
 		defer func() {
@@ -306,101 +263,25 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}()
 	}
-	s.setLogSpec(cfg)
-	hooks := gateway.Hooks{
-		OnDecision:   s.obs.onDecision,
-		OnError:      s.obs.onError,
-		OnProxyError: s.obs.onProxyError,
-		OnShed:       s.obs.onShed,
-		Now:          opts.Now,
-		Ready:        s.ready.Ready,
-	}
-	if s.access != nil {
-		hooks.OnRoute = onRoute
-		hooks.OnAnswered = noteAnswered
-		hooks.OnDecision = func(r *http.Request, v *engine.Verdict, took time.Duration) {
-			s.obs.onDecision(r, v, took)
-			noteDecision(r, v)
-		}
-		hooks.OnError = func(r *http.Request, err error) {
-			s.obs.onError(r, err)
-			noteError(r, err)
-		}
-	}
-	s.gw, err = gateway.New(cfg, store, hooks)
 	if err != nil {
 		return err
 	}
-	var gwHandler http.Handler = s.gw
-	if s.access != nil {
-		gwHandler = s.accessLogged(s.gw)
-	}
-	s.obs.setPolicy(cfg.Policy)
-	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
-	s.loadedAt.Store(time.Now().UnixNano())
-
-	listen := cfg.Listen
-	if opts.Listen != "" {
-		listen = opts.Listen
-	}
-	adminListen := cfg.AdminListen
-	if opts.AdminListen == "off" {
-		adminListen = ""
-	} else if opts.AdminListen != "" {
-		adminListen = opts.AdminListen
-	}
-
-	gwTLS, err := reloader(cfg.ServerTLS, s.log)
-	if err != nil {
+	if err := s.listen(svc, cfg); err != nil {
 		return err
 	}
-	gwSrv := &http.Server{
-		Handler:           gwHandler,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	gwAddr, err := svc.Listen(lifecycle.Listener{Name: "gateway", Addr: listen, Server: gwSrv, TLS: gwTLS, Public: true})
-	if err != nil {
-		return err
-	}
-	addrs := [2]string{gwAddr.String()}
-	if adminListen != "" {
-		adminTLS, err := reloader(cfg.AdminTLS, s.log)
-		if err != nil {
-			return err
-		}
-		s.dash = dashboard.New(dashSource{s}, dashboard.Options{Token: s.adminToken})
-		adminSrv := s.base().server(s.log, s.adminRoutes)
-		adminSrv.RegisterOnShutdown(s.dash.Close) // its event streams would hold the shutdown
-		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: adminSrv,
-			TLS: adminTLS, Credentials: true, Auth: cfg.AdminToken != "" || adminTLS != nil && adminTLS.ClientAuth(),
-			Risk: "read the metrics and the configuration and reset any client's limits",
-			Note: "(dashboard /dashboard/, /metrics, /config, /api/refused)"})
-		if err != nil {
-			return err
-		}
-		addrs[1] = adminAddr.String()
-	}
-	s.addrs.Store(&addrs)
-	s.ready.AddCheck(s.readyCheck)
 
-	// Goroutines of this Run beside the service's: stopped (in this
-	// order) when it returns.
+	// Goroutines beside the service's, stopped (cancel, then wait) when
+	// Run returns.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	bctx, stopBeside := context.WithCancel(ctx)
 	defer stopBeside()
 	if s.access != nil && opts.Reopen != nil {
-		wg.Go(func() { s.reopenLoop(bctx, opts.Reopen) })
+		wg.Go(func() { s.access.ReopenOn(bctx, opts.Reopen, s.log) })
 	}
 	if s.dash != nil {
 		wg.Go(func() { s.dash.Run(bctx) })
 	}
-
 	return svc.Run(ctx, lifecycle.Hooks{
 		Serving: func() {
 			fmt.Fprintf(opts.Stdout, "portero: config %s: %s\n", cfg.Source, cfg.Summary())
@@ -420,24 +301,116 @@ func Run(ctx context.Context, opts Options) error {
 	})
 }
 
-// Reload reads the configuration again and applies it whole, or, when the
-// new file is bad, logs every error and keeps the running configuration.
-// Rules left unchanged keep their counters (the store is kept unless the
-// store section changed). Listener addresses and the admin listener are not
-// changed by a reload; a restart is needed for those.
+// start opens the store and the access log of cfg and builds the gateway
+// over them, with its hooks into the metrics and the access log. What it
+// opened is in s even when it fails, for Run to close.
+func (s *Server) start(cfg *config.Config) error {
+	st, err := s.opts.OpenStore(cfg, s.log)
+	if err != nil {
+		return err
+	}
+	store := newLeased(st)
+	s.setStore(store, storeKey(cfg))
+	if s.storeUnreached() {
+		s.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_error", cfg.OnError,
+			"ready", cfg.OnError != portero.FailDeny)
+	}
+	if s.access, err = gatewaylog.Open(s.opts.AccessLog, s.opts.Stdout, s.obs.Registry(), s.now); err != nil {
+		return err
+	}
+	hooks := gateway.Hooks{OnDecision: s.obs.OnDecision, OnError: s.obs.OnError, OnProxyError: s.obs.OnProxyError,
+		OnShed: s.obs.OnShed, Now: s.opts.Now, Ready: s.ready.Ready}
+	if s.access != nil {
+		s.access.SetConfig(cfg)
+		hooks.OnRoute, hooks.OnAnswered = gatewaylog.NoteRoute, gatewaylog.NoteAnswered
+		hooks.OnDecision = func(r *http.Request, v *engine.Verdict, took time.Duration) {
+			s.obs.OnDecision(r, v, took)
+			gatewaylog.NoteDecision(r, v)
+		}
+		hooks.OnError = func(r *http.Request, err error) {
+			s.obs.OnError(r, err)
+			gatewaylog.NoteError(r, err)
+		}
+	}
+	if s.gw, err = gateway.New(cfg, store, hooks); err != nil {
+		return err
+	}
+	s.obs.SetPolicy(cfg.Policy)
+	s.loadedAt.Store(time.Now().UnixNano())
+	return nil
+}
+
+// listen binds the gateway's listener and, unless it is off, the admin
+// listener, each with its TLS.
+func (s *Server) listen(svc *lifecycle.Service, cfg *config.Config) error {
+	listen, adminListen := cfg.Listen, cfg.AdminListen
+	if s.opts.Listen != "" {
+		listen = s.opts.Listen
+	}
+	if s.opts.AdminListen == "off" {
+		adminListen = ""
+	} else if s.opts.AdminListen != "" {
+		adminListen = s.opts.AdminListen
+	}
+	gwTLS, err := tlsreload.Optional(cfg.ServerTLS, s.log)
+	if err != nil {
+		return err
+	}
+	var handler http.Handler = s.gw
+	if s.access != nil {
+		handler = s.access.Handler(s.gw)
+	}
+	gwSrv := &http.Server{Handler: handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	gwAddr, err := svc.Listen(lifecycle.Listener{Name: "gateway", Addr: listen, Server: gwSrv, TLS: gwTLS, Public: true})
+	if err != nil {
+		return err
+	}
+	addrs := [2]string{gwAddr.String()}
+	if adminListen != "" {
+		adminTLS, err := tlsreload.Optional(cfg.AdminTLS, s.log)
+		if err != nil {
+			return err
+		}
+		s.dash = dashboard.New(dashSource{s}, dashboard.Options{Token: s.adminToken})
+		adminSrv := admin.Listener{Registry: s.obs.Registry(), Ready: s.ready, Dashboard: s.dash, Token: s.adminToken}.Server(s.log, s.adminRoutes)
+		adminSrv.RegisterOnShutdown(s.dash.Close) // its event streams would hold the shutdown
+		adminAddr, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: adminSrv,
+			TLS: adminTLS, Credentials: true, Auth: cfg.AdminToken != "" || adminTLS != nil && adminTLS.ClientAuth(),
+			Risk: "read the metrics and the configuration and reset any client's limits",
+			Note: "(dashboard /dashboard/, /metrics, /config, /api/refused)"})
+		if err != nil {
+			return err
+		}
+		addrs[1] = adminAddr.String()
+	}
+	s.addrs.Store(&addrs)
+	s.ready.AddCheck(s.readyCheck)
+	return nil
+}
+
+// Reload reads the configuration again and applies it whole, or logs every
+// error of a bad file and keeps the running configuration. Unchanged rules
+// keep their counters (the store is kept unless its section changed);
+// listener addresses need a restart.
 func (s *Server) Reload(why string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	err := s.reload(why)
+	s.obs.Reloaded(err)
+	return err
+}
+
+func (s *Server) reload(why string) error {
 	cfg, err := s.load()
 	if err != nil {
-		s.metrics.reloads.WithLabelValues("error").Inc()
 		var es config.Errors
-		if errors.As(err, &es) {
-			for _, e := range es {
-				s.log.Error("configuration refused; keeping the running one", "reason", why, "error", e.Error())
-			}
-		} else {
+		if !errors.As(err, &es) {
 			s.log.Error("configuration refused; keeping the running one", "reason", why, "error", err)
+		}
+		for _, e := range es {
+			s.log.Error("configuration refused; keeping the running one", "reason", why, "error", e.Error())
 		}
 		return err
 	}
@@ -446,7 +419,6 @@ func (s *Server) Reload(why string) error {
 	if key != s.storeKey {
 		st, err := s.opts.OpenStore(cfg, s.log)
 		if err != nil {
-			s.metrics.reloads.WithLabelValues("error").Inc()
 			s.log.Error("configuration refused: cannot open its store; keeping the running one", "reason", why, "error", err)
 			return err
 		}
@@ -456,7 +428,6 @@ func (s *Server) Reload(why string) error {
 		if store != s.store {
 			_ = store.Store.Close(context.Background())
 		}
-		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("configuration refused; keeping the running one", "reason", why, "error", err)
 		return err
 	}
@@ -466,8 +437,10 @@ func (s *Server) Reload(why string) error {
 		// when the last of them is done.
 		s.setStore(store, key)
 	}
-	s.obs.setPolicy(cfg.Policy)
-	s.setLogSpec(cfg)
+	s.obs.SetPolicy(cfg.Policy)
+	if s.access != nil {
+		s.access.SetConfig(cfg)
+	}
 	s.loadedAt.Store(time.Now().UnixNano())
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		s.log.Warn("listener addresses changed in the file; they apply at the next restart")
@@ -477,39 +450,8 @@ func (s *Server) Reload(why string) error {
 		// other file names need a restart.
 		s.log.Warn("TLS file names changed in the file; they apply at the next restart (the files in use are reloaded when their content changes)")
 	}
-	s.metrics.reloads.WithLabelValues("ok").Inc()
-	s.metrics.configRules.Set(float64(len(cfg.Policy.Rules())))
 	ch := config.CompareRules(old, cfg)
 	s.log.Info("configuration reloaded", "reason", why, "source", cfg.Source, "rules", len(cfg.Policy.Rules()),
 		"added", len(ch.Added), "removed", len(ch.Removed), "changed", len(ch.Changed), "changes", ch.String())
 	return nil
-}
-
-// reloads returns a channel of reload triggers for the lifecycle and
-// forward, which feeds it from another channel (a keys file watcher's),
-// each change sent with the reason why, until stop, which waits for the
-// forwarding goroutines.
-func reloads() (triggers chan string, forward func(c <-chan struct{}, why string), stop func()) {
-	triggers = make(chan string, 1)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	forward = func(c <-chan struct{}, why string) {
-		wg.Go(func() {
-			for {
-				select {
-				case <-done:
-					return
-				case _, ok := <-c:
-					if !ok {
-						return
-					}
-					select {
-					case triggers <- why:
-					default: // one is pending already
-					}
-				}
-			}
-		})
-	}
-	return triggers, forward, func() { close(done); wg.Wait() }
 }

@@ -297,18 +297,21 @@ func remaining(t *testing.T, gw string) int {
 }
 
 // TestGracefulShutdown: a request in flight when the server is told to stop
-// finishes; new connections are refused afterwards.
+// finishes; new connections are refused afterwards. The upstream answers
+// only once the shutdown has begun, so that the request is in flight
+// through it however slow the machine.
 func TestGracefulShutdown(t *testing.T) {
 	entered := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var r *running
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		close(entered)
-		time.Sleep(300 * time.Millisecond)
+		waitFor(t, "the shutdown", func() bool { return strings.Contains(r.logs.String(), "shutting down") })
 		io.WriteString(w, "finished")
 	}))
 	defer up.Close()
 	path := filepath.Join(t.TempDir(), "p.yaml")
 	writeFile(t, path, fmt.Sprintf("upstreams: {api: {url: %s}}\nroutes: [{upstream: api}]\n", up.URL))
-	r := start(t, server.Options{ConfigPath: path, AdminListen: "off"})
+	r = start(t, server.Options{ConfigPath: path, AdminListen: "off"})
 	result := make(chan string, 1)
 	go func() {
 		resp, err := http.Get(r.gateway + "/slow")

@@ -1,18 +1,15 @@
-// Package tlsreload serves TLS from certificate and key files that are
-// read again, without a restart, when they change on disk: a renewal by
-// cert-manager or certbot, a Kubernetes secret's symlink swap. It is the one
-// certificate reloader of Portero's listeners (the gateway, the admin
-// listener, the check API; the RLS gRPC listener can use it too).
+// Package tlsreload serves TLS from PEM files that are read again, without
+// a restart, when they change on disk (a renewal by cert-manager or
+// certbot, a Kubernetes secret's symlink swap): the one certificate
+// reloader of Portero's listeners.
 //
-// Each new connection's handshake compares the files' content with what
-// they held at the last read (a few kilobytes read, against a handshake's
-// public-key operations; unlike sizes and modification times, content
-// cannot miss a rewrite). When it differs the files are loaded again: the
-// new certificate serves the connections opened from then on, open
-// connections keep theirs. A changed set of files that does not load (a
-// key that does not match its certificate, a half-written file) is logged
-// once and the previous certificates kept; it is tried again when the
-// files change again.
+// Each handshake compares the files' content with what they held at the
+// last read (a few kilobytes read, against a handshake's public-key
+// operations; unlike a modification time, content cannot miss a rewrite).
+// New content serves the connections opened from then on; open ones keep
+// theirs. Content that does not load (a key of another certificate, a
+// half-written file) is logged once and the previous certificates kept
+// until the files change again.
 package tlsreload
 
 import (
@@ -30,6 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/portero-rl/portero/internal/logging"
 )
 
 // Files are the PEM files of a TLS listener.
@@ -141,76 +140,78 @@ func unwrapPath(err error) error {
 }
 
 // Load reads the files once and returns the server configuration they
-// make (TLS 1.2 at least; with a client CA, client certificates
-// required and verified). It is what a reload does, and what a
-// configuration check runs to report a bad file before anything listens.
+// make (TLS 1.2 at least; with a client CA, client certificates required
+// and verified): what a configuration check runs to report a bad file
+// before anything listens.
 func Load(f Files) (*tls.Config, error) {
-	if err := f.Validate(); err != nil {
+	r, err := New(f, nil)
+	if err != nil {
 		return nil, err
 	}
-	if !f.Enabled() {
-		return nil, errors.New("tlsreload: no certificate configured")
-	}
-	cfg, _, err := load(f, nil)
-	return cfg, err
+	return r.cur.Load(), nil
 }
 
-// load reads the files and builds their configuration, and returns the
-// fingerprint of the content it read. refused, when not nil, is told of
-// each client certificate the SAN check refuses.
-func load(f Files, refused func(error)) (*tls.Config, [sha256.Size]byte, error) {
+// content is what a listener's files held at one read.
+type content struct{ cert, key, ca []byte }
+
+func read(f Files) (p content, err error) {
+	if p.cert, err = readFile(FieldCert, f.CertFile); err != nil {
+		return p, err
+	}
+	if p.key, err = readFile(FieldKey, f.KeyFile); err != nil {
+		return p, err
+	}
+	if f.ClientCAFile != "" {
+		p.ca, err = readFile(FieldClientCA, f.ClientCAFile)
+	}
+	return p, err
+}
+
+// sum is the fingerprint that tells one content from another.
+func (p content) sum() [sha256.Size]byte {
 	h := sha256.New()
-	certPEM, err := readFile(FieldCert, f.CertFile)
-	if err != nil {
-		return nil, [sha256.Size]byte{}, err
+	for _, b := range [][]byte{p.cert, p.key, p.ca} {
+		fmt.Fprintf(h, "%d\n", len(b))
+		h.Write(b)
 	}
-	keyPEM, err := readFile(FieldKey, f.KeyFile)
-	if err != nil {
-		return nil, [sha256.Size]byte{}, err
-	}
-	stamp(h, certPEM)
-	stamp(h, keyPEM)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// config builds the server configuration of p; refused, when not nil, is
+// told of each client certificate the SAN check refuses.
+func (p content) config(f Files, refused func(error)) (*tls.Config, error) {
+	cert, err := tls.X509KeyPair(p.cert, p.key)
 	if err != nil {
 		// X509KeyPair cannot tell which of the two is at fault when they do
 		// not match; it can when one holds no PEM block of its kind.
 		field, path, other := FieldKey, f.KeyFile, "certificate "+f.CertFile
-		if !bytes.Contains(certPEM, []byte("-----BEGIN CERTIFICATE")) {
+		if !bytes.Contains(p.cert, []byte("-----BEGIN CERTIFICATE")) {
 			field, path, other = FieldCert, f.CertFile, "key "+f.KeyFile
 		}
-		return nil, [sha256.Size]byte{}, &FileError{Field: field, Path: path, Err: fmt.Errorf("with %s: %w", other, err)}
+		return nil, &FileError{Field: field, Path: path, Err: fmt.Errorf("with %s: %w", other, err)}
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if f.ClientCAFile != "" {
-		caPEM, err := readFile(FieldClientCA, f.ClientCAFile)
-		if err != nil {
-			return nil, [sha256.Size]byte{}, err
-		}
-		stamp(h, caPEM)
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caPEM) {
-			return nil, [sha256.Size]byte{}, &FileError{Field: FieldClientCA, Path: f.ClientCAFile, Err: errors.New("no PEM certificate in it")}
-		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
-		if len(f.ClientSANs) > 0 {
-			sans, hostname := slices.Clone(f.ClientSANs), f.ClientSANHostname
-			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-				err := checkSAN(sans, hostname, cs)
-				if err != nil && refused != nil {
-					refused(err)
-				}
-				return err
+	if f.ClientCAFile == "" {
+		return cfg, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(p.ca) {
+		return nil, &FileError{Field: FieldClientCA, Path: f.ClientCAFile, Err: errors.New("no PEM certificate in it")}
+	}
+	cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	if len(f.ClientSANs) > 0 {
+		sans, hostname := slices.Clone(f.ClientSANs), f.ClientSANHostname
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			err := checkSAN(sans, hostname, cs)
+			if err != nil && refused != nil {
+				refused(err)
 			}
+			return err
 		}
 	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return cfg, sum, nil
-}
-
-func stamp(h io.Writer, data []byte) {
-	fmt.Fprintf(h, "%d\n", len(data))
-	h.Write(data)
+	return cfg, nil
 }
 
 // checkSAN admits a verified client certificate that carries one of sans,
@@ -256,34 +257,44 @@ type Reloader struct {
 	lastErr string            // the last read error logged
 	cur     atomic.Pointer[tls.Config]
 
-	lastRefusal atomic.Int64 // unix nanoseconds of the last SAN refusal logged
+	refusals *logging.Sampler // of the SAN refusals' log lines
 }
 
 // New loads the files (an error, a *FileError, when they do not load) and
 // returns their reloader; log receives the reloads and the changes that
 // did not load (nil: slog.Default()).
 func New(f Files, log *slog.Logger) (*Reloader, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Reloader{files: f, log: log, refusals: logging.NewSampler(1)}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	if !f.Enabled() {
 		return nil, errors.New("tlsreload: no certificate configured")
 	}
-	if log == nil {
-		log = slog.Default()
-	}
-	r := &Reloader{files: f, log: log}
-	cfg, sum, err := load(f, r.refused)
+	p, err := read(f)
 	if err != nil {
 		return nil, err
 	}
-	r.stamp = sum
+	cfg, err := p.config(f, r.refused)
+	if err != nil {
+		return nil, err
+	}
+	r.stamp = p.sum()
 	r.cur.Store(cfg)
 	return r, nil
 }
 
-// Files returns the files r reads.
-func (r *Reloader) Files() Files { return r.files }
+// Optional is New for a listener whose TLS is optional: nil, and no
+// error, when f asks for no TLS.
+func Optional(f Files, log *slog.Logger) (*Reloader, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	return New(f, log)
+}
 
 // ClientAuth reports whether r requires client certificates.
 func (r *Reloader) ClientAuth() bool { return r.files.ClientCAFile != "" }
@@ -309,15 +320,12 @@ func (r *Reloader) ServerConfig(nextProtos ...string) *tls.Config {
 }
 
 // current returns the configuration of the files' current content,
-// loading them again when it changed.
+// loading it when it changed.
 func (r *Reloader) current() *tls.Config {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sum, err := fingerprint(r.files)
-	switch {
-	case err == nil && sum == r.stamp:
-		return r.cur.Load()
-	case err != nil:
+	p, err := read(r.files)
+	if err != nil {
 		// A file missing for a moment (a swap in progress) or for good:
 		// logged once per distinct error, not at every handshake.
 		if msg := err.Error(); msg != r.lastErr {
@@ -326,15 +334,18 @@ func (r *Reloader) current() *tls.Config {
 		}
 		return r.cur.Load()
 	}
-	// New content: one attempt per content, so that a bad file is logged
-	// once, and tried again when it changes again.
+	sum := p.sum()
+	if sum == r.stamp {
+		return r.cur.Load()
+	}
+	// One attempt per content: a bad file is logged once, and tried again
+	// when it changes again.
 	r.stamp, r.lastErr = sum, ""
-	cfg, loaded, err := load(r.files, r.refused)
+	cfg, err := p.config(r.files, r.refused)
 	if err != nil {
 		r.log.Error("TLS files changed but do not load; serving the previous certificate", "cert_file", r.files.CertFile, "err", err)
 		return r.cur.Load()
 	}
-	r.stamp = loaded // what was parsed, should the files have changed between the reads
 	r.cur.Store(cfg)
 	r.log.Info("TLS files reloaded", "cert_file", r.files.CertFile)
 	return cfg
@@ -343,26 +354,7 @@ func (r *Reloader) current() *tls.Config {
 // refused logs a client certificate the SAN check refused, one line a
 // second at most: a misconfigured fleet retrying must not flood the log.
 func (r *Reloader) refused(err error) {
-	now := time.Now().UnixNano()
-	if last := r.lastRefusal.Load(); now-last > int64(time.Second) && r.lastRefusal.CompareAndSwap(last, now) {
-		r.log.Warn("TLS client refused", "err", err)
+	if ok, n := r.refusals.Allow("", time.Now()); ok {
+		r.log.Warn("TLS client refused", "err", err, "suppressed", n)
 	}
-}
-
-// fingerprint is the hash load computes, without parsing.
-func fingerprint(f Files) ([sha256.Size]byte, error) {
-	h := sha256.New()
-	for _, p := range [][2]string{{FieldCert, f.CertFile}, {FieldKey, f.KeyFile}, {FieldClientCA, f.ClientCAFile}} {
-		if p[1] == "" {
-			continue
-		}
-		data, err := readFile(p[0], p[1])
-		if err != nil {
-			return [sha256.Size]byte{}, err
-		}
-		stamp(h, data)
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return sum, nil
 }

@@ -1,24 +1,18 @@
-// Package watch tells a command when its configuration — one file, or a
-// directory of files — has changed and settled, so that it reloads once
-// per change and never a half-written file.
+// Package watch tells a command when its configuration (one file, or a
+// directory of files) has changed and settled, so that it reloads once per
+// change and never a half-written file: the one watcher of `portero serve
+// --watch` and `portero rls --watch`.
 //
-// It is the one file watcher of `portero serve --watch` and `portero rls
-// --watch`. Two sources say "something may have changed": fsnotify events
-// in the directories that hold the configuration (any event there, not only
-// one naming the file: a Kubernetes ConfigMap update renames a symlink,
-// ..data, next to the file and never touches the file's own name) and a
-// slow poll that catches what notifications cannot see (a symlink swapped
-// higher up the path, a network file system). Neither is trusted as such:
-// each only schedules a look at the content. A change is reported when the
-// content (every regular file under the path, symlinks followed, each
-// file's name, size and SHA-256) differs from what was last reported and
-// is the same at two looks one settle period (Options.Settle) apart: a
-// content that lasted less than that is never reported, so a writer that
-// pauses in the middle of a file for less than the settle period delays
-// the reload rather than publishing half a file. The caller then loads the
-// configuration and applies it only if it parses (a file that is complete
-// but wrong is refused there and reported once, not retried until it
-// changes again).
+// Two sources say "something may have changed": fsnotify events in the
+// directories that hold the configuration (any event there: a Kubernetes
+// ConfigMap update renames a symlink, ..data, beside the file and never
+// touches the file's own name) and a slow poll for what notifications
+// cannot see (a symlink swapped higher up, a network file system). Each
+// only schedules a look at the content. A change is reported when the
+// content (every regular file under the path, symlinks followed: names,
+// sizes, SHA-256) differs from what was last reported and is the same at
+// two looks one settle period apart, so a writer pausing mid-file for less
+// than that delays the reload rather than publishing half a file.
 package watch
 
 import (
@@ -66,8 +60,8 @@ type Options struct {
 // Watcher reports settled changes of a configuration path on C. Its one
 // goroutine runs until Close.
 type Watcher struct {
-	// C receives one value per settled change. It has room for one: a
-	// change reported while the last is not yet taken is merged with it.
+	// C receives one value per settled change (a change reported while
+	// the last is not yet taken is merged with it), and is closed by Close.
 	C <-chan struct{}
 
 	cancel context.CancelFunc
@@ -108,6 +102,7 @@ func New(path string, o Options) (*Watcher, error) {
 	l := &loop{path: path, o: o, notify: notify, out: c, last: base}
 	go func() {
 		defer close(w.done)
+		defer close(c)
 		l.run(ctx)
 	}()
 	return w, nil
@@ -315,21 +310,11 @@ func hashFile(h io.Writer, name, path string) error {
 	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
 	h.Write(n[:])
 	io.WriteString(h, name)
-	c := &countWriter{w: h}
-	if _, err := io.Copy(c, f); err != nil {
+	size, err := io.Copy(h, f)
+	if err != nil {
 		return err
 	}
-	binary.BigEndian.PutUint64(n[:], uint64(c.n)) // the size closes each file's bytes
+	binary.BigEndian.PutUint64(n[:], uint64(size)) // the size closes each file's bytes
 	h.Write(n[:])
 	return nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	c.n += int64(len(p))
-	return c.w.Write(p)
 }

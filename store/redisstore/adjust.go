@@ -71,9 +71,6 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustm
 		_, err := s.breaker.Execute(func() ([]int64, error) {
 			return nil, adjustScript.Exec(ctx, cn.client, []string{key}, args).Error()
 		})
-		if s.over != nil {
-			s.over.drop(key)
-		}
 		if err != nil {
 			if unavailable(err) {
 				return &unavailableError{err: fmt.Errorf("adjust key %q (redis key %q): %w", a.Key, key, err)}

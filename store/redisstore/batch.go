@@ -155,21 +155,20 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 				return nil, err
 			}
 		}
-		sent := time.Now()
 		res, err := s.scripts.batch.Exec(ctx, cn.client, keys, args).ToArray()
 		if err != nil {
 			return nil, err
 		}
-		if len(res) != 2+8*len(items) {
+		if len(res) != 5*len(items) {
 			return nil, errBatchReply
 		}
 		s.batches.Add(1)
 		s.batched.Add(uint64(len(items)))
-		var v [8]int64
+		var v [5]int64
 		for i, it := range items {
 			ok := true
 			for k := range v {
-				x, err := res[2+8*i+k].AsInt64()
+				x, err := res[5*i+k].AsInt64()
 				if err != nil {
 					ok = false
 					break
@@ -181,13 +180,6 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 				continue
 			}
 			it.d = it.c.decision(v[0] == 1, v[1], v[2], v[3], v[4])
-			if v[0] == 2 && s.over != nil {
-				var st [5]int64
-				copy(st[:3], v[5:8])
-				st[3], _ = res[0].AsInt64()
-				st[4], _ = res[1].AsInt64()
-				s.rememberState(it.c, it.key, it.c.alg, st, sent)
-			}
 		}
 		return nil, nil
 	})

@@ -19,61 +19,56 @@ import (
 // key per lane and each lane in order, so that calls queue up and are
 // decided in batches; every lane's decisions must be those of
 // storetest.Reference replaying the lane alone (keys of different lanes do
-// not interact, so the interleaving across lanes cannot matter). With and
-// without the over-limit cache, whose answers are exact with CallerClock.
+// not interact, so the interleaving across lanes cannot matter).
 func TestBatchedMatchesReference(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, over := range []int{0, 1000} {
-		t.Run(fmt.Sprintf("over-limit-cache=%d", over), func(t *testing.T) {
-			s := newStore(t, srv, redisstore.Config{Clock: redisstore.CallerClock, OverLimitCache: over})
-			const lanes, calls = 64, 150
-			rules := storetest.RandomRules()
-			traces := make([][]storetest.Trace, lanes)
-			for l := range traces {
-				key := fmt.Sprintf("lane%d", l)
-				for _, c := range storetest.RandomTrace(uint64(l)*7+uint64(over)+1, rules, calls, l%2 == 1) {
-					h := c.Hits[0]
-					h.Key = key
-					traces[l] = append(traces[l], storetest.Trace{At: c.At, Hits: []portero.Hit{h}})
+	s := newStore(t, srv, redisstore.Config{Clock: redisstore.CallerClock})
+	const lanes, calls = 64, 150
+	rules := storetest.RandomRules()
+	traces := make([][]storetest.Trace, lanes)
+	for l := range traces {
+		key := fmt.Sprintf("lane%d", l)
+		for _, c := range storetest.RandomTrace(uint64(l)*7+1, rules, calls, l%2 == 1) {
+			h := c.Hits[0]
+			h.Key = key
+			traces[l] = append(traces[l], storetest.Trace{At: c.At, Hits: []portero.Hit{h}})
+		}
+	}
+	got := make([][]portero.Decision, lanes)
+	errs := make([][]error, lanes)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for l := range traces {
+		wg.Go(func() {
+			<-start
+			for _, c := range traces[l] {
+				d, err := s.AllowAll(context.Background(), storetest.Base.Add(c.At), c.Hits)
+				var one portero.Decision
+				if len(d) == 1 {
+					one = d[0]
 				}
-			}
-			got := make([][]portero.Decision, lanes)
-			errs := make([][]error, lanes)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for l := range traces {
-				wg.Go(func() {
-					<-start
-					for _, c := range traces[l] {
-						d, err := s.AllowAll(context.Background(), storetest.Base.Add(c.At), c.Hits)
-						var one portero.Decision
-						if len(d) == 1 {
-							one = d[0]
-						}
-						got[l], errs[l] = append(got[l], one), append(errs[l], err)
-					}
-				})
-			}
-			close(start)
-			wg.Wait()
-			for l, tr := range traces {
-				ref := storetest.NewReference()
-				for i, c := range tr {
-					w, werr := ref.AllowAll(context.Background(), storetest.Base.Add(c.At), c.Hits)
-					if (errs[l][i] == nil) != (werr == nil) {
-						t.Fatalf("lane %d, call %d %v: error %v, want %v", l, i, c, errs[l][i], werr)
-					}
-					if werr == nil && got[l][i] != w[0] {
-						t.Fatalf("lane %d, call %d %v:\n got %+v\nwant %+v", l, i, c, got[l][i], w[0])
-					}
-				}
-			}
-			st := s.Stats()
-			t.Logf("%d calls, %d batches deciding %d of them, %d by the over-limit cache", st.Calls, st.Batches, st.Batched, st.OverLimit)
-			if st.Batches == 0 {
-				t.Errorf("no batch ran: the test did not exercise batching")
+				got[l], errs[l] = append(got[l], one), append(errs[l], err)
 			}
 		})
+	}
+	close(start)
+	wg.Wait()
+	for l, tr := range traces {
+		ref := storetest.NewReference()
+		for i, c := range tr {
+			w, werr := ref.AllowAll(context.Background(), storetest.Base.Add(c.At), c.Hits)
+			if (errs[l][i] == nil) != (werr == nil) {
+				t.Fatalf("lane %d, call %d %v: error %v, want %v", l, i, c, errs[l][i], werr)
+			}
+			if werr == nil && got[l][i] != w[0] {
+				t.Fatalf("lane %d, call %d %v:\n got %+v\nwant %+v", l, i, c, got[l][i], w[0])
+			}
+		}
+	}
+	st := s.Stats()
+	t.Logf("%d calls, %d batches deciding %d of them", st.Calls, st.Batches, st.Batched)
+	if st.Batches == 0 {
+		t.Errorf("no batch ran: the test did not exercise batching")
 	}
 }
 

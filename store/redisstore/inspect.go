@@ -14,9 +14,8 @@ import (
 // hits of the key, one of cost 0, which reports what stands now, then one
 // of cost, which decides as AllowAll would; so Redis answers exactly as
 // memstore's Peek on the same state. As with a refused call, a sliding log
-// is pruned of its expired entries. Peek leaves the over-limit cache
-// alone; when Redis does not answer the error wraps
-// portero.ErrStoreUnavailable.
+// is pruned of its expired entries. When Redis does not answer the error
+// wraps portero.ErrStoreUnavailable.
 func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
 	if s.closed.Load() {
 		return portero.Decision{}, errClosed
@@ -48,9 +47,8 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 
 // Reset forgets key's state under rule (for an operator forgiving a
 // client): one DEL of the Redis key that holds it (Key), in one cluster
-// slot, and of the key in this store's over-limit cache; other instances'
-// caches keep a refusal until it lapses. A key with no state is no error;
-// when Redis does not answer the error wraps portero.ErrStoreUnavailable.
+// slot. A key with no state is no error; when Redis does not answer the
+// error wraps portero.ErrStoreUnavailable.
 func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error {
 	if s.closed.Load() {
 		return errClosed
@@ -66,9 +64,6 @@ func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error 
 		err = errNotConnected
 	} else {
 		err = cn.client.Do(ctx, cn.client.B().Del().Key(k).Build()).Error()
-	}
-	if s.over != nil {
-		s.over.drop(k)
 	}
 	if err != nil {
 		if unavailable(err) {

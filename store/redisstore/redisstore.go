@@ -158,12 +158,6 @@ type Config struct {
 	// because it was unavailable (an AllowAll, a Peek or an Acquire that
 	// returned the error). It must be quick and safe for concurrent use.
 	OnUnavailable func(UnavailableCall)
-	// OverLimitCache, when positive, keeps up to that many keys that Redis
-	// refused and answers their one-hit calls locally while their state
-	// still refuses (cache.go; never for the sliding log): exactly Redis's
-	// answers with CallerClock, never a refusal Redis would not make with
-	// ServerClock. 0, the default, leaves it off.
-	OverLimitCache int
 }
 
 // UnavailableCall describes one call Redis did not decide because it was
@@ -184,8 +178,6 @@ type Stats struct {
 	// Unavailable counts calls Redis did not decide because it was
 	// unavailable (the caller's failure policy answered).
 	Unavailable uint64
-	// OverLimit counts calls answered by the over-limit cache.
-	OverLimit uint64
 	// Errors counts calls that returned an error.
 	Errors uint64
 	// Batches counts batch scripts run (Config.Batch) and Batched the
@@ -212,7 +204,6 @@ type Store struct {
 	rules     sync.Map // portero.Rule → *compiled
 	breaker   *gobreaker.CircuitBreaker[[]int64]
 	log       *slog.Logger
-	over      *overCache // nil when Config.OverLimitCache is 0
 	closed    atomic.Bool
 	degraded  atomic.Bool
 	stop      chan struct{} // closed by Close: ends the dialler
@@ -227,7 +218,7 @@ type Store struct {
 	minTTL string
 	leases leaseState // concurrency leases (lease.go)
 
-	calls, redisCalls, unavailableCalls, errs, overHits, batches, batched atomic.Uint64
+	calls, redisCalls, unavailableCalls, errs, batches, batched atomic.Uint64
 }
 
 var _ portero.Store = (*Store)(nil)
@@ -259,8 +250,6 @@ func New(cfg Config) (*Store, error) {
 	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	switch {
-	case cfg.OverLimitCache < 0:
-		return nil, fmt.Errorf("redisstore: over-limit cache size %d: must be positive", cfg.OverLimitCache)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("redisstore: timeout %v: must be positive", cfg.Timeout)
 	case cfg.MinTTL < 0:
@@ -277,9 +266,6 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, scripts: newScripts(), log: cfg.Logger, minTTL: "0", stop: make(chan struct{})}
 	if cfg.Clock == CallerClock {
 		s.minTTL = strconv.FormatInt(int64((cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
-	}
-	if cfg.OverLimitCache > 0 {
-		s.over = newOverCache(cfg.OverLimitCache)
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
 		Name:         "redisstore",
@@ -422,7 +408,6 @@ func (s *Store) Stats() Stats {
 		Calls:       s.calls.Load(),
 		Redis:       s.redisCalls.Load(),
 		Unavailable: s.unavailableCalls.Load(),
-		OverLimit:   s.overHits.Load(),
 		Errors:      s.errs.Load(),
 		Batches:     s.batches.Load(),
 		Batched:     s.batched.Load(),
@@ -509,19 +494,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	if len(hits) == 1 {
 		// The common case: one hit, one slot, the one-hit script; built
 		// without split's maps and slices.
-		key := s.key(cs[0], hits[0])
-		if s.over != nil && cs[0].decider != nil && hits[0].MaxDelay <= 0 {
-			at := now
-			if s.cfg.Clock == ServerClock {
-				at = time.Now()
-			}
-			if d, ok := s.over.decide(key, at, hits[0].Cost); ok {
-				s.overHits.Add(1)
-				out[0] = d
-				return out, nil
-			}
-		}
-		calls = []call{oneCall(key, cs[0].alg)}
+		calls = []call{oneCall(s.key(cs[0], hits[0]), cs[0].alg)}
 	} else {
 		calls = s.split(cn, cs, hits)
 	}
@@ -532,15 +505,6 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		_, err = s.run(ctx, cn, now, cs, hits, calls[0], true, out)
 	} else {
 		err = s.runSlots(ctx, cn, now, cs, hits, calls, out)
-	}
-	if s.over != nil && len(hits) > 1 {
-		// A call of several hits may have counted on a cached key: its
-		// entry would no longer be the key's state.
-		for _, c := range calls {
-			for _, k := range c.keys {
-				s.over.drop(k)
-			}
-		}
 	}
 	if err == nil {
 		s.redisCalls.Add(1)
@@ -655,18 +619,11 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 				return nil, err
 			}
 		}
-		sent := time.Now()
 		res, err := script.Exec(ctx, cn.client, c.keys, args).ToArray()
 		if err != nil {
 			return nil, err
 		}
 		all, err = s.decode(res, cs, c, out)
-		// Only a call that counts fills the over-limit cache: a peek
-		// (Peek) and the first, deciding pass over several slots leave it
-		// alone.
-		if err == nil && commit && len(res) == 11 && s.over != nil {
-			s.remember(cs[c.idx[0]], c.keys[0], cs[c.idx[0]].alg, res[6:], sent)
-		}
 		return nil, err
 	})
 	if err != nil {
@@ -679,8 +636,7 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 // copying it into a slice of its own) and reports whether every hit was
 // allowed.
 func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out []portero.Decision) (bool, error) {
-	// One hit refused by the one-hit script: five more (see remember).
-	if len(res) != 1+5*len(c.idx) && !(len(c.idx) == 1 && len(res) == 11) {
+	if len(res) != 1+5*len(c.idx) {
 		return false, fmt.Errorf("redisstore: %w: %d integers in the reply, want %d", ErrScript, len(res), 1+5*len(c.idx))
 	}
 	var r [5]int64
@@ -696,43 +652,6 @@ func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out [
 	}
 	first, err := res[0].AsInt64()
 	return first == 1, err
-}
-
-// remember puts a key that the one-hit script refused into the over-limit
-// cache: x holds the state (three numbers) and Redis's instant of the
-// decision (seconds, nanoseconds); sent is when the call left.
-func (s *Store) remember(c *compiled, key string, alg portero.Algorithm, x []rueidis.RedisMessage, sent time.Time) {
-	if c.decider == nil {
-		return
-	}
-	var v [5]int64
-	for i := range v {
-		n, err := x[i].AsInt64()
-		if err != nil {
-			return
-		}
-		v[i] = n
-	}
-	s.rememberState(c, key, alg, v, sent)
-}
-
-// rememberState is remember with the five numbers decoded.
-func (s *Store) rememberState(c *compiled, key string, alg portero.Algorithm, v [5]int64, sent time.Time) {
-	st, ok := cacheState(alg, v[0], v[1], v[2])
-	if !ok {
-		return
-	}
-	e := overEntry{state: st, decider: c.decider, expiry: c.decider.Expiry(st)}
-	if s.cfg.Clock == ServerClock {
-		// Redis decided at r; its clock is ahead of ours by at most
-		// r - sent (the call cannot have reached it before it left). A
-		// later call at local l reaches Redis by l + that + the deadline,
-		// or fails: a refusal decided at that instant holds for all
-		// earlier ones, since no algorithm gets stricter as time passes.
-		r := v[3]*1e9 + v[4]
-		e.shift = r - sent.UnixNano() + int64(s.cfg.Timeout)
-	}
-	s.over.put(key, e)
 }
 
 // describe turns a failed call into an error naming the store, the key, the

@@ -26,14 +26,13 @@ const (
 
 // compiled is a validated rule with what the script needs.
 type compiled struct {
-	rule    portero.Rule
-	alg     portero.Algorithm // the script function: the rule's, or calendarAlg
-	fp      string            // fingerprint of every field: a changed rule starts afresh
-	args    [3]string
-	cal     *calendar // a calendar quota's per-call parameters; nil otherwise
-	limit   int64     // Decision.Limit and the largest cost
-	window  bool      // counted per window (L per W) rather than as a bucket
-	decider algorithm.Decider
+	rule   portero.Rule
+	alg    portero.Algorithm // the script function: the rule's, or calendarAlg
+	fp     string            // fingerprint of every field: a changed rule starts afresh
+	args   [3]string
+	cal    *calendar // a calendar quota's per-call parameters; nil otherwise
+	limit  int64     // Decision.Limit and the largest cost
+	window bool      // counted per window (L per W) rather than as a bucket
 }
 
 // p2 is the script's second parameter for hit h of rule c, whose
@@ -61,11 +60,9 @@ func compile(r portero.Rule) (*compiled, error) {
 			return nil, fmt.Errorf("rule %q: %w: redis store: sliding-log window %v: at most %v", r.Name, portero.ErrInvalidLimit, l.Window, time.Duration(maxLogWindow))
 		}
 	default:
-		d, err := algorithm.New(r.Algorithm, l)
-		if err != nil {
+		if _, err := algorithm.New(r.Algorithm, l); err != nil {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		c.decider = d
 	}
 	switch {
 	case l.IsCalendar():

@@ -28,8 +28,7 @@ func TakeSource() string {
 
 // Take implements portero.Taker: one script call (lua/take.lua, the
 // library's NAME_take), atomic on the key, at Redis's instant (or now with
-// CallerClock), through the same deadline and breaker as AllowAll; the
-// over-limit cache forgets the key. When Redis does not answer the error
+// CallerClock), through the same deadline and breaker as AllowAll. When Redis does not answer the error
 // wraps portero.ErrStoreUnavailable and nothing is known to be taken.
 func (s *Store) Take(ctx context.Context, now time.Time, rule portero.Rule, key string, need, want int64) (int64, portero.Decision, error) {
 	if s.closed.Load() {
@@ -72,9 +71,6 @@ func (s *Store) Take(ctx context.Context, now time.Time, rule portero.Rule, key 
 		}
 		return nil, nil
 	})
-	if s.over != nil {
-		s.over.drop(k)
-	}
 	if err != nil {
 		err = s.describe(err, []*compiled{c}, hits, oneCall(k, c.alg))
 		if unavailable(err) {

@@ -7,17 +7,14 @@
 -- KEYS[i] is the key of hit i. ARGV 1-5 as for one.lua (ARGV 2, 3 unused:
 -- with the caller's clock each hit brings its own instant), then seven per
 -- hit: seconds, nanoseconds, algorithm, cost, p1, p2, p3.
--- Reply: Redis's instant (seconds, nanoseconds; the server clock's, or 0, 0),
--- then eight integers per hit: status (1 allowed, 0 refused, 2 refused with
--- the stored state in the last three, -1 failed: the store runs that hit
--- again alone for its error), remaining, retry-after, reset-after, delay,
--- and a, b, c.
+-- Reply: five integers per hit: status (1 allowed, 0 refused, -1 failed: the
+-- store runs that hit again alone for its error), remaining, retry-after,
+-- reset-after, delay.
 local function batch(KEYS, ARGV)
   begin(ARGV)
   local caller = ARGV[1] ~= 'server'
-  local out = { NOW_S, NOW_N }
-  if caller then out[1], out[2] = 0, 0 end
-  local n = 2
+  local out = {}
+  local n = 0
   for i = 1, #KEYS do
     local o = 5 + (i - 1) * 7
     local key = KEYS[i]
@@ -26,7 +23,7 @@ local function batch(KEYS, ARGV)
     local raw = false
     if f then raw = redis.pcall('GET', key) end
     if f == nil or (type(raw) == 'table' and raw.err) or (raw and #raw ~= STATE_LEN) then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = -1, 0, 0, 0, 0, 0, 0, 0
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = -1, 0, 0, 0, 0
     else
       local a, b, c
       if raw then a, b, c = struct.unpack('ddd', raw) end
@@ -35,14 +32,12 @@ local function batch(KEYS, ARGV)
       if reset < 0 then reset = 0 end
       if allowed then
         save(key, ttl, na, nb, nc)
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 1, rem, 0, reset, delay, 0, 0, 0
-      elseif raw then
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 2, rem, retry, reset, 0, a, b, c
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 1, rem, 0, reset, delay
       else
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] = 0, rem, retry, reset, 0, 0, 0, 0
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 0, rem, retry, reset, 0
       end
     end
-    n = n + 8
+    n = n + 5
   end
   return out
 end

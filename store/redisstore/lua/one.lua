@@ -3,9 +3,8 @@
 -- state, decide, write it when admitted. No loop, no pcall, no table but the
 -- reply. KEYS[1] is the hit's key; ARGV is laid out
 -- as for driver.lua (one hit): clock, s, n, commit, TTL floor, then
--- algorithm, cost, p1, p2, p3. Reply: the same six integers as driver.lua's
--- (and five more on a refusal of a stored state, below). A key of the wrong
--- type fails with Redis's own WRONGTYPE error, which the store reports
+-- algorithm, cost, p1, p2, p3. Reply: the same six integers as driver.lua's.
+-- A key of the wrong type fails with Redis's own WRONGTYPE error, which the store reports
 -- naming the hit.
 local function decide_one(key, alg, cost, p1, p2, p3, commit)
   local f = ALG[alg]
@@ -27,14 +26,7 @@ local function decide_one(key, alg, cost, p1, p2, p3, commit)
     if commit then save(key, ttl, na, nb, nc) end
     return { 1, 1, rem, 0, reset, delay }
   end
-  -- A refusal writes nothing. It also returns the state as stored (not
-  -- brought up to date: a clock that goes back later must see what Redis
-  -- holds) and the instant of the decision, from which the store's
-  -- over-limit cache decides later calls locally as this script would.
-  if raw then
-    return { 0, 0, rem, retry, reset, 0, a, b, c, NOW_S, NOW_N }
-  end
-  return { 0, 0, rem, retry, reset, 0 }
+  return { 0, 0, rem, retry, reset, 0 } -- a refusal writes nothing
 end
 
 local function one(KEYS, ARGV)

@@ -1,4 +1,4 @@
-package server
+package servemetrics
 
 import (
 	"io"
@@ -16,7 +16,7 @@ import (
 // (engine.Result.Failure) is counted in portero_failure_policy_decisions_total
 // by rule; a rule decided by the store is not.
 func TestFailurePolicyMetric(t *testing.T) {
-	o := &observer{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), refused: &refusals{}, now: time.Now}
+	o := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	p, err := policy.New([]policy.Rule{
 		{Name: "a", Key: policy.MustParseKey("ip"), Limit: portero.MustParseLimit("10/s")},
 		{Name: "b", Key: policy.MustParseKey("ip"), Limit: portero.MustParseLimit("10/s")},
@@ -24,18 +24,18 @@ func TestFailurePolicyMetric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.setPolicy(p)
+	o.SetPolicy(p)
 	v := &engine.Verdict{Allowed: true, Results: []engine.Result{
 		{Hit: engine.Hit{Rule: p.Rules()[0].Engine()}, Outcome: engine.Allowed, Decision: portero.Decision{Allowed: true}, Failure: portero.FailAllow},
 		{Hit: engine.Hit{Rule: p.Rules()[1].Engine()}, Outcome: engine.Allowed, Decision: portero.Decision{Allowed: true}},
 	}}
 	for range 3 {
-		o.onDecision(httptest.NewRequest("GET", "/", nil), v, time.Microsecond)
+		o.OnDecision(httptest.NewRequest("GET", "/", nil), v, time.Microsecond)
 	}
-	if got := counterValue(t, o.m.failurePolicy.WithLabelValues("a")); got != 3 {
+	if got := counterValue(t, o.failurePolicy.WithLabelValues("a")); got != 3 {
 		t.Errorf("failure_policy_decisions{rule=a} = %v, want 3", got)
 	}
-	if got := counterValue(t, o.m.failurePolicy.WithLabelValues("b")); got != 0 {
+	if got := counterValue(t, o.failurePolicy.WithLabelValues("b")); got != 0 {
 		t.Errorf("failure_policy_decisions{rule=b} = %v, want 0", got)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package servemetrics
 
 import (
 	"io"
@@ -19,7 +19,7 @@ import (
 // count the same series as the label lookup they replace, including for a
 // verdict of a policy that a reload has replaced meanwhile.
 func TestDecisionCounters(t *testing.T) {
-	o := &observer{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), refused: &refusals{}, now: time.Now}
+	o := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	mk := func(names ...string) *policy.Policy {
 		var rules []policy.Rule
 		for _, n := range names {
@@ -32,7 +32,7 @@ func TestDecisionCounters(t *testing.T) {
 		return p
 	}
 	old, cur := mk("a", "b"), mk("b", "c")
-	o.setPolicy(cur)
+	o.SetPolicy(cur)
 	r := httptest.NewRequest("GET", "/", nil)
 	verdict := func(p *policy.Policy, outs ...engine.Outcome) *engine.Verdict {
 		v := &engine.Verdict{}
@@ -41,9 +41,9 @@ func TestDecisionCounters(t *testing.T) {
 		}
 		return v
 	}
-	o.onDecision(r, verdict(cur, engine.Allowed, engine.NearLimit), time.Microsecond)
-	o.onDecision(r, verdict(cur, engine.NotCounted, engine.Refused), time.Microsecond)
-	o.onDecision(r, verdict(old, engine.Allowed, engine.ShadowRefused), time.Microsecond) // in flight across a reload
+	o.OnDecision(r, verdict(cur, engine.Allowed, engine.NearLimit), time.Microsecond)
+	o.OnDecision(r, verdict(cur, engine.NotCounted, engine.Refused), time.Microsecond)
+	o.OnDecision(r, verdict(old, engine.Allowed, engine.ShadowRefused), time.Microsecond) // in flight across a reload
 	for _, tt := range []struct {
 		rule    string
 		outcome engine.Outcome
@@ -52,13 +52,13 @@ func TestDecisionCounters(t *testing.T) {
 		{"b", engine.Allowed, 1}, {"b", engine.NotCounted, 1}, {"c", engine.NearLimit, 1}, {"c", engine.Refused, 1},
 		{"a", engine.Allowed, 1}, {"b", engine.ShadowRefused, 1}, {"c", engine.Allowed, 0},
 	} {
-		if got := counterValue(t, o.m.decisions.WithLabelValues(tt.rule, tt.outcome.String())); got != tt.want {
+		if got := counterValue(t, o.decisions.WithLabelValues(tt.rule, tt.outcome.String())); got != tt.want {
 			t.Errorf("decisions{rule=%s,outcome=%s} = %v, want %v", tt.rule, tt.outcome, got, tt.want)
 		}
 	}
-	o.degraded = func() bool { return true }
-	o.onDecision(r, verdict(cur, engine.Allowed), time.Microsecond)
-	if !o.m.fallback.Load() {
+	o.o.Degraded = func() bool { return true }
+	o.OnDecision(r, verdict(cur, engine.Allowed), time.Microsecond)
+	if !o.fallback.Load() {
 		t.Error("fallback not set while the store is degraded")
 	}
 }

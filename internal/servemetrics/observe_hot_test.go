@@ -1,4 +1,4 @@
-package server
+package servemetrics
 
 import (
 	"io"
@@ -9,17 +9,16 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/internal/logging"
 	"github.com/portero-rl/portero/policy"
 )
 
 // hotObserver is an observer at the benchmark's log level (warn) with a
 // policy of the benchmark's shape, and a verdict of that policy whose
 // per-client rule ended with out.
-func hotObserver(tb testing.TB, out engine.Outcome) (*observer, *engine.Verdict) {
+func hotObserver(tb testing.TB, out engine.Outcome) (*Observer, *engine.Verdict) {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	o := &observer{m: newMetrics(), log: log, refused: &refusals{}, now: time.Now, sample: logging.NewSampler(logging.DefaultPerSecond)}
+	o := New(Options{Logger: log})
 	p, err := policy.New([]policy.Rule{
 		{Name: "per-client", Key: policy.MustParseKey("ip"), Algorithm: portero.TokenBucket, Limit: portero.MustParseLimit("1/h")},
 		{Name: "global", Key: policy.MustParseKey("global"), Algorithm: portero.SlidingCounter, Limit: portero.MustParseLimit("100000000/s")},
@@ -27,7 +26,7 @@ func hotObserver(tb testing.TB, out engine.Outcome) (*observer, *engine.Verdict)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	o.setPolicy(p)
+	o.SetPolicy(p)
 	return o, &engine.Verdict{Results: []engine.Result{
 		{Hit: engine.Hit{Rule: p.Rules()[0].Engine(), Key: "ip=192.0.2.1/32"}, Outcome: out, Decision: portero.Decision{RetryAfter: time.Hour}},
 		{Hit: engine.Hit{Rule: p.Rules()[1].Engine(), Key: "global"}, Outcome: engine.Allowed},
@@ -41,7 +40,7 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	r := httptest.NewRequest("GET", "/items/1", nil)
 	for _, out := range []engine.Outcome{engine.Allowed, engine.Refused} {
 		o, v := hotObserver(t, out)
-		if n := testing.AllocsPerRun(100, func() { o.onDecision(r, v, time.Microsecond) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { o.OnDecision(r, v, time.Microsecond) }); n != 0 {
 			t.Errorf("onDecision of a %s request: %v allocations, want 0", out, n)
 		}
 	}
@@ -60,7 +59,7 @@ func BenchmarkOnDecision(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				o.onDecision(r, v, time.Microsecond)
+				o.OnDecision(r, v, time.Microsecond)
 			}
 		})
 	}
