@@ -19,6 +19,7 @@ import (
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/admin"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/dashboard"
@@ -30,6 +31,7 @@ import (
 	"github.com/portero-rl/portero/internal/rlsxds"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
+	"github.com/portero-rl/portero/store/budget"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
@@ -290,6 +292,11 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		limits = nil
 	}
 	store, err := openRLSStore(o, log)
+	if err == nil && !compat {
+		// envoyproxy/ratelimit's counters are the compatibility mode's
+		// (portero.Counter): its files carry no budget.
+		store, err = withBudgets(store, nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -330,10 +337,11 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if tracer != nil {
 		r.tracer = tracer
 	}
-	if rs, ok := store.(interface{ Connected() bool }); ok {
+	if rs, ok := backend(store).(interface{ Connected() bool }); ok {
 		r.redis = rs
 	}
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
+	admin.RegisterBudgets(r.metrics.reg, func() (budget.Stats, bool) { return statsOf(store) })
 	if o.Now != nil {
 		r.metrics.now = o.Now
 	}

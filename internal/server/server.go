@@ -35,6 +35,7 @@ import (
 	"github.com/portero-rl/portero/internal/servemetrics"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
+	"github.com/portero-rl/portero/store/budget"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
@@ -98,12 +99,38 @@ type Server struct {
 func openStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	switch cfg.StoreType {
 	case "memory":
-		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
+		return withBudgets(memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys}))
 	case "redis":
-		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Timeout: cfg.StoreTimeout,
-			Logger: log, DialInBackground: true})
+		return withBudgets(redisstore.New(redisstore.Config{URL: cfg.StoreURL, Timeout: cfg.StoreTimeout,
+			Logger: log, DialInBackground: true}))
 	}
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
+}
+
+// withBudgets puts a store that can lease behind store/budget, so that the
+// rules with a budget are served from leased budgets at every door; the
+// other rules pass through.
+func withBudgets[S portero.Store](st S, err error) (portero.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := any(st).(portero.Taker); !ok {
+		return st, nil
+	}
+	b, err := budget.New(st, budget.Config{})
+	if err != nil {
+		_ = st.Close(context.Background())
+		return nil, err
+	}
+	return b, nil
+}
+
+// backend is the store st takes its budgets from, or st.
+func backend(st portero.Store) portero.Store {
+	if b, ok := st.(*budget.Store); ok {
+		return b.Shared()
+	}
+	return st
 }
 
 // storeSettings are the settings a store is opened from. A reload opens a
@@ -148,6 +175,25 @@ func (s *Server) currentStore() portero.Store {
 	return s.store.Store
 }
 
+// budgetStats are the leased budgets' counters of the current store.
+func (s *Server) budgetStats() (budget.Stats, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.store == nil {
+		return budget.Stats{}, false
+	}
+	return statsOf(s.store.Store)
+}
+
+// statsOf returns st's leased budgets' counters when st serves them.
+func statsOf(st portero.Store) (budget.Stats, bool) {
+	b, ok := st.(*budget.Store)
+	if !ok {
+		return budget.Stats{}, false
+	}
+	return b.Stats(), true
+}
+
 // degraded reports whether a Redis store is failing, so that the failure
 // policy decides.
 func (s *Server) degraded() bool {
@@ -187,7 +233,7 @@ func (s *Server) readyCheck() error {
 func (s *Server) setStore(st *leased, key storeSettings) {
 	old := s.store
 	s.store, s.storeKey = st, key
-	rs, _ := st.Store.(*redisstore.Store)
+	rs, _ := backend(st.Store).(*redisstore.Store)
 	s.redis.Store(rs)
 	if old == nil {
 		return
@@ -228,6 +274,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
 	s.obs = servemetrics.New(servemetrics.Options{Logger: s.log, Now: s.now, Degraded: s.degraded, Sampler: opts.LogSampler})
+	admin.RegisterBudgets(s.obs.Registry(), s.budgetStats)
 
 	// Reloads come from the signal, the configuration's watcher and, once
 	// the configuration names one, the API keys file's. The watcher starts

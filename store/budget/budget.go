@@ -85,8 +85,9 @@ type Store struct {
 }
 
 var (
-	_ portero.Store    = (*Store)(nil)
-	_ portero.Adjuster = (*Store)(nil)
+	_ portero.Store      = (*Store)(nil)
+	_ portero.Adjuster   = (*Store)(nil)
+	_ portero.LeaseStore = (*Store)(nil)
 )
 
 var errClosed = fmt.Errorf("budget: %w", portero.ErrClosed)

@@ -2,14 +2,17 @@ package budget_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/portero-rl/portero"
+	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/store/budget"
 	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/redisstore"
 	"github.com/portero-rl/portero/store/storetest"
 )
 
@@ -25,6 +28,26 @@ func shared(t testing.TB) *memstore.Store {
 	}
 	t.Cleanup(func() { m.Close(ctx) })
 	return m
+}
+
+// backends runs a fleet test over a shared memory store and over a real
+// redis-server (caller's clock: the instances' virtual one), a fresh
+// prefix for each store asked.
+func backends(t *testing.T, run func(t *testing.T, open func(testing.TB) portero.Store)) {
+	t.Run("memory", func(t *testing.T) { run(t, func(t testing.TB) portero.Store { return shared(t) }) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		n := 0
+		run(t, func(t testing.TB) portero.Store {
+			n++
+			s, err := redisstore.New(redisstore.Config{URL: srv.URL(), Prefix: fmt.Sprintf("b%d:", n), Clock: redisstore.CallerClock, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close(ctx) })
+			return s
+		})
+	})
 }
 
 // instance returns a budget store over sh that does not close it, with
@@ -155,7 +178,9 @@ func admittedIn(evs []event, from, to time.Duration) int64 {
 // clock-aligned window (or quota) admits at least L less the units its
 // batches held unspent at its end, less one hit's largest cost (the
 // shared state then has fewer left than a hit needs).
-func TestWindowsNeverOver(t *testing.T) {
+func TestWindowsNeverOver(t *testing.T) { backends(t, windowsNeverOver) }
+
+func windowsNeverOver(t *testing.T, open func(testing.TB) portero.Store) {
 	for _, c := range []struct {
 		name        string
 		rule        portero.Rule
@@ -190,7 +215,7 @@ func TestWindowsNeverOver(t *testing.T) {
 				}
 				return c.rate / 8
 			}
-			tr := fleet(t, shared(t), c.rule, 16, 7, rate, 40, c.start, c.span, sweep, 0, 3)
+			tr := fleet(t, open(t), c.rule, 16, 7, rate, 40, c.start, c.span, sweep, 0, 3)
 			var windows [][2]time.Duration
 			if c.rule.Algorithm == portero.FixedWindowAnchored {
 				for _, e := range tr.events {
@@ -226,7 +251,9 @@ func TestWindowsNeverOver(t *testing.T) {
 // in every interval of length τ at most B + r·(τ + T), under bursts that
 // come and go around the rate; and over the run at most B + r·(D + T),
 // while keeping at least 90% of r·D when demand stays above r.
-func TestBucketsBound(t *testing.T) {
+func TestBucketsBound(t *testing.T) { backends(t, bucketsBound) }
+
+func bucketsBound(t *testing.T, open func(testing.TB) portero.Store) {
 	for _, alg := range []portero.Algorithm{portero.TokenBucket, portero.GCRA, portero.LeakyMeter} {
 		t.Run(string(alg), func(t *testing.T) {
 			rule := portero.Rule{Name: "b", Algorithm: alg, Limit: portero.Limit{Count: 100, Window: time.Second, Burst: 50}, Budget: 20 * time.Millisecond}
@@ -242,7 +269,7 @@ func TestBucketsBound(t *testing.T) {
 			}
 			span := 10 * time.Second
 			// Half the instances take turns every 300 ms.
-			tr := fleet(t, shared(t), rule, 16, 11, rate, 20, 0, span, 0, 300*time.Millisecond, 3)
+			tr := fleet(t, open(t), rule, 16, 11, rate, 20, 0, span, 0, 300*time.Millisecond, 3)
 			evs := tr.events
 			for _, tau := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second, 3 * time.Second} {
 				bound := b + int64(math.Ceil(r*(tau+life).Seconds()))
@@ -283,11 +310,13 @@ func TestBucketsBound(t *testing.T) {
 // not spend, the bucket refills in a pause longer than T, and a burst at
 // every instance then gets at most B + r·(τ + T) — without the lifetime,
 // the batches kept would come on top of the refilled burst.
-func TestBucketBatchLifetime(t *testing.T) {
+func TestBucketBatchLifetime(t *testing.T) { backends(t, bucketBatchLifetime) }
+
+func bucketBatchLifetime(t *testing.T, open func(testing.TB) portero.Store) {
 	for _, alg := range []portero.Algorithm{portero.TokenBucket, portero.GCRA, portero.LeakyMeter} {
 		t.Run(string(alg), func(t *testing.T) {
 			rule := portero.Rule{Name: "b", Algorithm: alg, Limit: portero.Limit{Count: 1000, Window: time.Second, Burst: 800}, Budget: 20 * time.Millisecond}
-			sh := shared(t)
+			sh := open(t)
 			insts := make([]*budget.Store, 8)
 			burst := func(s *budget.Store, at time.Time, n int) (admitted int64) {
 				for range n {
@@ -316,6 +345,58 @@ func TestBucketBatchLifetime(t *testing.T) {
 			}
 			if got < 700 {
 				t.Errorf("after the pause, %d admitted at one instant: the refilled burst is 800", got)
+			}
+		})
+	}
+}
+
+// TestRemainingHonest: the Remaining a leased hit reports (RateLimit's r)
+// is never more than the shared state held when this instance last read
+// it (its last take): four instances spending one window's limit in
+// turns, each decision checked against a look at the shared state taken
+// just before each take.
+func TestRemainingHonest(t *testing.T) { backends(t, remainingHonest) }
+
+func remainingHonest(t *testing.T, open func(testing.TB) portero.Store) {
+	for _, alg := range []portero.Algorithm{portero.FixedWindow, portero.FixedWindowAnchored} {
+		t.Run(string(alg), func(t *testing.T) {
+			sh := open(t)
+			rule := portero.Rule{Name: "h", Algorithm: alg, Limit: portero.PerMinute(600), Budget: 20 * time.Millisecond}
+			plain := rule
+			plain.Budget = 0
+			insts := make([]*budget.Store, 4)
+			known := make([]int64, len(insts)) // the shared state before each one's last take
+			for i := range insts {
+				insts[i] = instance(t, sh)
+			}
+			r := rand.New(rand.NewPCG(3, 4))
+			at, admitted, refused := base, 0, 0
+			for step := 0; step < 3000; step++ {
+				at = at.Add(time.Duration(r.Int64N(int64(20 * time.Millisecond))))
+				i := r.IntN(len(insts))
+				look, err := sh.Peek(ctx, plain, "g", at, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := insts[i].Stats()
+				d, err := insts[i].AllowAll(ctx, at, []portero.Hit{{Rule: rule, Key: "g", Cost: 1 + r.Int64N(3)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if after := insts[i].Stats(); after.Calls != before.Calls {
+					known[i] = look.Remaining
+				}
+				if d[0].Remaining > known[i] {
+					t.Fatalf("step %d, instance %d: Remaining %d, but the shared state held %d at its last take", step, i, d[0].Remaining, known[i])
+				}
+				if d[0].Allowed {
+					admitted++
+				} else {
+					refused++
+				}
+			}
+			if admitted < 200 || refused == 0 {
+				t.Fatalf("%d admitted, %d refused: the trace did not spend the window", admitted, refused)
 			}
 		})
 	}

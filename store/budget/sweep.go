@@ -150,3 +150,31 @@ func (s *Store) Close(ctx context.Context) error {
 	err := s.sweep(ctx, s.now(), true)
 	return errors.Join(err, s.shared.Close(ctx))
 }
+
+// Acquire implements portero.LeaseStore when the shared store does: the
+// leases of concurrency limits are the shared store's own.
+func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
+	ls, ok := s.shared.(portero.LeaseStore)
+	if !ok {
+		return nil, portero.Decision{}, fmt.Errorf("budget: %T keeps no concurrency leases", s.shared)
+	}
+	return ls.Acquire(ctx, now, rule, key)
+}
+
+// Reset forgets key's state under rule in the shared store, when it can
+// (the admin's DELETE /api/keys), with what this instance's batch of it
+// holds.
+func (s *Store) Reset(ctx context.Context, rule portero.Rule, key string) error {
+	rs, ok := s.shared.(interface {
+		Reset(context.Context, portero.Rule, string) error
+	})
+	if !ok {
+		return fmt.Errorf("budget: %T cannot reset a key", s.shared)
+	}
+	if e, ok := s.keys.Load(entryKey{rule, key}); ok {
+		if b := e.(*entry).cur.Load(); b != nil {
+			b.left.Store(0)
+		}
+	}
+	return rs.Reset(ctx, rule, key)
+}
