@@ -1,13 +1,18 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
+
+	"github.com/portero-rl/portero"
 
 	"github.com/portero-rl/portero/internal/sim/fleetsim"
 )
 
 func newSimFleetCmd() *cobra.Command {
 	var cfg fleetsim.Config
+	var alg string
 	var checked *fleetsim.Result
 	cmd := experimentCmd("fleet [--instances 10,100,1000,10000] [--format table|csv|json] [--chart FILE.svg|FILE.png]",
 		"A fleet on one global rule: exact, leased budgets and each instance alone",
@@ -22,9 +27,16 @@ early refusals (refused while the fleet's count was below the limit), the
 shared store's calls per second and per decision, and a chart. It checks
 the bounds of docs/distributed.md itself — exact and leased never over a
 key's limit in a window, exact never early, leased early by at most what
-its batches stranded — and exits with status 1 when one is broken.`,
+its batches stranded; for a bucket, --algorithm token-bucket, leaky-meter or
+gcra, at most B + r(tau + T) in any interval tau, and early refusals are
+those beyond the exact mode's — and exits with status 1 when one is broken.`,
 		"table", "chart",
 		func(cmd *cobra.Command) (experiment, error) {
+			a, err := portero.ParseAlgorithm(alg)
+			if err != nil {
+				return nil, usageErr(fmt.Errorf("--algorithm: %w", err))
+			}
+			cfg.Algorithm = a
 			if err := cfg.Validate(); err != nil {
 				return nil, usageErr(err)
 			}
@@ -41,6 +53,7 @@ its batches stranded — and exits with status 1 when one is broken.`,
 	f.DurationVar(&cfg.Budget, "budget", 0, "the leased rules' budget (default 50ms)")
 	f.IntVar(&cfg.ColdKeys, "cold-keys", 100, "cold keys")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the traffic")
+	f.StringVar(&alg, "algorithm", "fixed-window", "the hot key's algorithm: fixed-window, token-bucket, leaky-meter or gcra (a bucket's rate is the limit per window, its burst the same)")
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := run(cmd, args); err != nil {

@@ -47,6 +47,12 @@ type Config struct {
 	ColdKeys int
 	// Seed makes the traffic (default 1).
 	Seed uint64
+	// Algorithm is the hot key's (default fixed-window): fixed-window or
+	// a bucket (the algorithms that lease, but the anchored window, whose
+	// windows the simulation does not count).
+	// For a bucket (token-bucket, leaky-meter, gcra) the limit per window
+	// is its rate, and its burst the same.
+	Algorithm portero.Algorithm
 }
 
 func (c Config) withDefaults() Config {
@@ -60,6 +66,7 @@ func (c Config) withDefaults() Config {
 	c.Budget = cmp.Or(c.Budget, 50*time.Millisecond)
 	c.ColdKeys = cmp.Or(c.ColdKeys, 100)
 	c.Seed = cmp.Or(c.Seed, 1)
+	c.Algorithm = cmp.Or(c.Algorithm, portero.FixedWindow)
 	return c
 }
 
@@ -78,6 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fleetsim: burst %d, %d windows of %v, %d cold keys: want a burst, at least 2 windows of at least 1ms, a cold key", c.Burst, c.Windows, c.Window, c.ColdKeys)
 	case c.Budget < time.Millisecond || c.Budget > portero.MaxBudget:
 		return fmt.Errorf("fleetsim: budget %v: want 1ms to %v", c.Budget, portero.MaxBudget)
+	case c.Algorithm != portero.FixedWindow && !bucket(c.Algorithm):
+		return fmt.Errorf("fleetsim: algorithm %s: the simulation counts clock-aligned windows or buckets: want fixed-window, token-bucket, leaky-meter or gcra", c.Algorithm)
 	}
 	return nil
 }
@@ -93,8 +102,10 @@ type Row struct {
 	// WorstWindow is the most the hot key admitted in one window.
 	WorstWindow int64
 	// EarlyRefusals counts the refusals of requests an exact count would
-	// have admitted (the window's fleet-wide count still below its limit).
-	EarlyRefusals int
+	// have admitted (the window's fleet-wide count still below its limit);
+	// for a bucket, the refusals beyond the exact mode's on the same
+	// traffic. Refused counts every refusal.
+	EarlyRefusals, Refused int
 	// StoreCalls counts the calls to the shared store (0 in local mode,
 	// which has none); Seconds is the virtual time simulated.
 	StoreCalls uint64
@@ -121,10 +132,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{Config: cfg}
 	for _, n := range cfg.Instances {
 		evs := traffic(cfg, n)
+		var exact Row
 		for _, mode := range Modes {
 			row, err := run(ctx, cfg, n, mode, evs)
 			if err != nil {
 				return nil, err
+			}
+			switch {
+			case mode == "exact":
+				exact = row
+			case bucket(cfg.Algorithm):
+				row.EarlyRefusals = max(0, row.Refused-exact.Refused)
 			}
 			res.Rows = append(res.Rows, row)
 		}
@@ -180,6 +198,12 @@ func traffic(cfg Config, n int) []event {
 	}
 	slices.SortStableFunc(evs, func(a, b event) int { return cmp.Compare(a.at, b.at) })
 	return evs
+}
+
+// bucket reports whether alg is one of the buckets, bound by
+// B + r·(τ + T) rather than by L per window.
+func bucket(alg portero.Algorithm) bool {
+	return alg == portero.TokenBucket || alg == portero.LeakyMeter || alg == portero.GCRA
 }
 
 // limits are the hot and cold keys' limits per window at n instances:

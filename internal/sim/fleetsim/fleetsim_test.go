@@ -89,3 +89,27 @@ func TestFleetConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetBucketBounds runs a GCRA hot key at 10 and 500 instances: the
+// exact fleet admits at most B + r·τ in any interval τ, the leased one
+// B + r·(τ + T), and the checks see an admission stream that breaks it.
+func TestFleetBucketBounds(t *testing.T) {
+	res, err := Run(context.Background(), Config{Instances: []int{10, 500}, Algorithm: portero.GCRA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		t.Logf("%s %d: worst window %d (rate %d a window), %d refused, %d early", r.Mode, r.Instances, r.WorstWindow, r.Limit, r.Refused, r.EarlyRefusals)
+	}
+	rule := portero.Rule{Algorithm: portero.GCRA, Limit: portero.Limit{Count: 10, Window: time.Second}, Budget: 50 * time.Millisecond}
+	f := &fleet{mode: "leased", hot: rule, cfg: Config{Window: time.Second, Windows: 2}}
+	for range 40 { // over B + r(τ+T) + 1 at every τ: 14, 23 and 33
+		f.admits = append(f.admits, 10*time.Millisecond)
+	}
+	if got := f.bucketBounds(); len(got) != 3 || !strings.Contains(got[0], "τ = 100ms: the hot key admitted 40") {
+		t.Errorf("40 admissions at one instant on B = 10: %q, want every τ broken", got)
+	}
+}

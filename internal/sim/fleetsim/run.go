@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -27,16 +28,18 @@ type fleet struct {
 	coldIn            [][]int64
 	// stranded[w] is the units batches held unspent at window w's end.
 	stranded []uint64
-	early    int
-	calls    uint64
-	hits     []portero.Hit
+	// admits are the instants of the hot key's admissions (buckets).
+	admits         []time.Duration
+	early, refused int
+	calls          uint64
+	hits           []portero.Hit
 }
 
 // run decides evs at n instances in mode and measures it.
 func run(ctx context.Context, cfg Config, n int, mode string, evs []event) (Row, error) {
 	hotL, coldL := limits(cfg, n)
 	f := &fleet{cfg: cfg, mode: mode,
-		hot:   portero.Rule{Name: "hot", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: hotL, Window: cfg.Window}},
+		hot:   portero.Rule{Name: "hot", Algorithm: cfg.Algorithm, Limit: portero.Limit{Count: hotL, Window: cfg.Window}},
 		cold:  portero.Rule{Name: "cold", Algorithm: portero.FixedWindow, Limit: portero.Limit{Count: coldL, Window: cfg.Window}},
 		hotIn: make([]int64, cfg.Windows), hotRefused: make([]int64, cfg.Windows), coldIn: make([][]int64, cfg.ColdKeys),
 		stranded: make([]uint64, cfg.Windows), hits: make([]portero.Hit, 1)}
@@ -73,7 +76,7 @@ func run(ctx context.Context, cfg Config, n int, mode string, evs []event) (Row,
 	for _, s := range f.insts {
 		f.calls += s.Stats().Calls
 	}
-	row := Row{Mode: mode, Instances: n, Limit: hotL, Requests: len(evs), EarlyRefusals: f.early, StoreCalls: f.calls,
+	row := Row{Mode: mode, Instances: n, Limit: hotL, Requests: len(evs), EarlyRefusals: f.early, Refused: f.refused, StoreCalls: f.calls,
 		Seconds: (cfg.Window * time.Duration(cfg.Windows)).Seconds(), WorstWindow: maxOf(f.hotIn)}
 	row.Broken = f.bounds()
 	return row, nil
@@ -100,9 +103,16 @@ func (f *fleet) decide(ctx context.Context, e event) error {
 	if err != nil {
 		return fmt.Errorf("fleetsim: %s at %v: %w", f.mode, e.at, err)
 	}
+	if d[0].Allowed && e.key < 0 && bucket(rule.Algorithm) {
+		f.admits = append(f.admits, e.at)
+	}
+	if !d[0].Allowed {
+		f.refused++
+	}
 	switch {
 	case d[0].Allowed:
 		(*in)[w]++
+	case bucket(rule.Algorithm) && e.key < 0: // early refusals: Run, against exact
 	case (*in)[w] < rule.Limit.Count:
 		f.early++ // an exact count would have admitted it
 		fallthrough
@@ -140,7 +150,13 @@ func (f *fleet) bounds() []string {
 		return nil
 	}
 	var out []string
+	if bucket(f.hot.Algorithm) {
+		out = f.bucketBounds()
+	}
 	for w, n := range f.hotIn {
+		if bucket(f.hot.Algorithm) {
+			break // a bucket's bound is not per window
+		}
 		if n > f.hot.Limit.Count {
 			out = append(out, fmt.Sprintf("window %d: the hot key admitted %d, limit %d", w, n, f.hot.Limit.Count))
 		}
@@ -165,4 +181,37 @@ func maxOf(xs []int64) int64 {
 		m = max(m, x)
 	}
 	return m
+}
+
+// bucketBounds checks a bucket's admissions: in every interval of length
+// τ at most B + r·τ in exact mode (one more for the instant the interval
+// starts at) and B + r·(τ + T) leased, for τ from a tenth of a window to
+// the whole run.
+func (f *fleet) bucketBounds() []string {
+	l := f.hot.Limit
+	rate := float64(l.Count) / l.Window.Seconds()
+	life := time.Duration(0)
+	if f.mode == "leased" {
+		life = f.hot.BudgetLifetime()
+	}
+	var out []string
+	for _, tau := range []time.Duration{l.Window / 10, l.Window, f.cfg.Window * time.Duration(f.cfg.Windows)} {
+		bound := l.Capacity() + int64(math.Ceil(rate*(tau+life).Seconds())) + 1
+		if got := maxIn(f.admits, tau); got > bound {
+			out = append(out, fmt.Sprintf("τ = %v: the hot key admitted %d, bound B + r(τ+T) = %d", tau, got, bound))
+		}
+	}
+	return out
+}
+
+// maxIn is the most instants of ts (sorted) in any interval [t, t+τ).
+func maxIn(ts []time.Duration, tau time.Duration) int64 {
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i]-ts[j] >= tau {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return int64(best)
 }
