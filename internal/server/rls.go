@@ -19,7 +19,6 @@ import (
 	"github.com/portero-rl/portero/clientip"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
-	"github.com/portero-rl/portero/internal/admin"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
 	"github.com/portero-rl/portero/internal/dashboard"
@@ -292,11 +291,6 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 		limits = nil
 	}
 	store, err := openRLSStore(o, log)
-	if err == nil && !compat {
-		// envoyproxy/ratelimit's counters are the compatibility mode's
-		// (portero.Counter): its files carry no budget.
-		store, err = withBudgets(store, nil)
-	}
 	if err != nil {
 		return err
 	}
@@ -340,8 +334,7 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if rs, ok := backend(store).(interface{ Connected() bool }); ok {
 		r.redis = rs
 	}
-	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
-	admin.RegisterBudgets(r.metrics.reg, func() (budget.Stats, bool) { return statsOf(store) })
+	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected, func() (budget.Stats, bool) { return statsOf(store) })
 	if o.Now != nil {
 		r.metrics.now = o.Now
 	}
@@ -594,10 +587,21 @@ func debugIndex(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// openRLSStore opens the store RLSOptions name. A Redis that does not
+// openRLSStore opens the store RLSOptions name, behind leased budgets
+// unless in the compatibility mode (whose counters, portero.Counter, are
+// envoyproxy/ratelimit's, and whose files carry no budget).
+func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
+	st, err := openRLSBackend(o, log)
+	if err != nil || o.Envoyproxy.Compat != nil {
+		return st, err
+	}
+	return withBudgets(st, nil)
+}
+
+// openRLSBackend opens the store RLSOptions name. A Redis that does not
 // answer yet is no error: the store fails every call (and the engines'
 // failure policies answer) until Redis answers.
-func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
+func openRLSBackend(o RLSOptions, log *slog.Logger) (portero.Store, error) {
 	switch o.Store {
 	case "", "memory":
 		if o.OnStoreError == portero.FailLocal || o.AuthOnStoreError == portero.FailLocal {

@@ -43,6 +43,7 @@ var (
 	storeLatencyBuckets = admin.StoreLatencyBuckets
 	newReloads          = admin.NewReloads
 	newFallbackGauge    = admin.NewFallbackGauge
+	registerBudgets     = admin.RegisterBudgets
 	readLatency         = admin.ReadLatency
 	readCounter         = admin.ReadCounter
 	label               = admin.Label
