@@ -102,6 +102,11 @@ type Options struct {
 	// KeyPrefix starts every store key under Envoyproxy
 	// (envoyproxy/ratelimit's CACHE_KEY_PREFIX).
 	KeyPrefix string
+	// QuotaMode is envoyproxy/ratelimit's QUOTA_MODE, with a configuration
+	// whose every limit is in quota_mode: every descriptor but the
+	// unlimited ones is a quota descriptor, and one without a limit (none
+	// matched, or another replaced it) is a quota that passes (Plan.Code).
+	QuotaMode bool
 }
 
 // DefaultMaxOverrides and DefaultOverrideIdle are the defaults of
@@ -208,6 +213,9 @@ type Plan struct {
 	Descriptors []Planned
 	// Of gives, per hit, the index of its descriptor.
 	Of []int
+	// quotaPasses reports, under Options.QuotaMode, a descriptor without a
+	// limit: a quota that passes.
+	quotaPasses bool
 }
 
 // Planned is what became of one request descriptor.
@@ -224,7 +232,7 @@ type Planned struct {
 func (p *Plan) Reset() {
 	clear(p.Hits)
 	clear(p.Descriptors)
-	p.Hits, p.Descriptors, p.Of = p.Hits[:0], p.Descriptors[:0], p.Of[:0]
+	p.Hits, p.Descriptors, p.Of, p.quotaPasses = p.Hits[:0], p.Descriptors[:0], p.Of[:0], false
 }
 
 // Compile resets p and fills it from req, for a decision at now (the
@@ -280,6 +288,11 @@ func (c *Compiler) Compile(req *Request, now time.Time, p *Plan) error {
 		p.Of = append(p.Of, i)
 	}
 	p.replace()
+	if c.opts.QuotaMode {
+		for _, pd := range p.Descriptors {
+			p.quotaPasses = p.quotaPasses || pd.Hit < 0 && (pd.Limit == nil || !pd.Limit.Unlimited)
+		}
+	}
 	return nil
 }
 
@@ -484,6 +497,21 @@ func CodeOf(v *engine.Verdict) Code {
 	return OverLimit
 }
 
+// Code returns the code of the request p compiled under v, its verdict:
+// CodeOf, but OK when only quota hits refused and, under
+// Options.QuotaMode, a descriptor without a limit is a quota that passes.
+func (p *Plan) Code(v *engine.Verdict) Code {
+	if v.Allowed || !p.quotaPasses {
+		return CodeOf(v)
+	}
+	for _, i := range v.Violated {
+		if !v.Results[i].Rule.QuotaMode {
+			return OverLimit
+		}
+	}
+	return OK
+}
+
 // Status is the verdict on one descriptor, as the Envoy door and the check
 // API report it.
 type Status struct {
@@ -541,15 +569,7 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 	st.Remaining = max(d.Remaining, 0)
 	st.Counted = (res.Outcome == engine.Allowed || res.Outcome == engine.NearLimit) &&
 		(res.Failure == "" || res.Failure == portero.FailLocal)
-	if lim := res.Rule.Limit; lim.IsCalendar() {
-		// A quota's window is its calendar period: the time to its end.
-		_, end := lim.PeriodAt(now)
-		st.ResetAfter = max(end.Sub(now), 0)
-	} else if res.Rule.Algorithm == portero.FixedWindow {
-		st.ResetAfter = engine.WindowRemainder(now, res.Rule.Limit.Window)
-	} else {
-		st.ResetAfter = max(d.ResetAfter, d.RetryAfter)
-	}
+	st.ResetAfter = res.UntilReset(now)
 	switch {
 	case res.Rule.Shadow:
 	case res.Outcome == engine.Refused:

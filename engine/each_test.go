@@ -344,3 +344,35 @@ func ruleIndex(rules []*engine.Rule, r *engine.Rule) int {
 	}
 	return -1
 }
+
+// ShadowAll (envoyproxy/ratelimit's SHADOW_MODE) admits a refused request
+// and keeps its refusals; under CountEach a shadow quota rule is a quota
+// that passes, so the quota rules beside it do not refuse.
+func TestShadowAllAndShadowQuota(t *testing.T) {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close(context.Background()) })
+	r := fixedRule(t, "r", 1, time.Minute, false, false)
+	for _, all := range []bool{false, true} {
+		e := newEngine(t, mem, engine.Options{Counting: engine.CountEach, ShadowAll: all})
+		key := fmt.Sprint("shadow-all-", all)
+		decide(t, e, time.Second, engine.Hit{Rule: r, Key: key, Cost: 1})
+		v := decide(t, e, 2*time.Second, engine.Hit{Rule: r, Key: key, Cost: 1})
+		if v.Allowed != all || v.Shadowed != all || v.Results[0].Outcome != engine.Refused || len(v.Violated) == 0 == !all {
+			t.Errorf("ShadowAll %v: allowed %v shadowed %v outcome %v violated %v", all, v.Allowed, v.Shadowed, v.Results[0].Outcome, v.Violated)
+		}
+	}
+	q := fixedRule(t, "q", 1, time.Minute, false, true)
+	sq := fixedRule(t, "sq", 1, time.Minute, true, true)
+	e := newEngine(t, mem, engine.Options{Counting: engine.CountEach})
+	decide(t, e, time.Second, engine.Hit{Rule: q, Key: "q", Cost: 1}, engine.Hit{Rule: sq, Key: "sq", Cost: 1})
+	if v := decide(t, e, 2*time.Second, engine.Hit{Rule: q, Key: "q", Cost: 1}); v.Allowed {
+		t.Error("the only quota over its limit: allowed")
+	}
+	v := decide(t, e, 3*time.Second, engine.Hit{Rule: q, Key: "q", Cost: 1}, engine.Hit{Rule: sq, Key: "sq", Cost: 1})
+	if !v.Allowed || v.Results[0].Outcome != engine.Refused || v.Results[1].Outcome != engine.ShadowRefused {
+		t.Errorf("beside a shadow quota: allowed %v outcomes %v %v, want allowed, refused and shadow-refused", v.Allowed, v.Results[0].Outcome, v.Results[1].Outcome)
+	}
+}

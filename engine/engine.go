@@ -86,6 +86,10 @@ type Options struct {
 	// OverLimitCache, under CountEach, is envoyproxy/ratelimit's local
 	// cache (each.go); nil for none.
 	OverLimitCache OverLimitCache
+	// ShadowAll admits every request its rules refuse, as
+	// envoyproxy/ratelimit's SHADOW_MODE: the results keep their refusals
+	// and Verdict.Shadowed says the request would have been refused.
+	ShadowAll bool
 }
 
 // Engine decides requests against a store. It is immutable and safe for
@@ -103,6 +107,7 @@ type Engine struct {
 	stopWhenOver bool
 	jitter       time.Duration
 	overCache    OverLimitCache
+	shadowAll    bool
 }
 
 // New validates o and returns an engine, or every problem of o at once.
@@ -133,7 +138,8 @@ func New(o Options) (*Engine, error) {
 	}
 	retry := cmp.Or(o.RetryAfterOnFailure, DefaultRetryAfterOnFailure)
 	e := &Engine{store: o.Store, leases: o.Leases, onError: o.OnError, retry: retry, leaseRetry: cmp.Or(o.LeaseRetryAfter, DefaultLeaseRetryAfter),
-		near: cmp.Or(o.NearLimit, DefaultNearLimit), counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter, overCache: o.OverLimitCache}
+		near: cmp.Or(o.NearLimit, DefaultNearLimit), counting: o.Counting, stopWhenOver: o.StopIncrementWhenOver, jitter: o.CounterJitter, overCache: o.OverLimitCache,
+		shadowAll: o.ShadowAll}
 	if o.OnError == portero.FailLocal {
 		mem, err := memstore.New(memstore.Config{MaxKeys: cmp.Or(o.LocalMaxKeys, DefaultLocalMaxKeys), SweepInterval: -1})
 		if err != nil {
@@ -326,10 +332,12 @@ func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v 
 }
 
 // verdict sets v.Allowed and v.Violated from the outcomes: the enforced
-// hits that refused, and the quota hits when all of them refused.
+// hits that refused, and the quota hits when all of them refused. Under
+// CountEach a shadow quota rule is, as in envoyproxy/ratelimit, a quota
+// that passes. Under ShadowAll a refused request is admitted.
 func (e *Engine) verdict(v *Verdict) {
 	v.Allowed = true
-	quotaOut := quotaExhausted(v, nil, nil)
+	quotaOut := quotaExhausted(v, nil, nil) && !(e.counting == CountEach && hasShadowQuota(v))
 	for i := range v.Results {
 		res := &v.Results[i]
 		if (res.Outcome == Refused || res.Outcome == CanNeverPass) && !res.Rule.Shadow && (!res.Rule.QuotaMode || quotaOut) {
@@ -337,6 +345,19 @@ func (e *Engine) verdict(v *Verdict) {
 			v.Allowed = false
 		}
 	}
+	if e.shadowAll && !v.Allowed {
+		v.Allowed, v.Shadowed, v.Violated = true, true, v.Violated[:0]
+	}
+}
+
+// hasShadowQuota reports whether v has a hit of a shadow quota rule.
+func hasShadowQuota(v *Verdict) bool {
+	for i := range v.Results {
+		if r := v.Results[i].Rule; r.QuotaMode && r.Shadow {
+			return true
+		}
+	}
+	return false
 }
 
 // enforced reports whether a refusal under r refuses the request by

@@ -106,6 +106,9 @@ type Verdict struct {
 	// Look marks the verdict of Engine.Peek: nothing was decided, so the
 	// doors tell every rule's state and no retry time, refused or not.
 	Look bool
+	// Shadowed reports a request its rules refused and Options.ShadowAll
+	// admitted.
+	Shadowed bool
 
 	hits    []portero.Hit
 	counts  []portero.Count // CountEach's counters
@@ -208,4 +211,20 @@ func closer(a, b *portero.Decision) bool {
 	ah, al := bits.Mul64(uint64(max(a.Remaining, 0)), uint64(max(b.Limit, 0)))
 	bh, bl := bits.Mul64(uint64(max(b.Remaining, 0)), uint64(max(a.Limit, 0)))
 	return ah < bh || ah == bh && al < bl
+}
+
+// UntilReset is how long until r's count resets, as Envoy's
+// duration_until_reset tells it: to the end of a calendar quota's period
+// or of a fixed window (epoch-aligned, also when nothing is counted yet),
+// otherwise until the limit is whole again or, refused, until it could
+// pass.
+func (r *Result) UntilReset(now time.Time) time.Duration {
+	switch lim := r.Rule.Limit; {
+	case lim.IsCalendar():
+		_, end := lim.PeriodAt(now)
+		return max(end.Sub(now), 0)
+	case r.Rule.Algorithm == portero.FixedWindow:
+		return WindowRemainder(now, lim.Window)
+	}
+	return max(r.Decision.ResetAfter, r.Decision.RetryAfter)
 }

@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -118,35 +117,7 @@ func TestQueueDeadline(t *testing.T) {
 func TestQueueParallelHTTP(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	h := shapeLimiter(t, "20/s burst 5", overload.Shape{}, func() {}, func() time.Time { return t0 })
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	var mu sync.Mutex
-	var waits []time.Duration
-	refused := 0
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			start := time.Now()
-			resp, err := http.Get(srv.URL)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			switch resp.StatusCode {
-			case 200:
-				waits = append(waits, time.Since(start))
-			case 429:
-				refused++
-			default:
-				t.Errorf("status %d", resp.StatusCode)
-			}
-		})
-	}
-	wg.Wait()
-	slices.Sort(waits)
+	waits, refused := parallelGets(t, h, 8)
 	if len(waits) != 5 || refused != 3 {
 		t.Fatalf("%d passed, %d refused; want 5 and 3", len(waits), refused)
 	}

@@ -184,35 +184,7 @@ func TestShapeDeadlineAndBound(t *testing.T) {
 func TestShapeParallelHTTP(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	h := shapeLimiter(t, "20/s burst 5", overload.Shape{Delay: 3}, func() {}, func() time.Time { return t0 })
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	var mu sync.Mutex
-	var waits []time.Duration
-	refused := 0
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			start := time.Now()
-			resp, err := http.Get(srv.URL)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			switch resp.StatusCode {
-			case 200:
-				waits = append(waits, time.Since(start))
-			case 429:
-				refused++
-			default:
-				t.Errorf("status %d", resp.StatusCode)
-			}
-		})
-	}
-	wg.Wait()
-	slices.Sort(waits)
+	waits, refused := parallelGets(t, h, 8)
 	if len(waits) != 5 || refused != 3 {
 		t.Fatalf("%d passed, %d refused; want 5 and 3", len(waits), refused)
 	}
@@ -247,4 +219,39 @@ func TestShapeConfigErrors(t *testing.T) {
 	if _, err := httplimit.New(httplimit.Config{Policy: p, Store: store, Shapes: map[string]overload.Shape{"queue": {Delay: 3}}}); err != nil {
 		t.Errorf("a valid shape: %v", err)
 	}
+}
+
+// parallelGets sends n real requests at once to h on a loopback server and
+// returns how long each admitted one took, shortest first, and how many
+// were refused with 429; any other status fails the test.
+func parallelGets(t *testing.T, h http.Handler, n int) (waits []time.Duration, refused int) {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			start := time.Now()
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			switch resp.StatusCode {
+			case 200:
+				waits = append(waits, time.Since(start))
+			case 429:
+				refused++
+			default:
+				t.Errorf("status %d", resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(waits)
+	return waits, refused
 }

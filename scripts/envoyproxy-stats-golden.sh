@@ -20,4 +20,4 @@
 set -eu
 cmd=${1:?usage: $0 PATH/TO/service_cmd}
 case $cmd in /*) ;; *) cmd=$(pwd)/$cmd ;; esac
-exec go test -count=1 -run '^TestStatsdMatchesEnvoyproxy$' ./internal/server -envoyproxy-service-cmd="$cmd" -v
+exec go test -count=1 -run '^Test(Dog)?StatsdMatchesEnvoyproxy$' ./internal/server -envoyproxy-service-cmd="$cmd" -v

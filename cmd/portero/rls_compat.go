@@ -189,7 +189,8 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 		if reset != "seconds" && reset != "exact" {
 			return o, false, fmt.Errorf("--reset %q: want seconds or exact", c.reset)
 		}
-		o.Compat = &rls.Compat{ExactReset: reset == "exact", Headers: headers, ShadowMode: c.shadow, Metadata: c.metadata, QuotaMode: c.quota}
+		o.Compat = &rls.Compat{ExactReset: reset == "exact", Headers: headers, Metadata: c.metadata}
+		o.ShadowMode = c.shadow
 		copy(o.Compat.HeaderNames[:], names)
 	}
 	return o, headers == rls.HeadersNone, nil

@@ -337,8 +337,8 @@ func TestRatelimitEnvOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersEnvoyproxy, HeaderNames: [3]string{"X-L", "X-R", "X-T"}, ShadowMode: true, Metadata: true, QuotaMode: true},
-		Counting: engine.CountEach, StopIncrementWhenOver: true, CounterJitter: 7 * time.Second, KeyPrefix: "p:", IgnoreDotFiles: true, QuotaMode: true,
+	want := server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersEnvoyproxy, HeaderNames: [3]string{"X-L", "X-R", "X-T"}, Metadata: true},
+		Counting: engine.CountEach, StopIncrementWhenOver: true, CounterJitter: 7 * time.Second, KeyPrefix: "p:", IgnoreDotFiles: true, QuotaMode: true, ShadowMode: true,
 		HealthyWithConfig: true, LocalCacheSize: 1 << 20}
 	if o.Compat == nil || *o.Compat != *want.Compat || noHeaders {
 		t.Errorf("Compat = %+v (no headers %v), want %+v", o.Compat, noHeaders, want.Compat)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,6 +22,8 @@ import (
 type ecosystemFlags struct {
 	statsd, statsdProtocol, statsdTags string
 	statsdFlush                        time.Duration
+	dogstatsd                          bool
+	dogMogrifiers                      []string
 
 	xdsServer, xdsNodeID, xdsNodeMetadata, xdsHeaders string
 	xdsTLS                                            bool
@@ -37,6 +40,8 @@ func (f *ecosystemFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&f.statsd, "statsd", "", "host:port of a statsd server: send envoyproxy/ratelimit's statistics there (USE_STATSD, STATSD_HOST, STATSD_PORT); off when empty")
 	fl.StringVar(&f.statsdProtocol, "statsd-protocol", "tcp", "tcp or udp, with --statsd (STATSD_PROTOCOL)")
 	fl.StringVar(&f.statsdTags, "statsd-tags", "", "tags added to every statistic, key:value,key:value (EXTRA_TAGS)")
+	fl.BoolVar(&f.dogstatsd, "dogstatsd", false, "with --statsd, send DogStatsD over UDP: tags as DogStatsD tags (USE_DOG_STATSD)")
+	fl.StringArrayVar(&f.dogMogrifiers, "dogstatsd-mogrifier", nil, `with --dogstatsd, rename statistics: {"pattern":REGEXP,"name":NAME,"tags":{KEY:VALUE}}, $1… the pattern's groups; the first that matches applies (USE_DOG_STATSD_MOGRIFIERS); repeatable`)
 	fl.DurationVar(&f.statsdFlush, "statsd-flush-interval", rlsstats.DefaultFlushInterval, "how often counters and gauges are sent (STATS_FLUSH_INTERVAL)")
 	fl.StringVar(&f.xdsServer, "xds-server", "", "host:port of an xDS management server: take the configuration from it instead of --config (CONFIG_TYPE=GRPC_XDS_SOTW, CONFIG_GRPC_XDS_SERVER_URL)")
 	fl.StringVar(&f.xdsNodeID, "xds-node-id", "default", "node id sent to the xDS server (CONFIG_GRPC_XDS_NODE_ID)")
@@ -103,7 +108,61 @@ func (f *ecosystemFlags) statsdOptions() (*rlsstats.Options, error) {
 	if f.statsdFlush <= 0 {
 		return nil, fmt.Errorf("--statsd-flush-interval %v: must be positive", f.statsdFlush)
 	}
-	return &rlsstats.Options{Addr: f.statsd, Protocol: f.statsdProtocol, Tags: tags, FlushInterval: f.statsdFlush}, nil
+	o := &rlsstats.Options{Addr: f.statsd, Protocol: f.statsdProtocol, Tags: tags, FlushInterval: f.statsdFlush, DogStatsd: f.dogstatsd}
+	if len(f.dogMogrifiers) > 0 && !f.dogstatsd {
+		return nil, errors.New("--dogstatsd-mogrifier: only with --dogstatsd")
+	}
+	for i, js := range f.dogMogrifiers {
+		m, err := parseMogrifier(js)
+		if err != nil {
+			return nil, fmt.Errorf("--dogstatsd-mogrifier %d: %w", i+1, err)
+		}
+		o.Mogrifiers = append(o.Mogrifiers, m)
+	}
+	return o, nil
+}
+
+// mogrifierJSON is one --dogstatsd-mogrifier.
+type mogrifierJSON struct {
+	Pattern string            `json:"pattern"`
+	Name    string            `json:"name"`
+	Tags    map[string]string `json:"tags"`
+}
+
+func parseMogrifier(js string) (rlsstats.Mogrifier, error) {
+	var m mogrifierJSON
+	d := json.NewDecoder(strings.NewReader(js))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&m); err != nil {
+		return rlsstats.Mogrifier{}, fmt.Errorf("%q: %w", js, err)
+	}
+	return rlsstats.NewMogrifier(m.Pattern, m.Name, m.Tags)
+}
+
+// dogstatsdEnv maps USE_DOG_STATSD_MOGRIFIERS=A,B and each one's
+// DOG_STATSD_MOGRIFIER_A_PATTERN, _NAME and _TAGS (key:value,…) onto
+// --dogstatsd-mogrifier flags, in the listed order; without
+// USE_DOG_STATSD they do nothing, as there.
+func dogstatsdEnv(e *envReader, set func(flag, value string, from ...string), useDog bool) {
+	list := e.str("USE_DOG_STATSD_MOGRIFIERS", "")
+	if list == "" || !useDog {
+		return
+	}
+	for _, name := range strings.Split(list, ",") {
+		prefix := "DOG_STATSD_MOGRIFIER_" + strings.ToUpper(strings.TrimSpace(name)) + "_"
+		tags, err := parseTags(e.str(prefix+"TAGS", ""))
+		if err != nil {
+			e.fail(prefix+"TAGS", err)
+			continue
+		}
+		m := mogrifierJSON{Pattern: e.str(prefix+"PATTERN", ""), Name: e.str(prefix+"NAME", ""), Tags: tags}
+		if _, err := rlsstats.NewMogrifier(m.Pattern, m.Name, m.Tags); err != nil {
+			e.fail(prefix+"*", fmt.Errorf("mogrifier %s: %w", name, err))
+			continue
+		}
+		js, _ := json.Marshal(m) // strings and a map of strings: cannot fail
+		set("dogstatsd-mogrifier", string(js), "USE_DOG_STATSD_MOGRIFIERS", prefix+"PATTERN", prefix+"NAME", prefix+"TAGS")
+	}
 }
 
 // parseTags reads envconfig's map syntax, key:value,key:value.
@@ -124,7 +183,7 @@ func parseTags(s string) (map[string]string, error) {
 
 // ecosystemEnv maps envoyproxy/ratelimit's statistics and xDS variables
 // onto the flags (xdsEnv), and statsd (USE_STATSD, its default, unless DISABLE_STATS or another
-// sink is chosen) at STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL (which
+// sink is chosen; DogStatsD with USE_DOG_STATSD) at STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL (which
 // its gostats library reads), EXTRA_TAGS, STATS_FLUSH_INTERVAL.
 func ecosystemEnv(e *envReader, set func(flag, value string, from ...string)) {
 	xdsEnv(e, set)
@@ -135,10 +194,14 @@ func ecosystemEnv(e *envReader, set func(flag, value string, from ...string)) {
 		e.fail("USE_STATSD", errors.New("envoyproxy/ratelimit runs with one of USE_STATSD, USE_DOG_STATSD, USE_PROMETHEUS: set the others to false"))
 	}
 	addr := e.hostPort("STATSD_HOST", "localhost", "STATSD_PORT", 8125)
-	if !useStatsd || e.boolean("DISABLE_STATS", false) {
+	if !(useStatsd || useDog) || e.boolean("DISABLE_STATS", false) {
 		addr = ""
 	}
-	set("statsd", addr, "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "DISABLE_STATS")
+	set("statsd", addr, "USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "DISABLE_STATS")
+	if useDog {
+		set("dogstatsd", "true", "USE_DOG_STATSD")
+	}
+	dogstatsdEnv(e, set, useDog)
 	switch p := strings.ToLower(e.str("STATSD_PROTOCOL", "tcp")); p {
 	case "tcp", "udp":
 		set("statsd-protocol", p, "STATSD_PROTOCOL")

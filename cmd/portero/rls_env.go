@@ -57,8 +57,6 @@ var notHonoured = map[string]string{
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "see REDIS_STARTUP_INITIAL_INTERVAL",
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
-	"USE_DOG_STATSD":                               "DogStatsD is not supported: statistics go to statsd (USE_STATSD) or Portero's Prometheus /metrics on the admin listener",
-	"USE_DOG_STATSD_MOGRIFIERS":                    "see USE_DOG_STATSD",
 	"USE_PROMETHEUS":                               "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
 	"PROMETHEUS_ADDR":                              "see USE_PROMETHEUS",
 	"PROMETHEUS_PATH":                              "see USE_PROMETHEUS",

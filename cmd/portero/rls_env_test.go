@@ -65,6 +65,13 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"tracing off", base, map[string]string{"tracing": "false", "tracing-protocol": "http", "tracing-service-name": "RateLimit", "tracing-sampling-rate": "1"}},
 		{"statsd off", append(base, "USE_STATSD", "false"), map[string]string{"statsd": ""}},
 		{"stats disabled", append(base, "DISABLE_STATS", "true"), map[string]string{"statsd": ""}},
+		{"dogstatsd", append(base, "USE_STATSD", "false", "USE_DOG_STATSD", "true", "STATSD_HOST", "dd.local",
+			"USE_DOG_STATSD_MOGRIFIERS", "hits", "DOG_STATSD_MOGRIFIER_HITS_PATTERN", `^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+			"DOG_STATSD_MOGRIFIER_HITS_NAME", "ratelimit.service.rate_limit.$3", "DOG_STATSD_MOGRIFIER_HITS_TAGS", "domain:$1,descriptor:$2"),
+			map[string]string{"statsd": "dd.local:8125", "dogstatsd": "true",
+				"dogstatsd-mogrifier": `{"pattern":"^ratelimit\\.service\\.rate_limit\\.([^.]+)\\.(.*)\\.([^.]+)$","name":"ratelimit.service.rate_limit.$3","tags":{"descriptor":"$2","domain":"$1"}}`}},
+		{"mogrifiers without dogstatsd do nothing", append(base, "USE_DOG_STATSD_MOGRIFIERS", "hits"),
+			map[string]string{"dogstatsd": "<unset>", "dogstatsd-mogrifier": "<unset>"}},
 		{"prometheus instead", append(base, "USE_STATSD", "false", "USE_PROMETHEUS", "true"), map[string]string{"statsd": ""}},
 		{"near limit", append(base, "NEAR_LIMIT_RATIO", "0.5"), map[string]string{"near-limit-ratio": "0.5"}},
 		{"redis timeout", append(base, "REDIS_TIMEOUT", "250ms"), map[string]string{"redis-timeout": "250ms", "call-timeout": "250ms"}},
@@ -169,6 +176,10 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 		{[]string{"EXTRA_TAGS", "nocolon"}, "EXTRA_TAGS"},
 		{[]string{"STATS_FLUSH_INTERVAL", "often"}, "STATS_FLUSH_INTERVAL"},
 		{[]string{"USE_PROMETHEUS", "true"}, "one of USE_STATSD"},
+		{[]string{"USE_DOG_STATSD", "true"}, "one of USE_STATSD"},
+		{[]string{"USE_STATSD", "false", "USE_DOG_STATSD", "true", "USE_DOG_STATSD_MOGRIFIERS", "A", "DOG_STATSD_MOGRIFIER_A_NAME", "x"}, "DOG_STATSD_MOGRIFIER_A_*: mogrifier A: no pattern"},
+		{[]string{"USE_STATSD", "false", "USE_DOG_STATSD", "true", "USE_DOG_STATSD_MOGRIFIERS", "A", "DOG_STATSD_MOGRIFIER_A_PATTERN", "(", "DOG_STATSD_MOGRIFIER_A_NAME", "x"}, "DOG_STATSD_MOGRIFIER_A_*"},
+		{[]string{"USE_STATSD", "false", "USE_DOG_STATSD", "true", "USE_DOG_STATSD_MOGRIFIERS", "A", "DOG_STATSD_MOGRIFIER_A_PATTERN", "a", "DOG_STATSD_MOGRIFIER_A_NAME", "x", "DOG_STATSD_MOGRIFIER_A_TAGS", "nocolon"}, "DOG_STATSD_MOGRIFIER_A_TAGS"},
 	}
 	for _, c := range cases {
 		env := append(append([]string{}, base...), c.env...)

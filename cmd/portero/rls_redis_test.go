@@ -3,6 +3,8 @@ package main
 import (
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,4 +116,87 @@ func TestRatelimitPerSecondRedis(t *testing.T) {
 			t.Errorf("/json %d; Redis %s: %s = %q, %s = %q; want one, none", r.StatusCode, c.srv.Addr(), c.has, has, c.hasnt, hasnt)
 		}
 	}
+}
+
+// TestRatelimitRedisSentinelTLS: REDIS_TYPE=sentinel with REDIS_TLS and a
+// private CA and client certificate, on a real sentinel and master that
+// both serve TLS: the sentinel is asked over TLS where the master is, and
+// the master is reached over TLS and counts. A sentinel that only speaks
+// TLS refuses a plain client, so the count proves both connections used
+// it.
+func TestRatelimitRedisSentinelTLS(t *testing.T) {
+	ca, clients := tlstest.NewCA(t, "redis CA"), tlstest.NewCA(t, "client CA")
+	dir := t.TempDir()
+	caFile := ca.WriteCA(t, dir, "ca")
+	certFile, keyFile := clients.Client(t, "ratelimit").Write(t, dir, "client")
+	master, masterTLS := startTLSRedis(t, ca.Server(t), clients)
+	port, err := strconv.Atoi(masterTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sentinel watches the master on its TLS port, with a client
+	// certificate of its own, and serves its clients over TLS only on
+	// sentinelTLS (its plain port is redistest's, for PING); its CA file
+	// trusts the master's CA and the clients'.
+	sCert, sKey := ca.Server(t).Write(t, dir, "sentinel")
+	sClientCert, sClientKey := clients.Client(t, "sentinel").Write(t, dir, "sentinel-client")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sentinelTLS, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	sentinel := redistest.StartSentinelFor(t, port, "--tls-port", sentinelTLS, "--tls-cert-file", sCert, "--tls-key-file", sKey,
+		"--tls-client-cert-file", sClientCert, "--tls-client-key-file", sClientKey,
+		"--tls-ca-cert-file", bothCAs(t, dir, ca, clients), "--tls-auth-clients", "yes", "--tls-replication", "yes")
+	waitSentinelLinked(t, sentinel.Addr())
+	envoyproxyRuntime(t, master, envoyBasic, "REDIS_TYPE", "sentinel", "REDIS_URL", "mymaster,localhost:"+sentinelTLS,
+		"REDIS_TLS", "true", "REDIS_TLS_CACERT", caFile, "REDIS_TLS_CLIENT_CERT", certFile, "REDIS_TLS_CLIENT_KEY", keyFile)
+	_, h, _ := startRatelimit(t)
+	body := `{"domain": "basic", "descriptors": [{"entries": [{"key": "key1", "value": "sentinel"}]}]}`
+	var code int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r, err := http.Post("http://"+h+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if code = r.StatusCode; code == http.StatusOK {
+			break
+		}
+	}
+	keys, err := redistest.Do(master.Addr(), "KEYS", "basic_key1_sentinel_*")
+	if code != http.StatusOK || err != nil || len(strings.Fields(keys)) != 1 {
+		t.Fatalf("/json = %d; keys in the master %q, %v: want one counter", code, keys, err)
+	}
+}
+
+// bothCAs writes one PEM file that trusts a's and b's certificates.
+func bothCAs(t *testing.T, dir string, a, b *tlstest.CA) string {
+	t.Helper()
+	var pem []byte
+	for i, ca := range []*tlstest.CA{a, b} {
+		data, err := os.ReadFile(ca.WriteCA(t, dir, "ca-part"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem = append(pem, data...)
+	}
+	path := filepath.Join(dir, "both-cas.pem")
+	tlstest.WriteFile(t, path, pem)
+	return path
+}
+
+// waitSentinelLinked waits until the sentinel at addr holds a working
+// link to its master (its flags say "master" alone, not disconnected).
+func waitSentinelLinked(t *testing.T, addr string) {
+	t.Helper()
+	var reply string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if reply, err = redistest.Do(addr, "SENTINEL", "MASTER", "mymaster"); err == nil && strings.Contains(reply, "\nflags\nmaster\n") {
+			return
+		}
+	}
+	t.Fatalf("the sentinel has no link to its master over TLS: %q", reply)
 }

@@ -163,7 +163,7 @@ func (w *Writer) Append(fields []Field, buf []byte, v *engine.Verdict) ([]Field,
 		for k := range ents {
 			if e := &ents[k]; e.rule == r || e.ann.Name == r.Announce.Name && r.Announce.Name != "" {
 				dup = true
-				if tells(res, e.res) {
+				if describesBetter(res, e.res) {
 					e.res = res
 				}
 				break
@@ -276,9 +276,9 @@ func violated(r *engine.Result) bool {
 	return !r.Rule.Shadow && (r.Outcome == engine.Refused || r.Outcome == engine.CanNeverPass)
 }
 
-// tells reports whether a describes its rule better than b: a refusal
+// describesBetter reports whether a describes its rule better than b: a refusal
 // first, then the state closer to exhaustion.
-func tells(a, b *engine.Result) bool {
+func describesBetter(a, b *engine.Result) bool {
 	if violated(a) != violated(b) {
 		return violated(a)
 	}

@@ -158,7 +158,8 @@ type Route struct {
 	StripPrefix string `yaml:"strip_prefix,omitempty"`
 }
 
-// Rule is one limit.
+// Rule is one entry of the file's rules: as the YAML writes it; the
+// configuration compiles it into a policy.Rule.
 type Rule struct {
 	Name      string `yaml:"name"`
 	Match     Match  `yaml:"match,omitempty"`

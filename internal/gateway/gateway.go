@@ -10,6 +10,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -463,7 +464,7 @@ func (g *Gateway) upstream(cfg *config.Config, uc *config.UpstreamConfig) *route
 		Proxy:                 nil, // never send upstream traffic through an environment proxy
 		DialContext:           (&net.Dialer{Timeout: uc.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		ResponseHeaderTimeout: uc.Timeout,
-		MaxIdleConnsPerHost:   max(uc.MaxIdleConns, 64),
+		MaxIdleConnsPerHost:   cmp.Or(uc.MaxIdleConns, 64),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   uc.DialTimeout,
 		ForceAttemptHTTP2:     true,

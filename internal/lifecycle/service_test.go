@@ -15,28 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portero-rl/portero/internal/testenv"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/tlstest"
 	"github.com/portero-rl/portero/internal/watch"
 )
-
-// syncBuffer is a bytes.Buffer safe for the service's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestWarnExposed(t *testing.T) {
 	dir := t.TempDir()
@@ -118,7 +101,7 @@ func TestServiceRun(t *testing.T) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "c.yaml")
 		os.WriteFile(path, []byte("v1"), 0o644)
-		out := &syncBuffer{}
+		out := &testenv.Buffer{}
 		reload := make(chan struct{})
 		svc := Start(Options{Name: "test", Stdout: out, Logger: slog.New(slog.DiscardHandler), Watch: path,
 			WatchOptions: watch.Options{Poll: 10 * time.Millisecond, Settle: 10 * time.Millisecond}, Reload: reload})

@@ -443,23 +443,39 @@ func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 	}
 	quorum := sentinels/2 + 1
 	for range sentinels {
-		s.Sentinels = append(s.Sentinels, start(t, func(dir string, port int) string {
-			path := filepath.Join(dir, "sentinel.conf")
-			conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\n"+
-				"sentinel down-after-milliseconds %s %d\n"+
-				"sentinel failover-timeout %s %d\n"+
-				"sentinel parallel-syncs %s 1\n",
-				s.Name, s.Master.Port(), quorum,
-				s.Name, SentinelDownAfter.Milliseconds(),
-				s.Name, SentinelFailoverTimeout.Milliseconds(), s.Name)
-			if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-				t.Fatalf("redistest: %v", err)
-			}
-			return path
-		}, []string{"--sentinel"}))
+		s.Sentinels = append(s.Sentinels, startSentinel(t, s.Name, s.Master.Port(), quorum, nil))
 	}
 	waitFor(t, 30*time.Second, "sentinels ready", func() (bool, string) { return s.ready(replicas, sentinels) })
 	return s
+}
+
+// StartSentinelFor starts one sentinel (quorum 1) monitoring the master
+// at 127.0.0.1:masterPort as "mymaster"; extra arguments go to its command
+// line (its TLS port and files, for example). It answers PING on its plain
+// port, Addr.
+func StartSentinelFor(t testing.TB, masterPort int, extra ...string) *Server {
+	t.Helper()
+	return startSentinel(t, "mymaster", masterPort, 1, extra)
+}
+
+// startSentinel writes a sentinel's configuration file (a sentinel
+// rewrites it, so it cannot be a flag) and starts it.
+func startSentinel(t testing.TB, name string, masterPort, quorum int, extra []string) *Server {
+	t.Helper()
+	return start(t, func(dir string, port int) string {
+		path := filepath.Join(dir, "sentinel.conf")
+		conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\n"+
+			"sentinel down-after-milliseconds %s %d\n"+
+			"sentinel failover-timeout %s %d\n"+
+			"sentinel parallel-syncs %s 1\n",
+			name, masterPort, quorum,
+			name, SentinelDownAfter.Milliseconds(),
+			name, SentinelFailoverTimeout.Milliseconds(), name)
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		return path
+	}, append([]string{"--sentinel"}, extra...))
 }
 
 // ready reports whether the setup is ready for a failover, or why not.

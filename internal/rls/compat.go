@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"math"
 	"strconv"
 	"time"
 
@@ -15,16 +14,16 @@ import (
 
 // Compat makes the service answer as envoyproxy/ratelimit does, protobuf
 // for protobuf, given a compiler built with descriptor.Options.Envoyproxy
-// and an engine counting with engine.CountEach (docs/envoy.md has the
-// table of what changes and how each of Portero's improvements comes
-// back):
+// (and its QuotaMode for QUOTA_MODE) and an engine counting with
+// engine.CountEach (and its ShadowAll for SHADOW_MODE); docs/envoy.md has
+// the table of what changes and how each of Portero's improvements comes
+// back:
 //
 //   - current_limit.name only when the configuration names the limit;
-//   - duration_until_reset in whole seconds, as it rounds them (the
-//     window's length minus the Unix second's offset in it), unless
+//   - duration_until_reset in whole seconds, as it rounds them, unless
 //     ExactReset;
 //   - headers as its LIMIT_RESPONSE_HEADERS_ENABLED writes them (Headers);
-//   - SHADOW_MODE (ShadowMode) and RESPONSE_DYNAMIC_METADATA (Metadata);
+//   - RESPONSE_DYNAMIC_METADATA (Metadata);
 //   - its errors: an empty domain or descriptor list, and no configuration
 //     loaded at all, are gRPC UNKNOWN with its messages.
 type Compat struct {
@@ -32,24 +31,15 @@ type Compat struct {
 	ExactReset bool
 	// Headers is what response_headers_to_add carries.
 	Headers HeaderStyle
-	// HeaderNames are the names of HeadersEnvoyproxy's three fields (its
-	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER);
-	// empty ones are RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset.
+	// HeaderNames are the names of HeadersEnvoyproxy's three fields;
+	// empty ones are header.EnvoyproxyNames'.
 	HeaderNames [3]string
-	// ShadowMode answers every request OK, the descriptor statuses
-	// unchanged (its SHADOW_MODE).
-	ShadowMode bool
 	// Metadata fills dynamic_metadata: the request echoed (domain, each
 	// descriptor's entries as key=value, its limit override and
 	// hits_addend, the request's hits_addend) and the configured metadata
 	// of the descriptors that passed, merged, the first value winning (its
 	// RESPONSE_DYNAMIC_METADATA).
 	Metadata bool
-	// QuotaMode is its QUOTA_MODE: every descriptor but the unlimited
-	// ones is a quota descriptor, one that matched no limit (or whose
-	// limit another replaced) included, and such a descriptor passes.
-	QuotaMode bool
 }
 
 // HeaderStyle says which rate limit fields go into response_headers_to_add.
@@ -79,16 +69,13 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	return "", status.Errorf(codes.InvalidArgument, "headers %q: want off, envoyproxy or ietf", s)
 }
 
-// Default names of HeadersEnvoyproxy's fields.
-var envoyproxyHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
-
 // withDefaults returns a copy of c with its empty HeaderNames set to the
 // defaults, so that NewService resolves them once, not every answer.
 func (c *Compat) withDefaults() *Compat {
 	cc := *c
 	for i, n := range cc.HeaderNames {
 		if n == "" {
-			cc.HeaderNames[i] = envoyproxyHeaderNames[i]
+			cc.HeaderNames[i] = hdr.EnvoyproxyNames[i]
 		}
 	}
 	return &cc
@@ -114,110 +101,20 @@ func compatRequestError(req *descriptor.Request, err error) error {
 	return status.Error(codes.Unknown, err.Error())
 }
 
-// compatAnswer turns a's verdict into envoyproxy/ratelimit's answer.
+// compatAnswer adds envoyproxy/ratelimit's header fields and metadata to
+// a, decided.
 func (s *Service) compatAnswer(a *answer, req *descriptor.Request, now time.Time) {
 	c := s.opts.Compat
 	a.compat = c
-	a.code = compatCode(a.statuses, c.QuotaMode)
-	if c.ShadowMode {
-		a.code = descriptor.OK
-	}
-	for i := range a.statuses {
-		st := &a.statuses[i]
-		if !c.ExactReset && st.ResetAfter > 0 {
-			st.ResetAfter = ceilSecond(st.ResetAfter)
-		}
-	}
 	switch c.Headers {
 	case HeadersEnvoyproxy:
-		a.fields, a.buf = appendEnvoyproxyHeaders(a.fields, a.buf, a.statuses, &c.HeaderNames, now)
+		a.fields, a.buf = hdr.AppendEnvoyproxy(a.fields, a.buf, &a.v, &c.HeaderNames, now)
 	case HeadersIETF:
 		a.fields, a.buf = writer.Append(a.fields, a.buf, &a.v)
 	}
 	if c.Metadata {
 		a.metadata = dynamicMetadata(req, a.statuses)
 	}
-}
-
-// compatCode is envoyproxy/ratelimit's overall code, from the statuses:
-// OVER_LIMIT when a descriptor that is not a quota one is over its limit,
-// or when there are quota descriptors and every one is over. A shadow
-// limit's status is OK, so it passes there too.
-func compatCode(sts []descriptor.Status, globalQuota bool) descriptor.Code {
-	quotas, quotasOver := 0, 0
-	for i := range sts {
-		st := &sts[i]
-		if st.Unlimited {
-			continue
-		}
-		quota := globalQuota || st.Limit != nil && st.Limit.Rule != nil && st.Limit.Rule.QuotaMode
-		switch {
-		case st.Code == descriptor.OverLimit && !quota:
-			return descriptor.OverLimit
-		case st.Code == descriptor.OverLimit:
-			quotasOver++
-		}
-		if quota {
-			quotas++
-		}
-	}
-	if quotas > 0 && quotas == quotasOver {
-		return descriptor.OverLimit
-	}
-	return descriptor.OK
-}
-
-// ceilSecond rounds d up to a whole second: the window's length minus the
-// whole seconds already gone, as envoyproxy/ratelimit computes it from the
-// Unix second.
-func ceilSecond(d time.Duration) time.Duration {
-	return (d + time.Second - 1) / time.Second * time.Second
-}
-
-// appendEnvoyproxyHeaders appends envoyproxy/ratelimit's three fields for
-// the descriptor with the least remaining (the first of equals), or the
-// last one over its limit but for quota descriptors; none when no
-// descriptor reports a limit. names are resolved (withDefaults).
-func appendEnvoyproxyHeaders(fields []hdr.Field, buf []byte, sts []descriptor.Status, names *[3]string, now time.Time) ([]hdr.Field, []byte) {
-	pick := -1
-	least := int64(math.MaxUint32)
-	for i := range sts {
-		st := &sts[i]
-		if announced(st) && st.Remaining < least {
-			pick, least = i, st.Remaining
-		}
-		if st.Limit != nil && !st.Unlimited && st.Code == descriptor.OverLimit && !st.Limit.Rule.QuotaMode {
-			pick, least = i, 0
-		}
-	}
-	if pick < 0 || sts[pick].Limit == nil {
-		return fields, buf
-	}
-	st := &sts[pick]
-	var reset int64
-	if r := st.Limit.Rule; r != nil && (r.Limit.IsCalendar() || !st.Limit.Unit.Valid()) {
-		// Portero's extension: a calendar quota's period or a look-back
-		// window has no epoch-aligned unit (and a look-back's unit is
-		// UNKNOWN, 0 s): the reset is the status's own.
-		reset = hdr.CeilSeconds(st.ResetAfter)
-	} else {
-		w := int64(st.Limit.Unit.Duration() / time.Second)
-		reset = w - floorMod(now.Unix(), w)
-	}
-	for k, v := range []int64{int64(st.Limit.RequestsPerUnit), max(st.Remaining, 0), reset} {
-		start := len(buf)
-		buf = strconv.AppendInt(buf, v, 10)
-		fields = append(fields, hdr.Field{Name: names[k], Key: names[k], Dynamic: true, Start: start, End: len(buf)})
-	}
-	return fields, buf
-}
-
-func floorMod(a, b int64) int64 {
-	m := a % b
-	if m < 0 {
-		m += b
-	}
-	return m
 }
 
 // dynamicMetadata is envoyproxy/ratelimit's ratelimitToMetadata: the

@@ -145,9 +145,14 @@ func (s *Service) decide(ctx context.Context, req *descriptor.Request) (*answer,
 		}
 		return nil, status.Errorf(codes.Unavailable, "store unavailable: %v", err)
 	}
-	a.code = descriptor.CodeOf(&a.v)
+	a.code = a.plan.Code(&a.v)
+	whole := compat != nil && !compat.ExactReset // envoyproxy/ratelimit's duration_until_reset
 	for i := range a.plan.Descriptors {
-		a.statuses = append(a.statuses, a.plan.Status(i, &a.v, now))
+		st := a.plan.Status(i, &a.v, now)
+		if whole {
+			st.ResetAfter = hdr.WholeSeconds(st.ResetAfter)
+		}
+		a.statuses = append(a.statuses, st)
 	}
 	if compat != nil {
 		s.compatAnswer(a, req, now)

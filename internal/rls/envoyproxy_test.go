@@ -123,10 +123,10 @@ func settingsOf(t *testing.T, env map[string]string) compatSettings {
 		case "REDIS_PERSECOND":
 			s.perSecond = on(k)
 		case "SHADOW_MODE":
-			s.compat.ShadowMode = on(k)
+			s.engine.ShadowAll = on(k)
 		case "QUOTA_MODE":
 			s.load.QuotaMode = on(k)
-			s.compat.QuotaMode = on(k)
+			s.compile.QuotaMode = on(k)
 		case "MERGE_DOMAIN_CONFIG":
 			s.load.MergeDomains = on(k)
 		case "RESPONSE_DYNAMIC_METADATA":

@@ -82,7 +82,7 @@ func (o *observer) Observe(req *descriptor.Request, p *descriptor.Plan, v *engin
 		s.service.redisError.Inc()
 		return
 	}
-	if s.opts.GlobalShadowMode && descriptor.CodeOf(v) == descriptor.OverLimit {
+	if v.Shadowed { // SHADOW_MODE let a refused request through
 		s.service.globalShadowMode.Inc()
 	}
 }

@@ -1,5 +1,5 @@
 // Package rlsstats sends `portero rls`'s statistics as envoyproxy/ratelimit
-// sends them: statsd counters, gauges and timers with its names
+// sends them: statsd (or DogStatsD) counters, gauges and timers with its names
 // (ratelimit.service.rate_limit.DOMAIN.KEY.total_hits, …), its values (the
 // hits split into within, near and over the limit as its limiter splits
 // them), its tags (EXTRA_TAGS) and its flush interval, so that a
@@ -48,6 +48,11 @@ type Options struct {
 	// Protocol is tcp (gostats's default, as there) or udp
 	// (STATSD_PROTOCOL).
 	Addr, Protocol string
+	// DogStatsd sends DogStatsD over UDP instead (USE_DOG_STATSD): tags as
+	// DogStatsD tags, names rewritten by Mogrifiers
+	// (USE_DOG_STATSD_MOGRIFIERS); Protocol is then unused.
+	DogStatsd  bool
+	Mogrifiers []Mogrifier
 	// Tags are added to every statistic (EXTRA_TAGS).
 	Tags map[string]string
 	// FlushInterval is how often counters and gauges are sent
@@ -60,9 +65,6 @@ type Options struct {
 	// exactly as there. Otherwise a descriptor's hits go whole to the
 	// outcome the engine decided.
 	CountEach bool
-	// GlobalShadowMode is SHADOW_MODE (global_shadow_mode counts the
-	// requests it let through).
-	GlobalShadowMode bool
 	// Limits returns the configuration in use (to tell unknown domains).
 	Limits func() *descriptor.Config
 	// MaxKeys caps the keys the requests' values add (detailed_metric,
@@ -152,8 +154,11 @@ func New(o Options) (*Stats, error) {
 	return s, nil
 }
 
-// newSink returns gostats's network sink to o.Addr.
+// newSink returns gostats's network sink to o.Addr, or DataDog's.
 func newSink(o Options) (sink gostats.Sink, err error) {
+	if o.DogStatsd {
+		return newDogSink(o.Addr, o.Mogrifiers)
+	}
 	host, p, err := net.SplitHostPort(o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("statsd address %q: %w", o.Addr, err)

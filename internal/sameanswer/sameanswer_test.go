@@ -254,9 +254,15 @@ type envoy struct {
 	c         *rls.Client
 	transport rls.Transport
 	descs     map[string][]string
+	compat    bool // the compatibility mode
 }
 
-func (d envoy) name() string { return "Envoy RLS (" + string(d.transport) + ")" }
+func (d envoy) name() string {
+	if d.compat {
+		return "Envoy RLS, compatibility mode (" + string(d.transport) + ")"
+	}
+	return "Envoy RLS (" + string(d.transport) + ")"
+}
 
 func (envoy) expresses(request) bool { return true }
 
@@ -388,27 +394,34 @@ func doorsFor(t *testing.T, sc scenario, open func() portero.Store, pol portero.
 			t.Fatal(err)
 		}
 		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{}), e, rls.ServiceOptions{Now: sc.now, Logger: quiet})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: tr, ShutdownGrace: time.Second}) }()
-		c, err := rls.Dial(lis.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			c.Close()
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("rls.Serve (%s): %v", tr, err)
-			}
-		})
-		out = append(out, envoy{c, tr, sc.descriptors})
+		out = append(out, envoy{c: serveRLS(t, svc, tr), transport: tr, descs: sc.descriptors})
 	}
 	return out
+}
+
+// serveRLS serves svc on transport tr on loopback until the test ends and
+// returns a client of it.
+func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rls.Client {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: tr, ShutdownGrace: time.Second}) }()
+	c, err := rls.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("rls.Serve (%s): %v", tr, err)
+		}
+	})
+	return c
 }
 
 func cmpOr(a, b portero.FailurePolicy) portero.FailurePolicy {

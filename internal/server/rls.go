@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/portero-rl/portero/internal/admin"
 	"io"
 	"log/slog"
 	"net"
@@ -77,9 +78,11 @@ type RLSOptions struct {
 	// Store is "memory" (the default) or "redis", at RedisURL.
 	Store, RedisURL string
 	// OnStoreError is the failure policy of gRPC and /v1/check when the
-	// store fails (portero.FailError when empty: gRPC UNAVAILABLE, 503);
-	// AuthOnStoreError that of /v1/auth (portero.FailAllow when empty).
-	// LocalShare is the share of each limit FailLocal admits.
+	// store fails, AuthOnStoreError that of /v1/auth; empty is the
+	// engine's default (engine.Options.OnError), as at every door. One
+	// policy for both is one engine, so that FailLocal keeps one local
+	// count per limit. LocalShare is the share of each limit FailLocal
+	// admits.
 	OnStoreError, AuthOnStoreError portero.FailurePolicy
 	LocalShare                     float64
 	// NearLimit is the share of a limit used from which an admitted
@@ -175,8 +178,10 @@ type EnvoyproxyOptions struct {
 	// KeyPrefix is its CACHE_KEY_PREFIX (under Compat).
 	KeyPrefix string
 	// IgnoreDotFiles is its RUNTIME_IGNOREDOTFILES (under Compat); QuotaMode
-	// its QUOTA_MODE (every limit in quota_mode).
-	IgnoreDotFiles, QuotaMode bool
+	// its QUOTA_MODE (every limit in quota_mode, descriptor.Options.QuotaMode);
+	// ShadowMode its SHADOW_MODE (engine.Options.ShadowAll: every request
+	// OK, the statuses unchanged).
+	IgnoreDotFiles, QuotaMode, ShadowMode bool
 	// HealthyWithConfig fails /healthcheck until a configuration with a
 	// domain is loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
@@ -210,12 +215,11 @@ func listenAddr(v, def string) string {
 	return v
 }
 
-// RunRLS runs `portero rls` until ctx is done, on the lifecycle `portero
-// serve` runs on (lifecycle.Service): its listeners (gRPC, HTTP, admin),
-// reloads on o.Reload and on file change, readiness, then the drain and
-// the graceful shutdown. The configuration is read before anything
-// listens; an error there is a *ConfigError.
-func RunRLS(ctx context.Context, o RLSOptions) error {
+// rlsAddrs are the addresses of RunRLS's listeners, "off" for none.
+type rlsAddrs struct{ grpc, http, admin string }
+
+// prepare checks what RunRLS cannot run with and fills in o's defaults.
+func (o *RLSOptions) prepare() (rlsAddrs, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -225,26 +229,32 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	compat := o.Envoyproxy.Compat != nil
 	switch {
 	case o.XDS != nil && o.ConfigPath != "":
-		return &ConfigError{errors.New("the configuration comes from files or over xDS, not both")}
+		return rlsAddrs{}, &ConfigError{errors.New("the configuration comes from files or over xDS, not both")}
 	case o.ConfigPath == "" && !compat && o.XDS == nil:
-		return &ConfigError{errors.New("an envoyproxy/ratelimit configuration (a file or a directory) is required")}
+		return rlsAddrs{}, &ConfigError{errors.New("an envoyproxy/ratelimit configuration (a file or a directory) is required")}
 	}
-	grpcListen := listenAddr(o.GRPCListen, DefaultRLSGRPCListen)
-	httpListen := listenAddr(o.HTTPListen, DefaultRLSHTTPListen)
-	adminListen := listenAddr(o.AdminListen, DefaultRLSAdminListen)
-	if grpcListen == "off" && httpListen == "off" {
-		return &ConfigError{errors.New("both the gRPC and the HTTP listeners are off: nothing to serve")}
-	}
-	if o.OnStoreError == "" {
-		o.OnStoreError = portero.FailError
-	}
-	if o.AuthOnStoreError == "" {
-		o.AuthOnStoreError = portero.FailAllow
+	addrs := rlsAddrs{grpc: listenAddr(o.GRPCListen, DefaultRLSGRPCListen), http: listenAddr(o.HTTPListen, DefaultRLSHTTPListen),
+		admin: listenAddr(o.AdminListen, DefaultRLSAdminListen)}
+	if addrs.grpc == "off" && addrs.http == "off" {
+		return rlsAddrs{}, &ConfigError{errors.New("both the gRPC and the HTTP listeners are off: nothing to serve")}
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultRLSShutdownTimeout
 	}
 	o.GRPC.ShutdownGrace = o.ShutdownTimeout
+	return addrs, nil
+}
+
+// RunRLS runs `portero rls` until ctx is done, on the lifecycle `portero
+// serve` runs on (lifecycle.Service): its listeners (gRPC, HTTP, admin),
+// reloads on o.Reload and on file change, readiness, then the drain and
+// the graceful shutdown. The configuration is read before anything
+// listens; an error there is a *ConfigError.
+func RunRLS(ctx context.Context, o RLSOptions) error {
+	addrs, err := o.prepare()
+	if err != nil {
+		return err
+	}
 	log := o.Logger
 	var watchPath string
 	if o.Watch && o.ConfigPath != "" {
@@ -258,37 +268,18 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	if err != nil {
 		return &ConfigError{err}
 	}
+	r := &rlsServer{opts: o, log: log, ready: svc.Readiness()}
 	if tracer != nil {
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tracer.Shutdown(sctx); err != nil {
-				log.Warn("rls: flushing the traces", "err", err)
-			}
-		}()
-		o.GRPC.GRPCOptions = append(o.GRPC.GRPCOptions, tracer.ServerOption())
+		defer shutdownTracer(tracer, log)
+		r.opts.GRPC.GRPCOptions = append(r.opts.GRPC.GRPCOptions, tracer.ServerOption())
+		r.tracer = tracer
 	}
-	var compiler *descriptor.Compiler
-	stats, err := newRLSStats(o, func() *descriptor.Config { return compiler.Limits() })
-	if err != nil {
+	if r.stats, err = newRLSStats(o, func() *descriptor.Config { return r.compiler.Limits() }); err != nil {
 		return &ConfigError{err}
 	}
-	limits, err := loadRLSConfig(o.ConfigPath, o.Envoyproxy.load(o.MergeDomains))
-	if o.XDS != nil && compat {
-		// As envoyproxy/ratelimit: no configuration until the server sends one.
-		limits, err = nil, nil
-	}
-	if stats != nil && o.XDS == nil {
-		stats.Loaded(limits, err, o.ConfigPath != "")
-	}
+	limits, err := r.loadFirst()
 	if err != nil {
-		if !compat {
-			return &ConfigError{err}
-		}
-		// As envoyproxy/ratelimit: serve anyway, answering that no
-		// configuration is loaded until one is.
-		log.Error("rls: the configuration does not load: answering with no configuration loaded until it does", "err", err)
-		limits = nil
+		return err
 	}
 	store, err := openRLSStore(o, log)
 	if err != nil {
@@ -301,35 +292,94 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 			log.Warn("closing the store", "err", err)
 		}
 	}()
+	if err := r.build(store, limits); err != nil {
+		return err
+	}
+	if err := r.listen(svc, addrs); err != nil {
+		return err
+	}
+	drain := 5 * time.Second
+	if o.DrainPeriod != nil {
+		drain = *o.DrainPeriod
+	}
+	// Stopped when Run returns (cancel first, then wait): the statistics
+	// flush once more.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	r.background(bctx, &wg)
+	return svc.Run(ctx, lifecycle.Hooks{
+		Reload:          r.reload,
+		DrainPeriod:     func() time.Duration { return drain },
+		ShutdownTimeout: func() time.Duration { return o.ShutdownTimeout },
+	})
+}
+
+// shutdownTracer flushes the traces still buffered.
+func shutdownTracer(tracer *rlstrace.Tracer, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tracer.Shutdown(sctx); err != nil {
+		log.Warn("rls: flushing the traces", "err", err)
+	}
+}
+
+// loadFirst reads the configuration at the start. Under Compat, as
+// envoyproxy/ratelimit, one that fails to load is no error: the service
+// answers that none is loaded until one is (and over xDS, none is until
+// the server sends one).
+func (r *rlsServer) loadFirst() (*descriptor.Config, error) {
+	o := &r.opts
+	compat := o.Envoyproxy.Compat != nil
+	limits, err := loadRLSConfig(o.ConfigPath, o.Envoyproxy.load(o.MergeDomains))
+	if o.XDS != nil && compat {
+		limits, err = nil, nil
+	}
+	if r.stats != nil && o.XDS == nil {
+		r.stats.Loaded(limits, err, o.ConfigPath != "")
+	}
+	if err != nil {
+		if !compat {
+			return nil, &ConfigError{err}
+		}
+		r.log.Error("rls: the configuration does not load: answering with no configuration loaded until it does", "err", err)
+		limits = nil
+	}
+	return limits, nil
+}
+
+// build makes the compiler, the engines and the metrics over store and
+// limits.
+func (r *rlsServer) build(store portero.Store, limits *descriptor.Config) error {
+	o := &r.opts
+	compat := o.Envoyproxy.Compat != nil
 	// One compiler and one engine for gRPC and /v1/check (the same
-	// counters, the same failure policy), a second engine for /v1/auth's
-	// failure policy.
-	compiler = descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
-		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix})
+	// counters, the same failure policy), and for /v1/auth unless its
+	// failure policy differs.
+	r.compiler = descriptor.NewCompiler(limits, descriptor.Options{AllowUnknownDomains: o.AllowUnknownDomains,
+		Envoyproxy: compat, KeyPrefix: o.Envoyproxy.KeyPrefix, QuotaMode: o.Envoyproxy.QuotaMode})
 	ep := o.Envoyproxy
 	engOpts := engine.Options{Store: store, OnError: o.OnStoreError, LocalShare: o.LocalShare, NearLimit: o.NearLimit,
-		Counting: ep.Counting, StopIncrementWhenOver: ep.StopIncrementWhenOver, CounterJitter: ep.CounterJitter}
+		Counting: ep.Counting, StopIncrementWhenOver: ep.StopIncrementWhenOver, CounterJitter: ep.CounterJitter, ShadowAll: ep.ShadowMode}
 	if ep.LocalCacheSize > 0 && ep.Counting == engine.CountEach {
 		// One cache for the process, as there: both engines count in the
 		// same counters.
 		engOpts.OverLimitCache = rlscache.New(ep.LocalCacheSize, o.Now)
 	}
-	eng, err := engine.New(engOpts)
-	if err != nil {
+	var err error
+	if r.engine, err = engine.New(engOpts); err != nil {
 		return &ConfigError{err}
 	}
-	engOpts.OnError = o.AuthOnStoreError
-	authEng, err := engine.New(engOpts)
-	if err != nil {
-		return &ConfigError{err}
+	r.authEngine = r.engine
+	if o.AuthOnStoreError != o.OnStoreError {
+		engOpts.OnError = o.AuthOnStoreError
+		if r.authEngine, err = engine.New(engOpts); err != nil {
+			return &ConfigError{err}
+		}
 	}
 	if limits != nil {
-		log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()), "envoyproxy_compat", compat)
-	}
-
-	r := &rlsServer{opts: o, log: log, compiler: compiler, engine: eng, authEngine: authEng, ready: svc.Readiness(), stats: stats}
-	if tracer != nil {
-		r.tracer = tracer
+		r.log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()), "envoyproxy_compat", compat)
 	}
 	if rs, ok := backend(store).(interface{ Connected() bool }); ok {
 		r.redis = rs
@@ -343,42 +393,30 @@ func RunRLS(ctx context.Context, o RLSOptions) error {
 	r.metrics.domains.Set(float64(len(limits.Domains())))
 	r.ready.AddCheck(r.readyCheck)
 	if r.redis != nil && !r.redis.Connected() {
-		log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_store_error", o.OnStoreError.String(),
+		r.log.Warn("redis does not answer yet: serving under the failure policy until it does", "on_store_error", r.engine.OnError().String(),
 			"ready", r.readyCheck() == nil)
 	}
-	if err := r.listen(svc, grpcListen, httpListen, adminListen); err != nil {
-		return err
-	}
-	drain := 5 * time.Second
-	if o.DrainPeriod != nil {
-		drain = *o.DrainPeriod
-	}
-	// Stopped when Run returns (cancel first, then wait): the statistics
-	// flush once more.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	bctx, stopBackground := context.WithCancel(ctx)
-	defer stopBackground()
+	return nil
+}
+
+// background starts, in wg, what runs beside the listeners until ctx is
+// done: the dashboard's sampling, the statsd flushes, the xDS client.
+func (r *rlsServer) background(ctx context.Context, wg *sync.WaitGroup) {
 	if r.dash != nil {
-		wg.Go(func() { r.dash.Run(bctx) })
+		wg.Go(func() { r.dash.Run(ctx) })
 	}
-	if stats != nil {
-		wg.Go(func() { stats.Run(bctx) })
+	if r.stats != nil {
+		wg.Go(func() { r.stats.Run(ctx) })
 	}
-	if o.XDS != nil {
+	if o := r.opts; o.XDS != nil {
 		xo := *o.XDS
-		xo.Load, xo.Logger = o.Envoyproxy.load(o.MergeDomains), log
+		xo.Load, xo.Logger = o.Envoyproxy.load(o.MergeDomains), r.log
 		wg.Go(func() {
-			if err := rlsxds.Run(bctx, xo, func(c *descriptor.Config, err error) { r.apply("xDS", c, err) }); err != nil {
-				log.Error("rls: no xDS configuration", "err", err)
+			if err := rlsxds.Run(ctx, xo, func(c *descriptor.Config, err error) { r.apply("xDS", c, err) }); err != nil {
+				r.log.Error("rls: no xDS configuration", "err", err)
 			}
 		})
 	}
-	return svc.Run(ctx, lifecycle.Hooks{
-		Reload:          r.reload,
-		DrainPeriod:     func() time.Duration { return drain },
-		ShutdownTimeout: func() time.Duration { return o.ShutdownTimeout },
-	})
 }
 
 // rlsServer is one running `portero rls`.
@@ -405,9 +443,9 @@ type rlsSource struct {
 }
 
 // listen binds the listeners that are not off.
-func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, adminListen string) error {
+func (r *rlsServer) listen(svc *lifecycle.Service, addrs rlsAddrs) error {
 	o := r.opts
-	if grpcListen != "off" {
+	if addrs.grpc != "off" {
 		rsvc := rls.NewService(r.compiler, r.engine, rls.ServiceOptions{CallTimeout: o.CallTimeout, NoHeaders: o.NoHeaders, Now: o.Now, Logger: r.log,
 			Observer: r.observer("grpc"), Compat: o.Envoyproxy.Compat, Tracer: r.tracer})
 		srv, err := rls.NewServer(rsvc, o.GRPC)
@@ -418,21 +456,21 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		r.configHealth()
 		so := srv.Options()
 		// The gRPC server authenticates clients by mTLS only.
-		if _, err := svc.Listen(lifecycle.Listener{Name: "gRPC", Addr: grpcListen, Scheme: "grpc", Note: "(" + string(so.Transport) + ")",
+		if _, err := svc.Listen(lifecycle.Listener{Name: "gRPC", Addr: addrs.grpc, Scheme: "grpc", Note: "(" + string(so.Transport) + ")",
 			Server: srv, OnDrain: srv.Drain, OwnTLS: so.TLS.CertFile != "",
 			Credentials: true, Auth: so.TLS.ClientCAFile != "", Risk: "spend and read any client's limits",
 			Listen: func(addr string) (net.Listener, error) { return rls.Listen(addr, so.SocketMode) }}); err != nil {
 			return err
 		}
 	}
-	if httpListen != "off" {
+	if addrs.http != "off" {
 		h, err := checkapi.New(checkapi.Config{Compiler: r.compiler, Engine: r.engine, AuthEngine: r.authEngine,
 			ClientIP: o.ClientIP, DefaultDomain: o.AuthDomain, Timeout: o.CallTimeout, Now: o.Now, Logger: r.log,
 			Observer: r.observer("http")})
 		if err != nil {
 			return &ConfigError{err}
 		}
-		tlsR, err := reloader(o.HTTPTLS, r.log)
+		tlsR, err := tlsreload.Optional(o.HTTPTLS, r.log)
 		if err != nil {
 			return &ConfigError{fmt.Errorf("HTTP listener TLS: %w", err)}
 		}
@@ -444,27 +482,27 @@ func (r *rlsServer) listen(svc *lifecycle.Service, grpcListen, httpListen, admin
 		mux.Handle("/json", jsvc.JSONHandler())
 		mux.Handle("/healthcheck", rls.HealthHandler(r.healthy))
 		mux.Handle("/", h)
-		srv := &http.Server{Handler: withProbes(mux, r.ready), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		srv := &http.Server{Handler: admin.Probes(mux, r.ready), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
-		if _, err := svc.Listen(lifecycle.Listener{Name: "HTTP", Addr: httpListen, Server: srv, TLS: tlsR,
+		if _, err := svc.Listen(lifecycle.Listener{Name: "HTTP", Addr: addrs.http, Server: srv, TLS: tlsR,
 			Credentials: true, Auth: tlsR != nil && tlsR.ClientAuth(), Risk: "spend and read any client's limits"}); err != nil {
 			return err
 		}
 	}
-	if adminListen != "off" {
-		tlsR, err := reloader(o.AdminTLS, r.log)
+	if addrs.admin != "off" {
+		tlsR, err := tlsreload.Optional(o.AdminTLS, r.log)
 		if err != nil {
 			return &ConfigError{fmt.Errorf("admin listener TLS: %w", err)}
 		}
 		token := func() string { return o.AdminToken }
 		r.dash = dashboard.New(rlsDashSource{r}, dashboard.Options{Token: token, Ticks: o.DashboardTicks})
-		base := adminBase{reg: r.metrics.reg, ready: r.ready, token: token, dash: r.dash}
+		al := admin.Listener{Registry: r.metrics.reg, Ready: r.ready, Dashboard: r.dash, Token: token}
 		if o.Envoyproxy.Compat != nil {
-			base.index = debugIndex
+			al.Index = debugIndex
 		}
-		srv := base.server(r.log, r.adminRoutes)
+		srv := al.Server(r.log, r.adminRoutes)
 		srv.RegisterOnShutdown(r.dash.Close) // its event streams would hold the shutdown
-		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: adminListen, Server: srv, TLS: tlsR,
+		if _, err := svc.Listen(lifecycle.Listener{Name: "admin", Addr: addrs.admin, Server: srv, TLS: tlsR,
 			Credentials: true, Auth: o.AdminToken != "" || tlsR != nil && tlsR.ClientAuth(),
 			Risk: "read the metrics, the configuration and profiles of the process", Note: "(dashboard /dashboard/, /metrics, /config, /rlconfig, /debug/pprof/)"}); err != nil {
 			return err
@@ -512,7 +550,7 @@ func (r *rlsServer) readyCheck() error {
 	if r.redis == nil || r.redis.Connected() {
 		return nil
 	}
-	if p := r.opts.OnStoreError; p == portero.FailDeny || p == portero.FailError {
+	if p := r.engine.OnError(); p == portero.FailDeny || p == portero.FailError {
 		return fmt.Errorf("redis has not answered yet and the failure policy is %s", p)
 	}
 	return nil
@@ -557,7 +595,7 @@ func (r *rlsServer) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /stats", rls.StatsHandler())
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, req *http.Request) {
 		src := r.source.Load()
-		writeJSON(w, http.StatusOK, map[string]any{"source": r.opts.ConfigPath, "loaded_at": src.at.UTC().Format(time.RFC3339),
+		admin.WriteJSON(w, http.StatusOK, map[string]any{"source": r.opts.ConfigPath, "loaded_at": src.at.UTC().Format(time.RFC3339),
 			"files": src.limits.Files(), "domains": src.limits.Domains()})
 	})
 }
@@ -588,11 +626,12 @@ func debugIndex(w http.ResponseWriter, _ *http.Request) {
 }
 
 // openRLSStore opens the store RLSOptions name, behind leased budgets
-// unless in the compatibility mode (whose counters, portero.Counter, are
-// envoyproxy/ratelimit's, and whose files carry no budget).
+// unless in the compatibility mode or counting each hit as
+// envoyproxy/ratelimit does (whose counters, portero.Counter, are its
+// own, and whose files carry no budget).
 func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
 	st, err := openRLSBackend(o, log)
-	if err != nil || o.Envoyproxy.Compat != nil {
+	if err != nil || o.Envoyproxy.Compat != nil || o.Envoyproxy.Counting == engine.CountEach {
 		return st, err
 	}
 	return withBudgets(st, nil)

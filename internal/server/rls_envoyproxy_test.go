@@ -160,7 +160,7 @@ func TestRLSEnvoyproxyDotFiles(t *testing.T) {
 // internal/rls build the service by hand): KeyPrefix names the Redis keys,
 // StopIncrementWhenOver leaves a counter alone when another goes over,
 // QuotaMode makes every limit a quota one, CounterJitter lengthens expiries,
-// Compat.Metadata fills dynamic_metadata and Compat.ShadowMode answers OK.
+// Compat.Metadata fills dynamic_metadata and EnvoyproxyOptions.ShadowMode answers OK.
 func TestRLSEnvoyproxyOptions(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := t.TempDir()
@@ -230,7 +230,7 @@ func TestRLSEnvoyproxyOptions(t *testing.T) {
 		t.Errorf("%d of 10 counters live longer than their minute, want most (CounterJitter 300 s)", longer)
 	}
 
-	shadow := start(server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersNone, ShadowMode: true}})
+	shadow := start(server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersNone}, ShadowMode: true})
 	shadow(both("s"))
 	if code, m := shadow(both("s")); code != 200 || m["overallCode"] != "OK" || m["statuses"].([]any)[0].(map[string]any)["code"] != "OVER_LIMIT" {
 		t.Errorf("ShadowMode: %d %v, want 200 OK with a's status OVER_LIMIT", code, m)

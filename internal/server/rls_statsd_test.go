@@ -206,15 +206,27 @@ func (l *statsdListener) collect(quiet time.Duration) []string {
 // summarize aggregates statsd lines as a statsd server would: counters
 // summed, timers counted, gauges named. Counters of the Go runtime
 // (ratelimit.go.*) differ by process: their values are "*". Each line of
-// the result is "c NAME VALUE", "ms NAME SAMPLES" or "g NAME", sorted.
+// the result is "c NAME VALUE", "ms NAME SAMPLES" or "g NAME", sorted;
+// a DogStatsD line's tags stay in NAME as |#tags, sorted (their order
+// means nothing).
 func summarize(t *testing.T, lines []string) []string {
 	t.Helper()
 	counters, timers, gauges := map[string]uint64{}, map[string]int{}, map[string]bool{}
 	for _, line := range lines {
 		name, rest, ok1 := strings.Cut(line, ":")
-		value, kind, ok2 := strings.Cut(rest, "|")
-		if !ok1 || !ok2 {
+		fields := strings.Split(rest, "|")
+		if !ok1 || len(fields) < 2 {
 			t.Fatalf("not a statsd line: %q", line)
+		}
+		value, kind := fields[0], fields[1]
+		for _, f := range fields[2:] {
+			if tags, ok := strings.CutPrefix(f, "#"); ok {
+				list := strings.Split(tags, ",")
+				sort.Strings(list)
+				name += "|#" + strings.Join(list, ",")
+			} else if f != "@1" && f != "@1.000000" {
+				t.Fatalf("statsd line %q: unknown field %q", line, f)
+			}
 		}
 		switch kind {
 		case "c":
@@ -233,7 +245,7 @@ func summarize(t *testing.T, lines []string) []string {
 	}
 	var out []string
 	for n, v := range counters {
-		if strings.HasPrefix(n, "ratelimit.go.") {
+		if strings.HasPrefix(n, "ratelimit.go.") || strings.HasPrefix(n, "ratelimit.go|") {
 			out = append(out, "c "+n+" *")
 			continue
 		}
@@ -251,10 +263,18 @@ func summarize(t *testing.T, lines []string) []string {
 
 // notCompared tells the lines of the golden file the comparison leaves
 // out: the stats of envoyproxy/ratelimit's Redis connection pool (Portero's
-// client multiplexes, it has none), and the Go runtime's counters of
-// garbage collections, sent only once one ran.
+// client multiplexes, it has none), the Go runtime's counters of
+// garbage collections, sent only once one ran, and the DogStatsD client's
+// telemetry about itself (datadog.dogstatsd.client.*, sent on its own
+// clock).
 func notCompared(line string) bool {
-	return strings.Contains(line, " ratelimit.redis_pool.") || line == "c ratelimit.go.numGC *" || line == "c ratelimit.go.pauseTotalNs *"
+	name := strings.Fields(line + " ")[1:]
+	n := ""
+	if len(name) > 0 {
+		n, _, _ = strings.Cut(name[0], "|")
+	}
+	return strings.HasPrefix(n, "ratelimit.redis_pool.") || n == "ratelimit.go.numGC" || n == "ratelimit.go.pauseTotalNs" ||
+		strings.HasPrefix(n, "datadog.")
 }
 
 func writeStatsdConfig(t *testing.T, dir string) {
@@ -276,17 +296,46 @@ func writeStatsdConfig(t *testing.T, dir string) {
 // (testdata/envoyproxy-statsd.golden, recorded from it by
 // scripts/envoyproxy-stats-golden.sh).
 func TestStatsdMatchesEnvoyproxy(t *testing.T) {
+	testStatsdMatchesEnvoyproxy(t, statsdGolden, []string{"USE_STATSD=true", "STATSD_PROTOCOL=udp"},
+		func(addr string) *rlsstats.Options {
+			return &rlsstats.Options{Addr: addr, Protocol: "udp", FlushInterval: time.Hour}
+		})
+}
+
+// TestDogStatsdMatchesEnvoyproxy: the same with DogStatsD, extra tags and
+// a mogrifier that turns the descriptor's stats into tags, against what
+// envoyproxy/ratelimit sent (testdata/envoyproxy-dogstatsd.golden).
+func TestDogStatsdMatchesEnvoyproxy(t *testing.T) {
+	m, err := rlsstats.NewMogrifier(`^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`, "ratelimit.service.rate_limit.$3",
+		map[string]string{"domain": "$1", "descriptor": "$2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testStatsdMatchesEnvoyproxy(t, "testdata/envoyproxy-dogstatsd.golden", []string{"USE_STATSD=false", "USE_DOG_STATSD=true",
+		"EXTRA_TAGS=deploy:blue", "USE_DOG_STATSD_MOGRIFIERS=HITS",
+		`DOG_STATSD_MOGRIFIER_HITS_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+		"DOG_STATSD_MOGRIFIER_HITS_NAME=ratelimit.service.rate_limit.$3", "DOG_STATSD_MOGRIFIER_HITS_TAGS=domain:$1,descriptor:$2"},
+		func(addr string) *rlsstats.Options {
+			return &rlsstats.Options{Addr: addr, DogStatsd: true, Mogrifiers: []rlsstats.Mogrifier{m},
+				Tags: map[string]string{"deploy": "blue"}, FlushInterval: time.Hour}
+		})
+}
+
+// testStatsdMatchesEnvoyproxy sends the scripted calls to `portero rls`
+// with the statistics opts gives, and compares what reached a UDP listener
+// with golden, or records golden from envoyproxy/ratelimit run with env.
+func testStatsdMatchesEnvoyproxy(t *testing.T, golden string, env []string, opts func(addr string) *rlsstats.Options) {
 	l := listenStatsd(t)
 	if *envoyproxyServiceCmd != "" {
-		recordEnvoyproxyStatsd(t, l)
+		recordEnvoyproxyStatsd(t, l, golden, env)
 		return
 	}
-	golden, err := os.ReadFile(statsdGolden)
+	data, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, line := range strings.Split(strings.TrimSpace(string(golden)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		if !strings.HasPrefix(line, "#") && !notCompared(line) {
 			want = append(want, line)
 		}
@@ -297,7 +346,7 @@ func TestStatsdMatchesEnvoyproxy(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 20, 30, 0, time.UTC)
 	r := startRLS(t, server.RLSOptions{ConfigPath: dir, Now: func() time.Time { return at },
 		Envoyproxy: server.EnvoyproxyOptions{Compat: &rls.Compat{Headers: rls.HeadersNone}, Counting: engine.CountEach},
-		Statsd:     &rlsstats.Options{Addr: l.conn.LocalAddr().String(), Protocol: "udp", FlushInterval: time.Hour}})
+		Statsd:     opts(l.conn.LocalAddr().String())})
 	sendStatsdCalls(t, strings.TrimPrefix(r.grpc, "grpc://"))
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
@@ -307,6 +356,9 @@ func TestStatsdMatchesEnvoyproxy(t *testing.T) {
 		if !notCompared(line) {
 			got = append(got, line)
 		}
+	}
+	if len(got) == 0 {
+		t.Fatal("no statistics received")
 	}
 	if g, w := strings.Join(got, "\n"), strings.Join(want, "\n"); g != w {
 		t.Errorf("statistics differ from envoyproxy/ratelimit's (-want +got):\n%s", lineDiff(want, got))
@@ -340,7 +392,7 @@ func lineDiff(want, got []string) string {
 // recordEnvoyproxyStatsd runs envoyproxy/ratelimit's service_cmd on a
 // redis-server of its own with the same configuration, sends it the
 // scripted calls and writes what it sent to statsd into the golden file.
-func recordEnvoyproxyStatsd(t *testing.T, l *statsdListener) {
+func recordEnvoyproxyStatsd(t *testing.T, l *statsdListener, golden string, env []string) {
 	redis := redistest.Start(t)
 	root := filepath.Join(t.TempDir(), "current")
 	writeStatsdConfig(t, filepath.Join(root, "ratelimit", "config"))
@@ -350,8 +402,8 @@ func recordEnvoyproxyStatsd(t *testing.T, l *statsdListener) {
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(freeTCPPort(t)), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freeTCPPort(t)),
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr(), "LOG_LEVEL=error",
-		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(l.port()), "STATSD_PROTOCOL=udp",
-		"STATS_FLUSH_INTERVAL=500ms")
+		"STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(l.port()), "STATS_FLUSH_INTERVAL=500ms")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -383,10 +435,10 @@ func recordEnvoyproxyStatsd(t *testing.T, l *statsdListener) {
 	for _, line := range got {
 		b.WriteString(line + "\n")
 	}
-	if err := os.WriteFile(statsdGolden, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("wrote %s (%d lines)", statsdGolden, len(got))
+	t.Logf("wrote %s (%d lines)", golden, len(got))
 }
 
 func freeTCPPort(t *testing.T) int {

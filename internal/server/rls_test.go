@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -301,12 +303,11 @@ func TestRLSReadiness(t *testing.T) {
 	}
 }
 
-// TestRLSStartWithRedisDown is issue 10's point 5 for `portero rls`, as
-// TestStartWithRedisDown is for serve: with a real redis-server's address
-// and nothing answering there, rls starts, says so in its log, answers
-// gRPC and /v1/check by --on-store-error (and is not ready only under
-// deny), and counts in Redis by itself once Redis answers. Without
-// DialInBackground, RunRLS failed at the start.
+// TestRLSStartWithRedisDown, as TestStartWithRedisDown for serve: with a
+// real redis-server's address and nothing answering there, rls starts
+// (Redis dialled in the background), says so in its log, answers gRPC and
+// /v1/check by its failure policy (and is not ready only under deny), and
+// counts in Redis by itself once Redis answers.
 func TestRLSStartWithRedisDown(t *testing.T) {
 	for _, tt := range []struct {
 		policy  portero.FailurePolicy
@@ -316,8 +317,9 @@ func TestRLSStartWithRedisDown(t *testing.T) {
 		{portero.FailAllow, true, true},
 		{portero.FailDeny, false, false},
 		{portero.FailLocal, true, true},
+		{"", true, true}, // the engine's default, as at every door
 	} {
-		t.Run(string(tt.policy), func(t *testing.T) {
+		t.Run(cmp.Or(string(tt.policy), "empty"), func(t *testing.T) {
 			srv := redistest.Start(t)
 			srv.Kill() // its address, nothing answering
 			path := filepath.Join(t.TempDir(), "limits.yaml")
@@ -425,4 +427,40 @@ func ExampleRunRLS() {
 
 func tlsFiles(cert, key, ca string) tlsreload.Files {
 	return tlsreload.Files{CertFile: cert, KeyFile: key, ClientCAFile: ca}
+}
+
+// TestRLSLocalPolicySharedByAllDoors: under the failure policy local, with
+// a real redis-server's address and nothing answering there, gRPC and
+// /v1/auth count one limit in one local memory: their hits on one key add
+// up to the limit, whichever door they came through.
+func TestRLSLocalPolicySharedByAllDoors(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+	r := startRLS(t, server.RLSOptions{ConfigPath: path, Store: "redis", RedisURL: srv.URL(),
+		OnStoreError: portero.FailLocal, AuthOnStoreError: portero.FailLocal})
+	c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	viaGRPC := func() string {
+		t.Helper()
+		a, err := c.ShouldRateLimit(context.Background(), &descriptor.Request{Domain: "edge",
+			Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "remote_address", Value: "127.0.0.1"}}}}})
+		if err != nil {
+			t.Fatalf("gRPC: %v", err)
+		}
+		return a.Code.String()
+	}
+	viaAuth := func() string {
+		t.Helper()
+		code, _, _ := get(t, r.http+"/v1/auth?domain=edge") // remote_address is the client's, 127.0.0.1
+		return strconv.Itoa(code)
+	}
+	got := []string{viaGRPC(), viaGRPC(), viaAuth(), viaAuth(), viaGRPC()}
+	if want := "[OK OK 200 429 OVER_LIMIT]"; fmt.Sprint(got) != want {
+		t.Errorf("3/hour through gRPC, gRPC, /v1/auth, /v1/auth, gRPC = %v, want %s (one local count)", got, want)
+	}
 }

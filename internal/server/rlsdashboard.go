@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/portero-rl/portero/internal/admin"
 	"sort"
 	"strings"
 
@@ -26,17 +27,14 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 	if storeType == "" {
 		storeType = "memory"
 	}
-	onError := string(r.opts.OnStoreError)
-	if onError == "" {
-		onError = "allow"
-	}
+	onError := r.engine.OnError().String()
 	snap := dashboard.Snapshot{
 		Service:          "portero rls",
 		TopRefusedWindow: "5 min",
 		Config: dashboard.Config{Source: r.opts.ConfigPath,
-			Reloads: int64(readCounter(m.reloads.WithLabelValues("ok"))), ReloadErrors: int64(readCounter(m.reloads.WithLabelValues("error")))},
+			Reloads: int64(admin.ReadCounter(m.reloads.WithLabelValues("ok"))), ReloadErrors: int64(admin.ReadCounter(m.reloads.WithLabelValues("error")))},
 		Store: dashboard.Store{Type: storeType, OnError: onError, Connected: r.connected() == 1, Fallback: m.fallback.Load(),
-			Errors: readCounter(m.storeErrors)},
+			Errors: admin.ReadCounter(m.storeErrors)},
 	}
 	if src := r.source.Load(); src != nil {
 		snap.Config.Loaded = src.at
@@ -48,18 +46,18 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 			switch mf.GetName() {
 			case "portero_rls_decisions_total":
 				for _, x := range mf.GetMetric() {
-					k := ruleKey{label(x, "domain"), label(x, "key")}
+					k := ruleKey{admin.Label(x, "domain"), admin.Label(x, "key")}
 					if counts[k] == nil {
 						counts[k] = map[string]float64{}
 					}
-					counts[k][label(x, "outcome")] = x.GetCounter().GetValue()
+					counts[k][admin.Label(x, "outcome")] = x.GetCounter().GetValue()
 				}
 			case "portero_rls_failure_policy_decisions_total":
 				for _, x := range mf.GetMetric() {
 					snap.Store.FallbackDecisions += x.GetCounter().GetValue()
 				}
 			case "portero_store_latency_seconds":
-				readLatency(&snap, mf)
+				admin.ReadLatency(&snap, mf)
 			}
 		}
 	}
@@ -91,7 +89,7 @@ func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 	}
 	now := m.now()
 	snap.Usage = m.usage.Top(now)
-	snap.TopRefused = dashKeys(m.refused.top(now, 5, 20))
+	snap.TopRefused = m.refused.Top(now, 5, 20)
 	return snap
 }
 

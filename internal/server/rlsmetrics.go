@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/portero-rl/portero/internal/admin"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,7 @@ type rlsMetrics struct {
 
 	// refused counts the refused keys of the last minutes, for the
 	// dashboard (the same bounded list as serve's /api/refused).
-	refused refusals
+	refused dashboard.Refused
 	// usage keeps the keys closest to their limits, for the dashboard, of
 	// the configured limits (usageOf: their trackers, per configuration);
 	// now is the decisions' clock.
@@ -84,10 +85,10 @@ func newRLSMetrics(maxDetailed int, connected func() float64, budgets func() (bu
 	if maxDetailed <= 0 {
 		maxDetailed = DefaultMaxDetailedSeries
 	}
-	m := &rlsMetrics{reg: newRegistry(), detailed: seriesSet{max: int64(maxDetailed)},
+	m := &rlsMetrics{reg: admin.NewRegistry(), detailed: seriesSet{max: int64(maxDetailed)},
 		overrides: seriesSet{max: maxOverrideSeries}, usage: dashboard.NewUsage(0), now: time.Now}
 	m.usageOf.Store(&map[*descriptor.Limit]*dashboard.RuleUsage{})
-	m.reloads = newReloads()
+	m.reloads = admin.NewReloads()
 	m.domains = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "portero_rls_config_domains",
 		Help: "Domains in the running envoyproxy/ratelimit configuration.",
@@ -112,7 +113,7 @@ func newRLSMetrics(maxDetailed int, connected func() float64, budgets func() (bu
 	m.storeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "portero_store_latency_seconds",
 		Help:    "Time the engine and its store took to decide all the descriptors of one call.",
-		Buckets: storeLatencyBuckets,
+		Buckets: admin.StoreLatencyBuckets,
 	})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "portero_store_errors_total",
@@ -122,13 +123,13 @@ func newRLSMetrics(maxDetailed int, connected func() float64, budgets func() (bu
 		Name: "portero_rls_detailed_dropped_total",
 		Help: "Decisions of detailed_metric descriptors counted under the plain key: the detailed keys reached --max-detailed-metrics, or the values were too long.",
 	})
-	fallback := newFallbackGauge(&m.fallback, "1 while the store is failing and the failure policy decides instead of the limits; 0 when healthy.")
+	fallback := admin.NewFallbackGauge(&m.fallback, "1 while the store is failing and the failure policy decides instead of the limits; 0 when healthy.")
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "portero_store_connected",
 		Help: "1 once the store has reached its backend (always for the memory store); 0 while a Redis store started during an outage has not.",
 	}, connected)
 	m.reg.MustRegister(m.reloads, m.domains, m.decisions, m.failurePolicy, m.calls, m.storeLatency, m.storeErrors, m.dropped, fallback, up)
-	registerBudgets(m.reg, budgets)
+	admin.RegisterBudgets(m.reg, budgets)
 	return m
 }
 
@@ -342,7 +343,7 @@ func (o *rlsObserver) Observe(req *descriptor.Request, p *descriptor.Plan, v *en
 		}
 		switch res.Outcome {
 		case engine.Refused, engine.CanNeverPass, engine.ShadowRefused:
-			m.refused.add(ks.domain+" "+ks.key, res.Key, res.Rule.Shadow, time.Now())
+			m.refused.Add(ks.domain+" "+ks.key, res.Key, res.Rule.Shadow, time.Now())
 		}
 	}
 }

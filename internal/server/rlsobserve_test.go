@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/portero-rl/portero/internal/admin"
 	"testing"
 	"time"
 
@@ -131,7 +132,7 @@ func TestRLSMetricsOverridesBounded(t *testing.T) {
 	for _, mf := range mfs {
 		if mf.GetName() == "portero_rls_decisions_total" {
 			for _, x := range mf.GetMetric() {
-				keys[label(x, "key")] += x.GetCounter().GetValue()
+				keys[admin.Label(x, "key")] += x.GetCounter().GetValue()
 			}
 		}
 	}

@@ -32,7 +32,6 @@ func newRLSStats(o RLSOptions, limits func() *descriptor.Config) (*rlsstats.Stat
 	so.Limits, so.Logger = limits, o.Logger
 	so.CountEach = o.Envoyproxy.Counting == engine.CountEach
 	so.NearLimitRatio = o.NearLimit
-	so.GlobalShadowMode = o.Envoyproxy.Compat != nil && o.Envoyproxy.Compat.ShadowMode
 	so.MaxKeys = o.MaxDetailedSeries
 	return rlsstats.New(so)
 }

@@ -13,8 +13,10 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -99,13 +101,28 @@ func (ca *CA) ServerNamed(t testing.TB, names ...string) Issued {
 	return ca.issue(t, names[0], x509.ExtKeyUsageServerAuth, names, nil)
 }
 
-// Client issues a client certificate with common name and DNS SAN name.
-func (ca *CA) Client(t testing.TB, name string) Issued {
-	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, []string{name}, nil)
+// Client issues a client certificate with common name names[0] and the
+// subject alternative names names: a URI when it holds "://" (a SPIFFE
+// ID), a DNS name otherwise.
+func (ca *CA) Client(t testing.TB, names ...string) Issued {
+	return ca.issue(t, names[0], x509.ExtKeyUsageClientAuth, names, nil)
 }
 
-func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, dns []string, ips []net.IP) Issued {
+func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, names []string, ips []net.IP) Issued {
 	t.Helper()
+	var dns []string
+	var uris []*url.URL
+	for _, n := range names {
+		if !strings.Contains(n, "://") {
+			dns = append(dns, n)
+			continue
+		}
+		u, err := url.Parse(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, u)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +135,7 @@ func (ca *CA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, dns []strin
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     dns,
+		URIs:         uris,
 		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)

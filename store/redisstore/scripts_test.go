@@ -119,7 +119,7 @@ func testNoFunctionPermission(t *testing.T, deny string) {
 		}
 	}
 	// The server's clock, whose common call has a shorter ARGV as a function.
-	ss, err := New(Config{URL: "redis://limited:secret@" + srv.Addr() + "/0", Prefix: "server:"})
+	ss, err := New(Config{URL: "redis://limited:secret@" + srv.Addr() + "/0", Prefix: "server:", Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
