@@ -634,7 +634,7 @@ func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
 	if err != nil || o.Envoyproxy.Compat != nil || o.Envoyproxy.Counting == engine.CountEach {
 		return st, err
 	}
-	return withBudgets(st, nil)
+	return withBudgets(st, nil, o.Now)
 }
 
 // openRLSBackend opens the store RLSOptions name. A Redis that does not

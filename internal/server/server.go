@@ -99,30 +99,36 @@ type Server struct {
 func openStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	switch cfg.StoreType {
 	case "memory":
-		return withBudgets(memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys}))
+		return memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys})
 	case "redis":
-		return withBudgets(redisstore.New(redisstore.Config{URL: cfg.StoreURL, Timeout: cfg.StoreTimeout,
-			Logger: log, DialInBackground: true}))
+		return redisstore.New(redisstore.Config{URL: cfg.StoreURL, Timeout: cfg.StoreTimeout,
+			Logger: log, DialInBackground: true})
 	}
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
 }
 
-// withBudgets puts a store that can lease behind store/budget, so that the
-// rules with a budget are served from leased budgets at every door; the
-// other rules pass through.
-func withBudgets[S portero.Store](st S, err error) (portero.Store, error) {
+// withBudgets puts a store that can lease behind store/budget, swept on
+// the clock now, so that the rules with a budget are served from leased
+// budgets at every door; the other rules pass through.
+func withBudgets(st portero.Store, err error, now func() time.Time) (portero.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := any(st).(portero.Taker); !ok {
+	if _, ok := st.(portero.Taker); !ok {
 		return st, nil
 	}
-	b, err := budget.New(st, budget.Config{})
+	b, err := budget.New(st, budget.Config{Now: now})
 	if err != nil {
 		_ = st.Close(context.Background())
 		return nil, err
 	}
 	return b, nil
+}
+
+// openWithBudgets opens cfg's store (Options.OpenStore) behind leased budgets.
+func (s *Server) openWithBudgets(cfg *config.Config) (portero.Store, error) {
+	st, err := s.opts.OpenStore(cfg, s.log)
+	return withBudgets(st, err, s.now)
 }
 
 // backend is the store st takes its budgets from, or st.
@@ -352,7 +358,7 @@ func Run(ctx context.Context, opts Options) error {
 // over them, with its hooks into the metrics and the access log. What it
 // opened is in s even when it fails, for Run to close.
 func (s *Server) start(cfg *config.Config) error {
-	st, err := s.opts.OpenStore(cfg, s.log)
+	st, err := s.openWithBudgets(cfg)
 	if err != nil {
 		return err
 	}
@@ -464,7 +470,7 @@ func (s *Server) reload(why string) error {
 	old := s.gw.Config()
 	store, key := s.store, storeKey(cfg)
 	if key != s.storeKey {
-		st, err := s.opts.OpenStore(cfg, s.log)
+		st, err := s.openWithBudgets(cfg)
 		if err != nil {
 			s.log.Error("configuration refused: cannot open its store; keeping the running one", "reason", why, "error", err)
 			return err
