@@ -7,10 +7,6 @@ FUZZTIME ?= 15s
 # cap it so that the time goes to executions.
 FUZZMINIMIZETIME ?= 1s
 
-# Tests that need nginx fail (rather than skip) when it is missing; redis-server
-# and chromium are always required.
-export PORTERO_REQUIRE_NGINX := 1
-
 .PHONY: build test vet deps bench fuzz
 
 ## build: the portero binary at BIN (default bin/portero): static, with

@@ -126,7 +126,7 @@ func TestDoorsDoNotImportDoors(t *testing.T) {
 }
 
 // TestEcosystemAtTheEdge keeps what envoyproxy/ratelimit's users run
-// beside it at the edge: the statsd client (internal/rlsstats), the xDS
+// beside it at the edge: the statsd and DogStatsD clients (internal/rlsstats), the xDS
 // client and its resources (internal/rlsxds) and OpenTelemetry
 // (internal/rlstrace), its local cache (internal/rlscache, on freecache)
 // are linked by `portero rls` (internal/server, cmd) only, never by the
@@ -136,7 +136,7 @@ func TestEcosystemAtTheEdge(t *testing.T) {
 	const mod = "github.com/portero-rl/portero"
 	heavy := []string{"github.com/lyft/gostats", "go.opentelemetry.io/", "github.com/envoyproxy/go-control-plane/pkg/",
 		"github.com/envoyproxy/go-control-plane/ratelimit/", mod + "/internal/rlsstats", mod + "/internal/rlsxds", mod + "/internal/rlstrace",
-		mod + "/internal/rlscache", "github.com/coocood/freecache"}
+		mod + "/internal/rlscache", "github.com/coocood/freecache", "github.com/DataDog/datadog-go/"}
 	pkgs := []string{mod, mod + "/engine", mod + "/store/memstore", mod + "/store/redisstore", mod + "/policy", mod + "/descriptor",
 		mod + "/httplimit", mod + "/client", mod + "/internal/rls", mod + "/internal/checkapi", mod + "/internal/config/envoyconf",
 		mod + "/internal/admin", mod + "/internal/servemetrics", mod + "/internal/gatewaylog"}

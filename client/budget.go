@@ -10,9 +10,9 @@ import (
 // storm). It is gRPC's retry throttling
 // (grpc-go's service config retryThrottling, gRPC's retry design A6), so
 // that a client using Portero's interceptors and one using grpc-go's retry
-// policy spend alike: it holds tokens, MaxTokens to start with; every
-// failed attempt takes one, every successful one gives back TokenRatio, up
-// to MaxTokens; a retry may go only while more than half of MaxTokens are
+// policy spend alike: it holds tokens, gRPC's maxTokens to start with; every
+// failed attempt takes one, every successful one gives back tokenRatio, up
+// to maxTokens; a retry may go only while more than half of maxTokens are
 // left. Attempts refused by a rate limiter count as failures: a server that
 // keeps saying "slow down" soon gets no retries at all, only first
 // attempts. It is safe for concurrent use; the zero value is not: use

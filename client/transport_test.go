@@ -654,11 +654,11 @@ func TestSlowBodyDrainIsBounded(t *testing.T) {
 	})
 }
 
-// TestSlowBodyDrainLoopback is point 18 against a real HTTP server on
-// 127.0.0.1 that answers 429 with Retry-After: 1 and then trickles its body
-// at 20 bytes/s for as long as the connection lasts. Before the fix the
-// client read 64 KiB of it (almost an hour); now it stops reading when the
-// retry is due. Real time: about 1 s.
+// TestSlowBodyDrainLoopback: against a real HTTP server on 127.0.0.1 that
+// answers 429 with Retry-After: 1 and then trickles its body at 20 bytes/s
+// for as long as the connection lasts, the client stops draining the body
+// when the retry is due instead of reading 64 KiB of it (almost an hour).
+// Real time: about 1 s.
 func TestSlowBodyDrainLoopback(t *testing.T) {
 	var mu sync.Mutex
 	var arrivals []time.Time
@@ -738,7 +738,7 @@ func mustRequest(t *testing.T, url string) *http.Request {
 	return req
 }
 
-// TestHugeRateLimitWindowIsCapped is point 19 through the Transport: one
+// TestHugeRateLimitWindowIsCapped, through the Transport: one
 // response with RateLimit t=999999999 (31 years) holds the host for
 // DefaultMaxHold (24 h), no more.
 func TestHugeRateLimitWindowIsCapped(t *testing.T) {

@@ -405,8 +405,9 @@ func TestConcurrencyRenews(t *testing.T) {
 	})
 }
 
-// failingLeases is a LeaseStore whose backend is down and that fails
-// closed, as redisstore does with FailClosed.
+// failingLeases is a LeaseStore whose backend is down: every Acquire
+// fails with an error and no decision, as redisstore's does while Redis
+// is down.
 type failingLeases struct{}
 
 func (failingLeases) Acquire(context.Context, time.Time, portero.ConcurrencyRule, string) (portero.Lease, portero.Decision, error) {

@@ -297,7 +297,7 @@ MD
 	fi
 	cat <<MD
 
-## Targets (issue 16)
+## Targets
 
 Medians from the tables above.
 
@@ -314,7 +314,7 @@ $(parallel portero-now)
 $(parallel portero-clock)
 $(parallel portero-coarse)
 | 0 allocations per decision on an existing key | HotKey $allocs_hot, RandomKeys $allocs_rand allocs/op | | | $(verdict "$allocs_hot == 0 && $allocs_rand == 0") |
-| ≤ 30 B of heap per key at a million keys (as before) | $bkey B/key | $(printf %.1f "$fm_v") B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 30") |
+| ≤ 30 B of heap per key at a million keys | $bkey B/key | $(printf %.1f "$fm_v") B/key ($fm) | $(ratio "$fm_v" "$bkey")× | $(verdict "$bkey <= 30") |
 
 ### Reading these numbers
 
@@ -331,9 +331,8 @@ on a known key is one hash of the key (about 40 instructions, a call that
 makes no other), one atomic load of the slot's hash and state, the
 algorithm (inlined for GCRA), and one compare-and-swap when the request is
 admitted (a refusal writes nothing); \`noop-now\` above is what the
-benchmark's loop and call cost by themselves. Where the rest goes, and what
-each step of issue 16 bought, is in "Why the memory store costs what it
-costs" below. The other algorithms take
+benchmark's loop and call cost by themselves. Where the rest goes is in "Why the memory
+store costs what it costs" below. The other algorithms take
 the shard's mutex (a compare-and-swap and an atomic add) around the same
 steps. Reading the clock costs about 20 ns on this VM (\`Clock\` is two
 reads), as much as the rest of the decision, which is why the exact clock
@@ -382,7 +381,7 @@ the other; with the coarse clock they overlap, which is why
   \`Config.ClockResolution\`.
 - **Where a hot-key decision's instructions go.** \`BenchmarkHotKey/portero-now\`
   counts 341.5 instructions per decision (callgrind, collected in the timed
-  loop only, as \`scripts/bench-ir.sh\` does), 393 before the steps below;
+  loop only, as \`scripts/bench-ir.sh\` does);
   \`noop-now\`, the loop with \`time.Time.Add\` and the call, is 106 of them, and
   Portero's closure adds a few (it passes a context and drops a Decision).
   Of the rest: about 38 hash the key (\`strHash\`, a call that makes none, so
@@ -396,37 +395,9 @@ the other; with the coarse clock they overlap, which is why
   more than the compiler keeps in registers, so \`AllowN\` zeroes its result
   in memory on entry, builds the Decision in memory, copies it to the result
   and loads that into the eight result registers. The admitting quarter of
-  the decisions adds the compare-and-swap.
-- **What each step bought** (issue 16, after the lock-free decision). Each
-  step was measured by instructions as above and by timing rounds of
-  \`-test.bench 'HotKey\$/portero-now\$' -test.cpu 2\`, the test binary (\`go
-  test -c\` in \`bench/\`) of the step run alternately with the one before,
-  five rounds, medians; timings on this shared VM drift by about 1 ns
-  between runs, so a step is compared only with its neighbour in the same
-  rounds:
-
-  | step | instructions | ns |
-  |---|---:|---:|
-  | GCRA decides with scalars (\`algorithm.GCRA.Next\`: the new TAT and the wait, 0 when admitted) and builds its Decision once (\`GCRA.Decision\`), instead of copying one out of \`DecideWord\` into a local and from there to the result | 392.6 → 378.5 | 25.35 → 23.45 |
-  | keys of up to 16 bytes hashed in the store instead of by \`hash/maphash\` (\`maphash.String\` → \`rthashString\` → \`runtime.memhash\` → \`aeshashbody\`: three calls for 64 instructions on a 3-byte key) | 378.5 → 358.4 | 24.12 → 22.94 |
-  | \`Remaining\` divides only when at least one interval of room is left (never on a refusal of cost 1), and unsigned (no check for −1) | 358.4 → 352.5 | 23.08 → 22.49 |
-  | the shard's shift masked to 63 (one shift; for one shard 64 becomes 0, which the mask zeroes) | 352.5 → 347.1 | within the noise |
-  | every key length hashed by the same function, which then calls nothing and needs no frame (16- and 48-byte blocks as the runtime's; \`hash/maphash\` keeps only the seeds) | 347.1 → 341.5 | 21.80 → 21.91 |
-
-  The last step is kept for long keys (API keys): the hash alone
-  (a throwaway benchmark) takes 2.8 against 4.2 ns at 36 bytes and 6.4
-  against 13.2 at 200 for \`maphash.String\`. Together, against
-  \`xrate-syncmap-now\` in the same rounds (six, \`HotKey\$/(portero-now|xrate-syncmap-now)\$\`,
-  the build before these steps and after): 28.3 → 22.4 ns against 46.8 and
-  45.6, 2.04× (\`make bench\` at d1e5359 measured 25.6 against 45.4, 1.77×). Tried and
-  dropped: building the Decision literal in \`AllowN\` itself, from a
-  \`GCRA.Remaining\`, saved 3 instructions (352.5 → 349.4) for a second place
-  that knows what GCRA's Decision holds; a probe specialised for 16-byte
-  slots (the home group as a shift, one bounds check for the hash and state
-  through a subslice) went to 356.7 (the subslice stopped it inlining), 348.5
-  without the subslice. What is left is the interface (a \`time.Time\` in, a
-  Decision and an error out) and dependent loads; a 2× lead with the instant
-  passed in is therefore about where this design ends.
+  the decisions adds the compare-and-swap. What is left is the interface (a
+  \`time.Time\` in, a Decision and an error out) and dependent loads; a 2× lead
+  with the instant passed in is about where this design ends.
 - **A parallel hot key.** With the instant passed in, \`HotKeyParallel/portero-now\`
   admits an eighth of its decisions (each goroutine's instant advances
   250 ns a decision, the rule admits one per µs), far more admissions per
@@ -446,8 +417,8 @@ the other; with the coarse clock they overlap, which is why
   one key about 6.7 ns a decision, some 50 ns of wall time per admission,
   and in a throwaway count a quarter to a third of the admissions lost the
   swap to the other core once and decided again. That run is the machine at
-  its best: on this VM the two vCPUs are at times far apart, and the
-  \`HotKeyParallel/portero-now\` rounds of this work then measured 32 to 37 ns
+  its best: on this VM the two vCPUs are at times far apart, and
+  \`HotKeyParallel/portero-now\` then measures 32 to 37 ns
   (0.7× one goroutine) while a key per goroutine still halved; the target "no worse than one
   goroutine" holds in the first placement (17.1 against 21.9, 1.28×) and
   not in the second.

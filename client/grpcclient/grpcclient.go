@@ -258,7 +258,7 @@ func (e circuitOpen) GRPCStatus() *status.Status {
 // refusal is what a failed attempt's status and trailer say about retrying.
 type refusal struct {
 	code  codes.Code
-	delay time.Duration // the server's, when hasDelay
+	delay time.Duration // the server's, when has
 	has   bool
 	never bool // it can never pass: do not retry
 }

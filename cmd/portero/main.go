@@ -1,5 +1,6 @@
-// Command portero is Portero's one binary: the gateway (serve), the
-// experiments (sim) and the tools around them.
+// Command portero is Portero's one binary: the gateway (serve), the Envoy
+// rate limit service and HTTP decision API (rls), and the tools around
+// them (check, config, sim, plan, keys, replay).
 //
 // main is tiny on purpose: everything happens in run, which the tests call
 // with their own arguments and writers.

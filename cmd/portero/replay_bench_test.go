@@ -148,10 +148,9 @@ func TestReplayMemoryBounded(t *testing.T) {
 
 // BenchmarkReplay measures lines per second for the simple policy (one
 // rule per client) on combined-format lines, and the peak heap; run on
-// one core with -cpu 1, and -benchtime 10000000x for a 10-million-line
-// log:
+// one core with -cpu 1 (docs/operations.md shows the current figures):
 //
-//	go test -run '^$' -bench BenchmarkReplay -benchtime 10000000x -cpu 1 ./cmd/portero
+//	go test -run '^$' -bench BenchmarkReplay -benchtime 2000000x -count 3 -cpu 1 -benchmem ./cmd/portero
 //
 // lines/s is against the wall clock; lines/cpu-s against the CPU time the
 // process used (getrusage: every goroutine, the collector's included),

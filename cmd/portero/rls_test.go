@@ -191,7 +191,7 @@ func TestRLSUsage(t *testing.T) {
 		{"rls", "--config", "no/such/dir"},
 		{"rls", "--config", "../../examples/envoy/config", "--grpc-listen", "off", "--http-listen", "off"},
 		{"rls", "--config", "../../examples/envoy/config", "--grpc-transport", "quic", "--grpc-listen", "127.0.0.1:0", "--http-listen", "off"},
-		// One failure policy, one vocabulary: the old flag and spellings go.
+		// One failure policy, one vocabulary: other flags and spellings are usage errors.
 		{"rls", "--config", "../../examples/envoy/config", "--redis-failure", "fail-closed"},
 		{"rls", "--config", "../../examples/envoy/config", "--on-store-error", "closed"},
 		{"rls", "--config", "../../examples/envoy/config", "--auth-on-store-error", "open"},
@@ -219,10 +219,9 @@ func TestRLSUsage(t *testing.T) {
 }
 
 // TestRLSFailClosed: behind a real redis-server that dies, `portero rls
-// --on-store-error deny` refuses (OVER_LIMIT, and /v1/check allowed:false)
-// where it used to fail open (the Redis store's fail-closed refusals came
-// with an error, so Envoy saw an error and, by its default, let the
-// request through); with the default flags it reports the failure
+// --on-store-error deny` refuses (OVER_LIMIT, and /v1/check allowed:false),
+// never an error that Envoy, by its default, would let through; with the
+// default flags it reports the failure
 // (UNAVAILABLE, 503), so that Envoy's failure_mode_deny decides, and says
 // so in --help.
 func TestRLSFailClosed(t *testing.T) {

@@ -1,6 +1,5 @@
-// Package sms is the seed's example of protecting a dependency: an SMS
-// provider that bills per message, behind one limit shared by every path
-// that reaches it.
+// Package sms protects a dependency: an SMS provider that bills per
+// message, behind one limit shared by every path that reaches it.
 //
 // The services send through the gateway (portero serve --config
 // examples/sms/portero.yaml), which counts each request's messages

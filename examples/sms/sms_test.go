@@ -65,7 +65,7 @@ func startGateway(t *testing.T, redisURL, providerURL string) (string, string) {
 	// A deadline generous enough that a loaded test machine is not taken
 	// for an outage: under on_error: deny a missed 50 ms deadline is a 503,
 	// which this test would count as a refusal (the deadline includes the
-	// wait for a batch since issue 10.6).
+	// wait for a batch).
 	for old, repl := range map[string]string{"redis://127.0.0.1:6379/0": redisURL, "http://127.0.0.1:9000": providerURL,
 		"  on_error: deny": "  timeout: 5s\n  on_error: deny"} {
 		if strings.Count(yaml, old) != 1 {
@@ -119,7 +119,7 @@ func batch(n, length int) sms.Batch {
 	return b
 }
 
-// TestGatewayAndJobShareTheLimit is the seed's SMS provider: a real
+// TestGatewayAndJobShareTheLimit is an SMS provider behind one limit: a real
 // gateway from examples/sms/portero.yaml on a real redis-server, and the
 // nightly job calling the library (redisstore) with the same rule, straight
 // to the provider. They interleave batches of weighted cost (recipients ×
@@ -127,13 +127,78 @@ func batch(n, length int) sms.Batch {
 // is the one a single counter would make, and the provider bills exactly
 // the 1000 messages of the hour, no more, however they were sent.
 func TestGatewayAndJobShareTheLimit(t *testing.T) {
+	s := startSharedLimit(t)
+
+	// Phase 1: weighted batches (recipients × segments), interleaved.
+	i := 0
+	for ; s.left > 200; i++ {
+		s.step(t, i, batch(1+s.rng.IntN(12), 1+s.rng.IntN(400)))
+	}
+	// Phase 2: both paths at once.
+	s.flood(t)
+	// Phase 3: weighted again until the budget is spent (refusals, then
+	// small batches that still fit), then single messages to the last one.
+	for end := i + 80; i < end; i++ {
+		s.step(t, i, batch(1+s.rng.IntN(12), 1+s.rng.IntN(400)))
+	}
+	for ; s.left > 0; i++ {
+		s.step(t, i, batch(1, 10))
+	}
+	s.step(t, i, batch(1, 10)) // one more: refused
+	if s.refused["gateway"] == 0 || s.refused["job"] == 0 {
+		t.Fatalf("refusals %v: want both paths refused at least once", s.refused)
+	}
+	s.checkBilled(t)
+	s.checkSpent(t)
+	t.Logf("messages admitted %v, refused batches %v; provider billed %d in %d requests", s.sent, s.refused, s.prov.billed.Load(), s.prov.requests.Load())
+}
+
+// budget is the provider's messages an hour, the rule's limit.
+const budget = 1000
+
+// sharedLimit is the gateway and the nightly job in front of one provider,
+// and what a single counter of the budget would have admitted so far.
+type sharedLimit struct {
+	gw   string // the gateway's URL
+	job  *sms.Job
+	prov *provider
+
+	rng     *rand.Rand
+	left    int64            // messages a single counter still admits
+	sent    map[string]int64 // admitted messages by path
+	refused map[string]int   // refused batches by path
+}
+
+// startSharedLimit starts redis-server, the provider and the gateway, checks
+// that the job's rule is the gateway's, and builds the job on the library.
+func startSharedLimit(t *testing.T) *sharedLimit {
+	t.Helper()
 	rs := redistest.Start(t)
 	prov := &provider{}
 	provSrv := httptest.NewServer(prov)
-	defer provSrv.Close()
+	t.Cleanup(provSrv.Close)
 	gw, path := startGateway(t, rs.URL(), provSrv.URL)
+	rule := jobRuleIsGateways(t, path)
 
-	// The job's rule is the gateway's: same store rule, key, cost, match.
+	store, err := redisstore.New(redisstore.Config{URL: rs.URL(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close(context.Background()) })
+	lim, err := store.Limiter(rule.StoreRule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sharedLimit{
+		gw: gw, job: sms.NewJob(lim, provSrv.URL+"/sms/send"), prov: prov,
+		rng: rand.New(rand.NewPCG(7, 13)), left: budget, sent: map[string]int64{}, refused: map[string]int{},
+	}
+}
+
+// jobRuleIsGateways checks that the job's rule is the gateway's in the
+// configuration at path (same store rule, key, cost, match) and returns it.
+func jobRuleIsGateways(t *testing.T, path string) *policy.Rule {
+	t.Helper()
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -147,68 +212,56 @@ func TestGatewayAndJobShareTheLimit(t *testing.T) {
 	if k, _ := cfg.Policy.KeyOf(gr.Key, &gr.Match, req); k != sms.Key() {
 		t.Fatalf("key: gateway %q, job %q", k, sms.Key())
 	}
+	return rule
+}
 
-	store, err := redisstore.New(redisstore.Config{URL: rs.URL(), Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(context.Background())
-	lim, err := store.Limiter(rule.StoreRule())
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := sms.NewJob(lim, provSrv.URL+"/sms/send")
-	night := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), time.Minute)
-	}
+// night is the job's patience for one batch.
+func night() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Minute)
+}
 
-	// One counter of 1000 admits a batch when its messages fit: that is
-	// what every answer below must be, whichever path sent it.
-	const budget = 1000
-	left := int64(budget)
-	sent := map[string]int64{}
-	refused := map[string]int{}
-	send := func(t *testing.T, via string, b sms.Batch) bool {
-		t.Helper()
-		if via == "gateway" {
-			status, err := sms.Post(context.Background(), http.DefaultClient, gw+"/sms/send", b)
-			if err != nil || (status != 200 && status != 429) {
-				t.Fatalf("gateway: %d, %v", status, err)
-			}
-			return status == 200
+// send sends b through the gateway or the job and reports whether it was
+// admitted.
+func (s *sharedLimit) send(t *testing.T, via string, b sms.Batch) bool {
+	t.Helper()
+	if via == "gateway" {
+		status, err := sms.Post(context.Background(), http.DefaultClient, s.gw+"/sms/send", b)
+		if err != nil || (status != 200 && status != 429) {
+			t.Fatalf("gateway: %d, %v", status, err)
 		}
-		ctx, cancel := night()
-		defer cancel()
-		err := job.Send(ctx, b)
-		if err != nil && (!errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
-			t.Fatalf("job: %v, want sent or DeadlineExceeded before the night ends", err)
-		}
-		return err == nil
+		return status == 200
 	}
-	rng := rand.New(rand.NewPCG(7, 13))
-	step := func(t *testing.T, i int, b sms.Batch) {
-		t.Helper()
-		via := [2]string{"gateway", "job"}[rng.IntN(2)]
-		cost := sms.Messages(b)
-		want := cost <= left
-		if got := send(t, via, b); got != want {
-			t.Fatalf("event %d via the %s: %d messages with %d left: admitted %v, want %v", i, via, cost, left, got, want)
-		}
-		if want {
-			left -= cost
-			sent[via] += cost
-		} else {
-			refused[via]++
-		}
+	ctx, cancel := night()
+	defer cancel()
+	err := s.job.Send(ctx, b)
+	if err != nil && (!errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+		t.Fatalf("job: %v, want sent or DeadlineExceeded before the night ends", err)
 	}
+	return err == nil
+}
 
-	// Phase 1: weighted batches (recipients × segments), interleaved.
-	i := 0
-	for ; left > 200; i++ {
-		step(t, i, batch(1+rng.IntN(12), 1+rng.IntN(400)))
+// step sends b through a path drawn at random and checks the answer is the
+// one a single counter of the budget gives: admitted when its messages fit.
+func (s *sharedLimit) step(t *testing.T, i int, b sms.Batch) {
+	t.Helper()
+	via := [2]string{"gateway", "job"}[s.rng.IntN(2)]
+	cost := sms.Messages(b)
+	want := cost <= s.left
+	if got := s.send(t, via, b); got != want {
+		t.Fatalf("event %d via the %s: %d messages with %d left: admitted %v, want %v", i, via, cost, s.left, got, want)
 	}
-	// Phase 2: both paths at once, six goroutines, 120 one-message batches:
-	// every one fits, and every one must be counted.
+	if want {
+		s.left -= cost
+		s.sent[via] += cost
+	} else {
+		s.refused[via]++
+	}
+}
+
+// flood sends 120 one-message batches from six goroutines, three through
+// each path: every one fits, and every one must be counted.
+func (s *sharedLimit) flood(t *testing.T) {
+	t.Helper()
 	var wg sync.WaitGroup
 	var lost atomic.Int64
 	for g := range 6 {
@@ -217,11 +270,11 @@ func TestGatewayAndJobShareTheLimit(t *testing.T) {
 			for range 20 {
 				ok := false
 				if via == "gateway" {
-					status, err := sms.Post(context.Background(), http.DefaultClient, gw+"/sms/send", batch(1, 20))
+					status, err := sms.Post(context.Background(), http.DefaultClient, s.gw+"/sms/send", batch(1, 20))
 					ok = err == nil && status == 200
 				} else {
 					ctx, cancel := night()
-					ok = job.Send(ctx, batch(1, 20)) == nil
+					ok = s.job.Send(ctx, batch(1, 20)) == nil
 					cancel()
 				}
 				if !ok {
@@ -232,36 +285,34 @@ func TestGatewayAndJobShareTheLimit(t *testing.T) {
 	}
 	wg.Wait()
 	if lost.Load() != 0 {
-		t.Fatalf("%d of 120 concurrent one-message batches refused with %d messages left", lost.Load(), left)
+		t.Fatalf("%d of 120 concurrent one-message batches refused with %d messages left", lost.Load(), s.left)
 	}
-	left -= 120
-	sent["concurrent"] = 120
-	// Phase 3: weighted again until the budget is spent (refusals, then
-	// small batches that still fit), then single messages to the last one.
-	for end := i + 80; i < end; i++ {
-		step(t, i, batch(1+rng.IntN(12), 1+rng.IntN(400)))
-	}
-	for ; left > 0; i++ {
-		step(t, i, batch(1, 10))
-	}
-	step(t, i, batch(1, 10)) // one more: refused
-	if refused["gateway"] == 0 || refused["job"] == 0 {
-		t.Fatalf("refusals %v: want both paths refused at least once", refused)
-	}
+	s.left -= 120
+	s.sent["concurrent"] = 120
+}
+
+// checkBilled checks that exactly the budget was admitted and billed, and
+// that every request's cost header was its messages.
+func (s *sharedLimit) checkBilled(t *testing.T) {
+	t.Helper()
 	var total int64
-	for _, n := range sent {
+	for _, n := range s.sent {
 		total += n
 	}
-	if total != budget || prov.billed.Load() != budget {
-		t.Errorf("admitted %d messages (%v), provider billed %d; want exactly %d", total, sent, prov.billed.Load(), budget)
+	if total != budget || s.prov.billed.Load() != budget {
+		t.Errorf("admitted %d messages (%v), provider billed %d; want exactly %d", total, s.sent, s.prov.billed.Load(), budget)
 	}
-	if prov.badCost.Load() != 0 {
-		t.Errorf("%d requests carried a cost header that was not their messages", prov.badCost.Load())
+	if s.prov.badCost.Load() != 0 {
+		t.Errorf("%d requests carried a cost header that was not their messages", s.prov.badCost.Load())
 	}
+}
 
-	// The hour's budget is spent for both.
+// checkSpent checks that the hour's budget is spent for both paths: the
+// gateway refuses for most of an hour, the job gives up at once.
+func (s *sharedLimit) checkSpent(t *testing.T) {
+	t.Helper()
 	body, _ := json.Marshal(batch(1, 5))
-	r, _ := http.NewRequest("POST", gw+"/sms/send", bytes.NewReader(body))
+	r, _ := http.NewRequest("POST", s.gw+"/sms/send", bytes.NewReader(body))
 	r.Header.Set(sms.CostHeader, "1")
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
@@ -273,8 +324,7 @@ func TestGatewayAndJobShareTheLimit(t *testing.T) {
 	}
 	ctx, cancel := night()
 	defer cancel()
-	if err := job.Send(ctx, batch(1, 5)); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	if err := s.job.Send(ctx, batch(1, 5)); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 		t.Errorf("job after the budget: %v, want DeadlineExceeded at once", err)
 	}
-	t.Logf("messages admitted %v, refused batches %v; provider billed %d in %d requests", sent, refused, prov.billed.Load(), prov.requests.Load())
 }

@@ -24,7 +24,7 @@ import (
 
 // Every test closes what it starts: servers, client connections, raw
 // connections. goleak checks that nothing is left once all tests ran, and
-// the tests about shutdown check it right away (checkNoLeak).
+// the tests about shutdown check it right away (leakCheck).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // leakCheck notes the goroutines running now; the function it returns
@@ -105,8 +105,8 @@ func startServer(t *testing.T, s *Server) *testServer {
 	return ts
 }
 
-// newServer is NewServer with the test logger and the handlers of
-// echoServer registered.
+// newServer is NewServer with the test logger and the echo handler
+// registered.
 func newServer(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = quietLogger()

@@ -1,11 +1,8 @@
 // Package nginxtest starts a real nginx on loopback for tests: its own
 // prefix directory, configuration, logs and temporary paths under
-// t.TempDir(), in the foreground, stopped when the test ends.
-//
-// A missing nginx skips the test with an install hint on a developer's
-// machine, but fails it where nginx is required: under CI=true or
-// PORTERO_REQUIRE_NGINX=1. A skipped test in CI would count as a pass it
-// never earned.
+// t.TempDir(), in the foreground, stopped when the test ends. A missing
+// nginx fails the test with an install hint: a skipped test would count as
+// a pass it never earned.
 package nginxtest
 
 import (
@@ -23,29 +20,23 @@ import (
 // InstallHint says how to get nginx on Debian.
 const InstallHint = "apt-get install -y nginx-light (Debian's nginx with the auth_request module)"
 
-// Required reports whether a missing nginx must fail tests: when CI is
-// "true" or PORTERO_REQUIRE_NGINX is "1".
-func Required() bool {
-	return strings.EqualFold(os.Getenv("CI"), "true") || os.Getenv("PORTERO_REQUIRE_NGINX") == "1"
-}
+// sbinPaths are where nginx is looked for when it is not on PATH
+// (/usr/sbin is not on every user's PATH).
+var sbinPaths = []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"}
 
-// Binary returns the path of nginx: on PATH, or in /usr/sbin (which is not
-// on every user's PATH). It skips the test, or fails it when Required.
+// Binary returns the path of nginx: on PATH, or in one of sbinPaths. A
+// missing nginx fails the test.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p, err := exec.LookPath("nginx"); err == nil {
 		return p
 	}
-	for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"} {
+	for _, p := range sbinPaths {
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p
 		}
 	}
-	msg := "nginx not found: " + InstallHint
-	if Required() {
-		t.Fatalf("%s (required because CI=true or PORTERO_REQUIRE_NGINX=1)", msg)
-	}
-	t.Skip(msg)
+	t.Fatalf("nginx not found: %s", InstallHint)
 	return ""
 }
 

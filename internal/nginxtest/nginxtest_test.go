@@ -3,6 +3,7 @@ package nginxtest
 import (
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -24,19 +25,31 @@ func TestStart(t *testing.T) {
 	}
 }
 
-func TestRequired(t *testing.T) {
+// outcomeTB records whether a test helper failed or skipped the test.
+type outcomeTB struct {
+	testing.TB
+	failed, skipped bool
+}
+
+func (o *outcomeTB) Fatalf(string, ...any) { o.failed = true; runtime.Goexit() }
+func (o *outcomeTB) Skip(...any)           { o.skipped = true; runtime.Goexit() }
+
+// TestMissingNginxFails: without nginx, on PATH or in sbinPaths, Binary
+// fails the test, outside CI too: it never skips.
+func TestMissingNginxFails(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
 	t.Setenv("CI", "")
-	t.Setenv("PORTERO_REQUIRE_NGINX", "")
-	if Required() {
-		t.Error("Required() = true without CI or PORTERO_REQUIRE_NGINX")
-	}
-	t.Setenv("PORTERO_REQUIRE_NGINX", "1")
-	if !Required() {
-		t.Error("Required() = false with PORTERO_REQUIRE_NGINX=1")
-	}
-	t.Setenv("PORTERO_REQUIRE_NGINX", "")
-	t.Setenv("CI", "true")
-	if !Required() {
-		t.Error("Required() = false with CI=true")
+	saved := sbinPaths
+	sbinPaths = []string{t.TempDir() + "/nginx"}
+	defer func() { sbinPaths = saved }()
+	o := &outcomeTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Binary(o)
+	}()
+	<-done
+	if !o.failed || o.skipped {
+		t.Errorf("Binary without nginx: failed %v, skipped %v; want failed", o.failed, o.skipped)
 	}
 }

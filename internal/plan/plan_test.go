@@ -98,7 +98,7 @@ func TestSizeErrors(t *testing.T) {
 	}
 }
 
-// The seed: 500,000 per day at a steady 10/s runs out after 50,000 s
+// A daily quota: 500,000 per day at a steady 10/s runs out after 50,000 s
 // (13.9 h); the quota lasts the day at 500,000 / 86,400 = 5.787/s.
 func TestQuota(t *testing.T) {
 	for _, tt := range []struct {
@@ -162,7 +162,7 @@ func FuzzParseMargin(f *testing.F) {
 }
 
 func Example() {
-	// The seed: a partition writes 1,000 items/s; keep 30% in reserve; each
+	// A partition writes 1,000 items/s; keep 30% in reserve; each
 	// request writes 2 items and takes 200 ms.
 	p, err := plan.Size(plan.Input{
 		Capacity:        big.NewRat(1000, 1),

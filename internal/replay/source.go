@@ -66,7 +66,7 @@ type lineReader struct {
 }
 
 // next returns the next line without its newline, or io.EOF. A line too
-// long is skipped whole and reported as an error (tooLong).
+// long is skipped whole and reported as an error (errTooLong).
 func (l *lineReader) next() ([]byte, error) {
 	b, err := l.r.ReadSlice('\n')
 	l.line++

@@ -355,8 +355,7 @@ func TestShutdownCutIsAnError(t *testing.T) {
 
 // TestRefusalLogsSampled: refusals are logged at INFO, at most N lines a
 // second per rule, each saying how many it stands for; shadow refusals
-// alike. Before, refusals were DEBUG lines and every shadow refusal was a
-// line of its own.
+// alike.
 func TestRefusalLogsSampled(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)

@@ -303,11 +303,12 @@ func TestRLSReadiness(t *testing.T) {
 	}
 }
 
-// TestRLSStartWithRedisDown, as TestStartWithRedisDown for serve: with a
-// real redis-server's address and nothing answering there, rls starts
-// (Redis dialled in the background), says so in its log, answers gRPC and
-// /v1/check by its failure policy (and is not ready only under deny), and
-// counts in Redis by itself once Redis answers.
+// TestRLSStartWithRedisDown is, for `portero rls`, what
+// TestStartWithRedisDown is for serve: with a real redis-server's address
+// and nothing answering there, rls starts (the store dials in the
+// background), says so in its log, answers gRPC and /v1/check by
+// --on-store-error (and is not ready only under deny), and counts in Redis
+// by itself once Redis answers.
 func TestRLSStartWithRedisDown(t *testing.T) {
 	for _, tt := range []struct {
 		policy  portero.FailurePolicy

@@ -1,4 +1,4 @@
-// Command nightly is the seed's nightly batch job: it sends SMS batches
+// Command nightly is a nightly batch job: it sends SMS batches
 // straight to the provider, bypassing the gateway, yet stays within the
 // limit the gateway enforces, because it asks the same rule in the same
 // Redis before every batch (package sms). It waits while the hour's budget

@@ -1,6 +1,6 @@
 // Package retrysim holds the client-side experiments of "portero sim": what
 // retries do to a service that is already refusing. Both are pure functions
-// of their configuration (a seeded random source, a virtual clock, no
+// of their configuration (a random source of fixed seed, a virtual clock, no
 // goroutines, no I/O) that return the numbers and the per-bucket series a
 // chart needs.
 //
