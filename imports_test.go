@@ -22,6 +22,7 @@ func TestImportsFlowDownward(t *testing.T) {
 		{mod, nil},
 		{mod + "/algorithm", []string{mod}},
 		{mod + "/store/memstore", []string{mod, mod + "/algorithm"}},
+		{mod + "/store/budget", []string{mod}},
 		{mod + "/overload", nil},
 		{mod + "/iolimit", []string{mod, mod + "/algorithm"}},
 		{mod + "/engine", []string{mod, mod + "/algorithm", mod + "/store/memstore"}},

@@ -14,6 +14,12 @@ type Rule struct {
 	Name      string
 	Algorithm Algorithm
 	Limit     Limit
+	// Budget, when positive, serves the rule from leased budgets
+	// (store/budget): each instance takes units from the shared state in
+	// batches sized for about Budget of its own traffic, and spends them
+	// from memory. Stores other than store/budget decide as if it were
+	// zero.
+	Budget time.Duration
 }
 
 // Validate reports why r cannot be enforced.
@@ -24,7 +30,7 @@ func (r Rule) Validate() error {
 	if err := r.Limit.ValidateFor(r.Algorithm); err != nil {
 		return fmt.Errorf("rule %q: %w", r.Name, err)
 	}
-	return nil
+	return r.checkBudget()
 }
 
 // Hit is one rule applied to one key with a cost.

@@ -57,6 +57,9 @@ type LimitSpec struct {
 	Algorithm portero.Algorithm
 	// Burst is the extension's burst, for the buckets, GCRA and the queue.
 	Burst int64
+	// Budget is the extension's budget: the rule is served from leased
+	// budgets (portero.Rule.Budget).
+	Budget time.Duration
 	// Shadow is the node's shadow_mode, QuotaMode its quota_mode.
 	Shadow, QuotaMode bool
 	// Calendar, when it is a calendar limit (portero.Limit.IsCalendar),
@@ -92,7 +95,7 @@ func NewLimit(s LimitSpec) (*Limit, error) {
 	if alg == "" {
 		alg = portero.FixedWindow
 	}
-	r := engine.Rule{Rule: portero.Rule{Name: l.PolicyName(), Algorithm: alg}, Shadow: s.Shadow, QuotaMode: s.QuotaMode}
+	r := engine.Rule{Rule: portero.Rule{Name: l.PolicyName(), Algorithm: alg, Budget: s.Budget}, Shadow: s.Shadow, QuotaMode: s.QuotaMode}
 	r.Limit.Window = s.Unit.Duration()
 	switch {
 	case s.Calendar.IsCalendar():

@@ -265,7 +265,9 @@ func (e *Engine) run(ctx context.Context, now time.Time, v *Verdict) error {
 
 // decide fills v.Results from st; it returns st's first error.
 func (e *Engine) decide(ctx context.Context, st portero.Store, now time.Time, v *Verdict) error {
-	if e.counting == CountEach {
+	if _, policy := st.(policyStore); e.counting == CountEach && !policy {
+		// FailAllow and FailDeny answer every hit alike, whatever the
+		// counting: a FailDeny refusal's retry time is the policy's.
 		return e.decideEach(ctx, st, now, v)
 	}
 	refused := v.blocked // a concurrency rule refused (Admit): count nothing

@@ -119,3 +119,25 @@ func TestLocalMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// Under CountEach, FailDeny refuses with its own retry time, as under
+// AllOrNothing, not with the time to the window's end.
+func TestCountEachFailDenyRetry(t *testing.T) {
+	rule, err := NewRule(Rule{Rule: portero.Rule{Name: "r", Algorithm: portero.FixedWindow, Limit: portero.PerMinute(5)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, counting := range []Counting{AllOrNothing, CountEach} {
+		e, err := New(Options{Store: downStore{storetest.NewReference()}, OnError: portero.FailDeny, Counting: counting})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v Verdict
+		if err := e.Decide(context.Background(), storetest.Base.Add(10*time.Second), []Hit{{Rule: rule, Key: "k", Cost: 1}}, &v); err != nil {
+			t.Fatal(err)
+		}
+		if d := v.Results[0].Decision; v.Allowed || d.RetryAfter != DefaultRetryAfterOnFailure || v.Results[0].Failure != portero.FailDeny {
+			t.Errorf("%s: allowed %v, retry %v, failure %q; want refused by deny, retry %v", counting, v.Allowed, d.RetryAfter, v.Results[0].Failure, DefaultRetryAfterOnFailure)
+		}
+	}
+}

@@ -64,7 +64,8 @@ func TestConcurrencyRuleErrors(t *testing.T) {
 		{policy.Rule{Name: "a", Key: key, Concurrency: portero.ConcurrencyRule{Max: 0, TTL: time.Second}}, "max 0: must be positive"},
 		{policy.Rule{Name: "a", Key: key, Concurrency: portero.ConcurrencyRule{Max: 1, TTL: 48 * time.Hour}}, "at most 24h"},
 		{policy.Rule{Name: "a", Concurrency: portero.ConcurrencyRule{Max: 1}}, "key: required"},
-		{policy.Rule{Name: "a", Key: key, Reserve: 5, Concurrency: portero.ConcurrencyRule{Max: 1}}, "no responses and no reserve"},
+		{policy.Rule{Name: "a", Key: key, Reserve: 5, Concurrency: portero.ConcurrencyRule{Max: 1}}, "no responses, no reserve and no budget"},
+		{policy.Rule{Name: "a", Key: key, Budget: time.Second, Concurrency: portero.ConcurrencyRule{Max: 1}}, "no budget"},
 	} {
 		if _, err := policy.New([]policy.Rule{tc.r}, policy.Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.r, err, tc.want)

@@ -14,6 +14,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/algorithm"
@@ -94,6 +95,10 @@ type Rule struct {
 	// Reserve is, for a cost from the response, the estimate counted at the
 	// decision and settled after; 0 means 1.
 	Reserve int64
+	// Budget, when positive, serves the rule from leased budgets
+	// (portero.Rule.Budget, store/budget): batches of units sized for
+	// about Budget of each instance's traffic.
+	Budget time.Duration
 	// Concurrency, when its Max is set, makes the rule a concurrency limit:
 	// at most Max requests in flight per key, each holding a lease (no
 	// Algorithm, Limit or Cost). A key that names the client makes it the
@@ -238,7 +243,7 @@ func (r *Rule) prepare() error {
 	if r.IsConcurrency() {
 		return r.prepareConcurrency()
 	}
-	r.store = portero.Rule{Name: r.Name, Algorithm: r.Algorithm, Limit: r.Limit}
+	r.store = portero.Rule{Name: r.Name, Algorithm: r.Algorithm, Limit: r.Limit, Budget: r.Budget}
 	if err := r.store.Validate(); err != nil {
 		return err
 	}
@@ -260,8 +265,8 @@ func (r *Rule) prepareConcurrency() error {
 		return errors.New("concurrency: a concurrency limit takes no algorithm and no limit (make a second rule for the rate)")
 	case r.Cost != (Cost{}):
 		return errors.New("concurrency: a concurrency limit takes no cost: each request in flight holds one slot")
-	case !r.Responses.IsZero() || r.Reserve != 0:
-		return errors.New("concurrency: a concurrency limit counts every request in flight: it takes no responses and no reserve")
+	case !r.Responses.IsZero() || r.Reserve != 0 || r.Budget != 0:
+		return errors.New("concurrency: a concurrency limit counts every request in flight: it takes no responses, no reserve and no budget")
 	case r.Concurrency.Name != "" && r.Concurrency.Name != r.Name:
 		return fmt.Errorf("concurrency: named %q, not the rule's name", r.Concurrency.Name)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/checkapi"
-	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 )
 
 // errRefused is what `portero check` returns when the server refuses: the
@@ -221,12 +221,12 @@ func toCheckRequest(r *descriptor.Request) *checkapi.CheckRequest {
 
 // checkGRPC asks target over gRPC, in plaintext or, with tc, over TLS.
 func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, req *descriptor.Request, asJSON bool) error {
-	var c *rls.Client
+	var c *rlsclient.Client
 	var err error
 	if tc != nil {
-		c, err = rls.DialTLS(target, tc)
+		c, err = rlsclient.DialTLS(target, tc)
 	} else {
-		c, err = rls.Dial(target)
+		c, err = rlsclient.Dial(target)
 	}
 	if err != nil {
 		return err
@@ -261,7 +261,7 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, 
 // was allowed and it has a limit and hits. The deciding rule is, as the
 // check API picks it, the refusing descriptor with the longest wait, or
 // when allowed the one with the least remaining.
-func answerJSON(req *descriptor.Request, a *rls.Answer) checkapi.CheckResponse {
+func answerJSON(req *descriptor.Request, a *rlsclient.Answer) checkapi.CheckResponse {
 	out := checkapi.CheckResponse{Allowed: a.Code == descriptor.OK, Code: a.Code.String()}
 	var retry float64
 	for _, h := range a.Headers {

@@ -165,11 +165,13 @@ func TestReplayMatchesServePlans(t *testing.T) {
 // or 40 minutes, a sliding log of an hour; no calendar quota, whose period
 // could end in the middle), so that the instants serve and the replay
 // decide at, a fraction of a millisecond apart, cannot part their
-// decisions.
+// decisions. The store's deadline is long: on a loaded machine a call past
+// the default 50 ms would meet the failure policy, which the replay, in
+// memory, never does.
 const plansRedisPolicy = `
 client_ip:
   trusted_proxies: [127.0.0.0/8]
-store: {type: redis, url: "REDIS"}
+store: {type: redis, url: "REDIS", timeout: 10s}
 upstreams:
   app: {url: "UPSTREAM"}
 routes:

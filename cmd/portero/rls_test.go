@@ -18,7 +18,7 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/redistest"
-	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/internal/testenv"
 )
 
@@ -219,17 +219,16 @@ func TestRLSUsage(t *testing.T) {
 }
 
 // TestRLSFailClosed: behind a real redis-server that dies, `portero rls
-// --on-store-error deny` refuses (OVER_LIMIT, and /v1/check allowed:false),
-// never an error that Envoy, by its default, would let through; with the
-// default flags it reports the failure
-// (UNAVAILABLE, 503), so that Envoy's failure_mode_deny decides, and says
-// so in --help.
+// --on-store-error deny` refuses (OVER_LIMIT, and /v1/check allowed:false)
+// rather than failing the call (which Envoy, by its default, lets
+// through); with the default flags it reports the failure (UNAVAILABLE,
+// 503), so that Envoy's failure_mode_deny decides, and says so in --help.
 func TestRLSFailClosed(t *testing.T) {
 	srv := redistest.Start(t)
 	deny, denyHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL(), "--on-store-error", "deny")
 	def, defHTTP := startRLS(t, "--store", "redis", "--redis-url", srv.URL())
-	ask := func(addr string) (*rls.Answer, error) {
-		c, err := rls.Dial(addr)
+	ask := func(addr string) (*rlsclient.Answer, error) {
+		c, err := rlsclient.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
 		}

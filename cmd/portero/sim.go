@@ -35,6 +35,7 @@ func newSimCmd() *cobra.Command {
 	cmd.AddCommand(newSimOverloadCmd())
 	cmd.AddCommand(newSimNoisyCmd())
 	cmd.AddCommand(newSimLittleCmd())
+	cmd.AddCommand(newSimFleetCmd())
 	// --- end of sim subcommands ---
 	return cmd
 }

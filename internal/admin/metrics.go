@@ -9,6 +9,7 @@ import (
 
 	"github.com/portero-rl/portero/internal/buildinfo"
 	"github.com/portero-rl/portero/internal/dashboard"
+	"github.com/portero-rl/portero/store/budget"
 )
 
 // NewRegistry returns a registry holding what every Portero server
@@ -118,4 +119,36 @@ func (g nodeGauge) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, n.Node, n.Slots)
 	}
+}
+
+// RegisterBudgets registers the counters of leased budgets
+// (store/budget) in reg, read from stats at each scrape: nothing when
+// the store serves no budget (ok false). A store replaced by a reload
+// starts again from zero, which Prometheus reads as a counter reset.
+func RegisterBudgets(reg *prometheus.Registry, stats func() (budget.Stats, bool)) {
+	counter := func(name, help string, of func(budget.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			st, ok := stats()
+			if !ok {
+				return 0
+			}
+			return float64(of(st))
+		})
+	}
+	reg.MustRegister(
+		counter("portero_budget_takes_total", "Batches of units taken from the shared store for rules with a budget.",
+			func(s budget.Stats) uint64 { return s.Takes }),
+		counter("portero_budget_units_taken_total", "Units those batches got.",
+			func(s budget.Stats) uint64 { return s.Taken }),
+		counter("portero_budget_take_refusals_total", "Takes that got nothing: the shared state had fewer units left than the request needed.",
+			func(s budget.Stats) uint64 { return s.Refusals }),
+		counter("portero_budget_units_returned_total", "Unspent units of windows given back to the shared store (idle batches, drain).",
+			func(s budget.Stats) uint64 { return s.Returned }),
+		counter("portero_budget_units_expired_total", "Units that ended unspent and could not be given back (a bucket's batch past its lifetime, a window's at its end).",
+			func(s budget.Stats) uint64 { return s.Expired }),
+		counter("portero_budget_store_calls_total", "Calls to the shared store for rules with a budget (takes and give-backs); divided by portero_budget_hits_total, the store calls per decision.",
+			func(s budget.Stats) uint64 { return s.Calls }),
+		counter("portero_budget_hits_total", "Hits of rules with a budget decided from batches.",
+			func(s budget.Stats) uint64 { return s.Hits }),
+	)
 }

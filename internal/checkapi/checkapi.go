@@ -325,7 +325,10 @@ func (h *Handler) checkDomain(ctx context.Context, w http.ResponseWriter, in *Ch
 	if !h.decide(ctx, w, h.cfg.Engine, now, &v, req, &p) {
 		return
 	}
-	out := CheckResponse{Allowed: v.Allowed, Code: descriptor.CodeOf(&v).String()}
+	// The plan's code, as the Envoy door answers it: under QUOTA_MODE a
+	// descriptor without a limit is a quota that passes.
+	code := p.Code(&v)
+	out := CheckResponse{Allowed: code == descriptor.OK, Code: code.String()}
 	if v.Degraded != nil {
 		out.Degraded = v.Degraded.Error()
 	}
@@ -565,7 +568,7 @@ func (h *Handler) auth(w http.ResponseWriter, r *http.Request) {
 	if i := v.Decider(); i >= 0 {
 		f.Static("X-Portero-Rule", v.Results[i].Rule.Name)
 	}
-	if !v.Allowed {
+	if p.Code(&v) != descriptor.OK { // as /v1/check and the Envoy door decide
 		f.Static("X-Portero-Decision", "refused")
 		h.writer.Refuse(w, &f, nil, &v, deny)
 		return

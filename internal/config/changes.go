@@ -15,7 +15,7 @@ import (
 type RuleChanges struct {
 	// Added and Removed name the rules only one side has; Changed those
 	// both have with another definition (match, key, algorithm, limit,
-	// cost, mode, responses, reserve or concurrency).
+	// cost, mode, responses, reserve, budget or concurrency).
 	Added, Removed, Changed []string
 }
 
@@ -47,7 +47,7 @@ func CompareRules(old, new *Config) RuleChanges {
 
 // definition is what a rule says, without what policy.New derives from it.
 func definition(r *policy.Rule) any {
-	return []any{r.Match, r.Key, r.Algorithm, r.Limit, r.Cost, r.Mode, r.Responses, r.Reserve, r.Concurrency}
+	return []any{r.Match, r.Key, r.Algorithm, r.Limit, r.Cost, r.Mode, r.Responses, r.Reserve, r.Budget, r.Concurrency}
 }
 
 // maxNamed bounds the names String lists per kind of change.

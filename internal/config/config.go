@@ -171,6 +171,8 @@ type Rule struct {
 	// CountResponses and Reserve: rules settled after the response.
 	CountResponses []string `yaml:"count_responses,omitempty"`
 	Reserve        int64    `yaml:"reserve,omitempty"`
+	// Budget serves the rule from leased budgets (a duration: the batch).
+	Budget string `yaml:"budget,omitempty"`
 	// The overload controls beside the limit (overload.go).
 	Concurrency *Concurrency `yaml:"concurrency,omitempty"`
 	Queue       *Queue       `yaml:"queue,omitempty"`
@@ -860,6 +862,7 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 	} else {
 		pr.Responses, pr.Reserve = set, r.Reserve
 	}
+	ok = p.budget(r, &pr, kind, append(path, "budget")) && ok
 	if ok {
 		// What only the combination can tell (a cost larger than the
 		// limit could ever admit, an algorithm's own bounds).
@@ -870,6 +873,32 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 		p.shapeHolds(r, pr.Limit, path)
 	}
 	return pr, true, ok
+}
+
+// budget reads a rule's budget into pr: a duration from 1ms to
+// portero.MaxBudget, on an algorithm that leases.
+func (p *parser) budget(r Rule, pr *policy.Rule, kind ruleKind, path []any) bool {
+	if r.Budget == "" {
+		return true
+	}
+	before := p.problems
+	b := p.duration(r.Budget, 0, path)
+	alg := pr.Algorithm
+	if alg == "" {
+		alg = portero.SlidingCounter // the default
+	}
+	switch {
+	case p.problems != before:
+	case kind == concurrency:
+		p.errorf(path, "a concurrency limit takes no budget: its leases are its own")
+	case b < time.Millisecond || b > portero.MaxBudget:
+		p.errorf(path, "%v: want the time a batch lasts, from 1ms to %v (50ms is a good start)", b, portero.MaxBudget)
+	case !portero.Leasable(alg) && !pr.Limit.IsCalendar():
+		p.errorf(path, "%s cannot lease budgets; set algorithm to fixed-window, fixed-window-anchored, token-bucket, leaky-meter or gcra (or a calendar quota)", alg)
+	default:
+		pr.Budget = b
+	}
+	return p.problems == before
 }
 
 // limitMessage drops the repetition of the input from ParseLimit's error.

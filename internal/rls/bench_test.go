@@ -3,17 +3,13 @@ package rls
 import (
 	"context"
 	"net"
-	"runtime"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
@@ -90,8 +86,7 @@ func benchStores(b *testing.B) []struct {
 }
 
 // BenchmarkEngineDecide is the decision without protobuf and without
-// headers (as the RLS's own engine measured it before package engine took
-// over): compiling one descriptor of one entry (the bench/ RLS load), or of
+// headers: compiling one descriptor of one entry (the bench/ RLS load), or of
 // two, deciding it and building its status.
 func BenchmarkEngineDecide(b *testing.B) {
 	for _, s := range benchStores(b) {
@@ -160,68 +155,6 @@ func BenchmarkServiceShouldRateLimit(b *testing.B) {
 				}
 			})
 		}
-	}
-}
-
-// BenchmarkCodec is ShouldRateLimit over loopback on the grpc-go
-// transport, through grpc-go's client, 64 calls in flight: with wire.go as
-// the server's codec (the default) and with the generated types and
-// grpc-go's proto codec. The client's share is the same in both, so the
-// difference is the server's. cpu-µs/op is the process's CPU time (user
-// and system, client and server) per call, which depends less than ns/op
-// on what else runs on a shared machine.
-//
-//	go test -run '^$' -bench Codec -benchmem -count 6 ./internal/rls
-func BenchmarkCodec(b *testing.B) {
-	for _, c := range []struct {
-		name  string
-		proto bool
-	}{{"wire", false}, {"proto", true}} {
-		b.Run(c.name, func(b *testing.B) {
-			svc := benchService(b, newMemStore(b), ServiceOptions{})
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv, err := NewServer(svc, ServerOptions{protoCodec: c.proto})
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.Serve(lis)
-			defer srv.Close()
-			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cc.Close()
-			client := pb.NewRateLimitServiceClient(cc)
-			ins := make([]*pb.RateLimitRequest, benchKeys)
-			for i := range ins {
-				ins[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
-					{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: benchValues[i]}}},
-				}}
-			}
-			ctx := context.Background()
-			if _, err := client.ShouldRateLimit(ctx, ins[0]); err != nil {
-				b.Fatal(err)
-			}
-			var next atomic.Int64
-			b.SetParallelism(64 / runtime.GOMAXPROCS(0))
-			b.ReportAllocs()
-			cpu0 := processCPU()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					out, err := client.ShouldRateLimit(ctx, ins[next.Add(1)%benchKeys])
-					if err != nil || len(out.ResponseHeadersToAdd) != 2 {
-						b.Error(out, err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
-		})
 	}
 }
 

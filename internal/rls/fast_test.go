@@ -84,12 +84,12 @@ func TestBeyondInlineStorage(t *testing.T) {
 		in.Descriptors = append(in.Descriptors, d)
 		want.Descriptors = append(want.Descriptors, wd)
 	}
-	got, err := ToRequest(in)
+	got, err := new(requestBlock).fromProto(in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Domain != want.Domain || got.Hits != want.Hits || len(got.Descriptors) != len(want.Descriptors) {
-		t.Fatalf("ToRequest = %+v, want %+v", got, want)
+		t.Fatalf("fromProto = %+v, want %+v", got, want)
 	}
 	for i, d := range got.Descriptors {
 		w := want.Descriptors[i]

@@ -169,10 +169,7 @@ func (rb *requestBlock) release() {
 	requestPool.Put(rb)
 }
 
-func fromProto(in *pb.RateLimitRequest) (*descriptor.Request, error) {
-	return new(requestBlock).fromProto(in)
-}
-
+// fromProto converts the generated request into rb's, the compiler's form.
 func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*descriptor.Request, error) {
 	req := &rb.req
 	req.Domain, req.Hits = in.GetDomain(), in.GetHitsAddend()
@@ -278,7 +275,3 @@ func toProto(a *answer) *pb.RateLimitResponse {
 	out.DynamicMetadata = a.metadata
 	return out
 }
-
-// ToRequest converts the protobuf request (for tools and tests that hold
-// one) into the compiler's form.
-func ToRequest(in *pb.RateLimitRequest) (*descriptor.Request, error) { return fromProto(in) }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -112,10 +111,6 @@ type ServerOptions struct {
 	// GRPCOptions are added to grpc-go's (a stats handler for tracing);
 	// the lean transport has none.
 	GRPCOptions []grpc.ServerOption
-
-	// protoCodec decodes and encodes through the generated protobuf types
-	// (grpc-go's codec) instead of wire.go: for BenchmarkCodec.
-	protoCodec bool
 }
 
 // withDefaults fills the zero fields and checks the others.
@@ -254,15 +249,9 @@ func NewServer(svc *Service, o ServerOptions) (*Server, error) {
 		// grpc-go's credentials add h2 to what each handshake gets.
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(r.ServerConfig())))
 	}
-	if !o.protoCodec {
-		gopts = append(gopts, grpc.ForceServerCodecV2(wireCodec{}))
-	}
+	gopts = append(gopts, grpc.ForceServerCodecV2(wireCodec{}))
 	s.grpc = grpc.NewServer(append(gopts, o.GRPCOptions...)...)
-	if o.protoCodec {
-		pb.RegisterRateLimitServiceServer(s.grpc, svc)
-	} else {
-		s.grpc.RegisterService(&wireServiceDesc, svc)
-	}
+	s.grpc.RegisterService(&wireServiceDesc, svc)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)

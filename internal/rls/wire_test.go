@@ -32,7 +32,7 @@ func viaProto(b []byte) (*descriptor.Request, error) {
 	if err := proto.Unmarshal(b, in); err != nil {
 		return nil, err
 	}
-	return fromProto(in)
+	return new(requestBlock).fromProto(in)
 }
 
 // viaWire is the lean transport's path; the result is copied out of the

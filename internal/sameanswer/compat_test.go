@@ -12,11 +12,11 @@ import (
 )
 
 // compatDoors are the RLS in the compatibility mode on both transports,
-// each over a store of its own: envoyproxy/ratelimit's reading of the
+// each over a store of its own, under failure policy pol: envoyproxy/ratelimit's reading of the
 // files, its keys, its counting (engine.CountEach), and Portero's
 // RateLimit fields (rls.HeadersIETF) so that its answers can be compared
 // field for field.
-func compatDoors(t *testing.T, sc scenario, open func() portero.Store) []door {
+func compatDoors(t *testing.T, sc scenario, open func() portero.Store, pol portero.FailurePolicy) []door {
 	t.Helper()
 	lim, err := envoyconf.Parse([]envoyconf.Source{{Name: "edge.yaml", Data: []byte(sc.envoyYAML)}}, envoyconf.Options{Envoyproxy: true})
 	if err != nil {
@@ -24,11 +24,14 @@ func compatDoors(t *testing.T, sc scenario, open func() portero.Store) []door {
 	}
 	var out []door
 	for _, tr := range []rls.Transport{rls.TransportGRPC, rls.TransportLean} {
-		e, err := engine.New(engine.Options{Store: open(), Counting: engine.CountEach})
+		e, err := engine.New(engine.Options{Store: open(), Counting: engine.CountEach, OnError: cmpOr(pol, portero.FailError)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{Envoyproxy: true}), e,
+		// Redis keeps envoyproxy/ratelimit's counters under its own keys,
+		// without the store's prefix: CACHE_KEY_PREFIX keeps the doors apart.
+		prefix := string(pol) + "_" + string(tr) + "_"
+		svc := rls.NewService(descriptor.NewCompiler(lim, descriptor.Options{Envoyproxy: true, KeyPrefix: prefix}), e,
 			rls.ServiceOptions{Now: sc.now, Logger: slog.New(slog.DiscardHandler), Compat: &rls.Compat{Headers: rls.HeadersIETF}})
 		out = append(out, envoy{c: serveRLS(t, svc, tr), transport: tr, descs: sc.descriptors, compat: true})
 	}
@@ -44,7 +47,7 @@ func compatDoors(t *testing.T, sc scenario, open func() portero.Store) []door {
 // anything is counted (its reset is the window's end, Portero's 0).
 func TestSameAnswerCompat(t *testing.T) {
 	open := memStores(t)
-	ds := append(doors(t, open, ""), compatDoors(t, basic, open)...)
+	ds := append(doors(t, open, ""), compatDoors(t, basic, open, "")...)
 	for i, step := range []struct {
 		r    request
 		want answer

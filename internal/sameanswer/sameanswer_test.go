@@ -35,6 +35,7 @@ import (
 	"github.com/portero-rl/portero/internal/grpctest"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/overload"
 	"github.com/portero-rl/portero/policy"
 	"github.com/portero-rl/portero/store/memstore"
@@ -251,7 +252,7 @@ func postCheck(t *testing.T, url, body string) answer {
 
 // envoy: the rule as descriptors over a real gRPC client.
 type envoy struct {
-	c         *rls.Client
+	c         *rlsclient.Client
 	transport rls.Transport
 	descs     map[string][]string
 	compat    bool // the compatibility mode
@@ -401,7 +402,7 @@ func doorsFor(t *testing.T, sc scenario, open func() portero.Store, pol portero.
 
 // serveRLS serves svc on transport tr on loopback until the test ends and
 // returns a client of it.
-func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rls.Client {
+func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rlsclient.Client {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -410,7 +411,7 @@ func serveRLS(t *testing.T, svc *rls.Service, tr rls.Transport) *rls.Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rls.Serve(ctx, lis, svc, rls.ServerOptions{Transport: tr, ShutdownGrace: time.Second}) }()
-	c, err := rls.Dial(lis.Addr().String())
+	c, err := rlsclient.Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,10 +515,15 @@ func TestSameFailurePolicies(t *testing.T) {
 	}
 	sc := basic
 	sc.auth = true
-	deny := doorsFor(t, sc, open, portero.FailDeny)
-	allow := doorsFor(t, sc, open, portero.FailAllow)
-	local := doorsFor(t, sc, open, portero.FailLocal)
-	errs := doorsFor(t, sc, open, portero.FailError)
+	// Each policy's doors with the compatibility mode's, which counts as
+	// envoyproxy/ratelimit does (a cost that can never pass is counted
+	// there): compatN leaves them out.
+	var doorsOf [4][]door
+	const compatN = 2
+	for i, pol := range []portero.FailurePolicy{portero.FailDeny, portero.FailAllow, portero.FailLocal, portero.FailError} {
+		doorsOf[i] = append(compatDoors(t, sc, open, pol), doorsFor(t, sc, open, pol)...)
+	}
+	deny, allow, local, errs := doorsOf[0], doorsOf[1], doorsOf[2], doorsOf[3]
 	// Healthy: the same answer as with the memory store.
 	want := answer{Allowed: true, Policy: `"api";q=5;w=60`, RateLimit: `"api";r=4;t=50`}
 	for _, ds := range [][]door{deny, allow, local, errs} {
@@ -537,7 +543,7 @@ func TestSameFailurePolicies(t *testing.T) {
 		t.Errorf("local with Redis down: %v, want %v", got, want)
 	}
 	// A cost that can never pass is refused under every policy, and says so.
-	for _, ds := range [][]door{deny, allow, local} {
+	for _, ds := range [][]door{deny[compatN:], allow[compatN:], local[compatN:]} {
 		if got := askAll(t, ds, request{"api", 6}); !got.NeverPasses || got.Allowed || got.RetryAfter != "" {
 			t.Errorf("cost 6 of 5 with Redis down: %v, want a refusal that can never pass", got)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/portero-rl/portero/internal/rlsxds"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
+	"github.com/portero-rl/portero/store/budget"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
@@ -380,10 +381,10 @@ func (r *rlsServer) build(store portero.Store, limits *descriptor.Config) error 
 	if limits != nil {
 		r.log.Info("rls: configuration loaded", "domains", strings.Join(limits.Domains(), ","), "files", len(limits.Files()), "envoyproxy_compat", compat)
 	}
-	if rs, ok := store.(interface{ Connected() bool }); ok {
+	if rs, ok := backend(store).(interface{ Connected() bool }); ok {
 		r.redis = rs
 	}
-	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected)
+	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected, func() (budget.Stats, bool) { return statsOf(store) })
 	if rs, ok := store.(*redisstore.Store); ok {
 		r.metrics.reg.MustRegister(storeNodeGauge(func() *redisstore.Store { return rs }))
 	}
@@ -627,10 +628,22 @@ func debugIndex(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// openRLSStore opens the store RLSOptions name. A Redis that does not
+// openRLSStore opens the store RLSOptions name, behind leased budgets
+// unless in the compatibility mode or counting each hit as
+// envoyproxy/ratelimit does (whose counters, portero.Counter, are its
+// own, and whose files carry no budget).
+func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
+	st, err := openRLSBackend(o, log)
+	if err != nil || o.Envoyproxy.Compat != nil || o.Envoyproxy.Counting == engine.CountEach {
+		return st, err
+	}
+	return withBudgets(st, nil, o.Now)
+}
+
+// openRLSBackend opens the store RLSOptions name. A Redis that does not
 // answer yet is no error: the store fails every call (and the engines'
 // failure policies answer) until Redis answers.
-func openRLSStore(o RLSOptions, log *slog.Logger) (portero.Store, error) {
+func openRLSBackend(o RLSOptions, log *slog.Logger) (portero.Store, error) {
 	switch o.Store {
 	case "", "memory":
 		if o.OnStoreError == portero.FailLocal || o.AuthOnStoreError == portero.FailLocal {

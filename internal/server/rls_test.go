@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/portero-rl/portero/internal/checkapi"
 	"github.com/portero-rl/portero/internal/redistest"
 	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/internal/server"
 	"github.com/portero-rl/portero/internal/testenv"
 	"github.com/portero-rl/portero/internal/tlsreload"
@@ -318,9 +318,8 @@ func TestRLSStartWithRedisDown(t *testing.T) {
 		{portero.FailAllow, true, true},
 		{portero.FailDeny, false, false},
 		{portero.FailLocal, true, true},
-		{"", true, true}, // the engine's default, as at every door
 	} {
-		t.Run(cmp.Or(string(tt.policy), "empty"), func(t *testing.T) {
+		t.Run(string(tt.policy), func(t *testing.T) {
 			srv := redistest.Start(t)
 			srv.Kill() // its address, nothing answering
 			path := filepath.Join(t.TempDir(), "limits.yaml")
@@ -349,7 +348,7 @@ func TestRLSStartWithRedisDown(t *testing.T) {
 			if out := ask("10.0.0.1"); out.Allowed != tt.allowed || out.Degraded == "" {
 				t.Errorf("/v1/check while Redis is down = %+v, want allowed %v by the failure policy (degraded)", out, tt.allowed)
 			}
-			c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+			c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -430,6 +429,45 @@ func tlsFiles(cert, key, ca string) tlsreload.Files {
 	return tlsreload.Files{CertFile: cert, KeyFile: key, ClientCAFile: ca}
 }
 
+// TestRLSEmptyFailurePolicy: no failure policy given is the engine's
+// default, allow, at gRPC, /v1/check and /v1/auth alike (`portero rls`'s
+// flag gives error): with a real redis-server's address and nothing
+// answering there, every door admits uncounted and the instance is ready.
+func TestRLSEmptyFailurePolicy(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+	r := startRLS(t, server.RLSOptions{ConfigPath: path, Store: "redis", RedisURL: srv.URL()})
+	if code, _, body := get(t, r.http+"/readyz"); code != 200 {
+		t.Errorf("/readyz while Redis is down = %d %q, want ready under allow", code, body)
+	}
+	resp, err := http.Post(r.http+"/v1/check", "application/json",
+		strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out checkapi.CheckResponse
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || !out.Allowed || out.Degraded == "" {
+		t.Errorf("/v1/check while Redis is down = %d %+v, %v; want allowed by the failure policy (degraded)", resp.StatusCode, out, err)
+	}
+	if code, _, _ := get(t, r.http+"/v1/auth?domain=edge"); code != 200 {
+		t.Errorf("/v1/auth while Redis is down = %d, want 200", code)
+	}
+	c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err := c.ShouldRateLimit(context.Background(), &descriptor.Request{Domain: "edge",
+		Descriptors: []descriptor.Descriptor{{Entries: []descriptor.Entry{{Key: "remote_address", Value: "10.0.0.2"}}}}})
+	if err != nil || a.Code != descriptor.OK {
+		t.Errorf("gRPC while Redis is down = %+v, %v; want OK", a, err)
+	}
+}
+
 // TestRLSLocalPolicySharedByAllDoors: under the failure policy local, with
 // a real redis-server's address and nothing answering there, gRPC and
 // /v1/auth count one limit in one local memory: their hits on one key add
@@ -441,7 +479,7 @@ func TestRLSLocalPolicySharedByAllDoors(t *testing.T) {
 	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
 	r := startRLS(t, server.RLSOptions{ConfigPath: path, Store: "redis", RedisURL: srv.URL(),
 		OnStoreError: portero.FailLocal, AuthOnStoreError: portero.FailLocal})
-	c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+	c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/dashboard"
+	"github.com/portero-rl/portero/store/budget"
 )
 
 // DefaultMaxDetailedSeries caps the descriptor keys that detailed_metric
@@ -80,7 +81,7 @@ type keySeries struct {
 // rlsResults are the values of portero_rls_calls_total's result label.
 var rlsResults = [...]string{"ok", "over_limit", "invalid", "not_found", "unavailable", "canceled", "error"}
 
-func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
+func newRLSMetrics(maxDetailed int, connected func() float64, budgets func() (budget.Stats, bool)) *rlsMetrics {
 	if maxDetailed <= 0 {
 		maxDetailed = DefaultMaxDetailedSeries
 	}
@@ -128,6 +129,7 @@ func newRLSMetrics(maxDetailed int, connected func() float64) *rlsMetrics {
 		Help: "1 once the store has reached its backend (always for the memory store); 0 while a Redis store started during an outage has not.",
 	}, connected)
 	m.reg.MustRegister(m.reloads, m.domains, m.decisions, m.failurePolicy, m.calls, m.storeLatency, m.storeErrors, m.dropped, fallback, up)
+	admin.RegisterBudgets(m.reg, budgets)
 	return m
 }
 

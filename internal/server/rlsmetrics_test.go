@@ -13,7 +13,7 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
-	"github.com/portero-rl/portero/internal/rls"
+	"github.com/portero-rl/portero/internal/rlsclient"
 	"github.com/portero-rl/portero/internal/server"
 )
 
@@ -78,7 +78,7 @@ func value(t *testing.T, body, name string, labels ...string) float64 {
 	return -1
 }
 
-func ask(t *testing.T, c *rls.Client, req *descriptor.Request) *rls.Answer {
+func ask(t *testing.T, c *rlsclient.Client, req *descriptor.Request) *rlsclient.Answer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -106,7 +106,7 @@ func TestRLSMetrics(t *testing.T) {
 	path := filepath.Join(dir, "m.yaml")
 	writeFile(t, path, metricsConfig)
 	r := startRLS(t, server.RLSOptions{ConfigPath: path, NearLimit: 0.6, MaxDetailedSeries: 3})
-	c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+	c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestRLSMetricsStoreDown(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			r := startRLS(t, server.RLSOptions{ConfigPath: path, Store: "redis", RedisURL: "redis://127.0.0.1:1", OnStoreError: policy,
 				CallTimeout: 200 * time.Millisecond})
-			c, err := rls.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
+			c, err := rlsclient.Dial(strings.TrimPrefix(r.grpc, "grpc://"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/config/envoyconf"
+	"github.com/portero-rl/portero/store/budget"
 	"github.com/portero-rl/portero/store/memstore"
 )
 
@@ -47,7 +48,7 @@ descriptors:
 	if err := eng.Decide(context.Background(), time.Now(), p.Hits, v); err != nil || len(v.Results) != 2 {
 		tb.Fatalf("Decide: %v, %d results", err, len(v.Results))
 	}
-	m := newRLSMetrics(0, func() float64 { return 1 })
+	m := newRLSMetrics(0, func() float64 { return 1 }, func() (budget.Stats, bool) { return budget.Stats{}, false })
 	m.setLimits(cfg)
 	return req, p, v, m
 }
@@ -98,7 +99,7 @@ func TestRLSMetricsOverridesBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newRLSMetrics(0, func() float64 { return 1 })
+	m := newRLSMetrics(0, func() float64 { return 1 }, func() (budget.Stats, bool) { return budget.Stats{}, false })
 	o := m.observer("grpc")
 	now := time.Unix(1_700_000_000, 0)
 	observe := func(key string, rpu uint32) {

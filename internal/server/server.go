@@ -37,6 +37,7 @@ import (
 	"github.com/portero-rl/portero/internal/servemetrics"
 	"github.com/portero-rl/portero/internal/tlsreload"
 	"github.com/portero-rl/portero/internal/watch"
+	"github.com/portero-rl/portero/store/budget"
 	"github.com/portero-rl/portero/store/memstore"
 	"github.com/portero-rl/portero/store/redisstore"
 )
@@ -108,6 +109,38 @@ func openStore(cfg *config.Config, log *slog.Logger) (portero.Store, error) {
 	return nil, fmt.Errorf("store type %q: unknown", cfg.StoreType)
 }
 
+// withBudgets puts a store that can lease behind store/budget, swept on
+// the clock now, so that the rules with a budget are served from leased
+// budgets at every door; the other rules pass through.
+func withBudgets(st portero.Store, err error, now func() time.Time) (portero.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := st.(portero.Taker); !ok {
+		return st, nil
+	}
+	b, err := budget.New(st, budget.Config{Now: now})
+	if err != nil {
+		_ = st.Close(context.Background())
+		return nil, err
+	}
+	return b, nil
+}
+
+// openWithBudgets opens cfg's store (Options.OpenStore) behind leased budgets.
+func (s *Server) openWithBudgets(cfg *config.Config) (portero.Store, error) {
+	st, err := s.opts.OpenStore(cfg, s.log)
+	return withBudgets(st, err, s.now)
+}
+
+// backend is the store st takes its budgets from, or st.
+func backend(st portero.Store) portero.Store {
+	if b, ok := st.(*budget.Store); ok {
+		return b.Shared()
+	}
+	return st
+}
+
 // storeSettings are the settings a store is opened from. A reload opens a
 // new store when they change and keeps the running one, with its
 // counters, otherwise. on_error and local_share are the middleware's
@@ -148,6 +181,25 @@ func (s *Server) currentStore() portero.Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.store.Store
+}
+
+// budgetStats are the leased budgets' counters of the current store.
+func (s *Server) budgetStats() (budget.Stats, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.store == nil {
+		return budget.Stats{}, false
+	}
+	return statsOf(s.store.Store)
+}
+
+// statsOf returns st's leased budgets' counters when st serves them.
+func statsOf(st portero.Store) (budget.Stats, bool) {
+	b, ok := st.(*budget.Store)
+	if !ok {
+		return budget.Stats{}, false
+	}
+	return b.Stats(), true
 }
 
 // degraded reports whether a Redis store is failing, so that the failure
@@ -205,7 +257,7 @@ func (s *Server) readyCheck() error {
 func (s *Server) setStore(st *leased, key storeSettings) {
 	old := s.store
 	s.store, s.storeKey = st, key
-	rs, _ := st.Store.(*redisstore.Store)
+	rs, _ := backend(st.Store).(*redisstore.Store)
 	s.redis.Store(rs)
 	if old == nil {
 		return
@@ -247,6 +299,7 @@ func Run(ctx context.Context, opts Options) error {
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
 	s.obs = servemetrics.New(servemetrics.Options{Logger: s.log, Now: s.now, Degraded: s.degraded, Sampler: opts.LogSampler})
 	s.obs.Registry().MustRegister(storeNodeGauge(s.redis.Load))
+	admin.RegisterBudgets(s.obs.Registry(), s.budgetStats)
 
 	// Reloads come from the signal, the configuration's watcher and, once
 	// the configuration names one, the API keys file's. The watcher starts
@@ -324,7 +377,7 @@ func Run(ctx context.Context, opts Options) error {
 // over them, with its hooks into the metrics and the access log. What it
 // opened is in s even when it fails, for Run to close.
 func (s *Server) start(cfg *config.Config) error {
-	st, err := s.opts.OpenStore(cfg, s.log)
+	st, err := s.openWithBudgets(cfg)
 	if err != nil {
 		return err
 	}
@@ -436,7 +489,7 @@ func (s *Server) reload(why string) error {
 	old := s.gw.Config()
 	store, key := s.store, storeKey(cfg)
 	if key != s.storeKey {
-		st, err := s.opts.OpenStore(cfg, s.log)
+		st, err := s.openWithBudgets(cfg)
 		if err != nil {
 			s.log.Error("configuration refused: cannot open its store; keeping the running one", "reason", why, "error", err)
 			return err

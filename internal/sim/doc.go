@@ -10,6 +10,7 @@
 // (FormatSeconds), so outputs can be compared byte for byte.
 //
 // Every experiment, here and in the packages below (retrysim, overloadsim,
-// race), prints its figures as a Table and orders its events with Events;
-// the charts are drawn by package internal/chart.
+// race, fleetsim), prints its figures as a Table and orders its events with
+// Events (fleetsim, whose traffic is all known before it starts, sorts it
+// once); the charts are drawn by package internal/chart.
 package sim

@@ -42,30 +42,42 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adj []portero.Adjustmen
 }
 
 func (t *table) adjust(key string, now, at, delta int64) {
+	if t.log == nil {
+		t.update(key, now, func(st algorithm.State, found bool) (algorithm.State, bool) {
+			st, changed, _ := algorithm.AdjustState(t.dec, st, found, now, at, delta) // checked by Adjust
+			return st, changed
+		})
+		return
+	}
 	h := t.hash(key)
 	sh := t.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if t.log != nil {
-		l := sh.logs[h]
-		if l == nil {
-			if len(sh.logs) >= sh.max {
-				sh.evictLog(now, t.log)
-			}
-			l = new(algorithm.Log)
-			sh.logs[h] = l
+	l := sh.logs[h]
+	if l == nil {
+		if len(sh.logs) >= sh.max {
+			sh.evictLog(now, t.log)
 		}
-		t.log.Charge(l, now, delta)
-		return
+		l = new(algorithm.Log)
+		sh.logs[h] = l
 	}
+	t.log.Charge(l, now, delta)
+}
+
+// update replaces key's fixed-size state with f's under the shard's lock;
+// f reports whether it changed it. A one-word state may change meanwhile
+// by lock-free decisions: f then runs again on what they left, so that
+// it applies by compare-and-swap, as decideLocked does.
+func (t *table) update(key string, now int64, f func(st algorithm.State, found bool) (algorithm.State, bool)) {
+	h := t.hash(key)
+	sh := t.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	a, i := sh.find(h)
 	if i >= 0 && t.word != nil {
-		// Under the lock a one-word state is not retired, but lock-free
-		// decisions may change it meanwhile: adjust what was read, by
-		// compare-and-swap, as decideLocked does.
 		for {
 			v := atomic.LoadUint64(&a.w[i+1])
-			st, changed, _ := algorithm.AdjustState(t.dec, algorithm.State{A: int64(v)}, true, now, at, delta) // checked by Adjust
+			st, changed := f(algorithm.State{A: int64(v)}, true)
 			if !changed || atomic.CompareAndSwapUint64(&a.w[i+1], v, uint64(word(st.A))) {
 				return
 			}
@@ -75,7 +87,7 @@ func (t *table) adjust(key string, now, at, delta int64) {
 	if i >= 0 {
 		st = a.state(i)
 	}
-	st, changed, _ := algorithm.AdjustState(t.dec, st, i >= 0, now, at, delta) // checked by Adjust
+	st, changed := f(st, i >= 0)
 	switch {
 	case !changed:
 	case i >= 0:

@@ -196,6 +196,7 @@ type table struct {
 
 // table returns rule's table, creating it on first use.
 func (s *Store) table(rule portero.Rule) (*table, error) {
+	rule.Budget = 0 // store/budget's, not the state's
 	if t, ok := s.tables.Load(rule); ok {
 		return t.(*table), nil
 	}

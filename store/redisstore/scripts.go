@@ -50,6 +50,7 @@ var (
 	oneDriver   = driver{"one.lua", "one"}
 	allDriver   = driver{"driver.lua", "all"}
 	batchDriver = driver{"batch.lua", "batch"}
+	takeDriver  = driver{"take.lua", "take"}
 	// hitFn is one.lua's second function: the one-hit call in its common
 	// form, with only the arguments that vary (see script.Exec).
 	hitFn = "hit"
@@ -134,12 +135,13 @@ func writeBody(b *strings.Builder, algs []portero.Algorithm, script bool, driver
 // Library returns the source of the function library the store loads where
 // the server has functions, and its name; the drivers are the functions
 // NAME_one (a call of one hit), NAME_all (several hits, all or none; and
-// any call of the sliding log) and NAME_batch, with the KEYS and ARGV of
-// HitSource's, Source's and BatchSource's scripts, and NAME_hit, NAME_one
-// for a call with the server's clock, counted, with no TTL floor, whose
-// ARGV is only the hit's algorithm, cost, p1, p2 and (but for the
-// algorithms that do not read it) p3. The name is "portero_"
-// and 12 hexadecimal digits of the SHA-1 of the source's body.
+// any call of the sliding log), NAME_batch and NAME_take, with the KEYS
+// and ARGV of HitSource's, Source's, BatchSource's and TakeSource's
+// scripts, and NAME_hit, NAME_one for a call with the server's clock,
+// counted, with no TTL floor, whose ARGV is only the hit's algorithm,
+// cost, p1, p2 and (but for the algorithms that do not read it) p3. The
+// name is "portero_" and 12 hexadecimal digits of the SHA-1 of the
+// source's body.
 func Library() (src, name string) {
 	l := libSource()
 	return l.src, l.name
@@ -147,10 +149,10 @@ func Library() (src, name string) {
 
 var libSource = sync.OnceValue(func() struct{ src, name string } {
 	var b strings.Builder
-	writeBody(&b, scriptAlgs, false, oneDriver, allDriver, batchDriver)
+	writeBody(&b, scriptAlgs, false, oneDriver, allDriver, batchDriver, takeDriver)
 	sum := sha1.Sum([]byte(b.String()))
 	name := "portero_" + hex.EncodeToString(sum[:6])
-	for _, fn := range []string{oneDriver.fn, hitFn, allDriver.fn, batchDriver.fn} {
+	for _, fn := range []string{oneDriver.fn, hitFn, allDriver.fn, batchDriver.fn, takeDriver.fn} {
 		fmt.Fprintf(&b, "\nredis.register_function('%s_%s', %s)", name, fn, fn)
 	}
 	return struct{ src, name string }{"#!lua name=" + name + "\n" + b.String() + "\n", name}
@@ -295,6 +297,8 @@ type scripts struct {
 	all *script
 	// batch decides a batch of independent one-hit calls (batch.lua).
 	batch *script
+	// take takes a leased budget (take.lua, take.go).
+	take *script
 }
 
 func newScripts() *scripts {
@@ -309,6 +313,7 @@ func newScripts() *scripts {
 		one:   map[portero.Algorithm]*script{},
 		all:   mk(allDriver, Source()),
 		batch: mk(batchDriver, BatchSource()),
+		take:  mk(takeDriver, TakeSource()),
 	}
 	for _, a := range scriptAlgs {
 		if a == portero.SlidingLog {

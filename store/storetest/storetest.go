@@ -40,7 +40,7 @@ import (
 	"github.com/portero-rl/portero"
 )
 
-// Base is the instant the step tables count from: 2023-11-14 21:00:00 UTC,
+// Base is the instant the step tables count from: 2023-11-14 22:00:00 UTC,
 // a whole number of hours (and so of minutes, 10 s and seconds) since the
 // Unix epoch.
 var Base = time.Unix(1_699_999_200, 0)

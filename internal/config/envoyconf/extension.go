@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -24,7 +25,7 @@ import (
 //   - a descriptor: portero: {addresses: [...], not_addresses: [...]},
 //     matching by address in place of a value (descriptor.Node.Addresses);
 //   - a rate_limit: portero: {algorithm, burst, calendar, tz, offset,
-//     look_back}.
+//     look_back, budget}.
 //
 // Inside it the reading is strict in both modes: an unknown key is an
 // error, since no envoyproxy/ratelimit file has one to keep.
@@ -39,6 +40,8 @@ type extension struct {
 	tzNode, offsetNode *yaml.Node
 	lookBack           *yaml.Node
 	lookBackText       string
+	budget             string // leased budgets: a duration
+	budgetNode         *yaml.Node
 }
 
 // strictUnknown reports an unknown key inside the extension, in both modes.
@@ -81,8 +84,10 @@ func (p *parser) extension(n *yaml.Node, field string) extension {
 			x.offset, x.offsetNode = p.str(v, f), v
 		case "look_back":
 			x.lookBackText, x.lookBack = p.str(v, f), v
+		case "budget":
+			x.budget, x.budgetNode = p.str(v, f), v
 		default:
-			p.strictUnknown(kn, field, k, "algorithm, burst, calendar, tz, offset and look_back")
+			p.strictUnknown(kn, field, k, "algorithm, burst, calendar, tz, offset, look_back and budget")
 		}
 	})
 	if x.calendar == nil {
@@ -289,4 +294,28 @@ func (p *parser) addresses(d *descriptor.Node, n *yaml.Node, field string) {
 		out = "!" + out
 	}
 	d.AddressText = in + out
+}
+
+// budget reads the extension's budget into r once its algorithm is known:
+// a duration from 1ms to portero.MaxBudget on an algorithm that leases,
+// never in envoyproxy/ratelimit's compatibility mode, whose counters are
+// its own.
+func (p *parser) budget(r *descriptor.LimitSpec, x *extension, field string) {
+	if x.budgetNode == nil {
+		return
+	}
+	f := join(field, "portero.budget")
+	b, err := time.ParseDuration(x.budget)
+	switch {
+	case p.compat:
+		p.errorf(x.budgetNode, f, "leased budgets are Portero's own: not in envoyproxy/ratelimit's compatibility mode")
+	case err != nil:
+		p.errorf(x.budgetNode, f, "%q: want a duration such as 50ms", x.budget)
+	case b < time.Millisecond || b > portero.MaxBudget:
+		p.errorf(x.budgetNode, f, "%v: want the time a batch lasts, from 1ms to %v (50ms is a good start)", b, portero.MaxBudget)
+	case !portero.Leasable(x.alg):
+		p.errorf(x.budgetNode, f, "%s cannot lease budgets; set portero.algorithm to fixed-window, fixed-window-anchored, token-bucket, leaky-meter or gcra (or calendar: true)", x.alg)
+	default:
+		r.Budget = b
+	}
 }

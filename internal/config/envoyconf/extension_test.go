@@ -188,7 +188,7 @@ descriptors:
 		`x.yaml:36:48: descriptors[13].rate_limit.requests_per_unit: a calendar quota needs a positive requests_per_unit`,
 		`x.yaml:38:24: descriptors[14].rate_limit.unit: year: a calendar quota is per day, week or month (calendar: true)`,
 		`x.yaml:40:81: descriptors[15].rate_limit.portero.tz: "Europe/Madrid offset 1h": want one word, such as Europe/Madrid`,
-		`x.yaml:42:61: descriptors[16].rate_limit.portero.calendr: unknown field (Portero's extension has algorithm, burst, calendar, tz, offset and look_back)`,
+		`x.yaml:42:61: descriptors[16].rate_limit.portero.calendr: unknown field (Portero's extension has algorithm, burst, calendar, tz, offset, look_back and budget)`,
 	}
 	for _, compat := range []bool{false, true} {
 		_, err := Parse([]Source{{Name: "x.yaml", Data: []byte(file)}}, Options{Envoyproxy: compat})

@@ -572,6 +572,7 @@ func (p *parser) rateLimit(n *yaml.Node, field, fullKey string, shadow, quota bo
 	if x.burst > 0 && isWindow(x.alg) {
 		p.errorf(x.burstNode, join(field, "portero.burst"), "burst applies to token-bucket, leaky-meter, gcra and leaky-queue, not to %s", x.alg)
 	}
+	p.budget(r, &x, field)
 	if len(p.errs) > before {
 		return nil
 	}

@@ -1,4 +1,7 @@
-package rls
+// Package rlsclient asks a running Envoy rate limit service (Portero's or
+// envoyproxy/ratelimit) over gRPC, with the descriptor compiler's types in
+// and out: `portero check` and the tests of the RLS use it.
+package rlsclient
 
 import (
 	"context"
@@ -42,7 +45,7 @@ func DialTLS(target string, cfg *tls.Config) (*Client, error) {
 func dial(target string, creds credentials.TransportCredentials) (*Client, error) {
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	if err != nil {
-		return nil, fmt.Errorf("rls: %w", err)
+		return nil, fmt.Errorf("rlsclient: %w", err)
 	}
 	return &Client{conn: conn, rls: pb.NewRateLimitServiceClient(conn)}, nil
 }
