@@ -100,7 +100,7 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 	{
 		echo "Run: $(date -u +%Y-%m-%dT%H:%MZ), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 		echo
-		(cd bench && PORTERO_BENCH_HOTCPU=1 go test -run '^TestHotKeyCPU$' -v -count=1 .) | grep -E '^\||×'
+		(cd bench && PORTERO_BENCH_HOTCPU=1 go test -run '^TestHotKeyCPU$' -v -count=1 .) | grep -E '^\||×|^$'
 	} >"$RESULTS/hotcpu.md"
 	if [ "${REDIS:-$(have redis-server && echo 1 || echo 0)}" = 1 ]; then
 		echo "the Redis store's report" >&2
