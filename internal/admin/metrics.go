@@ -87,6 +87,40 @@ func Label(m *dto.Metric, name string) string {
 	return ""
 }
 
+// NodeState is one part of a shared store, as portero_store_node_unavailable
+// sees it: the Redis server, or a Redis Cluster master and its slots.
+type NodeState struct {
+	Node, Slots string
+	Unavailable bool
+}
+
+// NewNodeGauge makes portero_store_node_unavailable, one series per part of
+// the shared store that nodes reports at each scrape (none for the memory
+// store), so that one dead cluster master shows as itself while the others
+// decide. Its labels are bounded by the cluster's masters.
+func NewNodeGauge(nodes func() []NodeState) prometheus.Collector {
+	return nodeGauge{nodes, prometheus.NewDesc("portero_store_node_unavailable",
+		"1 while a part of the shared store (the Redis server, or a cluster master by its slots) is unavailable and the failure policy decides for its keys; 0 when it answers.",
+		[]string{"node", "slots"}, nil)}
+}
+
+type nodeGauge struct {
+	nodes func() []NodeState
+	desc  *prometheus.Desc
+}
+
+func (g nodeGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g nodeGauge) Collect(ch chan<- prometheus.Metric) {
+	for _, n := range g.nodes() {
+		v := 0.0
+		if n.Unavailable {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, n.Node, n.Slots)
+	}
+}
+
 // RegisterBudgets registers the counters of leased budgets
 // (store/budget) in reg, read from stats at each scrape: nothing when
 // the store serves no budget (ok false). A store replaced by a reload

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -339,24 +340,53 @@ func (s *Server) Scores(t testing.TB, key string) []int64 {
 	return scores
 }
 
-// Cluster is a Redis Cluster of masters without replicas, each a Server.
+// Cluster is a Redis Cluster: its masters, each a Server, and their
+// replicas, if any.
 type Cluster struct {
 	Nodes []*Server
+	// Replicas are each master's replicas, by the master's index in
+	// Nodes; nil for a cluster without replicas.
+	Replicas [][]*Server
 }
 
 // StartCluster starts n masters (at least 3) in cluster mode on loopback
 // ports, splits the 16384 slots evenly between them, introduces them to each
-// other and waits until every node reports cluster_state:ok.
-func StartCluster(t testing.TB, n int) *Cluster {
+// other and waits until every node reports cluster_state:ok. Extra
+// arguments go to every node's command line (for example
+// "--cluster-require-full-coverage", "no").
+func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
+	t.Helper()
+	return startCluster(t, n, 0, extra)
+}
+
+// StartReplicatedCluster is StartCluster with replicas replicas for each
+// master, and waits also until every replica's link to its master is up, so
+// that a killed master's replica can be promoted (cluster-node-timeout is
+// 2 s; replicas replicate asynchronously, as Redis does by default).
+func StartReplicatedCluster(t testing.TB, n, replicas int, extra ...string) *Cluster {
+	t.Helper()
+	return startCluster(t, n, replicas, extra)
+}
+
+func startCluster(t testing.TB, n, replicas int, extra []string) *Cluster {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("redistest: a cluster needs at least 3 masters, got %d", n)
 	}
 	c := &Cluster{}
-	for i := 0; i < n; i++ {
-		c.Nodes = append(c.Nodes, Start(t, "--cluster-enabled", "yes",
-			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
-			"--cluster-node-timeout", "2000"))
+	var all []*Server
+	node := func() *Server {
+		s := Start(t, append([]string{"--cluster-enabled", "yes",
+			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", len(all)),
+			"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0"}, extra...)...)
+		all = append(all, s)
+		return s
+	}
+	for range n {
+		c.Nodes = append(c.Nodes, node())
+	}
+	for range n * replicas {
+		node()
 	}
 	const slots = 16384
 	for i, s := range c.Nodes {
@@ -365,22 +395,54 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr(), err)
 		}
 	}
-	for _, s := range c.Nodes[1:] {
-		if _, err := Do(c.Nodes[0].Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.Port())); err != nil {
+	for _, s := range all[1:] {
+		if _, err := Do(all[0].Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.Port())); err != nil {
 			t.Fatalf("redistest: CLUSTER MEET %s: %v", s.Addr(), err)
 		}
 	}
+	clusterReady(t, all, "cluster_known_nodes:"+strconv.Itoa(len(all)))
+	if replicas > 0 {
+		c.Replicas = make([][]*Server, n)
+		for i, r := range all[n:] {
+			m := i % n
+			c.Replicas[m] = append(c.Replicas[m], r)
+			replicate(t, r, c.Nodes[m])
+		}
+		clusterReady(t, all, "cluster_state:ok")
+	}
+	return c
+}
+
+// clusterReady waits until every node reports cluster_state:ok and want
+// in CLUSTER INFO.
+func clusterReady(t testing.TB, all []*Server, want string) {
+	t.Helper()
 	waitFor(t, 20*time.Second, "cluster ready", func() (bool, string) {
-		for _, s := range c.Nodes {
+		for _, s := range all {
 			info, err := Do(s.Addr(), "CLUSTER", "INFO")
-			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
-				!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
 				return false, fmt.Sprintf("%s: %v\n%s", s.Addr(), err, info)
 			}
 		}
 		return true, ""
 	})
-	return c
+}
+
+// replicate makes r a replica of m and waits until its link is up.
+func replicate(t testing.TB, r, m *Server) {
+	t.Helper()
+	id, err := Do(m.Addr(), "CLUSTER", "MYID")
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER MYID on %s: %v", m.Addr(), err)
+	}
+	waitFor(t, 20*time.Second, "CLUSTER REPLICATE on "+r.Addr(), func() (bool, string) {
+		_, err := Do(r.Addr(), "CLUSTER", "REPLICATE", id)
+		return err == nil, fmt.Sprint(err) // the replica may not know the master yet
+	})
+	waitFor(t, 20*time.Second, "replica "+r.Addr()+" of "+m.Addr(), func() (bool, string) {
+		info, err := Do(r.Addr(), "INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up"), info
+	})
 }
 
 // waitFor calls ready until it reports true, every 20 ms, and fails the
@@ -398,6 +460,34 @@ func waitFor(t testing.TB, timeout time.Duration, what string, ready func() (boo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// WaitPromoted waits until a replica of master i has taken its place (its
+// ROLE says master) and every live node reports cluster_state:ok, and
+// returns it; it fails the test after timeout.
+func (c *Cluster) WaitPromoted(t testing.TB, i int, timeout time.Duration) *Server {
+	t.Helper()
+	var promoted *Server
+	waitFor(t, timeout, "a replica of "+c.Nodes[i].Addr()+" promoted", func() (bool, string) {
+		for _, r := range c.Replicas[i] {
+			if role, err := Do(r.Addr(), "ROLE"); err == nil && strings.HasPrefix(role, "master") {
+				promoted = r
+			}
+		}
+		if promoted == nil {
+			return false, "no replica is master yet"
+		}
+		for _, s := range append(slices.Clone(c.Nodes), slices.Concat(c.Replicas...)...) {
+			if s == c.Nodes[i] {
+				continue
+			}
+			if info, err := Do(s.Addr(), "CLUSTER", "INFO"); err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false, fmt.Sprintf("%s: %v\n%s", s.Addr(), err, info)
+			}
+		}
+		return true, ""
+	})
+	return promoted
 }
 
 // Addrs returns the addresses of the cluster's nodes.

@@ -37,6 +37,21 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// A replicated cluster: each master has its replica, and when a master
+// dies its replica takes its slots.
+func TestReplicatedCluster(t *testing.T) {
+	c := StartReplicatedCluster(t, 3, 1)
+	for i, rs := range c.Replicas {
+		if role, err := Do(rs[0].Addr(), "ROLE"); err != nil || !strings.HasPrefix(role, "slave") {
+			t.Fatalf("replica of master %d: ROLE = %q, %v", i, role, err)
+		}
+	}
+	c.Nodes[1].Kill()
+	if p := c.WaitPromoted(t, 1, 30*time.Second); p != c.Replicas[1][0] {
+		t.Fatalf("promoted %s, want %s", p.Addr(), c.Replicas[1][0].Addr())
+	}
+}
+
 func TestSentinel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sentinel start-up and failover take a few seconds")

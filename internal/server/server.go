@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/engine"
 	"github.com/portero-rl/portero/internal/admin"
@@ -209,6 +211,22 @@ func (s *Server) degraded() bool {
 	return false
 }
 
+// storeNodeGauge is portero_store_node_unavailable for the Redis store
+// that redis returns at each scrape (none without one: nil).
+func storeNodeGauge(redis func() *redisstore.Store) prometheus.Collector {
+	return admin.NewNodeGauge(func() []admin.NodeState {
+		rs := redis()
+		if rs == nil {
+			return nil
+		}
+		var out []admin.NodeState
+		for _, n := range rs.Nodes() {
+			out = append(out, admin.NodeState{Node: n.Node, Slots: n.Slots, Unavailable: n.Unavailable})
+		}
+		return out
+	})
+}
+
 // storeUnreached reports whether the store has not reached its backend
 // yet: a Redis store started while Redis was down (it dials in the
 // background).
@@ -280,6 +298,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
 	s.obs = servemetrics.New(servemetrics.Options{Logger: s.log, Now: s.now, Degraded: s.degraded, Sampler: opts.LogSampler})
+	s.obs.Registry().MustRegister(storeNodeGauge(s.redis.Load))
 	admin.RegisterBudgets(s.obs.Registry(), s.budgetStats)
 
 	// Reloads come from the signal, the configuration's watcher and, once

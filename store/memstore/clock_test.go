@@ -9,6 +9,7 @@ import (
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/store/memstore"
+	"github.com/portero-rl/portero/store/storetest"
 )
 
 // With ClockResolution the store's clock is behind the monotonic clock by
@@ -87,5 +88,74 @@ func TestClockResolutionErrors(t *testing.T) {
 			}
 			t.Errorf("New(ClockResolution %v) = %v, want an error containing %q", tc.cfg.ClockResolution, err, tc.want)
 		}
+	}
+}
+
+// The forms that read the store's clock decide exactly what the Reference
+// decides at the instant Store.Now reads, for every algorithm, with the
+// store's own clock and with the coarse one. In a synctest bubble the
+// clock stands still between the two readings, and synctest.Wait lets the
+// coarse clock's refresher catch up before they are taken.
+func TestClockFormsMatchReference(t *testing.T) {
+	for _, clock := range []struct {
+		name string
+		cfg  memstore.Config
+	}{
+		{"own", memstore.Config{Shards: 2, SweepInterval: -1}},
+		{"coarse", memstore.Config{Shards: 2, SweepInterval: -1, ClockResolution: time.Millisecond}},
+	} {
+		for _, a := range portero.Algorithms {
+			t.Run(clock.name+"/"+string(a), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { clockFormsMatch(t, clock.cfg, a) })
+			})
+		}
+	}
+}
+
+func clockFormsMatch(t *testing.T, cfg memstore.Config, a portero.Algorithm) {
+	ctx := context.Background()
+	s, err := memstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	ref := storetest.NewReference()
+	lims := map[portero.Rule]*memstore.Limiter{}
+	var rules []portero.Rule
+	for _, r := range storetest.RandomRules() {
+		if r.Algorithm == a {
+			rules = append(rules, r)
+			lims[r] = limiter(t, s, r)
+		}
+	}
+	start := time.Now()
+	allowed := 0
+	for i, c := range storetest.RandomTrace(11, rules, 600, false) {
+		time.Sleep(c.At - time.Since(start))
+		synctest.Wait()
+		h := c.Hits[0]
+		now := s.Now()
+		var got portero.Decision
+		if h.Cost == 1 {
+			got, err = lims[h.Rule].Allow(ctx, h.Key)
+		} else {
+			got, err = lims[h.Rule].AllowN(ctx, h.Key, now, h.Cost)
+		}
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		want, err := ref.AllowAll(ctx, now, []portero.Hit{h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want[0] {
+			t.Fatalf("call %d %v at %v:\n got %+v\nwant %+v", i, c, now, got, want[0])
+		}
+		if got.Allowed {
+			allowed++
+		}
+	}
+	if allowed == 0 {
+		t.Error("no call admitted: the trace checks nothing")
 	}
 }

@@ -23,10 +23,8 @@ func (l *Limiter) Rule() portero.Rule { return l.t.rule }
 
 // Allow is AllowN with cost 1 at the store's clock (Store.Now, which is
 // Config.Now or the store's monotonic clock).
-func (l *Limiter) Allow(ctx context.Context, key string) (portero.Decision, error) {
-	// A time.Time from Unix ns costs a few instructions; an extra layer
-	// between AllowN and the decision would cost more (see AllowN).
-	return l.AllowN(ctx, key, time.Unix(0, l.t.store.nowNS()), 1)
+func (l *Limiter) Allow(_ context.Context, key string) (portero.Decision, error) {
+	return l.t.allow(key, time.Time{}, 1, true)
 }
 
 // AllowN implements portero.Limiter: it decides a request of the given cost
@@ -39,16 +37,29 @@ func (l *Limiter) Allow(ctx context.Context, key string) (portero.Decision, erro
 // store already holds it allocates nothing, and for GCRA and the leaky
 // queue it takes no lock.
 func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int64) (portero.Decision, error) {
-	t := l.t
+	return l.t.allow(key, now, cost, false)
+}
+
+// allow is AllowN at now, or at the store's clock when clock is set. Allow
+// and AllowN are small enough to be inlined into their callers, so that
+// both call this directly: a layer between them and the decision that
+// passed a Decision through would cost a quarter of a hot-key decision.
+// The whole of the common case is here, with no call but the hash and the
+// clock's. For a one-word algorithm and a key the array holds, the
+// decision is a compare-and-swap of the key's state word, without the lock
+// (table.go).
+func (t *table) allow(key string, now time.Time, cost int64, clock bool) (portero.Decision, error) {
 	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return portero.Decision{}, t.badCall(cost)
 	}
-	// The whole of the common case is here, with no call but the hash: a
-	// layer that passes a Decision through would cost a quarter of a
-	// hot-key decision. For a one-word algorithm and a key the array
-	// holds, the decision is a compare-and-swap of the key's state word,
-	// without the lock (table.go).
-	ns := now.UnixNano()
+	var ns int64
+	if s := t.store; !clock {
+		ns = now.UnixNano()
+	} else if s.monotonic {
+		ns = s.monoBase + nanotime() // nowNS's common case, without its frame
+	} else {
+		ns = s.nowNS()
+	}
 	h := t.hash(key)
 	sh := t.shard(h)
 	if t.word != nil {

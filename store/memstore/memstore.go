@@ -100,6 +100,8 @@ type Store struct {
 	custom    func() time.Time // Config.Now; nil for the store's own clock
 	start     time.Time        // with a monotonic reading
 	startNS   int64            // start in Unix ns
+	monoBase  int64            // startNS minus the runtime's clock then; 0 in a synctest bubble (exactNS)
+	monotonic bool             // the store's clock is monoBase + nanotime: no Config.Now, ClockResolution or bubble
 	coarse    *coarseClock     // Config.ClockResolution; nil reads the clock
 	interval  time.Duration
 
@@ -153,11 +155,15 @@ func New(cfg Config) (*Store, error) {
 		done:      make(chan struct{}),
 	}
 	s.startNS = s.start.UnixNano()
+	if s.start != s.start.Round(0) { // a monotonic reading: not in a synctest bubble
+		s.monoBase = s.startNS - nanotime()
+	}
 	if res := cfg.ClockResolution; res > 0 {
 		s.coarse = &coarseClock{wake: make(chan struct{}, 1), done: make(chan struct{})}
 		s.coarse.ns.Store(s.startNS)
 		go s.refresh(res)
 	}
+	s.monotonic = s.monoBase != 0 && s.custom == nil && s.coarse == nil
 	if s.interval > 0 {
 		go s.sweeper()
 	} else {

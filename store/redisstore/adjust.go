@@ -49,7 +49,7 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustm
 	}
 	cn := s.conn.Load()
 	if cn == nil {
-		return &unavailableError{err: errNotConnected}
+		return s.server.failed(errNotConnected)
 	}
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
@@ -68,12 +68,12 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adj []portero.Adjustm
 		p := s.argv(c, now)
 		args = append(args, p[0], p[1], p[2])
 		key := s.key(c, portero.Hit{Rule: a.Rule, Key: a.Key})
-		_, err := s.breaker.Execute(func() ([]int64, error) {
-			return nil, adjustScript.Exec(ctx, cn.client, []string{key}, args).Error()
+		err := s.nodeOf(cn, key).exec(func() error {
+			return adjustScript.Exec(ctx, cn.client, []string{key}, args).Error()
 		})
 		if err != nil {
 			if unavailable(err) {
-				return &unavailableError{err: fmt.Errorf("adjust key %q (redis key %q): %w", a.Key, key, err)}
+				return fmt.Errorf("redisstore: adjust key %q (redis key %q): %w", a.Key, key, err)
 			}
 			return fmt.Errorf("redisstore: adjust key %q (redis key %q), rule %q: %w: %v", a.Key, key, a.Rule.Name, ErrScript, err)
 		}

@@ -149,18 +149,18 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 		_, sec, ns := s.clockArgs(it.now, false)
 		args = append(args, sec, ns, string(it.c.alg), strconv.FormatInt(it.hit.Cost, 10), a[0], it.c.p2(a, it.hit), a[2])
 	}
-	_, err := s.breaker.Execute(func() ([]int64, error) {
+	err := s.server.exec(func() error { // batches are never on a cluster
 		if s.execHook != nil {
 			if err := s.execHook(ctx, items); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		res, err := s.scripts.batch.Exec(ctx, cn.client, keys, args).ToArray()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(res) != 5*len(items) {
-			return nil, errBatchReply
+			return errBatchReply
 		}
 		s.batches.Add(1)
 		s.batched.Add(uint64(len(items)))
@@ -181,14 +181,14 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 			}
 			it.d = it.c.decision(v[0] == 1, v[1], v[2], v[3], v[4])
 		}
-		return nil, nil
+		return nil
 	})
 	if err == nil {
 		return
 	}
 	for _, it := range items {
 		if unavailable(err) {
-			it.err = &unavailableError{err: err}
+			it.err = err // marked with the server (node.exec)
 		} else {
 			it.rerun = true // a script error: each alone names its own
 		}

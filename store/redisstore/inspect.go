@@ -29,7 +29,7 @@ func (s *Store) Peek(ctx context.Context, rule portero.Rule, key string, now tim
 	}
 	cn := s.conn.Load()
 	if cn == nil {
-		return portero.Decision{}, &unavailableError{err: errNotConnected}
+		return portero.Decision{}, s.server.failed(errNotConnected)
 	}
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()

@@ -97,25 +97,22 @@ func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLe
 	var msg rueidis.RedisMessage
 	cn := s.conn.Load()
 	if cn == nil {
-		return msg, &unavailableError{err: errNotConnected}
+		return msg, s.server.failed(errNotConnected)
 	}
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
-	_, err := s.breaker.Execute(func() ([]int64, error) {
+	err := s.nodeOf(cn, key).exec(func() error {
 		var err error
 		msg, err = leaseScript.Exec(ctx, cn.client, []string{key}, args).ToMessage()
-		return nil, err
+		return err
 	})
-	if err == nil {
-		s.answered()
-	}
 	return msg, err
 }
 
 // leaseError describes a failed lease call.
 func (s *Store) leaseError(name, key string, err error) error {
 	if unavailable(err) {
-		return fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", name, key, &unavailableError{err: err})
+		return fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", name, key, asUnavailable(err))
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		return fmt.Errorf("redisstore: concurrency rule %q, key %q (redis key %q): %w: %s", name, key, s.LeaseKey(name, key), ErrScript, re.Error())
@@ -165,7 +162,7 @@ func (l *redisLease) Release(ctx context.Context) error {
 
 func (l *redisLease) wrap(err error) error {
 	if unavailable(err) {
-		return &unavailableError{err: err}
+		return asUnavailable(err)
 	}
 	return err
 }

@@ -23,10 +23,12 @@
 // One-hit calls that queue while two others are in flight are sent
 // together in one script, each decided as alone (Config.Batch; batch.go).
 // Every call has a deadline that starts when it is made (Config.Timeout),
-// and a circuit breaker stops calling a Redis that fails most calls. While
-// Redis is unavailable the store decides nothing, for rates and leases
-// alike: it returns an error wrapping portero.ErrStoreUnavailable and the
-// caller's failure policy answers. See docs/distributed.md.
+// and a circuit breaker stops calling a Redis that fails most calls: one
+// for the server, or one per master of a cluster, whose health the store
+// keeps apart (node.go). While Redis is unavailable the store decides
+// nothing, for rates and leases alike: it returns an error wrapping
+// portero.ErrStoreUnavailable and the caller's failure policy answers. See
+// docs/distributed.md.
 package redisstore
 
 import (
@@ -150,9 +152,10 @@ type Config struct {
 	// Hits with one tag share a cluster slot and so one atomic script. A tag
 	// must not contain '}'.
 	HashTag func(portero.Hit) string
-	// Logger receives the store's lines: when Redis becomes unavailable and
-	// answers again, when the breaker changes state, when a background dial
-	// fails and succeeds; slog.Default() when nil.
+	// Logger receives the store's lines: when Redis (on a cluster, one
+	// master's slots) becomes unavailable and answers again, when a breaker
+	// changes state, when a background dial fails and succeeds, when a
+	// cluster's slots get a new master; slog.Default() when nil.
 	Logger *slog.Logger
 	// OnUnavailable, when set, is called for every call Redis did not decide
 	// because it was unavailable (an AllowAll, a Peek or an Acquire that
@@ -183,32 +186,44 @@ type Stats struct {
 	// Batches counts batch scripts run (Config.Batch) and Batched the
 	// one-hit calls they decided.
 	Batches, Batched uint64
-	// Degraded reports whether the last call found Redis unavailable.
+	// Degraded reports whether the last call on some node found Redis
+	// unavailable (Store.Degraded).
 	Degraded bool
 	// Connected reports whether the store has a Redis client (see
 	// Config.DialInBackground).
 	Connected bool
-	// Breaker is the circuit breaker's state: closed, half-open or open.
+	// Breaker is the circuit breaker's state: closed, half-open or open;
+	// on a cluster the worst of its masters' (open, then half-open).
 	Breaker string
+	// Nodes are the health of each node (Store.Nodes).
+	Nodes []NodeHealth
 }
 
 // Store is a portero.Store in Redis. It is safe for concurrent use; it
-// starts no goroutines of its own beyond the Redis client's and, with
-// Config.DialInBackground while Redis has not answered yet, the dialler;
-// Close stops them.
+// starts no goroutines of its own beyond the Redis client's, with
+// Config.DialInBackground while Redis has not answered yet the dialler,
+// and on a cluster a short-lived one that reads its slots again when a
+// node's health changes; Close stops them.
 type Store struct {
 	cfg       Config
 	conn      atomic.Pointer[conn] // nil until connected
 	ownClient bool
 	scripts   *scripts
 	rules     sync.Map // portero.Rule → *compiled
-	breaker   *gobreaker.CircuitBreaker[[]int64]
 	log       *slog.Logger
 	closed    atomic.Bool
-	degraded  atomic.Bool
 	stop      chan struct{} // closed by Close: ends the dialler
 	dialMu    sync.Mutex    // orders the dialler's handover with Close
 	dialing   sync.WaitGroup
+
+	// The health of Redis, by node (node.go): server is the whole of it
+	// off a cluster, and on a cluster until its slots are known (topo).
+	server     *node
+	topo       atomic.Pointer[topology]
+	topoMu     sync.Mutex   // serializes installing a topology
+	refreshing atomic.Bool  // a refresh of topo is on its way
+	refreshed  atomic.Int64 // when the last one started, Unix ns
+	background sync.WaitGroup
 	// execHook, when set by a test of this package, is called before each
 	// script run with the run's context and, for a batch, its items; an
 	// error it returns is the run's, and Redis is not called.
@@ -267,23 +282,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Clock == CallerClock {
 		s.minTTL = strconv.FormatInt(int64((cfg.MinTTL+time.Millisecond-1)/time.Millisecond), 10)
 	}
-	s.breaker = gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
-		Name:         "redisstore",
-		MaxRequests:  1,
-		Interval:     cfg.BreakerWindow,
-		BucketPeriod: cfg.BreakerWindow / 10,
-		Timeout:      cfg.BreakerOpen,
-		ReadyToTrip: func(c gobreaker.Counts) bool {
-			ended := c.TotalSuccesses + c.TotalFailures
-			return ended >= uint32(cfg.BreakerMinCalls) && float64(c.TotalFailures) >= cfg.BreakerRatio*float64(ended)
-		},
-		IsSuccessful: func(err error) bool { return err == nil || !unavailable(err) },
-		// A caller that gave up says nothing about Redis.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			s.log.Warn("redisstore: circuit breaker "+to.String(), "from", from.String())
-		},
-	})
+	s.server = s.newNode("", "")
 	if cfg.Client != nil {
 		s.connected(cfg.Client)
 		return s, nil
@@ -342,6 +341,11 @@ func (s *Store) connected(c rueidis.Client) {
 		cn.batch = newBatcher(s.cfg.Batch)
 	}
 	s.conn.Store(cn)
+	if cn.cluster {
+		if err := s.refresh(cn); err != nil {
+			s.log.Debug("redisstore: redis cluster slots not read", "err", err)
+		}
+	}
 }
 
 // dial retries connecting until it succeeds or the store closes.
@@ -391,19 +395,36 @@ func (s *Store) Close(context.Context) error {
 	s.dialMu.Unlock()
 	close(s.stop)
 	s.dialing.Wait()
+	s.background.Wait()
 	if cn := s.conn.Load(); cn != nil && s.ownClient {
 		cn.client.Close()
 	}
 	return nil
 }
 
-// Degraded reports whether the last call was decided by a failure policy
-// (Stats.Degraded), at the cost of one atomic load: callers may ask on
-// every request, where Stats would also read the breaker under its lock.
-func (s *Store) Degraded() bool { return s.degraded.Load() }
+// Degraded reports whether the last call on some node found Redis
+// unavailable, so that the failure policies decide for its keys: the
+// server, or on a cluster a master (the keys of the others are decided as
+// usual). It costs an atomic load per node: callers may ask on every
+// request, where Stats would also read the breakers under their locks.
+func (s *Store) Degraded() bool {
+	for _, n := range s.nodes() {
+		if n.down.Load() {
+			return true
+		}
+	}
+	return false
+}
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
+	nodes := s.Nodes()
+	worst := gobreaker.StateClosed
+	for _, n := range s.nodes() {
+		if st := n.breaker.State(); st == gobreaker.StateOpen || st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed {
+			worst = st
+		}
+	}
 	return Stats{
 		Calls:       s.calls.Load(),
 		Redis:       s.redisCalls.Load(),
@@ -411,9 +432,10 @@ func (s *Store) Stats() Stats {
 		Errors:      s.errs.Load(),
 		Batches:     s.batches.Load(),
 		Batched:     s.batched.Load(),
-		Degraded:    s.degraded.Load(),
+		Degraded:    s.Degraded(),
 		Connected:   s.Connected(),
-		Breaker:     s.breaker.State().String(),
+		Breaker:     worst.String(),
+		Nodes:       nodes,
 	}
 }
 
@@ -484,7 +506,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	}
 	cn := s.conn.Load()
 	if cn == nil {
-		return nil, s.unavailableCall(hits, &unavailableError{err: errNotConnected})
+		return nil, s.unavailableCall(hits, s.server.failed(errNotConnected))
 	}
 	// The deadline starts now: a call that queues for a batch spends its
 	// wait out of the same Timeout.
@@ -508,7 +530,6 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 	}
 	if err == nil {
 		s.redisCalls.Add(1)
-		s.answered()
 		return out, nil
 	}
 	if !unavailable(err) {
@@ -516,13 +537,6 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, hits []portero.Hit)
 		return nil, err
 	}
 	return nil, s.unavailableCall(hits, err)
-}
-
-// answered notes that Redis decided a call.
-func (s *Store) answered() {
-	if s.degraded.Swap(false) {
-		s.log.Info("redisstore: redis answers again: exact shared limiting resumed")
-	}
 }
 
 // clockArgs are the scripts' first three arguments: the clock, and with
@@ -613,18 +627,18 @@ func (s *Store) run(ctx context.Context, cn *conn, now time.Time, cs []*compiled
 	}
 	script := s.scripts.pick(c.algs)
 	var all bool
-	_, err := s.breaker.Execute(func() ([]int64, error) {
+	err := s.nodeOf(cn, c.keys[0]).exec(func() error {
 		if s.execHook != nil {
 			if err := s.execHook(ctx, nil); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		res, err := script.Exec(ctx, cn.client, c.keys, args).ToArray()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		all, err = s.decode(res, cs, c, out)
-		return nil, err
+		return err
 	})
 	if err != nil {
 		return false, s.describe(err, cs, hits, c)
@@ -661,7 +675,7 @@ func (s *Store) describe(err error, cs []*compiled, hits []portero.Hit, c call) 
 		return err // a malformed reply, described already
 	}
 	if unavailable(err) {
-		return &unavailableError{err: err}
+		return err // marked with its node (node.exec)
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
@@ -682,11 +696,18 @@ func (s *Store) describe(err error, cs []*compiled, hits []portero.Hit, c call) 
 }
 
 // unavailableError marks a failure of Redis itself (as opposed to a script
-// error): the caller's failure policy applies.
-type unavailableError struct{ err error }
+// error): the caller's failure policy applies. node is where, when known.
+type unavailableError struct {
+	err  error
+	node *node
+}
 
 func (e *unavailableError) Error() string {
-	return "redisstore: " + portero.ErrStoreUnavailable.Error() + ": " + e.err.Error()
+	msg := "redisstore: " + portero.ErrStoreUnavailable.Error() + ": "
+	if n := e.node; n != nil && n.slots != "" {
+		msg += "redis cluster node " + *n.addr.Load() + " (slots " + n.slots + "): "
+	}
+	return msg + e.err.Error()
 }
 
 func (e *unavailableError) Unwrap() []error { return []error{portero.ErrStoreUnavailable, e.err} }

@@ -45,7 +45,7 @@ func (s *Store) Take(ctx context.Context, now time.Time, rule portero.Rule, key 
 	hits := []portero.Hit{{Rule: rule, Key: key, Cost: need}}
 	cn := s.conn.Load()
 	if cn == nil {
-		return 0, portero.Decision{}, s.unavailableCall(hits, &unavailableError{err: errNotConnected})
+		return 0, portero.Decision{}, s.unavailableCall(hits, s.server.failed(errNotConnected))
 	}
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
@@ -56,20 +56,20 @@ func (s *Store) Take(ctx context.Context, now time.Time, rule portero.Rule, key 
 	p := s.argv(c, now)
 	args = append(args, string(c.alg), strconv.FormatInt(need, 10), p[0], p[1], p[2], strconv.FormatInt(min(want, c.limit), 10))
 	var r [5]int64
-	_, err = s.breaker.Execute(func() ([]int64, error) {
+	err = s.nodeOf(cn, k).exec(func() error {
 		res, err := s.scripts.take.Exec(ctx, cn.client, []string{k}, args).ToArray()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(res) != len(r) {
-			return nil, fmt.Errorf("redisstore: %w: %d integers in the take reply, want %d", ErrScript, len(res), len(r))
+			return fmt.Errorf("redisstore: %w: %d integers in the take reply, want %d", ErrScript, len(res), len(r))
 		}
 		for i := range r {
 			if r[i], err = res[i].AsInt64(); err != nil {
-				return nil, fmt.Errorf("redisstore: %w: take reply: %v", ErrScript, err)
+				return fmt.Errorf("redisstore: %w: take reply: %v", ErrScript, err)
 			}
 		}
-		return nil, nil
+		return nil
 	})
 	if err != nil {
 		err = s.describe(err, []*compiled{c}, hits, oneCall(k, c.alg))
@@ -79,6 +79,5 @@ func (s *Store) Take(ctx context.Context, now time.Time, rule portero.Rule, key 
 		s.errs.Add(1)
 		return 0, portero.Decision{}, err
 	}
-	s.answered()
 	return r[0], c.decision(r[0] > 0, r[1], r[2], r[3], r[4]), nil
 }
