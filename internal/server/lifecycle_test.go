@@ -55,7 +55,13 @@ rules: [{name: r, key: ip, algorithm: fixed-window, limit: 3/h}]
 			if !strings.Contains(r.logs.String(), "redis does not answer yet") {
 				t.Errorf("the log does not say Redis is down:\n%s", r.logs)
 			}
+			// The listener answers before serve has finished starting
+			// ("not ready: starting"): ask until it has.
 			code, _, body := get(t, r.gateway+"/readyz")
+			for deadline := time.Now().Add(10 * time.Second); strings.Contains(body, "starting") && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+				code, _, body = get(t, r.gateway+"/readyz")
+			}
 			if (code == 200) != tt.ready {
 				t.Errorf("/readyz while Redis is down = %d %q, want ready %v", code, body, tt.ready)
 			}
