@@ -291,27 +291,34 @@ func (kr *keysReader) beginItem(c *cursor) {
 
 // blockField reads a "field: value" line of a block mapping item.
 func (kr *keysReader) blockField(c *cursor) {
-	it := kr.item
+	kr.field(c, false, "want field: value (id, plan or sha256), or - {id: ..., plan: ..., sha256: ...}")
+}
+
+// field reads one "name: value" of the current item and sets it: inside
+// {…} when flow, else the whole rest of the line. A problem is reported at
+// its column, and ok is false.
+func (kr *keysReader) field(c *cursor, flow bool, wantColon string) (name []byte, ok bool) {
 	keyCol := c.i
-	name, _, problem := c.scalar(false)
+	name, _, problem := c.scalar(flow)
 	if problem == "" && !c.colon() {
-		problem = "want field: value (id, plan or sha256), or - {id: ..., plan: ..., sha256: ...}"
+		problem = wantColon
 	}
 	if problem != "" {
 		kr.errorAt(kr.line, c.i+1, kr.itemField(), "%s", problem)
-		return
+		return name, false
 	}
 	c.space()
 	valCol := c.i
-	v, _, problem := c.scalar(false)
-	if problem == "" && !c.end() {
+	v, _, problem := c.scalar(flow)
+	if problem == "" && !flow && !c.end() {
 		problem = "unexpected text after the value"
 	}
 	if problem != "" {
 		kr.errorAt(kr.line, c.i+1, kr.itemField()+"."+string(name), "%s", problem)
-		return
+		return name, false
 	}
-	kr.set(it, name, v, keyCol, valCol)
+	kr.set(kr.item, name, v, keyCol, valCol)
+	return name, true
 }
 
 // flowMapping reads an item written {id: ..., plan: ..., sha256: ...}; c
@@ -333,23 +340,10 @@ func (kr *keysReader) flowMapping(c *cursor) {
 			}
 			return
 		}
-		keyCol := c.i
-		name, _, problem := c.scalar(true)
-		if problem == "" && !c.colon() {
-			problem = "want field: value (id, plan or sha256)"
-		}
-		if problem != "" {
-			kr.errorAt(kr.line, c.i+1, kr.itemField(), "%s", problem)
+		name, ok := kr.field(c, true, "want field: value (id, plan or sha256)")
+		if !ok {
 			return
 		}
-		c.space()
-		valCol := c.i
-		v, _, problem := c.scalar(true)
-		if problem != "" {
-			kr.errorAt(kr.line, c.i+1, kr.itemField()+"."+string(name), "%s", problem)
-			return
-		}
-		kr.set(it, name, v, keyCol, valCol)
 		c.space()
 		if c.i < len(c.b) && c.b[c.i] == ',' {
 			c.i++
