@@ -306,3 +306,27 @@ func BenchmarkAllowOne(b *testing.B) {
 		}
 	})
 }
+
+// TestWrongTypeAdjustAndTake: a string that is not Portero's state is
+// Redis's WRONGTYPE error for a settlement and for a budget's take too
+// (the prelude's read_state), and neither writes the key.
+func TestWrongTypeAdjustAndTake(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, redisstore.Config{})
+	rule := portero.Rule{Name: "bad", Algorithm: portero.TokenBucket, Limit: portero.PerMinute(10)}
+	key, _ := s.Key(rule, "victim")
+	if _, err := redistest.Do(srv.Addr(), "SET", key, "not a counter"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	errs := map[string]error{"adjust": s.Adjust(ctx, time.Now(), []portero.Adjustment{{Rule: rule, Key: "victim", Delta: 1}})}
+	_, _, errs["take"] = s.Take(ctx, time.Now(), rule, "victim", 1, 5)
+	for op, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("%s of a key that is not state: error %v, want WRONGTYPE", op, err)
+		}
+	}
+	if v, _ := redistest.Do(srv.Addr(), "GET", key); v != "not a counter" {
+		t.Errorf("the key holds %q after the failed calls", v)
+	}
+}

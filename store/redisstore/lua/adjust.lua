@@ -266,14 +266,8 @@ local f = ADJ[name]
 if f == nil then
   return redis.error_reply('ERR portero hit 1: algorithm ' .. tostring(name) .. ' cannot be adjusted')
 end
-local raw = redis.call('GET', key)
-local a, b, c
-if raw then
-  if #raw ~= STATE_LEN then
-    return redis.error_reply('ERR portero hit 1: ' .. NOT_STATE)
-  end
-  a, b, c = struct.unpack('ddd', raw)
-end
+local err, a, b, c = read_state(key)
+if err then return err end
 local ttl, na, nb, nc = f(p1, p2, p3, delta, a, b, c)
 if ttl ~= nil then save(key, ttl, na, nb, nc) end
 return 1

@@ -165,6 +165,18 @@ local STATE_LEN = 24
 -- NOT_STATE is the error for a key that holds a string of another length.
 local NOT_STATE = 'WRONGTYPE the key holds a string that is not Portero state'
 
+-- read_state reads the state of key: nil, then a, b, c (nil for no
+-- state); or the error reply for a string that is not Portero state.
+-- (one.lua's one-hit path reads inline: its instructions are counted.)
+local function read_state(key)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  if #raw ~= STATE_LEN then
+    return redis.error_reply('ERR portero hit 1: ' .. NOT_STATE)
+  end
+  return nil, struct.unpack('ddd', raw)
+end
+
 -- save writes the state of key, to expire ttl ns from now (rounded up to a
 -- millisecond, so that a key never disappears before its state equals no
 -- state), or at least MIN_TTL ms from now.

@@ -16,14 +16,8 @@ local function take(KEYS, ARGV)
   if f == nil then
     return redis.error_reply('ERR portero hit 1: algorithm ' .. tostring(ARGV[6]) .. ' is not in this script')
   end
-  local raw = redis.call('GET', key)
-  local a, b, c
-  if raw then
-    if #raw ~= STATE_LEN then
-      return redis.error_reply('ERR portero hit 1: ' .. NOT_STATE)
-    end
-    a, b, c = struct.unpack('ddd', raw)
-  end
+  local err, a, b, c = read_state(key)
+  if err then return err end
   local need, want = tonumber(ARGV[7]), tonumber(ARGV[11])
   local p1, p2, p3 = param(ARGV[8]), param(ARGV[9]), ARGV[10]
   local _, rem = f(p1, p2, p3, 0, a, b, c)
