@@ -385,7 +385,7 @@ func (r *rlsServer) build(store portero.Store, limits *descriptor.Config) error 
 		r.redis = rs
 	}
 	r.metrics = newRLSMetrics(o.MaxDetailedSeries, r.connected, func() (budget.Stats, bool) { return statsOf(store) })
-	if rs, ok := store.(*redisstore.Store); ok {
+	if rs, ok := backend(store).(*redisstore.Store); ok { // behind leased budgets too
 		r.metrics.reg.MustRegister(storeNodeGauge(func() *redisstore.Store { return rs }))
 	}
 	if o.Now != nil {

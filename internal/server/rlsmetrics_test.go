@@ -246,6 +246,11 @@ func TestRLSMetricsStoreDown(t *testing.T) {
 			if !strings.Contains(m, "\nportero_store_connected 0\n") {
 				t.Error("portero_store_connected is not 0")
 			}
+			// The Redis store is behind leased budgets: its node gauge still
+			// reads it.
+			if !strings.Contains(m, "\nportero_store_node_unavailable") {
+				t.Error("metrics lack portero_store_node_unavailable")
+			}
 			if policy == portero.FailAllow {
 				if got := value(t, m, "portero_rls_failure_policy_decisions_total", `domain="m"`, `key="remote_address"`, `policy="allow"`); got != 3 {
 					t.Errorf("failure-policy decisions = %v, want 3", got)
