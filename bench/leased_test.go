@@ -26,6 +26,10 @@ import (
 	"github.com/portero-rl/portero/store/redisstore"
 )
 
+// This file needs nothing but Portero and the standard library: make vet
+// and make test vet and run it alone, by file name, without building the
+// peers of the other benchmarks.
+
 // workerEnv, set to a JSON fleetWorker, makes the test binary one process
 // of BenchmarkLeasedGlobal's fleet instead of running tests (TestMain).
 const workerEnv = "PORTERO_BENCH_LEASED_WORKER"
@@ -170,9 +174,9 @@ var fleetRuns atomic.Int64 // numbers the runs' key prefixes
 // sizes the run to -benchtime as for any benchmark; the processes'
 // start-up is outside the timer, and decisions/s is the fleet's decisions
 // over the wall time from the first process's start to the last one's
-// end, so a process that lags counts against the fleet. It reports redis-cmds/op,
-// every command Redis ran (INFO commandstats after CONFIG RESETSTAT, the
-// harness's own commands left out) per decision, redis-calls/op, the
+// end, so a process that lags counts against the fleet. It reports
+// redis-cmds/op, every command Redis ran (INFO commandstats after CONFIG
+// RESETSTAT, the harness's own left out) per decision, redis-calls/op, the
 // script calls among them, Redis's time per script call (µs) and the
 // most admitted in a clock-aligned second; it fails if any second admits
 // more than the limit, summed over the processes. The leased mode also
