@@ -23,10 +23,16 @@ build:
 # sync.Pool drop items at random): make test runs them again without it.
 NORACE_TESTS ?= TestAllowedAllocations|TestOverloadAllocatesOnlyItsTicket|TestKeyHeaderNotCanonicalizedPerRequest
 
+# bench/ is a module of its own whose peers (gubernator pulls in Kubernetes'
+# client) take minutes to build: CI vets and runs, by file, only its fleet
+# benchmark, which needs nothing but Portero, for a thousand decisions.
+BENCH_FLEET = leased_test.go
+
 ## test: vet everything, run every test with the race detector, then the
 ## allocation tests that only run without it.
 test: deps vet
 	$(GO) test -race -timeout 18m ./...
+	cd bench && $(GO) test -race -count=1 -run '^$$' -bench '^BenchmarkLeasedGlobal$$' -benchtime 1000x $(BENCH_FLEET)
 	@out=$$($(GO) test -count=1 -run '^($(NORACE_TESTS))$$' -v ./httplimit ./internal/gateway 2>&1) || { echo "$$out"; exit 1; }; \
 	echo "$$out" | grep -E '^(--- |ok)'; \
 	want=$$(echo '$(NORACE_TESTS)' | tr '|' '\n' | wc -l); got=$$(echo "$$out" | grep -c '^--- PASS'); \
@@ -34,6 +40,7 @@ test: deps vet
 
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet $(BENCH_FLEET)
 
 ## deps: install what the tests start or call (Debian's redis-server, nginx, systemd-analyze,
 ## prometheus for promtool, which checks and unit-tests examples/alerts, and chromium for the
