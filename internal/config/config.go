@@ -809,14 +809,21 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 		pr.Responses, pr.Reserve = set, r.Reserve
 	}
 	ok = p.budget(r, &pr, kind, append(path, "budget")) && ok
-	if ok { // what only the combination tells: a cost the limit never admits
-		if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
-			_, msg, _ := strings.Cut(err.Error(), "): ")
-			bad(path, "%s", msg)
-		}
+	if ok = ok && p.checkRule(pr, path); ok {
 		p.shapeHolds(r, pr.Limit, path)
 	}
 	return pr, true, ok
+}
+
+// checkRule reports what only the rule as a whole tells (a cost its limit
+// never admits, an algorithm's own bounds), at path.
+func (p *parser) checkRule(r policy.Rule, path []any) bool {
+	if _, err := policy.New([]policy.Rule{r}, policy.Options{}); err != nil {
+		_, msg, _ := strings.Cut(err.Error(), "): ")
+		p.errorf(path, "%s", msg)
+		return false
+	}
+	return true
 }
 
 // budget reads a rule's budget into pr: a duration from 1ms to
