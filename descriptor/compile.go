@@ -170,7 +170,7 @@ func (c *Compiler) SetLimits(cfg *Config) {
 func (c *Compiler) Limits() *Config { return c.limits.Load() }
 
 // Plan is a compiled request: the engine's hits and what became of each
-// request descriptor. A door reuses its Plan (Reset keeps the memory).
+// request descriptor. A caller reuses its Plan (Reset keeps the memory).
 type Plan struct {
 	Hits        []engine.Hit // in descriptor order
 	Descriptors []Planned    // one per request descriptor
@@ -466,7 +466,7 @@ func (p *Plan) Code(v *engine.Verdict) Code {
 	return OK
 }
 
-// Status is the verdict on one descriptor, as the Envoy door and the check
+// Status is the verdict on one descriptor, as the Envoy rate limit service and the check
 // API report it.
 type Status struct {
 	Code      Code
@@ -520,9 +520,9 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 	return st
 }
 
-// Observer is told what became of every request a door compiled and
+// Observer is told what became of every request a server compiled and
 // decided (the metrics of `portero rls`). Observe must be quick, safe for
-// concurrent use, and keep neither req, p nor v, which the door reuses.
+// concurrent use, and keep neither req, p nor v, which the caller reuses.
 type Observer interface {
 	// Observe reports one request decided into v in took, or err instead:
 	// a *RequestError, the engine's error or the context's. After a

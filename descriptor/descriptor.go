@@ -89,7 +89,7 @@ type Node struct {
 	// QuotaMode refuses only when every quota descriptor of the request
 	// is over its limit.
 	QuotaMode bool
-	// Metadata has JSON's kinds of values; the Envoy door returns it in
+	// Metadata has JSON's kinds of values; the Envoy service returns it in
 	// dynamic_metadata for descriptors that pass.
 	Metadata map[string]any
 	// DetailedMetric names the limit's metrics by the request's values;

@@ -22,8 +22,7 @@ import (
 	"github.com/portero-rl/portero/engine/header"
 )
 
-// Request is what a door tells the policy about one request; it is only
-// read.
+// Request is the policy's view of one request, only read.
 type Request struct {
 	Method string
 	Host   string // the Host header, possibly with a port
@@ -35,7 +34,7 @@ type Request struct {
 	ClientIP      netip.Addr
 	ContentLength int64             // declared; -1 when unknown, 0 for no body
 	Identity      map[string]string // set by earlier middleware, such as "user"
-	Route         string            // the route the door matched
+	Route         string            // the route the request matched
 	RawQuery      string            // without "?"
 	// Forwarded reports that ClientIP came from a trusted proxy's
 	// forwarding header.
@@ -300,7 +299,7 @@ func (e *RuleError) Unwrap() error { return e.Err }
 
 // RequestHeaders returns the request header fields p's rules read (keys,
 // costs, matches; Cookie for a cookie part), canonical, each once, in rule
-// order: what a door that records requests for `portero replay` keeps.
+// order: what an access log kept for `portero replay` records.
 func (p *Policy) RequestHeaders() []string {
 	var out []string
 	add := func(name string) {
@@ -337,8 +336,8 @@ func (p *Policy) Cookies() []string { return p.keyArgs(keyCookie) }
 // (query:NAME), each once, in rule order.
 func (p *Policy) Queries() []string { return p.keyArgs(keyQuery) }
 
-// ReadsQuery reports whether some rule's key has a query part, so that a
-// door that records requests keeps their query strings.
+// ReadsQuery reports whether some rule's key has a query part, so that an
+// access log for `portero replay` keeps their query strings.
 func (p *Policy) ReadsQuery() bool { return len(p.Queries()) > 0 }
 
 // keyArgs returns the arguments of the key parts of kind, each once.
@@ -388,8 +387,8 @@ func (p *Policy) ReadsResponseBytes() bool {
 func QueryValue(q, name string) (string, bool) { return queryValue(q, name) }
 
 // KeyOnlyHeaders returns the request header fields p reads only in its
-// keys, never to match or to cost: a door that records requests may
-// record them hashed.
+// keys, never to match or to cost: an access log may record them
+// hashed.
 func (p *Policy) KeyOnlyHeaders() []string {
 	valued := map[string]bool{}
 	for _, r := range p.rules {
