@@ -16,16 +16,13 @@ import (
 
 // Descriptor is one request descriptor, as Envoy sends it.
 type Descriptor struct {
-	// Entries are the ordered (key, value) pairs; at least one.
-	Entries []Entry
-	// Override, when set, replaces the configured limit.
-	Override *Override
+	Entries  []Entry   // at least one
+	Override *Override // replaces the configured limit
 	// Hits is the descriptor's own hits_addend: nil when unset (the
 	// request's applies), 0 to check without counting.
 	Hits *uint64
-	// Negative is is_negative_hits, a refund: an error, except under
-	// Options.Envoyproxy, where it is ignored as envoyproxy/ratelimit
-	// ignores it (the hits are counted).
+	// Negative is is_negative_hits: an error, ignored under Envoyproxy as
+	// envoyproxy/ratelimit ignores it.
 	Negative bool
 }
 
@@ -33,24 +30,19 @@ type Descriptor struct {
 type Request struct {
 	Domain      string
 	Descriptors []Descriptor
-	// Hits is the request's hits_addend; 0 means 1.
-	Hits uint32
+	Hits        uint32 // hits_addend; 0 means 1
 }
 
-// ErrorKind classifies request errors for the doors: gRPC codes and HTTP
-// statuses.
+// ErrorKind classifies request errors for the doors.
 type ErrorKind int
 
 // The request error kinds.
 const (
-	// InvalidArgument is malformed input: gRPC INVALID_ARGUMENT, HTTP 400.
-	InvalidArgument ErrorKind = iota + 1
-	// NotFound is an unknown domain: gRPC NOT_FOUND, HTTP 404.
-	NotFound
+	InvalidArgument ErrorKind = iota + 1 // gRPC INVALID_ARGUMENT, HTTP 400
+	NotFound                             // an unknown domain: NOT_FOUND, 404
 )
 
-// RequestError reports a request that cannot be compiled: bad input
-// (InvalidArgument) or an unknown domain (NotFound).
+// RequestError reports a request that cannot be compiled.
 type RequestError struct {
 	Kind ErrorKind
 	Msg  string
@@ -62,59 +54,39 @@ func badRequest(format string, args ...any) error {
 	return &RequestError{Kind: InvalidArgument, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Options bound and tune a Compiler. The zero value of each field means
-// its default.
+// Options bound and tune a Compiler; a zero field means its default.
 type Options struct {
-	// AllowUnknownDomains compiles a request for a domain that is not
-	// configured into no hits (so it is allowed), as envoyproxy/ratelimit
-	// does. By default such a request is an error (NotFound), so that a
-	// typo is seen.
+	// AllowUnknownDomains compiles a request for an unknown domain into no
+	// hits, as envoyproxy/ratelimit does, instead of a NotFound error.
 	AllowUnknownDomains bool
 	// MaxDescriptors and MaxEntries bound one request (default 64 and 32),
 	// MaxValueLen one key or value in bytes (default 1024).
 	MaxDescriptors, MaxEntries, MaxValueLen int
-	// MaxOverrides caps the limit overrides in use in one domain: distinct
-	// (descriptor keys, requests_per_unit, unit), each a rule the store
-	// keeps state under; DefaultMaxOverrides when zero. Descriptor values
-	// do not count: they are keys of the override's rule, bounded by the
-	// store's max_keys and expiring with its window. When a domain has
-	// MaxOverrides in use, a new one takes the place of the least recently
-	// used if that one is idle (see OverrideIdle); otherwise the request is
-	// refused as invalid, saying so, rather than growing memory (under
-	// Envoyproxy it is compiled afresh for that request instead, and kept
-	// by no one). Other domains are not affected.
+	// MaxOverrides caps the distinct limit overrides (keys,
+	// requests_per_unit, unit: each a store rule) in use in one domain.
+	// When full, a new one replaces the least recently used if idle
+	// (OverrideIdle); otherwise the request is refused as invalid (under
+	// Envoyproxy, compiled for that request alone) rather than growing
+	// memory.
 	MaxOverrides int
-	// OverrideIdle is how long an override must go unused before a new one
-	// may take its place, and never less than its unit: by then the
-	// counters of its last window have expired, so the store holds nothing
-	// under it and forgetting it changes no decision. DefaultOverrideIdle
-	// when zero.
+	// OverrideIdle is how long an override goes unused, and never less
+	// than its unit, before another may take its place: its counters have
+	// expired by then, so forgetting it changes no decision.
 	OverrideIdle time.Duration
-	// Envoyproxy compiles as envoyproxy/ratelimit: descriptors are matched
-	// on composite strings (Domain.MatchEnvoyproxy), store keys are its
-	// cache keys (EnvoyproxyKey with KeyPrefix, for the engine's
-	// CountEach counters), an unknown domain compiles into no hits, and
-	// requests are bounded only by what it bounds: their size (the gRPC
-	// server's message cap), a domain and at least one descriptor. A
-	// descriptor without entries, or with an empty key, matches nothing;
-	// a descriptor hits_addend may be up to 2^63-1.
+	// Envoyproxy compiles as envoyproxy/ratelimit: composite matching
+	// (Domain.MatchEnvoyproxy), its cache keys (EnvoyproxyKey, KeyPrefix
+	// its CACHE_KEY_PREFIX), unknown domains as no hits, and only its
+	// bounds: a domain, one descriptor, hits_addend up to 2^63-1. A
+	// descriptor without entries, or with an empty key, matches nothing.
 	Envoyproxy bool
-	// KeyPrefix starts every store key under Envoyproxy
-	// (envoyproxy/ratelimit's CACHE_KEY_PREFIX).
-	KeyPrefix string
-	// QuotaMode is envoyproxy/ratelimit's QUOTA_MODE, with a configuration
-	// whose every limit is in quota_mode: every descriptor but the
-	// unlimited ones is a quota descriptor, and one without a limit (none
-	// matched, or another replaced it) is a quota that passes (Plan.Code).
+	KeyPrefix  string
+	// QuotaMode is envoyproxy/ratelimit's QUOTA_MODE: every limited
+	// descriptor is a quota, and one without a limit passes (Plan.Code).
 	QuotaMode bool
 }
 
-// DefaultMaxOverrides and DefaultOverrideIdle are the defaults of
-// Options.MaxOverrides and Options.OverrideIdle: far more distinct override
-// limits than an Envoy route configuration gives one domain, at most a few
-// megabytes of store rules per domain, and a domain flooded with overrides
-// that stop being used takes new ones again after ten minutes (or the
-// flood's unit, when longer).
+// The defaults of Options.MaxOverrides and OverrideIdle: far more than an
+// Envoy route configuration gives one domain, a few megabytes of rules.
 const (
 	DefaultMaxOverrides = 1024
 	DefaultOverrideIdle = 10 * time.Minute
@@ -129,22 +101,19 @@ type Compiler struct {
 	overrides sync.Map // domain name → *overrideTable
 }
 
-// overrideKey identifies the rule of a limit override in its domain: its
-// values are store keys under it, not part of it.
+// overrideKey identifies an override's rule in its domain (its values are
+// store keys under it).
 type overrideKey struct {
 	keys string
 	rpu  uint32
 	unit Unit
 }
 
-// overrideTable holds the overrides in use in one domain, at most
-// Options.MaxOverrides, each with the instant of its last use.
+// overrideTable holds the overrides in use in one domain.
 type overrideTable struct {
 	mu    sync.RWMutex
 	byKey map[overrideKey]*overrideEntry
-	// fullUntil, while the table is full of overrides none of which is
-	// idle, is the earliest instant (Unix ns) at which one may be: until
-	// then a new override is refused without looking.
+	// fullUntil is, while full and none idle, the Unix ns when one may be.
 	fullUntil int64
 }
 
@@ -154,9 +123,8 @@ type overrideEntry struct {
 	idle  int64        // ns unused before it may be forgotten
 }
 
-// touch records a use at now, writing the shared word only when it moved
-// by a second or more (every core writing one word would cost more than
-// the decision).
+// touch records a use at now, writing the shared word at most once a
+// second (every core writing it would cost more than the decision).
 func (e *overrideEntry) touch(now int64) {
 	if now-e.used.Load() >= int64(time.Second) {
 		e.used.Store(now)
@@ -187,9 +155,7 @@ func NewCompiler(c *Config, o Options) *Compiler {
 }
 
 // SetLimits replaces the configuration; requests being compiled finish
-// with the old one. Counters of rules that did not change are kept (a rule
-// is its name, algorithm and limit), and so are the overrides of the
-// domains still configured.
+// with the old one. Overrides of the domains still configured are kept.
 func (c *Compiler) SetLimits(cfg *Config) {
 	c.limits.Store(cfg)
 	c.overrides.Range(func(name, _ any) bool {
@@ -203,29 +169,20 @@ func (c *Compiler) SetLimits(cfg *Config) {
 // Limits returns the current configuration.
 func (c *Compiler) Limits() *Config { return c.limits.Load() }
 
-// Plan is a compiled request: the hits for the engine and, per request
-// descriptor, what became of it. A door owns a Plan and reuses it (Reset
-// keeps its memory).
+// Plan is a compiled request: the engine's hits and what became of each
+// request descriptor. A caller reuses its Plan (Reset keeps the memory).
 type Plan struct {
-	// Hits are the engine's input, in descriptor order.
-	Hits []engine.Hit
-	// Descriptors has one entry per request descriptor.
-	Descriptors []Planned
-	// Of gives, per hit, the index of its descriptor.
-	Of []int
-	// quotaPasses reports, under Options.QuotaMode, a descriptor without a
-	// limit: a quota that passes.
+	Hits        []engine.Hit // in descriptor order
+	Descriptors []Planned    // one per request descriptor
+	Of          []int        // per hit, its descriptor's index
+	// quotaPasses: under QuotaMode, a descriptor without a limit passes.
 	quotaPasses bool
 }
 
 // Planned is what became of one request descriptor.
 type Planned struct {
-	// Limit is the limit that applies; nil when none does (no match, or a
-	// limit replaced by another).
-	Limit *Limit
-	// Hit is the descriptor's index in Plan.Hits; -1 when it has none (no
-	// limit, an unlimited one, or one replaced by another).
-	Hit int
+	Limit *Limit // nil for no match, or a replaced limit
+	Hit   int    // its index in Plan.Hits; -1 for none
 }
 
 // Reset empties p for reuse, keeping its memory.
@@ -296,9 +253,8 @@ func (c *Compiler) Compile(req *Request, now time.Time, p *Plan) error {
 	return nil
 }
 
-// replace drops the hits of the limits that another matched limit replaces
-// (rate_limit.replaces), as envoyproxy/ratelimit does: a limit is dropped
-// when any matched limit (dropped or not) names it.
+// replace drops the hits of the limits any matched limit (dropped or not)
+// names in its rate_limit.replaces, as envoyproxy/ratelimit does.
 func (p *Plan) replace() {
 	has := false
 	for _, pd := range p.Descriptors {
@@ -339,9 +295,8 @@ func (p *Plan) replace() {
 	p.Hits, p.Of = hits, of
 }
 
-// override returns the limit of d's override in domain, one per distinct
-// overrideKey, made once and kept while it is used (a store keeps state
-// under it), at most MaxOverrides per domain.
+// override returns the limit of d's override in domain, made once per
+// overrideKey and kept while used, at most MaxOverrides per domain.
 func (c *Compiler) override(domain string, d *Descriptor, now int64) (*Limit, error) {
 	k := overrideKey{keys: Keys(d.Entries), rpu: d.Override.RequestsPerUnit, unit: d.Override.Unit}
 	v, ok := c.overrides.Load(domain)
@@ -368,10 +323,7 @@ func (c *Compiler) override(domain string, d *Descriptor, now int64) (*Limit, er
 	}
 	if len(t.byKey) >= c.opts.MaxOverrides && !t.forgetIdle(now) {
 		if c.opts.Envoyproxy {
-			// envoyproxy/ratelimit answers any override: this one is
-			// compiled for this request alone. Its counters are keys of
-			// the engine's counter rules, which no override adds to.
-			return l, nil
+			return l, nil // for this request alone, as envoyproxy/ratelimit answers any
 		}
 		return nil, fmt.Errorf("limit override %d/%s: domain %q has %d limit overrides in use (distinct keys, requests_per_unit and unit, each a rule the store keeps), the most it takes; one may be replaced in %v, once unused for %v or its unit",
 			k.rpu, k.unit, domain, len(t.byKey), time.Duration(t.fullUntil-now).Round(time.Second), c.opts.OverrideIdle)
@@ -382,10 +334,8 @@ func (c *Compiler) override(domain string, d *Descriptor, now int64) (*Limit, er
 	return l, nil
 }
 
-// forgetIdle drops the least recently used override if it has been idle
-// long enough, and reports whether it did. When none is, it records when
-// the first may be, so that the refusals until then look at nothing. t is
-// locked.
+// forgetIdle drops the least recently used override if idle, and reports
+// whether it did; otherwise it notes when one may be. t is locked.
 func (t *overrideTable) forgetIdle(now int64) bool {
 	if now < t.fullUntil {
 		return false
@@ -443,11 +393,8 @@ func (c *Compiler) validate(req *Request) error {
 				return badRequest("descriptor %d entry %d: key or value longer than %d bytes", i, j, c.opts.MaxValueLen)
 			}
 		}
-		if d.Hits != nil && *d.Hits > math.MaxUint32 {
-			return badRequest("descriptor %d: hits_addend %d: at most %d", i, *d.Hits, uint32(math.MaxUint32))
-		}
-		if o := d.Override; o != nil && !o.Unit.Valid() {
-			return badRequest("descriptor %d: limit override: unit %d is not second, minute, hour, day, week, month or year", i, int32(o.Unit))
+		if err := validateHits(i, d, math.MaxUint32, "week, "); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -457,19 +404,27 @@ func (c *Compiler) validate(req *Request) error {
 // a hits_addend Redis cannot add, an override with no unit.
 func (c *Compiler) validateEnvoyproxy(req *Request) error {
 	for i := range req.Descriptors {
-		d := &req.Descriptors[i]
-		if d.Hits != nil && *d.Hits > math.MaxInt64 {
-			return badRequest("descriptor %d: hits_addend %d: at most %d", i, *d.Hits, int64(math.MaxInt64))
-		}
-		if o := d.Override; o != nil && !o.Unit.Valid() {
-			return badRequest("descriptor %d: limit override: unit %d is not second, minute, hour, day, month or year", i, int32(o.Unit))
+		if err := validateHits(i, &req.Descriptors[i], math.MaxInt64, ""); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// validateHits checks descriptor i's hits_addend against most and its
+// override's unit (week named as a unit when week is "week, ").
+func validateHits(i int, d *Descriptor, most uint64, week string) error {
+	if d.Hits != nil && *d.Hits > most {
+		return badRequest("descriptor %d: hits_addend %d: at most %d", i, *d.Hits, most)
+	}
+	if o := d.Override; o != nil && !o.Unit.Valid() {
+		return badRequest("descriptor %d: limit override: unit %d is not second, minute, hour, day, %smonth or year", i, int32(o.Unit), week)
+	}
+	return nil
+}
+
 // Code is a descriptor's or a request's verdict, numbered as Envoy's
-// RateLimitResponse.Code (so the zero value, unknown, is never answered).
+// RateLimitResponse.Code.
 type Code int32
 
 // The codes.
@@ -497,9 +452,8 @@ func CodeOf(v *engine.Verdict) Code {
 	return OverLimit
 }
 
-// Code returns the code of the request p compiled under v, its verdict:
-// CodeOf, but OK when only quota hits refused and, under
-// Options.QuotaMode, a descriptor without a limit is a quota that passes.
+// Code returns the request's code under v: CodeOf, but OK when only quota
+// hits refused and, under QuotaMode, some descriptor is a passing quota.
 func (p *Plan) Code(v *engine.Verdict) Code {
 	if v.Allowed || !p.quotaPasses {
 		return CodeOf(v)
@@ -512,42 +466,25 @@ func (p *Plan) Code(v *engine.Verdict) Code {
 	return OK
 }
 
-// Status is the verdict on one descriptor, as the Envoy door and the check
+// Status is the verdict on one descriptor, as the Envoy rate limit service and the check
 // API report it.
 type Status struct {
-	// Code is OverLimit when this descriptor refuses the request.
-	Code Code
-	// Limit is the limit that applied; nil when none did (no match, a
-	// replaced limit, or an unlimited one).
-	Limit *Limit
-	// Outcome is the engine's outcome for the descriptor's hit; empty when
-	// it had none.
-	Outcome engine.Outcome
-	// Unlimited reports a match on an unlimited limit.
+	Code      Code
+	Limit     *Limit         // nil for no match, a replaced or an unlimited limit
+	Outcome   engine.Outcome // empty without a hit
 	Unlimited bool
-	// Shadow reports a shadow_mode limit: counted, never refusing.
-	Shadow bool
-	// CheckOnly reports a descriptor hits_addend of 0: looked at, not counted.
-	CheckOnly bool
-	// Counted reports that the descriptor's hits were counted in the store.
-	Counted bool
-	// Failure is the failure policy that decided the descriptor because the
-	// store failed (see engine.Result.Failure); its Remaining and times are
-	// then not the shared count's.
-	Failure portero.FailurePolicy
-	// Cost is the hits the descriptor asked for.
-	Cost int64
-	// Remaining is what is available under the limit now, in hits
-	// (MaxUint32 for unlimited).
-	Remaining int64
-	// ResetAfter is duration_until_reset: for envoyproxy/ratelimit's fixed
-	// windows the time to the end of the current window (also when nothing
-	// is counted yet), for a calendar quota the time to the end of its
-	// period, otherwise the time until the limit is whole again.
+	Shadow    bool // counted, never refusing
+	CheckOnly bool // hits_addend 0: looked at, not counted
+	Counted   bool // its hits were counted in the store
+	// Failure is the failure policy that decided because the store failed;
+	// Remaining and the times are then not the shared count's.
+	Failure   portero.FailurePolicy
+	Cost      int64
+	Remaining int64 // in hits; MaxUint32 for unlimited
+	// ResetAfter is duration_until_reset (engine.Result.UntilReset).
 	ResetAfter time.Duration
-	// RetryAfter is, when Code is OverLimit and the request can pass
-	// later, the time after which it could; 0 for a cost that can never
-	// pass.
+	// RetryAfter is, when OverLimit, when the request could pass; 0 for a
+	// cost that never can.
 	RetryAfter time.Duration
 }
 
@@ -583,16 +520,12 @@ func (p *Plan) Status(i int, v *engine.Verdict, now time.Time) Status {
 	return st
 }
 
-// Observer is told what became of every request a door compiled and
-// decided: the metrics of `portero rls` count them. Observe must be quick
-// and safe for concurrent use, and must not keep req, p or v, which the
-// door reuses.
+// Observer is told what became of every request a server compiled and
+// decided (the metrics of `portero rls`). Observe must be quick, safe for
+// concurrent use, and keep neither req, p nor v, which the caller reuses.
 type Observer interface {
-	// Observe reports one request: compiled into p and decided into v in
-	// took (err nil), or answered with err instead of a verdict: a
-	// *RequestError (bad input, an unknown domain), the engine's error
-	// (the store failed under portero.FailError) or the caller's context
-	// error. After a compile error, p is what was compiled so far and v
-	// is empty.
+	// Observe reports one request decided into v in took, or err instead:
+	// a *RequestError, the engine's error or the context's. After a
+	// compile error, p is what was compiled so far and v is empty.
 	Observe(req *Request, p *Plan, v *engine.Verdict, took time.Duration, err error)
 }

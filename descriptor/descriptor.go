@@ -1,37 +1,13 @@
-// Package descriptor is the compiler of envoyproxy/ratelimit's model: it
-// matches request descriptors (ordered key/value entries, as Envoy sends
-// them) against a configuration's domains the way envoyproxy/ratelimit does
-// and turns them into the engine's hits. It is the peer of package policy,
-// which compiles Portero's own rules and an HTTP request into hits: neither
-// decides, package engine does.
+// Package descriptor compiles envoyproxy/ratelimit's descriptors into the
+// engine's hits; it is the peer of package policy, and neither decides.
+// internal/config/envoyconf reads the domains from YAML (NewDomain,
+// Node.Add, NewLimit).
 //
-//	Envoy RLS request ─┐                      ┌─ policy ◄── HTTP request
-//	/v1/check, /v1/auth ┴─► descriptor.Compile ┤            (httplimit)
-//	                        (hits)             └─► engine.Decide ─► verdict
-//
-// The configuration (domains, their descriptor trees and rate limits) is
-// read from envoyproxy/ratelimit's YAML by internal/config/envoyconf, which
-// builds it with NewDomain, Node.Add and NewLimit.
-//
-// # Matching
-//
-// A request descriptor is an ordered list of (key, value) entries. Entry i
-// is looked up at level i of the domain's tree: first the node with that key
-// and exactly that value, then the nodes with that key and a wildcard value
-// or address lists (Node.Addresses, Portero's extension) in file order,
-// then the node with that key and no value. A limit applies
-// only when it sits at the level of the descriptor's last entry: a
-// two-entry descriptor never matches a one-level rule, and a one-entry
-// descriptor never matches a rule nested deeper.
-//
-// # Compiling
-//
-// Each descriptor that matches a limit becomes one hit: the limit's rule,
-// the descriptor's store key (StoreKey), its cost (its own hits_addend, or
-// the request's, 0 meaning 1) and, for a descriptor hits_addend of 0,
-// check-only. A descriptor that carries a limit override uses it instead of
-// the configuration. Unlimited limits and limits that another matched limit
-// replaces (rate_limit.replaces) become no hit. See Compiler.Compile.
+// Entry i of a request descriptor is looked up at level i of its domain's
+// tree: the node with that key and value, then the wildcard and address
+// nodes in file order, then the node with the key alone. A limit applies
+// only at the level of the descriptor's last entry. Each matched limit
+// becomes one hit (Compiler.Compile); unlimited and replaced limits none.
 package descriptor
 
 import (
@@ -43,12 +19,12 @@ import (
 	"github.com/portero-rl/portero/clientip"
 )
 
-// Unit is the time unit of a rate limit, numbered as in Envoy's
-// RateLimitResponse.RateLimit.Unit enum (so WEEK is 7).
+// Unit is a rate limit's time unit, numbered as Envoy's
+// RateLimitResponse.RateLimit.Unit. Month and year are fixed lengths (30
+// and 365 days) from the Unix epoch, as in envoyproxy/ratelimit.
 type Unit int32
 
-// The units. Month and year are fixed lengths (30 and 365 days), aligned to
-// the Unix epoch, as in envoyproxy/ratelimit: not calendar months.
+// The units.
 const (
 	UnitUnknown Unit = 0
 	Second      Unit = 1
@@ -84,26 +60,17 @@ func (u Unit) String() string {
 	return "unknown"
 }
 
-// Duration returns the unit's length: 1s, 1m, 1h, 24h, 7 days, 30 days or
-// 365 days; 0 for an unknown unit.
+var unitDurations = [...]time.Duration{
+	Second: time.Second, Minute: time.Minute, Hour: time.Hour, Day: 24 * time.Hour,
+	Week: 7 * 24 * time.Hour, Month: 30 * 24 * time.Hour, Year: 365 * 24 * time.Hour,
+}
+
+// Duration returns the unit's length; 0 for an unknown unit.
 func (u Unit) Duration() time.Duration {
-	switch u {
-	case Second:
-		return time.Second
-	case Minute:
-		return time.Minute
-	case Hour:
-		return time.Hour
-	case Day:
-		return 24 * time.Hour
-	case Week:
-		return 7 * 24 * time.Hour
-	case Month:
-		return 30 * 24 * time.Hour
-	case Year:
-		return 365 * 24 * time.Hour
+	if u < 0 || int(u) >= len(unitDurations) {
+		return 0
 	}
-	return 0
+	return unitDurations[u]
 }
 
 // Valid reports whether u is one of the known units.
@@ -117,50 +84,35 @@ type Entry struct {
 // Node is one node of a domain's tree: a descriptor of the configuration.
 type Node struct {
 	Key, Value string
-	// Limit is nil when the node has no limit (only children, or a
-	// whitelisted key).
-	Limit *Limit
-	// ShadowMode counts requests but never refuses them.
-	ShadowMode bool
-	// QuotaMode (envoyproxy/ratelimit's quota_mode) refuses only when every
-	// quota descriptor of the request is over its limit.
+	Limit      *Limit // nil for a node without one
+	ShadowMode bool   // counted, never refusing
+	// QuotaMode refuses only when every quota descriptor of the request
+	// is over its limit.
 	QuotaMode bool
-	// Metadata is the node's metadata, with JSON's kinds of values
-	// (string, float64, bool, nil, []any, map[string]any): the Envoy door
-	// returns it in dynamic_metadata for descriptors that pass. Nil when
-	// none.
+	// Metadata has JSON's kinds of values; the Envoy service returns it in
+	// dynamic_metadata for descriptors that pass.
 	Metadata map[string]any
-	// DetailedMetric names the metrics of the node's limit by the
-	// request's values (Limit.DetailedMetric); ValueToMetric is accepted
-	// for compatibility and changes nothing.
+	// DetailedMetric names the limit's metrics by the request's values;
+	// ValueToMetric is accepted and changes nothing.
 	DetailedMetric, ValueToMetric bool
-	// ShareThreshold makes every value that matches a wildcard (or an
-	// address node's addresses) share one counter, instead of one counter
-	// per value.
+	// ShareThreshold makes the values a wildcard (or address lists) match
+	// share one counter.
 	ShareThreshold bool
-	// Addresses and NotAddresses, Portero's extension (a descriptor's
-	// portero: {addresses, not_addresses}), make the node match, in place
-	// of a Value, the entries with its Key whose value is an IP address
-	// (as clientip.ParseHop reads it: an IPv4-mapped address as IPv4) in
-	// Addresses, when given, and not in NotAddresses, when given; a value
-	// that is no address matches neither. Such a node is tried with the
-	// wildcards, in file order. AddressText names it (Composite) as the
-	// file wrote the lists: "[monitoring]", "![10.0.0.0/8]",
-	// "[10.0.0.0/8]![10.1.0.0/16]". Nil, nil and empty on other nodes.
+	// Addresses and NotAddresses (portero: {addresses, not_addresses})
+	// match, in place of a Value, an entry whose value is an IP address in
+	// Addresses and not in NotAddresses (either may be nil); such a node is
+	// tried with the wildcards. AddressText names the lists as written:
+	// "[monitoring]", "![10.0.0.0/8]".
 	Addresses, NotAddresses *clientip.AddrSet
 	AddressText             string
-	// Children are the next level, in the order they were added.
-	Children []*Node
-	// File and Line locate the node in its file.
-	File string
-	Line int
+	Children                []*Node // the next level, in order added
+	File                    string
+	Line                    int
 
-	level level
-	parts []string // the value split at its '*'s
-	// composite is Composite(), and cparts it split at its '*'s, built
-	// when the node is added (envoyproxy/ratelimit's matching).
-	composite string
-	cparts    []string
+	level     level
+	parts     []string // the value split at its '*'s
+	composite string   // Composite(), for envoyproxy/ratelimit's matching
+	cparts    []string // composite split at its '*'s
 }
 
 // Composite returns the node's key, or key_value when it has a value, as
@@ -188,27 +140,21 @@ func (n *Node) matchesAddress(v string) bool {
 	return (n.Addresses == nil || n.Addresses.Contains(a)) && (n.NotAddresses == nil || !n.NotAddresses.Contains(a))
 }
 
-// Add adds child to n's next level. When n already has a child with the
-// same key and value, Add returns it and leaves n unchanged; otherwise it
-// returns nil.
+// Add adds child to n's next level, unless n has a child with the same key
+// and value: that one is returned, and n unchanged.
 func (n *Node) Add(child *Node) (dup *Node) { return n.level.insert(&n.Children, child, false) }
 
-// AddEnvoyproxy adds child to n's next level with envoyproxy/ratelimit's
-// rule for duplicates: a child whose composite key (Composite: key, or
-// key_value) is already there, whatever its key and value, is a
-// duplicate, returned, and n is left unchanged.
+// AddEnvoyproxy is Add with envoyproxy/ratelimit's duplicates: children
+// with the same Composite name.
 func (n *Node) AddEnvoyproxy(child *Node) (dup *Node) {
 	return n.level.insert(&n.Children, child, true)
 }
 
-// level indexes the children of one node for matching, both ways: by key
-// and value (Portero's matching) and by composite key_value string
-// (envoyproxy/ratelimit's, see MatchEnvoyproxy).
+// level indexes the children of one node by key and value (Match) and by
+// composite name (MatchEnvoyproxy).
 type level struct {
-	exact map[Entry]*Node
-	// wildcards are the nodes with a wildcard value and the address
-	// nodes, in the order they were added.
-	wildcards []*Node
+	exact     map[Entry]*Node
+	wildcards []*Node // wildcard and address nodes, in order added
 	keyOnly   map[string]*Node
 	composite map[string]*Node // no address node: its name is no entry's
 }
@@ -239,9 +185,7 @@ func (l *level) add(d *Node) {
 	}
 }
 
-// insert adds d to l and to list, the same level's nodes in order, unless
-// l already has its duplicate (by key and value, or by composite name with
-// envoyproxy's rule), which it returns instead.
+// insert adds d to l and to list, unless l has its duplicate, returned.
 func (l *level) insert(list *[]*Node, d *Node, envoyproxy bool) (dup *Node) {
 	if envoyproxy {
 		dup = l.findComposite(d)
@@ -256,8 +200,7 @@ func (l *level) insert(list *[]*Node, d *Node, envoyproxy bool) (dup *Node) {
 	return nil
 }
 
-// findComposite returns the node of l with d's composite name, or nil:
-// envoyproxy/ratelimit's duplicates.
+// findComposite returns the node of l with d's composite name, or nil.
 func (l *level) findComposite(d *Node) *Node {
 	if d.isAddress() {
 		return l.findSame(d)
@@ -265,8 +208,7 @@ func (l *level) findComposite(d *Node) *Node {
 	return l.composite[d.Composite()]
 }
 
-// findSame returns the node of l with d's key and value (or addresses), or
-// nil.
+// findSame returns the node of l with d's key and value (or addresses).
 func (l *level) findSame(d *Node) *Node {
 	if d.isAddress() {
 		for _, w := range l.wildcards {
@@ -290,10 +232,8 @@ func (l *level) findSame(d *Node) *Node {
 	return l.exact[Entry{d.Key, d.Value}]
 }
 
-// find returns the node of l entry e selects with Portero's rules (exact
-// value, then the first wildcard or address node, then key only) and, when
-// that node shares one counter (share_threshold) among the values its
-// pattern matches, the pattern; nil when none.
+// find returns the node of l entry e selects (exact value, first wildcard
+// or address node, key only) and, for a share_threshold node, its pattern.
 func (l *level) find(e Entry) (n *Node, shared string) {
 	if d := l.exact[e]; d != nil {
 		return d, ""
@@ -309,9 +249,7 @@ func (l *level) find(e Entry) (n *Node, shared string) {
 	return l.keyOnly[e.Key], ""
 }
 
-// findEnvoyproxy is find with envoyproxy/ratelimit's rules, on composite
-// strings (see Domain.MatchEnvoyproxy); a shared pattern is the node's
-// composite pattern less the entry's key and '_'.
+// findEnvoyproxy is find on composite strings (Domain.MatchEnvoyproxy).
 func (l *level) findEnvoyproxy(e Entry) (n *Node, shared string) {
 	full := e.Key + "_" + e.Value
 	if d := l.composite[full]; d != nil {
@@ -339,8 +277,7 @@ func (n *Node) matches(v string) bool {
 	return globMatch(n.parts, v)
 }
 
-// globMatch reports whether v matches the pattern split at its '*'s: each
-// '*' matches any run of characters, the empty one included.
+// globMatch reports whether v matches the pattern split at its '*'s.
 func globMatch(parts []string, v string) bool {
 	if len(parts) == 1 {
 		return parts[0] == v
@@ -362,12 +299,9 @@ func globMatch(parts []string, v string) bool {
 
 // Domain is one domain's tree.
 type Domain struct {
-	Name string
-	// Nodes are the top level, in the order they were added.
-	Nodes []*Node
-	// Files lists the files that contributed to the domain (several when
-	// domains are merged).
-	Files []string
+	Name  string
+	Nodes []*Node  // the top level, in order added
+	Files []string // several when domains are merged
 	root  level
 }
 
@@ -376,9 +310,7 @@ func NewDomain(name, file string) *Domain {
 	return &Domain{Name: name, Files: []string{file}}
 }
 
-// Add adds n to d's top level. When d already has a node with the same key
-// and value, Add returns it and leaves d unchanged; otherwise it returns
-// nil.
+// Add is Node.Add for d's top level.
 func (d *Domain) Add(n *Node) (dup *Node) { return d.root.insert(&d.Nodes, n, false) }
 
 // AddEnvoyproxy is Node.AddEnvoyproxy for d's top level.
@@ -386,19 +318,13 @@ func (d *Domain) AddEnvoyproxy(n *Node) (dup *Node) { return d.root.insert(&d.No
 
 // Match is the result of looking a request descriptor up.
 type Match struct {
-	// Node is the configuration node at the descriptor's last level; nil
-	// when the descriptor matched no node at that depth.
-	Node *Node
-	// Limit is Node.Limit: nil when there is no limit to apply.
-	Limit *Limit
-	// patterns holds, per entry, the wildcard pattern that matched it when
-	// that node has share_threshold (the store key then uses the pattern,
-	// not the value); nil when there is none.
+	Node  *Node  // at the descriptor's last level; nil for no match
+	Limit *Limit // Node.Limit
+	// patterns holds, per entry, the share_threshold pattern that matched.
 	patterns []string
 }
 
-// Shared returns the wildcard pattern entry i matched when that node shares
-// one counter among all its values (share_threshold), and whether it did.
+// Shared returns the share_threshold pattern entry i matched, if any.
 func (m Match) Shared(i int) (string, bool) {
 	if i < len(m.patterns) && m.patterns[i] != "" {
 		return m.patterns[i], true
@@ -406,20 +332,12 @@ func (m Match) Shared(i int) (string, bool) {
 	return "", false
 }
 
-// Match looks entries up in d, level by level, with envoyproxy/ratelimit's
-// rules (exact value, then wildcard in file order, then key only; the limit
-// must sit at the level of the last entry).
+// Match looks entries up in d, level by level (see the package doc).
 func (d *Domain) Match(entries []Entry) Match { return d.match(entries, false) }
 
-// MatchEnvoyproxy looks entries up in d exactly as envoyproxy/ratelimit
-// does, on composite strings: at each level the child whose composite key
-// (key_value, see Node.Composite) is the entry's key + "_" + value, then
-// the first wildcard child (in order) whose composite pattern matches that
-// string, then the child whose composite key is the entry's key alone.
-// Where keys and values hold '_' this can match what Match does not: the
-// entry (a_b, c) matches the node (a, b_c), and (a_b, x) falls back to the
-// node (a, b). A shared wildcard (share_threshold) counts under its value
-// pattern, as there.
+// MatchEnvoyproxy looks entries up exactly as envoyproxy/ratelimit does, on
+// composite strings (key_value): where keys and values hold '_', the entry
+// (a_b, c) matches the node (a, b_c), which Match does not.
 func (d *Domain) MatchEnvoyproxy(entries []Entry) Match { return d.match(entries, true) }
 
 // match is Match, or MatchEnvoyproxy when envoyproxy is set.
@@ -456,19 +374,11 @@ func (d *Domain) match(entries []Entry, envoyproxy bool) Match {
 }
 
 // EnvoyproxyKey returns envoyproxy/ratelimit's cache key of a descriptor
-// without its window: prefix (its CACHE_KEY_PREFIX), the domain, "_", then
-// key_value_ for each entry, an entry matched by a shared wildcard
-// contributing the pattern instead of its value. The engine's counters add
-// the window's start (portero.Count), which completes the key
-// envoyproxy/ratelimit writes to Redis.
+// without its window (which the engine's counters add): prefix, domain,
+// "_", then key_value_ per entry, a shared pattern in place of its value.
 func EnvoyproxyKey(prefix, domain string, entries []Entry, m Match) string {
-	n := len(prefix) + len(domain) + 1
-	for _, e := range entries {
-		n += len(e.Key) + len(e.Value) + 2
-	}
-	// A Builder: its String is the key without a copy (one allocation).
 	var b strings.Builder
-	b.Grow(n)
+	b.Grow(keyLen(len(prefix)+len(domain), entries))
 	b.WriteString(prefix)
 	b.WriteString(domain)
 	b.WriteByte('_')
@@ -485,8 +395,7 @@ func EnvoyproxyKey(prefix, domain string, entries []Entry, m Match) string {
 	return b.String()
 }
 
-// Config is a loaded configuration: a set of domains. It is immutable once
-// built and safe for concurrent use; reloading builds a new Config.
+// Config is a set of domains, immutable once built.
 type Config struct {
 	domains map[string]*Domain
 	files   []string
@@ -550,16 +459,21 @@ func (c *Config) Files() []string {
 	return c.files
 }
 
-// Key formats entries as envoyproxy/ratelimit does in its stats: key or
+// Key formats entries as envoyproxy/ratelimit's stats do: key or
 // key_value per entry, joined by ".".
-func Key(entries []Entry) string {
+func Key(entries []Entry) string { return joinEntries(entries, true) }
+
+// Keys joins the keys of entries by ".": the name of an override's rule.
+func Keys(entries []Entry) string { return joinEntries(entries, false) }
+
+func joinEntries(entries []Entry, values bool) string {
 	var b strings.Builder
 	for i, e := range entries {
 		if i > 0 {
 			b.WriteByte('.')
 		}
 		b.WriteString(e.Key)
-		if e.Value != "" {
+		if values && e.Value != "" {
 			b.WriteByte('_')
 			b.WriteString(e.Value)
 		}
@@ -567,40 +481,29 @@ func Key(entries []Entry) string {
 	return b.String()
 }
 
-// Keys formats the keys of entries, without their values, joined by ".":
-// the name of an override's rule.
-func Keys(entries []Entry) string {
-	var b strings.Builder
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(e.Key)
-	}
-	return b.String()
-}
-
-// StoreKey returns the key a descriptor is counted under in the store:
-// the domain and the entries, unambiguously joined (a '|' between parts,
-// '=' between key and value, '\' escaping those three). An entry matched by
-// a shared wildcard (share_threshold) contributes the wildcard pattern
-// instead of its value, so all such values share one counter.
-func StoreKey(domain string, entries []Entry, m Match) string {
-	n := len(domain) + 1
+// keyLen is the length of a store key of entries after n bytes, so that
+// building it allocates once.
+func keyLen(n int, entries []Entry) int {
+	n++
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
-	var b strings.Builder // one allocation, as in EnvoyproxyKey
-	b.Grow(n)
+	return n
+}
+
+// StoreKey returns the key a descriptor is counted under: the domain and
+// the entries joined by '|' (key=value, '\' escaping "|=\"), a shared
+// pattern marked `\*` in place of its value.
+func StoreKey(domain string, entries []Entry, m Match) string {
+	var b strings.Builder
+	b.Grow(keyLen(len(domain), entries))
 	writeEscaped(&b, domain)
 	for i, e := range entries {
 		b.WriteByte('|')
 		writeEscaped(&b, e.Key)
 		b.WriteByte('=')
 		if p, ok := m.Shared(i); ok {
-			// A pattern is marked with a leading '*' that no escaped
-			// value can produce unescaped, so it never collides with a value.
-			b.WriteString(`\*`)
+			b.WriteString(`\*`) // no escaped value starts so
 			writeEscaped(&b, p)
 			continue
 		}

@@ -4,14 +4,13 @@ import "context"
 
 // Identities set in a request's context by the application's
 // authentication, for keys with a user, tenant or identity:NAME part and
-// Match.Identity, read alike by every door.
+// Match.Identity, read alike by the middleware and every server.
 
 type identityKey struct{}
 
 // WithIdentity returns a copy of ctx carrying an identity value, such as
 // ("user", "alice") or ("tenant", "acme"), for keys with a user, tenant or
-// identity:NAME part. Authentication that runs before a door's limiter calls
-// it.
+// identity:NAME part. Authentication that runs before the limiter calls it.
 func WithIdentity(ctx context.Context, name, value string) context.Context {
 	return WithIdentities(ctx, map[string]string{name: value})
 }

@@ -23,8 +23,8 @@ import (
 //	user, tenant   the identity set by earlier middleware or taken from a
 //	               configured header (Request.Identity["user"], ["tenant"])
 //	identity:NAME  any other identity value, Request.Identity[NAME]
-//	route          the route the door matched (Request.Route), or the rule's
-//	               own method and path pattern when the door names none
+//	route          the route the request matched (Request.Route), or the
+//	               rule's own method and path pattern when none is named
 //	method         the request method
 //	host           the request host, lower case, without port
 //	global         a constant: one counter for every request the rule matches

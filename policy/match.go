@@ -28,7 +28,7 @@ type Match struct {
 	// in it (a request whose address is unknown is in no set).
 	Addresses, NotAddresses *clientip.AddrSet
 	// Identity maps an identity name to the value it must have
-	// (Request.Identity), such as {"plan": "gold"}: values set by the door
+	// (Request.Identity), such as {"plan": "gold"}: values set by the server
 	// or by earlier middleware, never by the client's headers.
 	Identity map[string]string
 

@@ -22,32 +22,22 @@ import (
 	"github.com/portero-rl/portero/engine/header"
 )
 
-// Request is what a door tells the policy about one request; it is only
-// read.
+// Request is the policy's view of one request, only read.
 type Request struct {
-	// Method is the request method, such as GET.
 	Method string
-	// Host is the Host header, possibly with a port.
-	Host string
-	// Path is the decoded URL path.
-	Path string
-	// Header holds the request headers under canonical names (an
-	// http.Header converts to it).
+	Host   string // the Host header, possibly with a port
+	Path   string // decoded
+	// Header holds the request headers under canonical names.
 	Header map[string][]string
-	// ClientIP is the client's address (clientip); the zero Addr when
-	// unknown, and rules keyed by ip do not apply.
-	ClientIP netip.Addr
-	// ContentLength is the body size the request declares, in bytes; -1
-	// when unknown (chunked), 0 when there is no body.
-	ContentLength int64
-	// Identity holds values set by earlier middleware, such as "user".
-	Identity map[string]string
-	// Route names the route the door matched, for keys with a route part.
-	Route string
-	// RawQuery is the query string without "?", for keys with a query part.
-	RawQuery string
+	// ClientIP is the zero Addr when unknown: rules keyed by ip do not
+	// apply then.
+	ClientIP      netip.Addr
+	ContentLength int64             // declared; -1 when unknown, 0 for no body
+	Identity      map[string]string // set by earlier middleware, such as "user"
+	Route         string            // the route the request matched
+	RawQuery      string            // without "?"
 	// Forwarded reports that ClientIP came from a trusted proxy's
-	// forwarding header, for keys with a forwarded-ip part.
+	// forwarding header.
 	Forwarded bool
 }
 
@@ -74,30 +64,23 @@ const (
 type Rule struct {
 	// Name identifies the rule in headers, bodies, logs and metrics:
 	// letters, digits and "-_.:/", at most 64 bytes, unique.
-	Name string
-	// Match selects the requests the rule applies to; the zero value selects
-	// all of them.
-	Match Match
-	// Key says under which name requests are counted.
-	Key Key
-	// Algorithm is how the rule counts; empty means sliding-counter, or
-	// fixed-window for a calendar quota.
+	Name  string
+	Match Match // the zero value selects every request
+	Key   Key
+	// Algorithm is empty for sliding-counter (fixed-window for a calendar
+	// quota).
 	Algorithm portero.Algorithm
-	// Limit is how much a key may use.
-	Limit portero.Limit
-	// Cost is how many units one request uses; the zero value is 1.
-	Cost Cost
-	// Mode is Enforce (the default when empty) or Shadow.
-	Mode Mode
-	// Responses, when not empty, makes the rule count only the requests
-	// whose response status is in it: checked before, counted after.
+	Limit     portero.Limit
+	Cost      Cost // the zero value is 1
+	Mode      Mode // empty means Enforce
+	// Responses, when not empty, counts only the requests whose response
+	// status is in it: checked before, counted after.
 	Responses StatusSet
 	// Reserve is, for a cost from the response, the estimate counted at the
 	// decision and settled after; 0 means 1.
 	Reserve int64
 	// Budget, when positive, serves the rule from leased budgets
-	// (portero.Rule.Budget, store/budget): batches of units sized for
-	// about Budget of each instance's traffic.
+	// (store/budget) sized for about Budget of each instance's traffic.
 	Budget time.Duration
 	// Concurrency, when its Max is set, makes the rule a concurrency limit:
 	// at most Max requests in flight per key, each holding a lease (no
@@ -132,10 +115,8 @@ func (r *Rule) StoreRule() portero.Rule { return r.store }
 // Options tune a policy. The zero value is the default.
 type Options struct {
 	// IPv6Prefix groups IPv6 clients in ip keys: 0 means 64, since one
-	// subscriber usually holds a whole /64. At most 128.
-	IPv6Prefix int
-	// IPv4Prefix is the same for IPv4: 0 means 32.
-	IPv4Prefix int
+	// subscriber usually holds a whole /64; IPv4Prefix: 0 means 32.
+	IPv6Prefix, IPv4Prefix int
 }
 
 // Policy is a validated, immutable list of rules, safe for concurrent use.
@@ -318,7 +299,7 @@ func (e *RuleError) Unwrap() error { return e.Err }
 
 // RequestHeaders returns the request header fields p's rules read (keys,
 // costs, matches; Cookie for a cookie part), canonical, each once, in rule
-// order: what a door that records requests for `portero replay` keeps.
+// order: what an access log kept for `portero replay` records.
 func (p *Policy) RequestHeaders() []string {
 	var out []string
 	add := func(name string) {
@@ -355,8 +336,8 @@ func (p *Policy) Cookies() []string { return p.keyArgs(keyCookie) }
 // (query:NAME), each once, in rule order.
 func (p *Policy) Queries() []string { return p.keyArgs(keyQuery) }
 
-// ReadsQuery reports whether some rule's key has a query part, so that a
-// door that records requests keeps their query strings.
+// ReadsQuery reports whether some rule's key has a query part, so that an
+// access log for `portero replay` keeps their query strings.
 func (p *Policy) ReadsQuery() bool { return len(p.Queries()) > 0 }
 
 // keyArgs returns the arguments of the key parts of kind, each once.
@@ -406,8 +387,8 @@ func (p *Policy) ReadsResponseBytes() bool {
 func QueryValue(q, name string) (string, bool) { return queryValue(q, name) }
 
 // KeyOnlyHeaders returns the request header fields p reads only in its
-// keys, never to match or to cost: a door that records requests may
-// record them hashed.
+// keys, never to match or to cost: an access log may record them
+// hashed.
 func (p *Policy) KeyOnlyHeaders() []string {
 	valued := map[string]bool{}
 	for _, r := range p.rules {

@@ -31,13 +31,12 @@ func Hash(key string) string {
 // ParseHash reads a hash as Hash writes it (upper case accepted).
 func ParseHash(s string) ([32]byte, error) {
 	var h [32]byte
-	if len(s) != 64 {
-		return h, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
+	if len(s) == 64 {
+		if _, err := hex.Decode(h[:], []byte(s)); err == nil { // either case
+			return h, nil
+		}
 	}
-	if _, err := hex.Decode(h[:], []byte(s)); err != nil { // either case
-		return h, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
-	}
-	return h, nil
+	return [32]byte{}, fmt.Errorf("%q: want the 64 hexadecimal digits of a SHA-256 (portero keys hash KEY)", s)
 }
 
 // Key is what a key identifies: the caller's ID (the name its counters are

@@ -14,12 +14,10 @@ import (
 )
 
 // A keys file (api_keys.file) may hold millions of keys, so it is read as
-// it streams, one line at a time, each key handed to add as soon as its
-// item ends: memory holds one line, never the file or a YAML tree of it.
-// It is read here, not by yaml.v3, which has no token stream: its Decoder
-// builds a whole document's tree (about 2 KB a key), and decoding each
-// item alone takes about ten times as long (BenchmarkKeysFile). The
-// shape it reads is the one `portero keys` writes and the docs show:
+// it streams, a line at a time, each key handed to add as its item ends.
+// yaml.v3 has no token stream: its Decoder builds the whole document's
+// tree, and decoding item by item is far slower (BenchmarkKeysFile). The
+// shape read is the one `portero keys` writes and the docs show:
 //
 //	keys:
 //	  - {id: acme, plan: gold, sha256: 64 hex digits}
@@ -28,18 +26,16 @@ import (
 //	    sha256: ...
 //
 // with comments, blank lines, a leading "---", and plain, 'single-' or
-// "double-quoted" (without escapes) values. Every file this reader accepts
-// means what yaml.v3 reads in it (FuzzKeysFile checks it); YAML beyond that
-// shape (a flow sequence, anchors, tags, a value over several lines) is
-// refused with its line, never read otherwise.
+// "double-quoted" (without escapes) values. What it accepts means what
+// yaml.v3 reads (FuzzKeysFile); YAML beyond that shape is refused with its
+// line.
 
-// MaxKeysFileSize bounds a keys file in bytes (1 GiB, about ten million
-// keys): a path such as /dev/zero, or a runaway generator, is refused
-// before it exhausts memory.
+// MaxKeysFileSize bounds a keys file (1 GiB, about ten million keys), so
+// that /dev/zero or a runaway generator is refused.
 const MaxKeysFileSize = 1 << 30
 
-// maxKeysLine bounds one line of a keys file; maxKeysErrors the errors
-// reported of one keys file, the rest counted in a last one.
+// maxKeysLine bounds one line; maxKeysErrors the errors reported, the
+// rest counted in a last one.
 const (
 	maxKeysLine   = 64 << 10
 	maxKeysErrors = 1000
@@ -50,26 +46,22 @@ var keysFields = []string{"id", "plan", "sha256"}
 
 // keysReader reads one keys file into a set.
 type keysReader struct {
-	file  string
-	line  int
-	errs  []*fileerr.Error
-	more  int // errors past maxKeysErrors
-	state int
-	seen  bool // a line other than a comment and a first "---"
-	// started reports the "---" that may start the document.
-	started bool
-	keys    bool // the keys field
-	// seqIndent is the indentation of the sequence's dashes (-1 before the
-	// first); item the key being read.
-	seqIndent int
+	file      string
+	line      int
+	errs      []*fileerr.Error
+	more      int // errors past maxKeysErrors
+	state     int
+	seen      bool // a line other than a comment and a first "---"
+	started   bool // the "---" that may start the document
+	keys      bool // the keys field
+	seqIndent int  // of the sequence's dashes; -1 before the first
 	item      *keyItem
 	n         int // items begun
 	add       func(k Entry) (field string, err error)
 }
 
 // The states of a keysReader: before keys:, in its sequence, in another
-// top-level field (its lines skipped, the field reported), after keys: []
-// (nothing may follow indented).
+// top-level field (skipped, reported), after keys: [] (nothing may follow).
 const (
 	keysTop = iota
 	keysSeq
@@ -97,10 +89,10 @@ type Entry struct {
 	SHA256 string `yaml:"sha256"`
 }
 
-// ReadFile streams the keys file at path, calling add for every key it
-// reads without error; add returns the field a key is wrong in and why.
-// The errors are the file's problems, each with its line; err is one that
-// kept it from being read at all.
+// ReadFile streams the keys file at path, calling add for every key read
+// without error (add says the field a key is wrong in, and why). It
+// returns the file's problems, each at its line, and the error that kept
+// it from being read at all.
 func ReadFile(path string, add func(Entry) (field string, err error)) ([]*fileerr.Error, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -1,16 +1,8 @@
-// Package config reads Portero's YAML configuration file into the pieces
-// the gateway runs: a policy, the client-IP settings, the store settings,
-// upstreams and routes, and the API-gateway model (compiled by package
-// plans).
-//
-// Loading never half-succeeds: Parse returns either a complete, validated
-// Config or an Errors value listing every problem found, each once, with
-// the file, line, column and field ("portero.yaml:12:12: rules[2].limit:
-// ..."). The YAML node tree is walked field by field (walk.go, on
-// yamlwalk), so an unknown field does not hide the other errors and a type
-// error names its field. A Config that loads may carry Warnings: settings
-// that do less than they seem to say, each at its place. The file format
-// is documented field by field in docs/configuration.md.
+// Package config reads Portero's YAML configuration file into what the
+// gateway runs: a policy, client-IP, store, upstreams and routes, and the
+// API-gateway model (package plans). Parse returns a validated Config or
+// every problem at once, each with file:line:column and field; the format
+// is documented in docs/configuration.md.
 package config
 
 import (
@@ -60,8 +52,7 @@ type File struct {
 	Upstreams map[string]Upstream `yaml:"upstreams,omitempty"`
 	Routes    []Route             `yaml:"routes,omitempty"`
 	Rules     []Rule              `yaml:"rules,omitempty"`
-	// The API-gateway model (model.go): address lists, levels, usage
-	// plans and API keys, look-back rules, GET /v1/limits.
+	// The API-gateway model (model.go).
 	AddressLists   map[string][]string `yaml:"address_lists,omitempty"`
 	Levels         Levels              `yaml:"levels,omitempty"`
 	Plans          map[string]Plan     `yaml:"plans,omitempty"`
@@ -158,8 +149,8 @@ type Route struct {
 	StripPrefix string `yaml:"strip_prefix,omitempty"`
 }
 
-// Rule is one entry of the file's rules: as the YAML writes it; the
-// configuration compiles it into a policy.Rule.
+// Rule is one entry of the file's rules, as written (compiled into a
+// policy.Rule).
 type Rule struct {
 	Name      string `yaml:"name"`
 	Match     Match  `yaml:"match,omitempty"`
@@ -169,81 +160,59 @@ type Rule struct {
 	Cost      string `yaml:"cost,omitempty"`
 	Mode      string `yaml:"mode,omitempty"`
 	// CountResponses and Reserve: rules settled after the response.
-	CountResponses []string `yaml:"count_responses,omitempty"`
-	Reserve        int64    `yaml:"reserve,omitempty"`
-	// Budget serves the rule from leased budgets (a duration: the batch).
-	Budget string `yaml:"budget,omitempty"`
-	// The overload controls beside the limit (overload.go).
-	Concurrency *Concurrency `yaml:"concurrency,omitempty"`
-	Queue       *Queue       `yaml:"queue,omitempty"`
-	Shape       *Shape       `yaml:"shape,omitempty"`
-	Priority    string       `yaml:"priority,omitempty"`
+	CountResponses []string     `yaml:"count_responses,omitempty"`
+	Reserve        int64        `yaml:"reserve,omitempty"`
+	Budget         string       `yaml:"budget,omitempty"` // a batch's duration
+	Concurrency    *Concurrency `yaml:"concurrency,omitempty"`
+	Queue          *Queue       `yaml:"queue,omitempty"`
+	Shape          *Shape       `yaml:"shape,omitempty"`
+	Priority       string       `yaml:"priority,omitempty"`
 }
 
 // Config is a validated configuration, ready to run.
 type Config struct {
-	// Source is the file it came from (or DefaultName).
-	Source string
-	// File is the configuration as written.
-	File File
-	// Policy holds the rules.
-	Policy *policy.Policy
-	// ClientIP is the client-address setting for the middleware.
+	Source   string // the file it came from (or DefaultName)
+	File     File   // as written
+	Policy   *policy.Policy
 	ClientIP clientip.Config
-	// Listen and AdminListen are the addresses; AdminListen is empty when the
-	// admin listener is off.
+	// AdminListen is empty when the admin listener is off; AdminToken when
+	// it takes no bearer token.
 	Listen, AdminListen string
-	// AdminToken is the bearer token the admin listener requires; empty for
-	// none.
-	AdminToken string
-	// Timeouts of the gateway listener.
+	AdminToken          string
+
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout, ShutdownTimeout time.Duration
 	// DrainPeriod is how long /readyz answers 503 on SIGTERM before the
-	// listeners close; 0 for none.
+	// listeners close.
 	DrainPeriod time.Duration
-	// Overload is the load shedding of the whole service (the overload
-	// section, or server.max_in_flight alone); nil when off.
+	// Overload is the whole service's load shedding; nil when off.
 	Overload *OverloadConfig
-	// Priorities give requests their class for shedding, from the rules
-	// with a priority, in rule order: the first that matches decides.
+	// Priorities give requests their class for shedding: the first of the
+	// rules with a priority that matches decides.
 	Priorities []PriorityRule
-	// Shapes and Queues are the rules' shape and queue sections, by rule
-	// name (httplimit.Config.Shapes and Queues).
+	// Shapes and Queues are the rules' shape and queue sections, by name.
 	Shapes map[string]overload.Shape
 	Queues map[string]overload.Queue
 	// StoreType is "memory" or "redis"; StoreURL the Redis URL.
 	StoreType, StoreURL string
-	// OnError is the store failure policy (on_error): portero.FailAllow
-	// (the default), FailDeny (503) or FailLocal (redis only). FailError
-	// is refused: the gateway has no caller to report an error to.
+	// OnError is FailAllow (the default), FailDeny or FailLocal (redis
+	// only); never FailError: the gateway has no caller to tell.
 	OnError portero.FailurePolicy
-	// LocalShare is the share of each limit one instance may admit from
-	// memory while Redis fails (on_error: local); 0 means 1.
-	LocalShare float64
-	// StoreTimeout is the deadline of each Redis call; 0 means the store's
-	// default.
-	StoreTimeout time.Duration
-	// MaxKeys caps the keys per rule of the memory store; 0 is its default.
-	MaxKeys int
-	// Env lists the environment variables the file reads (admin.token_env),
-	// each saying whether it was set.
+	// LocalShare is what one instance may admit from memory while Redis
+	// fails (on_error: local); 0 means 1.
+	LocalShare   float64
+	StoreTimeout time.Duration // 0 means the store's default
+	MaxKeys      int           // per rule of the memory store; 0 its default
+	// Env lists the environment variables the file reads.
 	Env []EnvVar
-	// ServerTLS and AdminTLS are the listeners' TLS files (server.tls,
-	// admin.tls); TLS is off where they are not Enabled.
+	// ServerTLS and AdminTLS are off where not Enabled.
 	ServerTLS, AdminTLS tlsreload.Files
-	// Files lists TLS files that were missing where the file was checked
-	// with Options.AllowUnsetEnv (elsewhere a missing file is an error).
+	// Files lists the TLS files missing under Options.AllowUnsetEnv.
 	Files []FileNeed
-	// Warnings are settings that load but do less than they seem to say
-	// (a shape that holds nothing, a queue whose wait nothing bounds):
-	// serve logs them at every load, config validate prints them.
-	Warnings []Warning
-	// Upstreams by name, and Routes in order.
+	// Warnings are settings that load but do less than they seem to say.
+	Warnings  []Warning
 	Upstreams map[string]*UpstreamConfig
 	Routes    []*RouteConfig
-	// Gateway is the API-gateway model (package plans): levels, plans,
-	// keys, GET /v1/limits.
-	Gateway plans.Model
+	Gateway   plans.Model
 }
 
 // UpstreamConfig is a validated upstream.
@@ -282,14 +251,11 @@ const (
 // and field.
 type FieldError = fileerr.Error
 
-// Options tune ParseWith and LoadWith. The zero value is what Parse and
-// Load use: what `portero serve` runs.
+// Options tune ParseWith and LoadWith; the zero value is `portero serve`'s.
 type Options struct {
-	// AllowUnsetEnv reports an environment variable the file names (such
-	// as admin.token_env) that is unset or empty in Config.Env, and a TLS
-	// file that does not exist in Config.Files, instead of as an error: for
-	// `portero config validate`, which may run where the production
-	// secrets are not (CI).
+	// AllowUnsetEnv lists an unset environment variable (Config.Env) and
+	// a missing TLS file (Config.Files) instead of refusing them: for
+	// `portero config validate` where the production secrets are not.
 	AllowUnsetEnv bool
 }
 
@@ -314,8 +280,7 @@ func (p *parser) place(path []any) Place {
 type EnvVar struct {
 	Place
 	Name string
-	// Set reports whether it had a value when the file was read.
-	Set bool
+	Set  bool // it had a value when the file was read
 }
 
 // String describes the need, as `config validate` prints it.
@@ -327,8 +292,7 @@ func (e EnvVar) String() string {
 	return e.say(fmt.Sprintf("needs environment variable %s (%s)", e.Name, state))
 }
 
-// FileNeed is a file a configuration names that was missing where it was
-// checked (config validate in CI, without the production secrets).
+// FileNeed is a file a configuration names that was missing where checked.
 type FileNeed struct {
 	Place
 	Path string
@@ -337,8 +301,7 @@ type FileNeed struct {
 // String describes the need, as `config validate` prints it.
 func (n FileNeed) String() string { return n.say(fmt.Sprintf("needs file %s (missing here)", n.Path)) }
 
-// Warning is a setting that loads but may not do what its writer meant,
-// at its place in the file.
+// Warning is a setting that loads but may not do what its writer meant.
 type Warning struct {
 	Place
 	Msg string
@@ -360,8 +323,7 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Load reads and parses the file at path. A file larger than
-// fileerr.MaxSize (16 MiB) is refused unread.
+// Load reads and parses the file at path (at most fileerr.MaxSize).
 func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
 
 // LoadWith is Load with options.
@@ -379,9 +341,7 @@ func LoadWith(path string, opts Options) (*Config, error) {
 // LoadDefault parses the embedded default configuration.
 func LoadDefault() (*Config, error) { return Parse(DefaultName, defaultYAML) }
 
-// Parse reads a configuration from data; name is used in error messages.
-// The error, when not nil, is an Errors value listing every problem of the
-// file, in file order, each with its line, column and field.
+// Parse reads a configuration from data, named name in its Errors.
 func Parse(name string, data []byte) (*Config, error) { return ParseWith(name, data, Options{}) }
 
 // ParseWith is Parse with options.
@@ -419,20 +379,16 @@ type parser struct {
 	opts Options
 	root *yaml.Node
 	errs Errors
-	// problems counts the problems found, those left unsaid too (a field
-	// the walker reported): a section with any is not built further, so
-	// that no check below it speaks of the zero value left there.
+	// problems counts the problems found, unsaid ones too: a section with
+	// any is not built further.
 	problems int
-	// walked holds the fields the walker reported (and the names its
-	// suggestions point to): validation says nothing more about them, since
-	// what it sees there is a zero value left by that first error.
-	walked map[string]bool
-	// warnings are Config.Warnings, in the order found.
+	// walked holds the fields the walker reported (and those its
+	// suggestions name): validation would speak of the zero left there.
+	walked   map[string]bool
 	warnings []Warning
-	// zeros holds the number fields written as 0 (the walker's), which
-	// their zero value cannot tell from a field left out.
+	// zeros holds the number fields written as 0, which their zero value
+	// cannot tell from a field left out.
 	zeros map[string]bool
-	// lists are the file's address lists (model.go).
 	lists plans.AddressLists
 }
 
@@ -442,9 +398,8 @@ func (p *parser) yamlErrors(err error) error {
 	return Errors{{File: p.file, Line: line, Column: col, Msg: msg}}
 }
 
-// node finds the YAML node at a path of mapping keys (string) and sequence
-// indexes (int); it returns the deepest node found, so an error about a
-// missing field points at its parent.
+// node finds the YAML node at a path of keys (string) and indexes (int),
+// or the deepest found: a missing field's error points at its parent.
 func (p *parser) node(path ...any) *yaml.Node {
 	n := p.root
 	if n == nil {
@@ -504,8 +459,8 @@ func (p *parser) errorf(path []any, format string, args ...any) {
 	p.nodeErr(p.node(path...), path, false, format, args...)
 }
 
-// nodeErr reports a problem at node n (nil or an empty document: line 1,
-// column 1) in field path; walker errors also mark path as reported.
+// nodeErr reports a problem at node n (nil: line 1, column 1) in field
+// path; walker errors also mark path as reported.
 func (p *parser) nodeErr(n *yaml.Node, path []any, walker bool, format string, args ...any) {
 	p.problems++
 	field := fieldName(path)
@@ -522,8 +477,7 @@ func (p *parser) nodeErr(n *yaml.Node, path []any, walker bool, format string, a
 	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Column: col, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// reported reports whether the walker already reported field or a field
-// that contains it.
+// reported reports whether the walker reported field or one containing it.
 func (p *parser) reported(field string) bool {
 	if p.walked[""] {
 		return true // the file is no mapping: nothing more to say
@@ -543,9 +497,8 @@ func (p *parser) reported(field string) bool {
 
 func at(path ...any) []any { return path }
 
-// zero reports whether the number at path was written as 0, where its
-// zero value means the field's default: such a 0 is checked as the value
-// it says, not taken as the default in silence.
+// zero reports whether the number at path was written as 0: checked as a
+// value, not taken as the default.
 func (p *parser) zero(path []any) bool { return p.zeros[fieldName(path)] }
 
 func (p *parser) duration(s string, def time.Duration, path []any) time.Duration {
@@ -560,8 +513,7 @@ func (p *parser) duration(s string, def time.Duration, path []any) time.Duration
 	return d
 }
 
-// validate checks f, section by section, into a Config; p.errs says what
-// is wrong.
+// validate checks f, section by section, into a Config.
 func (p *parser) validate(f *File) *Config {
 	c := &Config{Source: p.file, File: *f}
 	p.server(f, c)
@@ -583,8 +535,7 @@ func (p *parser) validate(f *File) *Config {
 	return c
 }
 
-// server reads the gateway listener: its address, timeouts, load shedding
-// and TLS.
+// server reads the gateway listener.
 func (p *parser) server(f *File, c *Config) {
 	c.Listen = f.Server.Listen
 	if c.Listen == "" {
@@ -601,7 +552,7 @@ func (p *parser) server(f *File, c *Config) {
 	c.ServerTLS = p.tls(c, f.Server.TLS, at("server", "tls"))
 }
 
-// admin reads the admin listener: its address, token and TLS.
+// admin reads the admin listener.
 func (p *parser) admin(f *File, c *Config) {
 	switch f.Admin.Listen {
 	case "":
@@ -623,7 +574,6 @@ func (p *parser) admin(f *File, c *Config) {
 			p.errorf(path, "environment variable %s is empty or unset", f.Admin.TokenEnv)
 		}
 	}
-
 	c.AdminTLS = p.tls(c, f.Admin.TLS, at("admin", "tls"))
 }
 
@@ -675,8 +625,7 @@ func (p *parser) store(f *File, c *Config) {
 	c.MaxKeys = f.Store.MaxKeys
 }
 
-// clientIP reads how the client's address is found, and the identity
-// headers.
+// clientIP reads how the client's address is found, and identity headers.
 func (p *parser) clientIP(f *File, c *Config) {
 	for i, s := range f.ClientIP.TrustedProxies {
 		pfx, err := clientip.ParsePrefixes([]string{s})
@@ -778,8 +727,7 @@ func (p *parser) routes(f *File, c *Config) {
 	}
 }
 
-// rules reads the file's own rules; seen maps each name to its index, and
-// ok is false when one is wrong.
+// rules reads the file's own rules; seen maps each name to its index.
 func (p *parser) rules(f *File, c *Config) (rules []policy.Rule, seen map[string]int, ok bool) {
 	seen, ok = map[string]int{}, true
 	for i, r := range f.Rules {
@@ -792,8 +740,8 @@ func (p *parser) rules(f *File, c *Config) (rules []policy.Rule, seen map[string
 	return rules, seen, ok
 }
 
-// rule reads rules[i], whose name seen notes; counts is false for a rule
-// that only gives requests a priority, ok false when it is wrong.
+// rule reads rules[i]; counts is false for a rule that only gives a
+// priority.
 func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int) (pr policy.Rule, counts, ok bool) {
 	pr = policy.Rule{Name: r.Name}
 	ok = true
@@ -830,21 +778,19 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 		}
 		pr.Algorithm = a
 	}
-	if kind == concurrency {
-		// Its limit is the concurrency section (overloadSections).
-	} else if r.Limit == "" {
-		bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
-	} else if l, err := portero.ParseLimit(r.Limit); err != nil {
-		bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
-	} else {
-		pr.Limit = l
-	}
-	if kind == concurrency {
-		// A cost is reported by overloadSections: one slot per request.
-	} else if cost, err := policy.ParseCost(r.Cost); err != nil {
-		bad(append(path, "cost"), "%v", err)
-	} else {
-		pr.Cost = cost
+	if kind != concurrency { // whose limit and cost are its section's
+		if r.Limit == "" {
+			bad(append(path, "limit"), "required, such as 100/min or 10/s burst 20 (or a concurrency section)")
+		} else if l, err := portero.ParseLimit(r.Limit); err != nil {
+			bad(append(path, "limit"), "%s: %s", r.Limit, limitMessage(err, r.Limit))
+		} else {
+			pr.Limit = l
+		}
+		if cost, err := policy.ParseCost(r.Cost); err != nil {
+			bad(append(path, "cost"), "%v", err)
+		} else {
+			pr.Cost = cost
+		}
 	}
 	switch r.Mode {
 	case "", "enforce":
@@ -863,16 +809,21 @@ func (p *parser) rule(c *Config, r Rule, path []any, i int, seen map[string]int)
 		pr.Responses, pr.Reserve = set, r.Reserve
 	}
 	ok = p.budget(r, &pr, kind, append(path, "budget")) && ok
-	if ok {
-		// What only the combination can tell (a cost larger than the
-		// limit could ever admit, an algorithm's own bounds).
-		if _, err := policy.New([]policy.Rule{pr}, policy.Options{}); err != nil {
-			_, msg, _ := strings.Cut(err.Error(), "): ")
-			bad(path, "%s", msg)
-		}
+	if ok = ok && p.checkRule(pr, path); ok {
 		p.shapeHolds(r, pr.Limit, path)
 	}
 	return pr, true, ok
+}
+
+// checkRule reports what only the rule as a whole tells (a cost its limit
+// never admits, an algorithm's own bounds), at path.
+func (p *parser) checkRule(r policy.Rule, path []any) bool {
+	if _, err := policy.New([]policy.Rule{r}, policy.Options{}); err != nil {
+		_, msg, _ := strings.Cut(err.Error(), "): ")
+		p.errorf(path, "%s", msg)
+		return false
+	}
+	return true
 }
 
 // budget reads a rule's budget into pr: a duration from 1ms to
@@ -938,15 +889,13 @@ func (p *parser) address(a string, path []any) {
 }
 
 // tls checks a listener's TLS section: the fields go together and the
-// files load (a certificate and its key, a client CA), each error at the
-// field it is about.
+// files load, each error at its field.
 func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 	f := tlsreload.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCA}
 	if !f.Enabled() {
 		return f
 	}
 	fieldPath := func(field string) []any { return append(append([]any{}, path...), field) }
-	// An error about one file is put at its field.
 	tlsErr := func(err error) {
 		var fe *tlsreload.FileError
 		if errors.As(err, &fe) {
@@ -959,9 +908,7 @@ func (p *parser) tls(c *Config, t TLS, path []any) tlsreload.Files {
 		tlsErr(err)
 		return f
 	}
-	if p.opts.AllowUnsetEnv {
-		// A file that is not there is listed, not refused; one that is
-		// there is checked.
+	if p.opts.AllowUnsetEnv { // a missing file is listed, a present one checked
 		present := true
 		for _, pf := range [][2]string{{tlsreload.FieldCert, f.CertFile}, {tlsreload.FieldKey, f.KeyFile}, {tlsreload.FieldClientCA, f.ClientCAFile}} {
 			if pf[1] == "" {

@@ -14,15 +14,11 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// The API-gateway model's sections (docs/plans.md), as AWS API Gateway
-// usage plans and AWS WAF rate-based rules describe an API: levels,
-// usage plans and API keys, compiled by package plans into rules ahead of
-// the file's own; look-back rules per client address; address lists, which
-// every match may name.
+// The API-gateway model's sections (docs/plans.md): levels, usage plans and
+// API keys (package plans), look-back rules, and address lists.
 
-// Level is a stage (or host) or a route-and-method throttle. A method
-// level may name the stage it belongs to (Stage): its match is then the
-// stage's and its own together.
+// Level is a stage (or host) or a route-and-method throttle; a method
+// level in a Stage matches as the stage's and its own match together.
 type Level struct {
 	Name  string  `yaml:"name"`
 	Stage string  `yaml:"stage,omitempty"`
@@ -67,9 +63,8 @@ type RateRule struct {
 	Algorithm   string      `yaml:"algorithm,omitempty"`
 }
 
-// ForwardedIP is what a rule aggregated by forwarded IP does when the
-// request has no forwarded address: match (count it under the
-// connection's address) or no_match (the rule does not apply).
+// ForwardedIP is what a rule aggregated by forwarded IP does without a
+// forwarded address: match (the connection's) or no_match.
 type ForwardedIP struct {
 	Fallback string `yaml:"fallback,omitempty"`
 }
@@ -362,14 +357,7 @@ func (p *parser) rateRule(rr RateRule, path []any, c *Config) (policy.Rule, bool
 	default:
 		bad("action", "%q: want block (refuse with 429) or count (count and report, never refuse)", rr.Action)
 	}
-	if ok {
-		if _, err := policy.New([]policy.Rule{r}, policy.Options{}); err != nil {
-			_, msg, _ := strings.Cut(err.Error(), "): ")
-			p.errorf(path, "%s", msg)
-			ok = false
-		}
-	}
-	return r, ok
+	return r, ok && p.checkRule(r, path)
 }
 
 // matchGiven reports whether m selects anything less than every request.

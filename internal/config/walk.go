@@ -12,12 +12,9 @@ import (
 	"github.com/portero-rl/portero/internal/config/yamlwalk"
 )
 
-// The YAML tree is decoded here, field by field, instead of by the
-// decoder's strict mode: the decoder stops at the first unknown field
-// (hiding every other problem), and its type errors name neither the field
-// nor the column. The walker reports every problem with the node's line,
-// column and field path, sets what it can, and goes on. Its mappings are
-// read by yamlwalk's Portero rules.
+// The YAML tree is decoded here field by field, on yamlwalk's Portero
+// rules, not by the decoder's strict mode, which stops at the first unknown
+// field and names neither field nor column in its type errors.
 
 type walker struct {
 	p *parser
@@ -113,9 +110,8 @@ func (w *walker) scalar(n *yaml.Node, v reflect.Value, path []any) {
 	}
 }
 
-// whole reads every whole-number field, at the start and on every reload:
-// a plain YAML integer in decimal digits (fileerr.Whole) that fits the
-// field. The decoder would truncate 2.5 to 2 and read 1e2, 0x10 or 010.
+// whole reads a whole-number field: a plain YAML integer in decimal digits
+// (fileerr.Whole) that fits it.
 func (w *walker) whole(n *yaml.Node, v reflect.Value, path []any) {
 	i, ok := fileerr.Whole(n.Value)
 	switch {
@@ -141,8 +137,7 @@ func (w *walker) zero(path []any) {
 	w.p.zeros[fieldName(path)] = true
 }
 
-// pairs calls f for every key of mapping n (yamlwalk's Portero rules),
-// after reporting the problems of its keys.
+// pairs calls f for every key of mapping n, after reporting its problems.
 func (w *walker) pairs(n *yaml.Node, path []any, f func(k string, kn, vn *yaml.Node)) {
 	pairs, problems := w.Pairs(n, yamlwalk.Portero)
 	for _, pr := range problems {
@@ -211,7 +206,7 @@ func fieldsOf(t reflect.Type) *structFields {
 }
 
 // sortErrors puts errors in file order and drops exact repeats (one
-// problem reached by two paths, such as through an alias).
+// problem reached through an alias too).
 func sortErrors(es Errors) Errors {
 	sort.SliceStable(es, func(i, j int) bool {
 		if es[i].Line != es[j].Line {

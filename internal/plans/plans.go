@@ -1,16 +1,9 @@
-// Package plans compiles the API-gateway model into policy rules: levels of
-// throttles applied in order (global, stage or host, route and method, the
-// caller's usage plan), each bounded by the one above, usage plans with a
-// quota per calendar period, and the API keys that map callers to plans, as
-// AWS API Gateway's usage plans describe an API (docs/plans.md). It also
-// holds the address lists that matches of either configuration format may
-// name (AddressLists).
-//
-// internal/config reads the model's sections and hands each throttle here
-// (Compiler); the rules go ahead of the file's own and the one engine
-// decides them like any other. At run time the gateway identifies a
-// caller by its API key (Model.Keys), checks that its plan covers the
-// route (Plan.Covers) and tells it its limits (Model.LimitsPath).
+// Package plans compiles the API-gateway model into policy rules, as AWS
+// API Gateway's usage plans describe an API (docs/plans.md): levels of
+// throttles (global, stage, method, the caller's plan), each bounded by
+// the one above, plans with a calendar quota, and the API keys that map
+// callers to plans. It also holds the address lists both configuration
+// formats may name (AddressLists).
 package plans
 
 import (
@@ -30,8 +23,8 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// Identity names under which the gateway passes the caller a key
-// identifies to the rules (policy's identity:NAME keys and matches).
+// Identity names under which the gateway passes a key's caller to the
+// rules (identity:NAME).
 const (
 	IdentityAPIKey = "api_key"
 	IdentityPlan   = "plan"
@@ -43,28 +36,21 @@ const DefaultKeyHeader = "X-API-Key"
 
 // Model is the compiled API-gateway model of a configuration.
 type Model struct {
-	// Keys maps hashed API keys to callers; nil without API keys.
-	Keys *apikey.Set
-	// KeyHeader is the request header carrying the key.
+	Keys      *apikey.Set // hashed API keys to callers; nil without keys
 	KeyHeader string
-	// KeysFile is the absolute path of the keys file, watched for
-	// changes; empty for none.
-	KeysFile string
-	// Plans by name.
-	Plans map[string]*Plan
-	// Levels names the level of each rule the model compiled (global,
-	// stage, method, plan, quota, rate-rule), by rule name.
+	KeysFile  string // absolute, watched for changes; empty for none
+	Plans     map[string]*Plan
+	// Levels names the level of each rule compiled (global, stage,
+	// method, plan, quota, rate-rule), by rule name.
 	Levels map[string]string
-	// LimitsPath is where GET answers the caller's limits (/v1/limits);
-	// empty when off.
+	// LimitsPath is where GET answers the caller's limits; empty when off.
 	LimitsPath string
 }
 
 // Plan is a usage plan: its name and the routes it covers.
 type Plan struct {
-	Name string
-	// Routes are the requests it covers; empty: every route.
-	Routes []policy.Match
+	Name   string
+	Routes []policy.Match // empty: every route
 }
 
 // Covers reports whether the plan covers req.
@@ -80,9 +66,8 @@ func (pl *Plan) Covers(req *policy.Request) bool {
 	return false
 }
 
-// Throttle is a rate and a burst, the two knobs of a token bucket: Rate
-// requests per second sustained, Burst requests at once (0 means the rate,
-// rounded up: burst = rate is the honest start).
+// Throttle is a token bucket's two knobs: Rate requests per second, Burst
+// at once (0 means the rate, rounded up).
 type Throttle struct {
 	Rate  float64 `yaml:"rate,omitempty"`
 	Burst int64   `yaml:"burst,omitempty"`
@@ -125,18 +110,15 @@ func (r Rank) String() string { return [...]string{"global", "stage", "method", 
 // Level is one throttle of the order, as a configuration gives it.
 type Level struct {
 	Rank Rank
-	// Rule names the rule it compiles to: global, stage/NAME, method/NAME,
-	// plan/NAME.
-	Rule string
-	// Scope holds the requests it throttles (empty: every request), for the
-	// bound of the levels below; Match and Key are its rule's.
+	Rule string // its rule's name: global, stage/NAME, method/NAME, plan/NAME
+	// Scope holds the requests it throttles (empty: all), for the bound of
+	// the levels below; Match and Key are its rule's.
 	Scope []policy.Match
 	Match policy.Match
 	Key   policy.Key
 	Throttle
-	// What and At name it in errors: "levels.stages[0] (prod)" and where
-	// the file gives it, "portero.yaml:8:7"; Ref is the reader's own
-	// handle to it (internal/config: its field path).
+	// What and At name it in errors ("levels.stages[0] (prod)",
+	// "portero.yaml:8:7"); Ref is the reader's handle to it.
 	What, At string
 	Ref      any
 }

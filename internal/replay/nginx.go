@@ -254,17 +254,12 @@ func (b *formatBuilder) done() (*Format, error) {
 // parser reads the lines of one text log in one Format; it keeps the last
 // timestamp it read, since a busy log repeats each second many times.
 type parser struct {
-	f *Format
-	// only, when not nil, holds the only headers to record (those the
-	// configuration reads): the others cost an allocation a line for
-	// nothing.
-	only map[string]bool
-	// query keeps the targets' query strings (InputOptions.Query).
-	query bool
-	// resp, when not nil, holds the only response headers to record.
-	resp map[string]bool
-	// cache of the last time field
-	lastTime []byte
+	f     *Format
+	only  map[string]bool // when not nil, the only request headers to record
+	query bool            // keep the query strings
+	resp  map[string]bool // when not nil, the only response headers to record
+
+	lastTime []byte // the last time field, and lastT what it says
 	lastT    time.Time
 	zones    map[int]*time.Location
 	scratch  []byte
@@ -411,8 +406,7 @@ func (p *parser) request(lf *lineFields, r *Request) error {
 		return malformed("no path")
 	}
 	// The line is written when the response ends: the request arrived
-	// request_time earlier. With whole seconds only, it is decided at the
-	// second it arrived in (the whole seconds of request_time earlier).
+	// request_time earlier (whole seconds of it, without $msec).
 	if !lf.haveMsec {
 		lf.rt = lf.rt.Truncate(time.Second)
 	}
@@ -420,8 +414,7 @@ func (p *parser) request(lf *lineFields, r *Request) error {
 	return nil
 }
 
-// parseCount reads a whole number without allocating (strconv would copy
-// the bytes into a string on every line of a combined log).
+// parseCount reads a whole number without allocating a string.
 func parseCount(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 18 {
 		return 0, false
@@ -436,8 +429,7 @@ func parseCount(b []byte) (int64, bool) {
 	return n, true
 }
 
-// wholeNumber reads the field named name with parseCount, or says which
-// field is not a whole number.
+// wholeNumber reads field name with parseCount, or says it is no number.
 func wholeNumber(name string, v []byte) (int64, error) {
 	n, ok := parseCount(v)
 	if !ok {
@@ -447,8 +439,7 @@ func wholeNumber(name string, v []byte) (int64, error) {
 }
 
 // findLiteral returns the index of lit in b, skipping occurrences escaped
-// by a backslash (Apache writes \" inside quoted fields), or -1. It looks
-// for lit's first byte with IndexByte, the fastest search there is.
+// by a backslash (Apache's \" in quoted fields), or -1.
 func findLiteral(b, lit []byte) int {
 	for off := 0; ; {
 		i := bytes.IndexByte(b[off:], lit[0])
@@ -554,9 +545,8 @@ func internMethod(m []byte) string {
 	return string(m)
 }
 
-// decodeTarget returns the decoded path of a request target, as net/http
-// sets URL.Path: origin form (/a%20b?q), absolute form
-// (http://host/a) or *; and, when query is set, its raw query (URL.RawQuery).
+// decodeTarget returns the decoded path of a request target as net/http
+// sets URL.Path and, when query is set, its raw query.
 func decodeTarget(t []byte, query bool) (path, rawQuery string, err error) {
 	if len(t) > 0 && t[0] == '/' && !bytes.ContainsAny(t, "%?#") {
 		return string(t), "", nil // the common case: nothing to decode
@@ -594,8 +584,7 @@ func (p *parser) time(kind fieldKind, v []byte) (time.Time, error) {
 	return t, nil
 }
 
-// timeLocal reads 02/Jan/2006:15:04:05 -0700 (time.Parse is several
-// times slower, and this runs once a second of log).
+// timeLocal reads 02/Jan/2006:15:04:05 -0700, faster than time.Parse.
 func (p *parser) timeLocal(v []byte) (time.Time, error) {
 	bad := func() (time.Time, error) {
 		return time.Time{}, malformed("time %q: want 02/Jan/2006:15:04:05 -0700", v)

@@ -32,52 +32,35 @@ const (
 	NotCounted    Outcome = "not-counted"
 	CheckOnly     Outcome = "check-only"
 	CanNeverPass  Outcome = "can-never-pass"
-	// BadCost: the request's cost under the rule could not be read (a
-	// malformed cost header, or no Content-Length for a rule that counts
-	// bytes): serve answers 400 or 411.
-	BadCost Outcome = "bad-cost"
+	BadCost       Outcome = "bad-cost" // a cost that cannot be read: 400 or 411
 )
 
 // RuleResult is one rule's part in a decision.
 type RuleResult struct {
-	// Rule is the index of the rule in the Decider's Rules.
-	Rule    int
+	Rule    int // the index in the Decider's Rules
 	Key     string
 	Outcome Outcome
-	// Shadow is true for a rule in shadow mode (its refusals are would-be).
-	Shadow bool
+	Shadow  bool
 }
 
 // Decision is what serve would have done with one request.
 type Decision struct {
-	// Status is the status serve would answer: 429, 503, 400, 411, 404
-	// when no route matches, or 200 for a request it passes on to its
-	// upstream (which answers what it answers).
+	// Status is what serve would answer (200 for a request passed on).
 	Status int
-	// Client is the client address serve would have settled on (the zero
-	// Addr when none).
-	Client netip.Addr
-	// Rule is the index of the rule that decided (the refusing rule, or
-	// when allowed the one closest to its limit), -1 for none.
-	Rule int
-	// Results has one entry per rule that applied.
-	Results []RuleResult
+	Client netip.Addr // the zero Addr when none
+	// Rule is the index of the rule that decided (refusing, or closest to
+	// its limit), -1 for none.
+	Rule    int
+	Results []RuleResult // one per rule that applied
 	// Decision names what serve does: allowed, refused, can-never-pass,
-	// unavailable, bad-cost, no-route (allowed, answered 404), no-rule
-	// (allowed, no rule applied), forbidden (403: the API key is missing
-	// or unknown, or its plan does not cover the request), limits (the
-	// limits endpoint, which counts nothing) or probe (/healthz,
-	// /readyz).
+	// unavailable, bad-cost, no-route (404), no-rule, forbidden (403: API
+	// key or plan), limits (the limits endpoint) or probe.
 	Decision string
-	// Unsettled reports a request passed on whose rules counted after the
-	// response (count_responses, a cost from the response) could not be
-	// settled: the log does not record its response (status, or body
-	// bytes for response-bytes), or the response it records is Portero's
-	// own (Request.Answered). Their reservations stand, as serve's do for
-	// a response that reports no cost.
+	// Unsettled reports rules counted after the response that the log
+	// cannot settle (no response recorded, or Portero's own): their
+	// reservations stand.
 	Unsettled bool
-	// Detail says why a request was refused without any rule counting it
-	// (a cost that can never pass, a cost that cannot be read).
+	// Detail says why a request was refused without any rule counting it.
 	Detail string
 }
 
@@ -90,20 +73,14 @@ type Decider interface {
 
 // Options configure Replay.
 type Options struct {
-	// Top is how many refused keys the report lists; 0 means 10.
-	Top int
+	Top int // how many refused keys the report lists; 0 means 10
 	// Decisions, when not nil, receives one CSV row per request:
-	// line,time,client,method,path,status,rule,decision (line is
-	// FILE:LINE when there are several files).
-	Decisions io.Writer
-	// MultipleFiles makes the decisions' line column FILE:LINE.
-	MultipleFiles bool
-	// MaxMalformed is how many malformed lines the report lists (all are
-	// counted); 0 means 20.
-	MaxMalformed int
+	// line,time,client,method,path,status,rule,decision.
+	Decisions     io.Writer
+	MultipleFiles bool // the decisions' line column is FILE:LINE
+	MaxMalformed  int  // how many malformed lines the report lists; 0 means 20
 	// Tick, when not nil, is called whenever the virtual clock enters a
-	// new minute (the replay sweeps its memory store's expired keys
-	// there).
+	// new minute (to sweep the memory store's expired keys).
 	Tick func(now time.Time)
 }
 
@@ -117,15 +94,12 @@ type Report struct {
 	Examples  []string  `json:"malformed_lines,omitempty"`
 	Dropped   int64     `json:"dropped_by_log,omitempty"`
 	Late      int64     `json:"late,omitempty"`
-	// Unsettled counts the requests whose rules counted after the
-	// response could not be settled (Decision.Unsettled).
+	// Unsettled counts the Decision.Unsettled requests.
 	Unsettled int64      `json:"unsettled,omitempty"`
 	Statuses  []Count    `json:"statuses"`
 	Rules     []RuleStat `json:"rules"`
 	TopKeys   []KeyStat  `json:"top_refused_keys"`
-	// TopKeysError bounds the overcount of any listed key: at most the
-	// refusals counted divided by the counters kept (0 when every refused
-	// key was kept, and the counts are exact).
+	// TopKeysError bounds the overcount of any listed key (0: exact).
 	TopKeysError int64     `json:"top_refused_keys_max_error"`
 	Timeline     *Timeline `json:"timeline"`
 }
@@ -148,8 +122,7 @@ type RuleStat struct {
 	NotCounted   int64      `json:"not_counted"`
 	FirstRefusal *time.Time `json:"first_refusal,omitempty"`
 	LastRefusal  *time.Time `json:"last_refusal,omitempty"`
-	// Peak is the bucket of the timeline with the most refusals (shadow
-	// refusals for a shadow rule), PeakN their number.
+	// Peak is the timeline's bucket with the most refusals, PeakN their number.
 	Peak  *time.Time `json:"peak,omitempty"`
 	PeakN int64      `json:"peak_refusals,omitempty"`
 }
@@ -165,9 +138,8 @@ type KeyStat struct {
 	Last    time.Time `json:"last"`
 }
 
-// Timeline is refusals over time: Width-wide buckets from Start, each
-// with the requests, and per rule (in Rules order) its refusals (shadow
-// refusals for a shadow rule).
+// Timeline is refusals over time: Width-wide buckets from Start, each with
+// the requests and per rule its refusals.
 type Timeline struct {
 	Start    time.Time `json:"start"`
 	Width    float64   `json:"width_seconds"`
@@ -175,16 +147,14 @@ type Timeline struct {
 	Refused  [][]int64 `json:"refused"` // [rule][bucket]
 }
 
-// topCapacity is the number of counters the top refused keys keep,
-// whatever Top is: enough for the top 10 to be exact in all but
-// adversarial logs.
+// topCapacity is the number of counters the top refused keys keep: the top
+// 10 are exact in all but adversarial logs.
 const topCapacity = 4096
 
 // Replay decides every request rd reads, in arrival order, through d on a
-// virtual clock, and reports. A malformed line is counted, listed (the
-// first MaxMalformed) and skipped. Memory is bounded by the reader's
-// reorder window, the decider's store, the top-keys counters and the
-// timeline: it does not grow with the number of lines.
+// virtual clock, and reports; a malformed line is counted and skipped.
+// Memory is bounded by the reorder window, the decider's store, the
+// top-keys counters and the timeline.
 func Replay(ctx context.Context, rd *Reader, d Decider, o Options) (*Report, error) {
 	if o.Top <= 0 {
 		o.Top = 10
@@ -256,8 +226,7 @@ type tally struct {
 	top      *topKeys
 	timeline *timeline
 	statuses map[int]int64
-	// First and last refusal per rule, as values: a pointer per refusal
-	// would be an allocation per line.
+	// First and last refusal per rule, values: no allocation per line.
 	first, last []time.Time
 }
 
@@ -337,8 +306,7 @@ func (tl *tally) decided(now time.Time, dec *Decision) {
 	}
 }
 
-// report completes the report: refusal times, statuses, the top refused
-// keys and the timeline with each rule's peak.
+// report completes the report.
 func (tl *tally) report(top int) *Report {
 	rep, rules := tl.rep, tl.rules
 	for i := range rules {

@@ -25,31 +25,19 @@ var Formats = []string{"combined", "main", "json", "csv"}
 
 // InputOptions say how to read the logs.
 type InputOptions struct {
-	// Format is a name of Formats, "nginx:" or "apache:" followed by a log
-	// format, or empty to detect it from each file's first line (JSON,
-	// CSV with its header line, or combined).
+	// Format is a name of Formats, "nginx:" or "apache:" and a log format,
+	// or empty to detect it from each file's first line.
 	Format string
-	// Host is the Host of requests whose log does not record one; empty
-	// leaves it empty.
-	Host string
-	// ReorderWindow is how far back in time a line may be from the latest
-	// one read and still be decided in arrival order (a log line is written
-	// when the response ends, so a slow request comes after faster ones
-	// that arrived later); 0 means DefaultReorderWindow. Used for logs that
-	// record request times, and for the JSON access log.
+	Host   string // of requests whose log records none
+	// ReorderWindow is how far back a line may be from the latest read and
+	// still be decided in arrival order (a slow request is logged after
+	// faster later ones); 0 means DefaultReorderWindow.
 	ReorderWindow time.Duration
-	// ReorderMax caps the lines held to reorder one file; 0 means
-	// DefaultReorderMax.
-	ReorderMax int
-	// Headers, when not nil, are the only request headers of text logs to
-	// keep (the configuration's, config.RequestHeaders); nil keeps all.
-	Headers []string
-	// Query keeps the requests' query strings (Request.RawQuery), for a
-	// configuration whose keys read them (policy.Policy.ReadsQuery).
-	Query bool
-	// RespHeaders, when not nil, are the only response headers of text
-	// logs to keep (those the configuration's costs read,
-	// policy.Policy.ResponseHeaders); nil keeps all.
+	ReorderMax    int // lines held to reorder one file; 0 means DefaultReorderMax
+	// Headers and RespHeaders, when not nil, are the only request and
+	// response headers of text logs to keep.
+	Headers     []string
+	Query       bool // keep the query strings (policy.Policy.ReadsQuery)
 	RespHeaders []string
 }
 
@@ -120,9 +108,9 @@ func newRequest(pool *[]*Request) *Request {
 	return r
 }
 
-// fill reads lines until the earliest held request can be released: it is
-// at least window older than the latest read, or too many are held, or the
-// file ended. Malformed lines are queued in pending.
+// fill reads lines until the earliest held request can be released (window
+// older than the latest read, too many held, or the end); malformed lines
+// are queued in pending.
 func (in *input) fill(pool *[]*Request) error {
 	for !in.eof {
 		if len(in.held) > 0 {
@@ -197,10 +185,8 @@ type Reader struct {
 	cur    *Request
 }
 
-// Open opens the files (gzip-compressed ones too, by their content) and
-// prepares to read them merged by time. Each file's format is opts.Format
-// or, when that is empty, detected from its first line; a file whose
-// format cannot be told is an error before anything is read.
+// Open opens the files (gzip-compressed ones too) to read them merged by
+// time, each in opts.Format or the format its first line tells.
 func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, error)) (*Reader, error) {
 	if opts.ReorderWindow == 0 {
 		opts.ReorderWindow = DefaultReorderWindow
@@ -225,39 +211,45 @@ func Open(paths []string, opts InputOptions, open func(string) (io.ReadCloser, e
 		}
 		in := &input{name: p, index: i, closer: f, window: opts.ReorderWindow, max: opts.ReorderMax, host: opts.Host, seq: &rd.seq}
 		rd.inputs = append(rd.inputs, in)
-		br := bufio.NewReaderSize(f, MaxLineBytes)
-		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-			zr, err := gzip.NewReader(br)
-			if err != nil {
-				rd.Close()
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			br = bufio.NewReaderSize(zr, MaxLineBytes)
-		}
-		in.lr.r = br
-		kind, format := givenKind, given
-		if kind == "" {
-			first, err := firstLine(br)
-			if err != nil {
-				rd.Close()
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			if kind, format, err = Detect(first); err != nil {
-				rd.Close()
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-		}
-		switch kind {
-		case "json":
-			in.parse, in.reorder = newJSONParser(), true
-		case "csv":
-			in.parse = newCSVParser(opts.Query)
-		default:
-			ps := &parser{f: format, query: opts.Query, only: headerSet(opts.Headers), resp: headerSet(opts.RespHeaders)}
-			in.parse, in.reorder = ps.parse, format.hasRequestTime
+		if err := in.prepare(f, givenKind, given, &opts); err != nil {
+			rd.Close()
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	return rd, nil
+}
+
+// prepare sets up in to read f, uncompressed, in format (of kind) or the
+// one its first line tells when kind is empty.
+func (in *input) prepare(f io.Reader, kind string, format *Format, opts *InputOptions) error {
+	br := bufio.NewReaderSize(f, MaxLineBytes)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		br = bufio.NewReaderSize(zr, MaxLineBytes)
+	}
+	in.lr.r = br
+	if kind == "" {
+		first, err := firstLine(br)
+		if err != nil {
+			return err
+		}
+		if kind, format, err = Detect(first); err != nil {
+			return err
+		}
+	}
+	switch kind {
+	case "json":
+		in.parse, in.reorder = newJSONParser(), true
+	case "csv":
+		in.parse = newCSVParser(opts.Query)
+	default:
+		ps := &parser{f: format, query: opts.Query, only: headerSet(opts.Headers), resp: headerSet(opts.RespHeaders)}
+		in.parse, in.reorder = ps.parse, format.hasRequestTime
+	}
+	return nil
 }
 
 // headerSet is the set of the canonical names of names; nil for nil (all).

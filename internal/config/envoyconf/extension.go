@@ -16,19 +16,15 @@ import (
 	"github.com/portero-rl/portero/policy"
 )
 
-// Portero's extension of envoyproxy/ratelimit's format: the key portero,
-// which envoyproxy/ratelimit refuses wherever it stands (so a file that
-// uses it is Portero's alone, and no file it accepts reads differently),
-// in three places:
+// Portero's extension of envoyproxy/ratelimit's format is the key portero,
+// which envoyproxy/ratelimit refuses (so no file it accepts reads
+// differently), in three places:
 //
 //   - the file: portero: {address_lists: {NAME: [CIDR, ...]}};
 //   - a descriptor: portero: {addresses: [...], not_addresses: [...]},
 //     matching by address in place of a value (descriptor.Node.Addresses);
 //   - a rate_limit: portero: {algorithm, burst, calendar, tz, offset,
 //     look_back, budget}.
-//
-// Inside it the reading is strict in both modes: an unknown key is an
-// error, since no envoyproxy/ratelimit file has one to keep.
 
 // extension is a rate_limit's portero, as read.
 type extension struct {
@@ -65,9 +61,7 @@ func (p *parser) extension(n *yaml.Node, field string) extension {
 				p.errorf(v, f, "%v", err)
 				return
 			}
-			if a == portero.LeakyQueue {
-				// An RLS answer is OK or OVER_LIMIT now: accepting a queue
-				// would admit at once what it should delay.
+			if a == portero.LeakyQueue { // an RLS answer cannot delay
 				p.errorf(v, f, "leaky-queue delays requests, which an Envoy rate limit service cannot do (it answers at once); use leaky-meter or gcra for the same admissions without the delay")
 				return
 			}
@@ -106,9 +100,8 @@ func (p *parser) extension(n *yaml.Node, field string) extension {
 	return x
 }
 
-// calendar makes r a calendar quota: requests_per_unit per calendar day,
-// week or month (unit), in tz, shifted by offset, read by
-// portero.ParseQuota, the parser of every Portero quota.
+// calendar makes r a calendar quota, read by portero.ParseQuota:
+// requests_per_unit per calendar day, week or month, in tz, by offset.
 func (p *parser) calendar(r *descriptor.LimitSpec, x *extension, unitNode, rpuNode, n *yaml.Node, field string) {
 	ext := join(field, "portero")
 	var period portero.Period
@@ -135,8 +128,7 @@ func (p *parser) calendar(r *descriptor.LimitSpec, x *extension, unitNode, rpuNo
 		p.errorf(at, join(field, "requests_per_unit"), "a calendar quota needs a positive requests_per_unit (0 refuses everything: drop calendar)")
 		return
 	}
-	// Each part alone first, so that an error names its field; one word
-	// each, so that neither can add words to the other.
+	// Each part alone first, one word, so that an error names its field.
 	base := "1/" + string(period)
 	for _, o := range []struct {
 		v    string
@@ -183,9 +175,8 @@ func quotaMessage(err error) string {
 	return msg
 }
 
-// lookBack makes r a look-back limit: requests_per_unit over the last
-// look_back, validated as the gateway's rate_rules are
-// (policy.ParseLookBack, policy.LookBackLimit).
+// lookBack makes r a look-back limit, checked as rate_rules are:
+// requests_per_unit over the last look_back.
 func (p *parser) lookBack(r *descriptor.LimitSpec, x *extension, unitNode, rpuNode, n *yaml.Node, field string) {
 	if unitNode != nil {
 		p.errorf(unitNode, join(field, "unit"), "look_back is the window: leave unit out (requests_per_unit requests over the last look_back)")
@@ -296,10 +287,8 @@ func (p *parser) addresses(d *descriptor.Node, n *yaml.Node, field string) {
 	d.AddressText = in + out
 }
 
-// budget reads the extension's budget into r once its algorithm is known:
-// a duration from 1ms to portero.MaxBudget on an algorithm that leases,
-// never in envoyproxy/ratelimit's compatibility mode, whose counters are
-// its own.
+// budget reads the extension's budget into r once its algorithm is known;
+// never under Envoyproxy, whose counters are envoyproxy/ratelimit's.
 func (p *parser) budget(r *descriptor.LimitSpec, x *extension, field string) {
 	if x.budgetNode == nil {
 		return

@@ -31,45 +31,33 @@ type Source struct {
 	Data []byte
 }
 
-// Options tune loading. The zero value is envoyproxy/ratelimit's default.
+// Options tune loading; the zero value is envoyproxy/ratelimit's default.
 type Options struct {
-	// MergeDomains lets several files add descriptors to one domain
-	// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true); by default a domain
-	// defined twice is an error.
+	// MergeDomains lets several files add to one domain
+	// (MERGE_DOMAIN_CONFIG=true); by default that is an error.
 	MergeDomains bool
-	// Envoyproxy reads files exactly as envoyproxy/ratelimit does, accepting
-	// and refusing the same ones (see the package documentation): every
-	// file of a directory whatever its name, dot files too unless
-	// IgnoreDotFiles, an empty directory as no domains, the first YAML
-	// document of a file, its keys checked anywhere against its set of
-	// known keys (a known key in the wrong place is ignored), the last of
-	// a key given twice, its types (a quoted number or boolean is an
-	// error), composite key_value duplicates, an unknown unit beside
-	// unlimited ignored, any count per second and any name.
+	// Envoyproxy reads files exactly as envoyproxy/ratelimit does: every
+	// file of a directory, an empty one as no domains, the first document,
+	// keys checked anywhere against its known keys, the last of a key
+	// given twice, its types, composite duplicates, any count and name.
 	Envoyproxy bool
-	// IgnoreDotFiles skips files and directories whose name starts with
-	// '.' under Envoyproxy (envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES);
-	// without Envoyproxy they are always skipped.
+	// IgnoreDotFiles skips dot files under Envoyproxy
+	// (RUNTIME_IGNOREDOTFILES); without it they are always skipped.
 	IgnoreDotFiles bool
-	// QuotaMode makes every limit a quota_mode one (envoyproxy/ratelimit's
-	// QUOTA_MODE).
-	QuotaMode bool
+	QuotaMode      bool // every limit in quota_mode (QUOTA_MODE)
 }
 
-// maxDepth bounds the nesting of descriptors (and fileerr.MaxSize one
-// file, yamlwalk.DefaultMaxNodes the values it expands to through YAML
-// aliases), so that a hostile file cannot exhaust memory or the stack;
-// maxErrors the errors reported of one file.
+// maxDepth bounds the nesting of descriptors, so that a hostile file
+// cannot exhaust the stack; maxErrors the errors reported of one file.
 const (
 	maxDepth  = 32
 	maxErrors = 20
 )
 
 // Load reads the configuration at path: one YAML file, or a directory whose
-// *.yaml and *.yml files (in subdirectories too, in lexical order, skipping
-// names that start with '.') are loaded as envoyproxy/ratelimit loads its
-// runtime directory. Errors are *Error values (several joined with
-// errors.Join) naming file, line and field.
+// *.yaml and *.yml files (subdirectories too, in lexical order) are loaded
+// as envoyproxy/ratelimit loads its runtime directory. Errors are *Error
+// values, joined.
 func Load(path string, opts Options) (*descriptor.Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -194,10 +182,8 @@ func Parse(srcs []Source, opts Options) (*descriptor.Config, error) {
 }
 
 type parser struct {
-	file string
-	// rules read the file's mappings: yamlwalk.Portero, or YAMLv2 under
-	// Options.Envoyproxy.
-	rules                 yamlwalk.Rules
+	file                  string
+	rules                 yamlwalk.Rules // Portero, or YAMLv2 under Envoyproxy
 	walk                  yamlwalk.Walker
 	lists                 plans.AddressLists // portero.address_lists
 	errs                  []error

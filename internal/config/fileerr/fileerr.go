@@ -1,13 +1,7 @@
-// Package fileerr says what is wrong in a configuration file, and where, the
-// one way every reader of Portero's files reports it:
-//
-//	FILE[:LINE[:COLUMN]]: [FIELD: ]MESSAGE
-//
-// such as "portero.yaml:12:12: rules[2].limit: 0/min: ...". It also holds
-// what the readers share below their own fields: reading a file with the
-// size cap (Read), the one reading of a whole number (Whole) and the one
-// "did you mean" (Suggest, Unknown). It imports only the standard library
-// and an edit distance, so every reader can use it.
+// Package fileerr says what is wrong in a configuration file, and where,
+// the one way every reader of Portero's files does:
+// FILE[:LINE[:COLUMN]]: [FIELD: ]MESSAGE. It also holds what the readers
+// share: Read with a size cap, Whole, and the one "did you mean" (Suggest).
 package fileerr
 
 import (
@@ -22,20 +16,15 @@ import (
 
 // Error is one problem at a place in a configuration file.
 type Error struct {
-	File string
-	// Line and Column are 1-based, 0 when unknown; a column is shown only
-	// with a line.
-	Line, Column int
-	// Field is the path of the field, such as rules[2].limit; empty for the
-	// whole file or a syntax error.
-	Field string
-	Msg   string
+	File         string
+	Line, Column int    // 1-based, 0 when unknown
+	Field        string // such as rules[2].limit; empty for the whole file
+	Msg          string
 }
 
 func (e *Error) Error() string { return Format(e.File, e.Line, e.Column, e.Field, e.Msg) }
 
-// MaxSize bounds one configuration file in bytes (16 MiB): far above any
-// real configuration, and low enough that a path such as /dev/zero or a
+// MaxSize bounds one configuration file (16 MiB), so that /dev/zero or a
 // runaway generated file is refused before it exhausts memory.
 const MaxSize = 16 << 20
 
@@ -43,9 +32,8 @@ const MaxSize = 16 << 20
 // with the file name.
 var ErrTooLarge = fmt.Errorf("larger than %d MiB: not a configuration file", MaxSize>>20)
 
-// Read returns the contents of the file at path, reading at most MaxSize
-// bytes: a larger file (or an endless one, such as /dev/zero) is an error
-// wrapping ErrTooLarge whose text is Format(path, 0, 0, "", ...).
+// Read returns the contents of the file at path, or an error wrapping
+// ErrTooLarge past MaxSize bytes.
 func Read(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -62,9 +50,8 @@ func Read(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Format returns the message of a problem in file at line and column (0 when
-// unknown; a column is shown only with a line) in field (empty for the whole
-// file or a syntax error).
+// Format returns the message of a problem in file at line and column (0
+// when unknown; a column only with a line) in field.
 func Format(file string, line, column int, field, msg string) string {
 	b := make([]byte, 0, len(file)+len(field)+len(msg)+16)
 	b = append(b, file...)
@@ -86,10 +73,8 @@ func Format(file string, line, column int, field, msg string) string {
 }
 
 // Whole reads a whole number as a configuration writes one: decimal
-// digits, an optional sign, no leading zero. What YAML would also take as
-// a number is refused rather than read another way: a decimal ("2.5",
-// which a decoder truncates to 2), an exponent ("1e2"), another base
-// ("0x10"; "010", octal 8 in YAML 1.1), digits grouped with "_".
+// digits, an optional sign, no leading zero; "2.5", "1e2", "0x10", "010"
+// and "1_000" are refused rather than read another way.
 func Whole(s string) (int64, bool) {
 	digits := strings.TrimLeft(s, "+-")
 	if len(s)-len(digits) > 1 || digits == "" || len(digits) > 1 && digits[0] == '0' {
@@ -104,11 +89,9 @@ func Whole(s string) (int64, bool) {
 	return n, err == nil
 }
 
-// Suggest returns the name of known closest to typed by edit distance when
-// it is close enough to be a misspelling of it, or "": at most a third of
-// the longer name, and at least two edits allowed (a swap of two letters,
-// "kye" for key, is two). Ties go to the first in known's order. It is the
-// one "did you mean" of the project, for the command line as for files.
+// Suggest returns the name of known closest to typed when it is close
+// enough to be a misspelling (a third of the longer name, at least two
+// edits: "kye" for key), or ""; ties go to the first.
 func Suggest(typed string, known []string) string {
 	best, bestD := "", 0
 	for _, n := range known {

@@ -1,10 +1,8 @@
-// Package yamlwalk reads the mappings of a YAML node tree the one way both
-// configuration readers do (internal/config for Portero's file,
-// internal/config/envoyconf for envoyproxy/ratelimit's): aliases followed
-// within a bound on the nodes they expand to, merge keys (<<) applied and
-// keys given twice resolved by one rule per mode (Rules), and syntax errors
-// placed at their line (and a tab at its column). The readers walk the
-// yaml.Node tree themselves, rather than decode it strictly, so that one
+// Package yamlwalk reads the mappings of a YAML node tree for both
+// configuration readers (internal/config and internal/config/envoyconf):
+// aliases followed within a bound, merge keys (<<) and keys given twice by
+// one rule per mode (Rules), syntax errors placed at their line and column.
+// The readers walk the tree rather than decode it strictly, so that one
 // problem does not hide the others and each error names its field.
 package yamlwalk
 
@@ -23,39 +21,31 @@ import (
 type Rules uint8
 
 const (
-	// Portero reads a mapping's own keys, each once (a key given twice is
-	// an error), then the keys a << merges in that the mapping lacks: its
-	// own keys win, and of a list of merged mappings the first that has a
-	// key (YAML's merge key).
+	// Portero reads a mapping's own keys, each once, then those a <<
+	// merges in that it lacks (of a list of mappings, the first's wins).
 	Portero Rules = iota
-	// YAMLv2 reads keys as yaml.v2 decodes a mapping into a Go struct, as
-	// envoyproxy/ratelimit decodes its files: in the order written, a <<
-	// applying its mapping where it stands (of a list, the last first, so
-	// that the first wins); a key given again replaces a scalar or a list,
-	// and adds to a mapping key by key.
+	// YAMLv2 reads keys as yaml.v2 decodes a struct, as
+	// envoyproxy/ratelimit does: in order, a << where it stands; a key
+	// given again replaces a scalar or a list, and adds to a mapping.
 	YAMLv2
-	// YAMLv2Map reads keys as yaml.v2 decodes a mapping into a map of
-	// interface values (envoyproxy/ratelimit's key check, a descriptor's
-	// metadata): as YAMLv2, except that a mapping given again replaces the
-	// earlier one.
+	// YAMLv2Map is YAMLv2 into a map of interface values (the key check,
+	// metadata): a mapping given again replaces the earlier one.
 	YAMLv2Map
 )
 
 // DefaultMaxNodes is the bound of a Walker whose MaxNodes is 0.
 const DefaultMaxNodes = 1_000_000
 
-// Walker counts the nodes one file's walk visits, aliases expanded: each
-// alias is walked as a copy of its anchor, so a few lines can stand for
-// billions of nodes.
+// Walker counts the nodes one file's walk visits, aliases expanded (a few
+// lines of aliases can stand for billions of nodes).
 type Walker struct {
 	MaxNodes int // 0 means DefaultMaxNodes
 	nodes    int
 	over     bool
 }
 
-// Resolve returns n, or the node an alias n stands for, counted as one more
-// node walked. Past MaxNodes it returns nil, and the first time an error to
-// report at n.
+// Resolve returns n, or the node alias n stands for, counted; past
+// MaxNodes nil, and the first time an error to report at n.
 func (w *Walker) Resolve(n *yaml.Node) (*yaml.Node, error) {
 	if w.nodes++; w.nodes <= cmp.Or(w.MaxNodes, DefaultMaxNodes) {
 		return deref(n), nil
@@ -67,8 +57,7 @@ func (w *Walker) Resolve(n *yaml.Node) (*yaml.Node, error) {
 	return nil, fmt.Errorf("more than %d values once YAML aliases are expanded: is an alias repeated too often?", cmp.Or(w.MaxNodes, DefaultMaxNodes))
 }
 
-// Exceeded reports whether the walk went past MaxNodes: what was not
-// walked then is no problem of the file to report.
+// Exceeded reports whether the walk went past MaxNodes.
 func (w *Walker) Exceeded() bool { return w.over }
 
 func deref(n *yaml.Node) *yaml.Node {
@@ -84,8 +73,8 @@ type Pair struct {
 	KeyNode, Value *yaml.Node
 }
 
-// Problem is something wrong with the keys of a mapping: at Node, about
-// Key (empty for the mapping itself).
+// Problem is something wrong with a mapping's keys, at Node, about Key
+// (empty for the mapping itself).
 type Problem struct {
 	Node *yaml.Node
 	Key  string
@@ -93,9 +82,7 @@ type Problem struct {
 }
 
 // Pairs returns the keys of mapping n and their values as rules read them,
-// in the order of their first appearance, and the problems of its keys: a
-// key that is not a scalar, a key given twice (Portero), a << whose value
-// is not a mapping or a list of them, the bound of the walk passed.
+// in order of first appearance, and the problems of its keys.
 func (w *Walker) Pairs(n *yaml.Node, rules Rules) ([]Pair, []Problem) {
 	m := &mapping{w: w, rules: rules, index: map[string]int{}}
 	if rules == Portero {
@@ -188,9 +175,8 @@ func (m *mapping) set(p Pair) {
 	m.pairs[j] = p
 }
 
-// merged calls add for each pair the value of a << key merges in: a
-// mapping's (its own merges applied), or those of a list of mappings, in
-// order or, with lastFirst, from the last.
+// merged calls add for each pair a << merges in: a mapping's, or a list of
+// mappings' in order (with lastFirst, from the last).
 func (m *mapping) merged(at *yaml.Node, lastFirst bool, add func(Pair)) {
 	vn, err := m.w.Resolve(at)
 	if err != nil {
@@ -241,10 +227,9 @@ func IsNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
-// SyntaxError places an error of the YAML library in data: its line (0
-// when the library gives none) and the message without the library's
-// prefix; one about a tab in the indentation is put at the tab (the library
-// reports the line where the block before it starts), with a hint.
+// SyntaxError places an error of the YAML library in data: its line (0 for
+// none) and message; a tab in the indentation is put at the tab (the
+// library reports where the block before it starts), with a hint.
 func SyntaxError(data []byte, err error) (line, column int, msg string) {
 	msg = strings.TrimPrefix(err.Error(), "yaml: ")
 	if sm := yamlLine.FindStringSubmatch(err.Error()); sm != nil {
@@ -264,10 +249,9 @@ var tabMessages = []string{
 	"found character that cannot start any token",
 }
 
-// tabAt finds the tab a syntax error msg reported at line is about: the
-// first tab, from line on, among a line's leading spaces and "-"
-// indicators (for a character that cannot start a token, on line itself,
-// where the library reports it).
+// tabAt finds the tab a syntax error msg at line is about: the first among
+// a line's leading spaces and "-", from line on (or on line itself, for a
+// character that cannot start a token).
 func tabAt(data []byte, line int, msg string) (tabLine, column int, ok bool) {
 	last := -1 // the last line to look at; 0 for the end of the file
 	for i, m := range tabMessages {
