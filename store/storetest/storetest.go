@@ -29,6 +29,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -303,13 +304,7 @@ func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
 		t.Run(tab.Name, func(t *testing.T) {
 			s := newStore(t)
 			for i, st := range tab.Steps {
-				key, cost := st.Key, st.Cost
-				if key == "" {
-					key = "k"
-				}
-				if cost == 0 {
-					cost = 1
-				}
+				key, cost := cmp.Or(st.Key, "k"), cmp.Or(st.Cost, 1)
 				ds, err := s.AllowAll(context.Background(), Base.Add(st.At), []portero.Hit{{Rule: tab.Rule, Key: key, Cost: cost, MaxDelay: st.MaxDelay}})
 				if err != nil {
 					t.Fatalf("step %d (at %v, %s cost %d): %v", i, st.At, key, cost, err)
