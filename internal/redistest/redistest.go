@@ -342,7 +342,7 @@ type Cluster struct {
 // "--cluster-require-full-coverage", "no").
 func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 	t.Helper()
-	return startCluster(t, n, 0, extra)
+	return StartReplicatedCluster(t, n, 0, extra...)
 }
 
 // StartReplicatedCluster is StartCluster with replicas replicas for each
@@ -350,11 +350,6 @@ func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 // that a killed master's replica can be promoted (cluster-node-timeout is
 // 2 s; replicas replicate asynchronously, as Redis does by default).
 func StartReplicatedCluster(t testing.TB, n, replicas int, extra ...string) *Cluster {
-	t.Helper()
-	return startCluster(t, n, replicas, extra)
-}
-
-func startCluster(t testing.TB, n, replicas int, extra []string) *Cluster {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("redistest: a cluster needs at least 3 masters, got %d", n)
