@@ -55,7 +55,7 @@ func start(t testing.TB, conf func(dir string, port int) string, extra []string)
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort(len(extra) > 0 && hasClusterFlag(extra))
+		port, err := freePort(slices.Contains(extra, "--cluster-enabled"))
 		if err != nil {
 			lastErr = err
 			continue
@@ -68,20 +68,11 @@ func start(t testing.TB, conf func(dir string, port int) string, extra []string)
 			lastErr = err
 			continue
 		}
-		t.Cleanup(s.stop)
+		t.Cleanup(func() { s.stop() })
 		return s
 	}
 	t.Fatalf("redistest: start redis-server: %v", lastErr)
 	return nil
-}
-
-func hasClusterFlag(args []string) bool {
-	for _, a := range args {
-		if a == "--cluster-enabled" {
-			return true
-		}
-	}
-	return false
 }
 
 // freePort finds a loopback port that is free now (and, for a cluster node,
@@ -176,16 +167,9 @@ func (s *Server) process() *os.Process {
 // Kill ends the process with SIGKILL, as a crash would, and waits until the
 // port no longer answers. All data is lost (persistence is off).
 func (s *Server) Kill() {
-	s.t.Helper()
-	s.mu.Lock()
-	cmd := s.cmd
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
+	if !s.stop() {
 		return
 	}
-	cmd.Process.Signal(syscall.SIGCONT) // a frozen process must run to die promptly
-	cmd.Process.Kill()
 	for i := 0; i < 200; i++ {
 		if _, err := Do(s.Addr(), "PING"); err != nil {
 			return
@@ -226,16 +210,18 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart redis-server: %v", err)
 }
 
-func (s *Server) stop() {
+// stop sends SIGKILL to a running process and reports whether there was one.
+func (s *Server) stop() bool {
 	s.mu.Lock()
 	cmd := s.cmd
 	s.cmd = nil
 	s.mu.Unlock()
 	if cmd == nil {
-		return
+		return false
 	}
-	cmd.Process.Signal(syscall.SIGCONT)
+	cmd.Process.Signal(syscall.SIGCONT) // a frozen process must run to die promptly
 	cmd.Process.Kill()
+	return true
 }
 
 // Do sends one command to addr over a fresh connection and returns the reply
@@ -356,7 +342,7 @@ type Cluster struct {
 // "--cluster-require-full-coverage", "no").
 func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 	t.Helper()
-	return startCluster(t, n, 0, extra)
+	return StartReplicatedCluster(t, n, 0, extra...)
 }
 
 // StartReplicatedCluster is StartCluster with replicas replicas for each
@@ -364,11 +350,6 @@ func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 // that a killed master's replica can be promoted (cluster-node-timeout is
 // 2 s; replicas replicate asynchronously, as Redis does by default).
 func StartReplicatedCluster(t testing.TB, n, replicas int, extra ...string) *Cluster {
-	t.Helper()
-	return startCluster(t, n, replicas, extra)
-}
-
-func startCluster(t testing.TB, n, replicas int, extra []string) *Cluster {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("redistest: a cluster needs at least 3 masters, got %d", n)
@@ -400,7 +381,9 @@ func startCluster(t testing.TB, n, replicas int, extra []string) *Cluster {
 			t.Fatalf("redistest: CLUSTER MEET %s: %v", s.Addr(), err)
 		}
 	}
-	clusterReady(t, all, "cluster_known_nodes:"+strconv.Itoa(len(all)))
+	waitFor(t, 20*time.Second, "cluster ready", func() (bool, string) {
+		return clusterOK(all, "cluster_known_nodes:"+strconv.Itoa(len(all)))
+	})
 	if replicas > 0 {
 		c.Replicas = make([][]*Server, n)
 		for i, r := range all[n:] {
@@ -408,24 +391,21 @@ func startCluster(t testing.TB, n, replicas int, extra []string) *Cluster {
 			c.Replicas[m] = append(c.Replicas[m], r)
 			replicate(t, r, c.Nodes[m])
 		}
-		clusterReady(t, all, "cluster_state:ok")
+		waitFor(t, 20*time.Second, "replicas ready", func() (bool, string) { return clusterOK(all, "") })
 	}
 	return c
 }
 
-// clusterReady waits until every node reports cluster_state:ok and want
-// in CLUSTER INFO.
-func clusterReady(t testing.TB, all []*Server, want string) {
-	t.Helper()
-	waitFor(t, 20*time.Second, "cluster ready", func() (bool, string) {
-		for _, s := range all {
-			info, err := Do(s.Addr(), "CLUSTER", "INFO")
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
-				return false, fmt.Sprintf("%s: %v\n%s", s.Addr(), err, info)
-			}
+// clusterOK reports whether every node reports cluster_state:ok and want
+// in CLUSTER INFO, or why not.
+func clusterOK(nodes []*Server, want string) (bool, string) {
+	for _, s := range nodes {
+		info, err := Do(s.Addr(), "CLUSTER", "INFO")
+		if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
+			return false, fmt.Sprintf("%s: %v\n%s", s.Addr(), err, info)
 		}
-		return true, ""
-	})
+	}
+	return true, ""
 }
 
 // replicate makes r a replica of m and waits until its link is up.
@@ -477,23 +457,18 @@ func (c *Cluster) WaitPromoted(t testing.TB, i int, timeout time.Duration) *Serv
 		if promoted == nil {
 			return false, "no replica is master yet"
 		}
-		for _, s := range append(slices.Clone(c.Nodes), slices.Concat(c.Replicas...)...) {
-			if s == c.Nodes[i] {
-				continue
-			}
-			if info, err := Do(s.Addr(), "CLUSTER", "INFO"); err != nil || !strings.Contains(info, "cluster_state:ok") {
-				return false, fmt.Sprintf("%s: %v\n%s", s.Addr(), err, info)
-			}
-		}
-		return true, ""
+		live := slices.DeleteFunc(slices.Concat(c.Nodes, slices.Concat(c.Replicas...)), func(s *Server) bool { return s == c.Nodes[i] })
+		return clusterOK(live, "")
 	})
 	return promoted
 }
 
 // Addrs returns the addresses of the cluster's nodes.
-func (c *Cluster) Addrs() []string {
-	out := make([]string, len(c.Nodes))
-	for i, s := range c.Nodes {
+func (c *Cluster) Addrs() []string { return addrs(c.Nodes) }
+
+func addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
 		out[i] = s.Addr()
 	}
 	return out
@@ -600,12 +575,16 @@ func fields(reply string) map[string]string {
 }
 
 // Addrs returns the sentinels' addresses.
-func (s *Sentinel) Addrs() []string {
-	out := make([]string, len(s.Sentinels))
-	for i, sn := range s.Sentinels {
-		out[i] = sn.Addr()
+func (s *Sentinel) Addrs() []string { return addrs(s.Sentinels) }
+
+// masterOf is the master's address as sentinel sn reports it.
+func (s *Sentinel) masterOf(sn *Server) (string, error) {
+	r, err := Do(sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name)
+	host, port, ok := strings.Cut(r, "\n")
+	if err == nil && !ok {
+		err = fmt.Errorf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME = %q", r)
 	}
-	return out
+	return net.JoinHostPort(host, port), err
 }
 
 // MasterAddr returns the master's address as the sentinels report it (the
@@ -613,26 +592,12 @@ func (s *Sentinel) Addrs() []string {
 func (s *Sentinel) MasterAddr() (string, error) {
 	var err error
 	for _, sn := range s.Sentinels {
-		var r string
-		if r, err = Do(sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name); err == nil {
-			host, port, ok := strings.Cut(r, "\n")
-			if !ok {
-				return "", fmt.Errorf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME = %q", r)
-			}
-			return net.JoinHostPort(host, port), nil
+		var a string
+		if a, err = s.masterOf(sn); err == nil {
+			return a, nil
 		}
 	}
 	return "", err
-}
-
-// Server returns the server (master or replica) at addr, or nil.
-func (s *Sentinel) Server(addr string) *Server {
-	for _, srv := range append([]*Server{s.Master}, s.Replicas...) {
-		if srv.Addr() == addr {
-			return srv
-		}
-	}
-	return nil
 }
 
 // Promoted returns the master every sentinel reports, when they agree on
@@ -640,9 +605,7 @@ func (s *Sentinel) Server(addr string) *Server {
 func (s *Sentinel) Promoted(old string) string {
 	addr := ""
 	for _, sn := range s.Sentinels {
-		r, err := Do(sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name)
-		host, port, _ := strings.Cut(r, "\n")
-		a := net.JoinHostPort(host, port)
+		a, err := s.masterOf(sn)
 		if err != nil || a == old || (addr != "" && a != addr) {
 			return ""
 		}

@@ -8,11 +8,10 @@ import (
 
 // The store's own clock (Config.Now nil) is the wall time at New advanced by
 // the monotonic clock: one read of the runtime's monotonic clock per
-// decision, added to a base taken once (time.Now reads two clocks). On a
-// machine where that read costs about 20 ns, as on the VM of
-// docs/benchmarks.md, it is as much as the rest of a hot-key decision, and
-// it orders the CPU (an LFENCE before RDTSC), so that the cache misses of
-// consecutive decisions on cold keys cannot overlap.
+// decision, added to a base taken once (time.Now reads two clocks). Where
+// that read is slow (some VMs), it costs as much as the rest of a hot-key
+// decision, and it orders the CPU (an LFENCE before RDTSC), so that the
+// cache misses of consecutive decisions on cold keys cannot overlap.
 //
 // With Config.ClockResolution the forms that read the clock take a reading
 // that a goroutine of the store refreshes every ClockResolution instead:
@@ -56,10 +55,10 @@ func (s *Store) clockDone() chan struct{} {
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // exactNS reads the monotonic clock: Unix ns. The runtime's clock is read
-// directly, without time.Since's checks around it (27 instructions of a
-// hot-key decision's 365), unless the store started in a synctest bubble,
-// where time.Now has no monotonic reading and time.Since reads the
-// bubble's clock. table.allow inlines the common case (Store.monotonic).
+// directly, without time.Since's checks around it, unless the store
+// started in a synctest bubble, where time.Now has no monotonic reading and
+// time.Since reads the bubble's clock. table.allow inlines the common case
+// (Store.monotonic).
 func (s *Store) exactNS() int64 {
 	if s.monoBase != 0 {
 		return s.monoBase + nanotime()

@@ -58,8 +58,8 @@ func (s *Store) leaseTable(name string) *leaseTable {
 // at now when fewer than rule.Max unexpired leases are held there. ctx is
 // not consulted. Errors wrap portero.ErrInvalidLimit (a bad rule),
 // portero.ErrClosed, or portero.ErrStoreUnavailable when the rule already
-// has leases under Config.MaxKeys keys (the door answers 503: the store, not
-// the client, is out of room).
+// has leases under Config.MaxKeys keys (an HTTP caller answers 503: the
+// store, not the client, is out of room).
 func (s *Store) Acquire(_ context.Context, now time.Time, rule portero.ConcurrencyRule, key string) (portero.Lease, portero.Decision, error) {
 	if s.closed.Load() {
 		return nil, portero.Decision{}, errClosed

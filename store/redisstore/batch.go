@@ -164,18 +164,9 @@ func (s *Store) runBatch(cn *conn, items []*batchItem) {
 		}
 		s.batches.Add(1)
 		s.batched.Add(uint64(len(items)))
-		var v [5]int64
 		for i, it := range items {
-			ok := true
-			for k := range v {
-				x, err := res[5*i+k].AsInt64()
-				if err != nil {
-					ok = false
-					break
-				}
-				v[k] = x
-			}
-			if !ok || v[0] < 0 {
+			v, err := five(res[5*i:])
+			if err != nil || v[0] < 0 {
 				it.rerun = true
 				continue
 			}

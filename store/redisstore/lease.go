@@ -90,7 +90,8 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, rule portero.Concurr
 	return nil, portero.Decision{}, fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", rule.Name, key, cause)
 }
 
-// leaseCall runs lease.lua once under the breaker and the deadline.
+// leaseCall runs lease.lua once under the breaker and the deadline. An
+// error that Redis was unavailable comes marked so (node.exec).
 func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLeases, ttl string) (rueidis.RedisMessage, error) {
 	clock, sec, us := s.clockArgs(now, true)
 	args := []string{op, clock, sec, us, id, maxLeases, ttl, s.minTTL}
@@ -109,11 +110,9 @@ func (s *Store) leaseCall(ctx context.Context, now time.Time, key, op, id, maxLe
 	return msg, err
 }
 
-// leaseError describes a failed lease call.
+// leaseError describes a lease call that failed for another reason than
+// Redis's unavailability.
 func (s *Store) leaseError(name, key string, err error) error {
-	if unavailable(err) {
-		return fmt.Errorf("redisstore: concurrency rule %q, key %q: %w", name, key, asUnavailable(err))
-	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		return fmt.Errorf("redisstore: concurrency rule %q, key %q (redis key %q): %w: %s", name, key, s.LeaseKey(name, key), ErrScript, re.Error())
 	}
@@ -139,7 +138,7 @@ func (l *redisLease) Renew(ctx context.Context, now time.Time) error {
 	}
 	res, err := l.s.leaseCall(ctx, now, l.key, "renew", l.id, "0", l.ttl)
 	if err != nil {
-		return fmt.Errorf("redisstore: renew lease %s of %q: %w", l.id, l.key, l.wrap(err))
+		return fmt.Errorf("redisstore: renew lease %s of %q: %w", l.id, l.key, err)
 	}
 	if n, err := res.AsInt64(); err != nil || n != 1 {
 		return fmt.Errorf("redisstore: lease %s of %q: %w", l.id, l.key, portero.ErrLeaseLost)
@@ -155,14 +154,7 @@ func (l *redisLease) Release(ctx context.Context) error {
 		return errClosed
 	}
 	if _, err := l.s.leaseCall(ctx, time.Time{}, l.key, "release", l.id, "0", "0"); err != nil {
-		return fmt.Errorf("redisstore: release lease %s of %q: %w", l.id, l.key, l.wrap(err))
+		return fmt.Errorf("redisstore: release lease %s of %q: %w", l.id, l.key, err)
 	}
 	return nil
-}
-
-func (l *redisLease) wrap(err error) error {
-	if unavailable(err) {
-		return asUnavailable(err)
-	}
-	return err
 }

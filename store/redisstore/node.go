@@ -234,14 +234,8 @@ func (s *Store) refreshSoon() {
 	}
 	s.background.Go(func() {
 		defer s.refreshing.Store(false)
-		if wait := time.Second - time.Since(time.Unix(0, s.refreshed.Load())); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-s.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		if wait := time.Second - time.Since(time.Unix(0, s.refreshed.Load())); wait > 0 && !s.sleep(wait) {
+			return
 		}
 		if err := s.refresh(cn); err != nil {
 			s.log.Debug("redisstore: redis cluster slots not read", "err", err)

@@ -308,16 +308,9 @@ func New(cfg Config) (*Store, error) {
 		}
 	}
 	opt.DisableCache = true // no client-side caching: every decision asks Redis
-	opt.MaxFlushDelay = cfg.MaxFlushDelay
-	if opt.MaxFlushDelay == 0 {
-		opt.MaxFlushDelay = DefaultMaxFlushDelay
-	} else if opt.MaxFlushDelay < 0 {
-		opt.MaxFlushDelay = 0
-	}
+	opt.MaxFlushDelay = max(cmp.Or(cfg.MaxFlushDelay, DefaultMaxFlushDelay), 0)
 	opt.PipelineMultiplex = cfg.PipelineMultiplex
-	if opt.Dialer.Timeout == 0 {
-		opt.Dialer.Timeout = time.Second
-	}
+	opt.Dialer.Timeout = cmp.Or(opt.Dialer.Timeout, time.Second)
 	sentinelDefaults(&opt)
 	s.ownClient = true
 	c, err := rueidis.NewClient(opt)
@@ -350,19 +343,10 @@ func (s *Store) connected(c rueidis.Client) {
 
 // dial retries connecting until it succeeds or the store closes.
 func (s *Store) dial(opt rueidis.ClientOption) {
-	wait := 100 * time.Millisecond
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-s.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	for wait := 100 * time.Millisecond; s.sleep(wait); wait = min(2*wait, 2*time.Second) {
 		c, err := rueidis.NewClient(opt)
 		if err != nil {
-			s.log.Debug("redisstore: redis still does not answer", "err", err, "next", 2*wait)
-			wait = min(2*wait, 2*time.Second)
+			s.log.Debug("redisstore: redis still does not answer", "err", err, "next", min(2*wait, 2*time.Second))
 			continue
 		}
 		s.dialMu.Lock()
@@ -375,6 +359,18 @@ func (s *Store) dial(opt rueidis.ClientOption) {
 		s.dialMu.Unlock()
 		s.log.Info("redisstore: connected to redis: exact shared limiting starts", "addr", opt.InitAddress)
 		return
+	}
+}
+
+// sleep waits d and reports true, or false as soon as the store closes.
+func (s *Store) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -653,19 +649,25 @@ func (s *Store) decode(res []rueidis.RedisMessage, cs []*compiled, c call, out [
 	if len(res) != 1+5*len(c.idx) {
 		return false, fmt.Errorf("redisstore: %w: %d integers in the reply, want %d", ErrScript, len(res), 1+5*len(c.idx))
 	}
-	var r [5]int64
 	for j, i := range c.idx {
-		for k := range r {
-			v, err := res[1+5*j+k].AsInt64()
-			if err != nil {
-				return false, fmt.Errorf("redisstore: %w: reply: %v", ErrScript, err)
-			}
-			r[k] = v
+		r, err := five(res[1+5*j:])
+		if err != nil {
+			return false, fmt.Errorf("redisstore: %w: reply: %v", ErrScript, err)
 		}
 		out[i] = cs[i].decision(r[0] == 1, r[1], r[2], r[3], r[4])
 	}
 	first, err := res[0].AsInt64()
 	return first == 1, err
+}
+
+// five reads the first five integers of res: a hit's part of a reply.
+func five(res []rueidis.RedisMessage) (r [5]int64, err error) {
+	for k := range r {
+		if r[k], err = res[k].AsInt64(); err != nil {
+			break
+		}
+	}
+	return r, err
 }
 
 // describe turns a failed call into an error naming the store, the key, the
@@ -678,19 +680,18 @@ func (s *Store) describe(err error, cs []*compiled, hits []portero.Hit, c call) 
 		return err // marked with its node (node.exec)
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
-		msg := re.Error()
+		// A script names the hit it failed on: "portero hit N: why".
+		msg, j := re.Error(), 1
 		if rest, found := strings.CutPrefix(strings.TrimPrefix(msg, "ERR "), "portero hit "); found {
 			if n, m, ok := strings.Cut(rest, ": "); ok {
-				if j, e := strconv.Atoi(n); e == nil && j >= 1 && j <= len(c.idx) {
-					i := c.idx[j-1]
-					return fmt.Errorf("redisstore: key %q (redis key %q), rule %q, algorithm %s: %w: %s",
-						hits[i].Key, c.keys[j-1], hits[i].Rule.Name, hits[i].Rule.Algorithm, ErrScript, m)
+				if k, e := strconv.Atoi(n); e == nil && k >= 1 && k <= len(c.idx) {
+					j, msg = k, m
 				}
 			}
 		}
-		i := c.idx[0]
+		i := c.idx[j-1]
 		return fmt.Errorf("redisstore: key %q (redis key %q), rule %q, algorithm %s: %w: %s",
-			hits[i].Key, c.keys[0], hits[i].Rule.Name, hits[i].Rule.Algorithm, ErrScript, msg)
+			hits[i].Key, c.keys[j-1], hits[i].Rule.Name, hits[i].Rule.Algorithm, ErrScript, msg)
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }

@@ -142,12 +142,9 @@ func writeBody(b *strings.Builder, algs []portero.Algorithm, script bool, driver
 // cost, p1, p2 and (but for the algorithms that do not read it) p3. The
 // name is "portero_" and 12 hexadecimal digits of the SHA-1 of the
 // source's body.
-func Library() (src, name string) {
-	l := libSource()
-	return l.src, l.name
-}
+func Library() (src, name string) { return librarySource() }
 
-var libSource = sync.OnceValue(func() struct{ src, name string } {
+var librarySource = sync.OnceValues(func() (string, string) {
 	var b strings.Builder
 	writeBody(&b, scriptAlgs, false, oneDriver, allDriver, batchDriver, takeDriver)
 	sum := sha1.Sum([]byte(b.String()))
@@ -155,7 +152,7 @@ var libSource = sync.OnceValue(func() struct{ src, name string } {
 	for _, fn := range []string{oneDriver.fn, hitFn, allDriver.fn, batchDriver.fn, takeDriver.fn} {
 		fmt.Fprintf(&b, "\nredis.register_function('%s_%s', %s)", name, fn, fn)
 	}
-	return struct{ src, name string }{"#!lua name=" + name + "\n" + b.String() + "\n", name}
+	return "#!lua name=" + name + "\n" + b.String() + "\n", name
 })
 
 // library is the function library as one store loads it.

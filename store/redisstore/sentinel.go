@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -117,10 +118,6 @@ func sentinelDefaults(opt *rueidis.ClientOption) {
 	if opt.Sentinel.MasterSet == "" {
 		return
 	}
-	if opt.Sentinel.Dialer.Timeout == 0 {
-		opt.Sentinel.Dialer.Timeout = opt.Dialer.Timeout
-	}
-	if opt.Sentinel.TopologyRefreshInterval == 0 {
-		opt.Sentinel.TopologyRefreshInterval = DefaultSentinelRefresh
-	}
+	opt.Sentinel.Dialer.Timeout = cmp.Or(opt.Sentinel.Dialer.Timeout, opt.Dialer.Timeout)
+	opt.Sentinel.TopologyRefreshInterval = cmp.Or(opt.Sentinel.TopologyRefreshInterval, DefaultSentinelRefresh)
 }

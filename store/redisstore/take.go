@@ -64,10 +64,8 @@ func (s *Store) Take(ctx context.Context, now time.Time, rule portero.Rule, key 
 		if len(res) != len(r) {
 			return fmt.Errorf("redisstore: %w: %d integers in the take reply, want %d", ErrScript, len(res), len(r))
 		}
-		for i := range r {
-			if r[i], err = res[i].AsInt64(); err != nil {
-				return fmt.Errorf("redisstore: %w: take reply: %v", ErrScript, err)
-			}
+		if r, err = five(res); err != nil {
+			return fmt.Errorf("redisstore: %w: take reply: %v", ErrScript, err)
 		}
 		return nil
 	})

@@ -61,15 +61,8 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 		// without a name (crypto/tls's example of a custom verification).
 		roots := c.RootCAs
 		c.InsecureSkipVerify = true
-		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-			certs := make([]*x509.Certificate, len(raw))
-			for i, der := range raw {
-				cert, err := x509.ParseCertificate(der)
-				if err != nil {
-					return fmt.Errorf("redisstore: Redis's certificate: %w", err)
-				}
-				certs[i] = cert
-			}
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			certs := cs.PeerCertificates
 			if len(certs) == 0 {
 				return errors.New("redisstore: Redis sent no certificate")
 			}

@@ -101,14 +101,7 @@ func AdjustTables() []AdjustTable {
 
 func runAdjust(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	ctx := context.Background()
-	adjuster := func(t *testing.T) (portero.Store, portero.Adjuster) {
-		s := newStore(t)
-		a, ok := s.(portero.Adjuster)
-		if !ok {
-			t.Fatalf("%T does not implement portero.Adjuster", s)
-		}
-		return s, a
-	}
+	adjuster := func(t *testing.T) (portero.Store, portero.Adjuster) { return as[portero.Adjuster](t, newStore(t)) }
 	t.Run("steps", func(t *testing.T) {
 		for _, tab := range AdjustTables() {
 			t.Run(tab.Name, func(t *testing.T) {

@@ -24,6 +24,11 @@ func at(s string) time.Duration {
 
 const hour = time.Hour
 
+// q is a calendar quota: a fixed window on the calendar.
+func q(name string, l portero.Limit) portero.Rule {
+	return portero.Rule{Name: name, Algorithm: portero.FixedWindow, Limit: l}
+}
+
 // CalendarTables returns the step tables of calendar quotas (the fixed
 // window on the calendar, portero.Limit.Period): days of 23 and 25 hours
 // across the changes of daylight-saving time, a month end and a leap day,
@@ -35,9 +40,6 @@ const hour = time.Hour
 // at 07:00 UTC on 10 March and 06:00 UTC on 3 November 2024,
 // America/Santiago at 04:00 UTC on 6 September 2026 (00:00 −04 → 01:00 −03).
 func CalendarTables() []Table {
-	q := func(name string, l portero.Limit) portero.Rule {
-		return portero.Rule{Name: name, Algorithm: portero.FixedWindow, Limit: l}
-	}
 	madrid := "Europe/Madrid"
 	return []Table{
 		{
@@ -157,9 +159,6 @@ func CalendarTables() []Table {
 // a day across Madrid's spring change, weeks from Sunday in New York, UTC
 // months and months from the 15th in Madrid.
 func CalendarRules() []portero.Rule {
-	q := func(name string, l portero.Limit) portero.Rule {
-		return portero.Rule{Name: name, Algorithm: portero.FixedWindow, Limit: l}
-	}
 	return []portero.Rule{
 		q("q-day", portero.PerDay(3).WithZone("Europe/Madrid")),
 		q("q-week", portero.PerWeek(4).WithZone("America/New_York").WithOffset(6*24*time.Hour)),

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -168,16 +169,14 @@ func RunLeaseTable(t *testing.T, s portero.LeaseStore, tab LeaseTable) {
 	ctx := context.Background()
 	leases := map[string]portero.Lease{}
 	for i, st := range tab.Steps {
-		key := st.Key
-		if key == "" {
-			key = "k"
-		}
-		rule := tab.Rule
-		if st.Max != 0 {
-			rule.Max = st.Max
-		}
+		key, rule := cmp.Or(st.Key, "k"), tab.Rule
+		rule.Max = cmp.Or(st.Max, rule.Max)
 		at := Base.Add(st.At)
 		where := fmt.Sprintf("step %d (%v at %v, lease %q; %s)", i, st.Op, st.At, st.Lease, st.Note)
+		held := leases[st.Lease]
+		if st.Op != Acquire && held == nil {
+			t.Fatalf("%s: no lease %q", where, st.Lease)
+		}
 		switch st.Op {
 		case Acquire:
 			l, d, err := s.Acquire(ctx, at, rule, key)
@@ -195,20 +194,12 @@ func RunLeaseTable(t *testing.T, s portero.LeaseStore, tab LeaseTable) {
 				leases[st.Lease] = l
 			}
 		case Renew:
-			l := leases[st.Lease]
-			if l == nil {
-				t.Fatalf("%s: no lease %q", where, st.Lease)
-			}
-			err := l.Renew(ctx, at)
+			err := held.Renew(ctx, at)
 			if st.Lost && !errors.Is(err, portero.ErrLeaseLost) || !st.Lost && err != nil {
 				t.Errorf("%s: Renew = %v, want lost %v", where, err, st.Lost)
 			}
 		case Release:
-			l := leases[st.Lease]
-			if l == nil {
-				t.Fatalf("%s: no lease %q", where, st.Lease)
-			}
-			if err := l.Release(ctx); err != nil {
+			if err := held.Release(ctx); err != nil {
 				t.Errorf("%s: Release = %v", where, err)
 			}
 		}

@@ -94,11 +94,6 @@ func (d deciders) maxCost() int64 {
 	return d.fixed.MaxCost()
 }
 
-// AllowAll implements portero.Store.
-func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
-	return r.decide(now, hits, true)
-}
-
 // Peek implements portero.Store: algorithm.Look of the key's state, never
 // counted (a sliding log is pruned, as a decision prunes it).
 func (r *Reference) Peek(_ context.Context, rule portero.Rule, key string, now time.Time, cost int64) (portero.Decision, error) {
@@ -126,9 +121,9 @@ func (r *Reference) Peek(_ context.Context, rule portero.Rule, key string, now t
 	return algorithm.Look(d.fixed, s, found, now.UnixNano(), cost), nil
 }
 
-// decide decides hits all-or-nothing and counts them when commit is set
-// and every hit passes.
-func (r *Reference) decide(now time.Time, hits []portero.Hit, commit bool) ([]portero.Decision, error) {
+// AllowAll implements portero.Store: it decides hits all-or-nothing and
+// counts them when every hit passes.
+func (r *Reference) AllowAll(_ context.Context, now time.Time, hits []portero.Hit) ([]portero.Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -164,9 +159,7 @@ func (r *Reference) decide(now time.Time, hits []portero.Hit, commit bool) ([]po
 			d := a.DecideAfter(l, ns, pending[k], h.Cost)
 			if d.Allowed {
 				pending[k] += h.Cost
-				if commit {
-					r.logs[k] = l
-				}
+				r.logs[k] = l
 			}
 			out[i], all = d, all && d.Allowed
 			continue
@@ -181,7 +174,7 @@ func (r *Reference) decide(now time.Time, hits []portero.Hit, commit bool) ([]po
 		}
 		out[i], all = d, all && d.Allowed
 	}
-	if all && commit {
+	if all {
 		for k, sc := range states {
 			r.states[k] = sc.s
 		}

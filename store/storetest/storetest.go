@@ -29,6 +29,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -303,13 +304,7 @@ func runSteps(t *testing.T, newStore func(t *testing.T) portero.Store) {
 		t.Run(tab.Name, func(t *testing.T) {
 			s := newStore(t)
 			for i, st := range tab.Steps {
-				key, cost := st.Key, st.Cost
-				if key == "" {
-					key = "k"
-				}
-				if cost == 0 {
-					cost = 1
-				}
+				key, cost := cmp.Or(st.Key, "k"), cmp.Or(st.Cost, 1)
 				ds, err := s.AllowAll(context.Background(), Base.Add(st.At), []portero.Hit{{Rule: tab.Rule, Key: key, Cost: cost, MaxDelay: st.MaxDelay}})
 				if err != nil {
 					t.Fatalf("step %d (at %v, %s cost %d): %v", i, st.At, key, cost, err)
@@ -617,17 +612,19 @@ func runPeek(t *testing.T, newStore func(t *testing.T) portero.Store) {
 				}
 			}
 			got := newStore(t)
-			bad := portero.Rule{Name: "z", Algorithm: a}
-			if _, err := got.Peek(ctx, bad, "k", Base, 1); !errors.Is(err, portero.ErrInvalidLimit) {
-				t.Errorf("Peek with a zero limit = %v, want ErrInvalidLimit", err)
-			}
-			for _, cost := range []int64{0, -1} {
-				if _, err := got.Peek(ctx, rules[0], "k", Base, cost); !errors.Is(err, portero.ErrInvalidCost) {
-					t.Errorf("Peek at cost %d = %v, want ErrInvalidCost", cost, err)
+			for _, c := range []struct {
+				rule portero.Rule
+				cost int64
+				want error
+			}{
+				{portero.Rule{Name: "z", Algorithm: a}, 1, portero.ErrInvalidLimit}, // a zero limit
+				{rules[0], 0, portero.ErrInvalidCost},
+				{rules[0], -1, portero.ErrInvalidCost},
+				{rules[0], 1 << 40, portero.ErrCostExceedsLimit}, // above the rule's largest
+			} {
+				if _, err := got.Peek(ctx, c.rule, "k", Base, c.cost); !errors.Is(err, c.want) {
+					t.Errorf("Peek(%s, cost %d) = %v, want %v", c.rule.Name, c.cost, err, c.want)
 				}
-			}
-			if _, err := got.Peek(ctx, rules[0], "k", Base, 1<<40); !errors.Is(err, portero.ErrCostExceedsLimit) {
-				t.Errorf("Peek at a cost above the rule's largest = %v, want ErrCostExceedsLimit", err)
 			}
 			if err := got.Close(ctx); err != nil {
 				t.Fatalf("Close = %v", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -112,14 +113,7 @@ func TakeTables() []TakeTable {
 // portero.Taker and portero.Adjuster, comparing them with Reference.
 func RunTake(t *testing.T, newStore func(t *testing.T) portero.Store) {
 	ctx := context.Background()
-	taker := func(t *testing.T) (portero.Store, portero.Taker) {
-		s := newStore(t)
-		tk, ok := s.(portero.Taker)
-		if !ok {
-			t.Fatalf("%T does not implement portero.Taker", s)
-		}
-		return s, tk
-	}
+	taker := func(t *testing.T) (portero.Store, portero.Taker) { return as[portero.Taker](t, newStore(t)) }
 	t.Run("steps", func(t *testing.T) {
 		for _, tab := range TakeTables() {
 			t.Run(tab.Name, func(t *testing.T) {
@@ -183,6 +177,16 @@ func RunTake(t *testing.T, newStore func(t *testing.T) portero.Store) {
 			}
 		}
 	})
+}
+
+// as returns s and s as a T, or fails the test when s is no T.
+func as[T any](t *testing.T, s portero.Store) (portero.Store, T) {
+	t.Helper()
+	v, ok := s.(T)
+	if !ok {
+		t.Fatalf("%T does not implement %v", s, reflect.TypeFor[T]())
+	}
+	return s, v
 }
 
 // takeTrace replays a random trace (of a fixed seed) on a fresh store and on
