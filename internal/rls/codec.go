@@ -83,7 +83,7 @@ func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // reflection describes it as usual.
 var wireServiceDesc = grpc.ServiceDesc{
 	ServiceName: ServiceName,
-	HandlerType: (*pb.RateLimitServiceServer)(nil),
+	HandlerType: (*any)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: wireShouldRateLimit}},
 	Metadata:    pb.RateLimitService_ServiceDesc.Metadata,
 }

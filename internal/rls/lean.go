@@ -49,30 +49,13 @@ func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(out, &healthpb.HealthCheckResponse{Status: st})
 }
 
-// shouldRateLimitWire is ShouldRateLimit on protobuf bytes, decoded and
-// encoded without the generated types (wire.go).
-func (s *Service) shouldRateLimitWire(ctx context.Context, msg, out []byte) ([]byte, error) {
-	rb := requestPool.Get().(*requestBlock)
-	defer rb.release()
-	req, err := rb.decode(msg)
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.decide(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	defer a.release()
-	return appendResponse(out, a), nil
-}
-
 // NewLeanServer returns an h2grpc server with ShouldRateLimit and the
 // health Check (SERVING for "", ServiceName and HealthName) registered, and the health
 // state so that the caller can flip it on shutdown.
 func NewLeanServer(svc *Service, o h2grpc.Options) (*h2grpc.Server, *LeanHealth) {
 	srv := h2grpc.NewServer(o)
 	hs := new(LeanHealth)
-	srv.Handle(methodShouldRateLimit, svc.shouldRateLimitWire)
+	srv.Handle(methodShouldRateLimit, svc.ShouldRateLimit)
 	srv.Handle(methodHealthCheck, hs.check)
 	return srv, hs
 }
