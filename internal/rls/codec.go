@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/portero-rl/portero/descriptor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -24,19 +23,27 @@ import (
 // An interceptor or stats handler, should one be added, sees a *wireCall
 // as the request and the reply, not the generated types.
 
-// wireCall is one ShouldRateLimit call on grpc-go: the request, decoded by
-// wireCodec.Unmarshal, and the serialized answer that
-// wireCodec.Marshal hands to grpc-go, which frees the call.
+// wireCall is one ShouldRateLimit call on grpc-go: the serialized
+// request, which wireCodec.Unmarshal keeps referenced until the handler
+// has decoded it, and the serialized answer that wireCodec.Marshal hands
+// to grpc-go, which frees the call.
 type wireCall struct {
-	rb  requestBlock
-	req *descriptor.Request
-	err error  // why the request could not be decoded: a gRPC status
-	out []byte // the serialized RateLimitResponse, owned by grpc-go once marshalled
+	in  mem.Buffer // the RateLimitRequest; nil once decoded
+	out []byte     // the RateLimitResponse, owned by grpc-go once marshalled
 }
 
 var wireCallPool = sync.Pool{New: func() any { return new(wireCall) }}
 
+// release gives the request's buffer back to grpc-go's pool.
+func (c *wireCall) release() {
+	if c.in != nil {
+		c.in.Free()
+		c.in = nil
+	}
+}
+
 func (c *wireCall) free() {
+	c.release()
 	*c = wireCall{}
 	wireCallPool.Put(c)
 }
@@ -64,17 +71,16 @@ func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return protoCodec.Unmarshal(data, v)
 	}
-	// decode copies what it keeps: data may be freed once it returns. A
-	// malformed request is answered with its status (INVALID_ARGUMENT) by
-	// the handler, as on the lean transport; an error returned here would
-	// be grpc-go's INTERNAL.
+	// grpc-go frees data once this returns: the call holds a reference
+	// until the handler has decoded it. A malformed request is answered
+	// with its status (INVALID_ARGUMENT) by the handler, as on the lean
+	// transport; an error returned here would be grpc-go's INTERNAL.
 	if len(data) == 1 {
-		c.req, c.err = c.rb.decode(data[0].ReadOnlyData())
-		return nil
+		data[0].Ref()
+		c.in = data[0]
+	} else {
+		c.in = data.MaterializeToBuffer(mem.DefaultBufferPool())
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	c.req, c.err = c.rb.decode(buf.ReadOnlyData())
 	return nil
 }
 
@@ -83,7 +89,7 @@ func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // reflection describes it as usual.
 var wireServiceDesc = grpc.ServiceDesc{
 	ServiceName: ServiceName,
-	HandlerType: (*pb.RateLimitServiceServer)(nil),
+	HandlerType: (*any)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: wireShouldRateLimit}},
 	Metadata:    pb.RateLimitService_ServiceDesc.Metadata,
 }
@@ -96,11 +102,6 @@ func wireShouldRateLimit(srv any, ctx context.Context, dec func(any) error, inte
 	s := srv.(*Service)
 	c := wireCallPool.Get().(*wireCall)
 	if err := dec(c); err != nil {
-		c.free()
-		return nil, err
-	}
-	if c.err != nil {
-		err := c.err
 		c.free()
 		return nil, err
 	}
@@ -120,13 +121,13 @@ func wireShouldRateLimit(srv any, ctx context.Context, dec func(any) error, inte
 	return out, nil
 }
 
-// wireHandle decides c's request and serializes the answer into c.
+// wireHandle answers c's request into c.
 func (s *Service) wireHandle(ctx context.Context, c *wireCall) (any, error) {
-	a, err := s.decide(ctx, c.req)
+	out, err := s.ShouldRateLimit(ctx, c.in.ReadOnlyData(), make([]byte, 0, responseCap))
+	c.release()
 	if err != nil {
 		return nil, err
 	}
-	c.out = appendResponse(make([]byte, 0, responseCap), a)
-	a.release()
+	c.out = out
 	return c, nil
 }

@@ -62,14 +62,14 @@ func serveCodec(svc *Service, lis net.Listener, tr Transport, generated bool) (s
 				if err := proto.Unmarshal(msg, &in); err != nil {
 					return nil, err
 				}
-				resp, err := svc.ShouldRateLimit(ctx, &in)
+				resp, err := generatedShouldRateLimit(svc, ctx, &in)
 				if err != nil {
 					return nil, err
 				}
 				return marshalAppend(out, resp)
 			})
 		} else {
-			srv.Handle(methodShouldRateLimit, svc.shouldRateLimitWire)
+			srv.Handle(methodShouldRateLimit, svc.ShouldRateLimit)
 		}
 		go srv.Serve(lis)
 		return func() { srv.Close() }
@@ -77,7 +77,7 @@ func serveCodec(svc *Service, lis net.Listener, tr Transport, generated bool) (s
 	var gs *grpc.Server
 	if generated {
 		gs = grpc.NewServer(grpc.ForceServerCodecV2(generatedGRPCCodec{}))
-		pb.RegisterRateLimitServiceServer(gs, svc)
+		pb.RegisterRateLimitServiceServer(gs, generatedServer{svc: svc})
 	} else {
 		gs = grpc.NewServer(grpc.ForceServerCodecV2(wireCodec{}))
 		gs.RegisterService(&wireServiceDesc, svc)
@@ -160,7 +160,7 @@ func BenchmarkCodecMessage(b *testing.B) {
 		b.ReportAllocs()
 		var out []byte
 		for b.Loop() {
-			if out, err = svc.shouldRateLimitWire(ctx, msg, out[:0]); err != nil {
+			if out, err = svc.ShouldRateLimit(ctx, msg, out[:0]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -173,7 +173,7 @@ func BenchmarkCodecMessage(b *testing.B) {
 			if err := proto.Unmarshal(msg, &in); err != nil {
 				b.Fatal(err)
 			}
-			resp, err := svc.ShouldRateLimit(ctx, &in)
+			resp, err := generatedShouldRateLimit(svc, ctx, &in)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,8 +19,6 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -207,28 +204,9 @@ func startScenario(t *testing.T, sc *scenario, set compatSettings, st portero.St
 	d.reload(t) // a configuration that fails leaves none loaded
 	compat := set.compat
 	svc := NewService(d.compiler, eng, ServiceOptions{Compat: &compat, Now: d.clock.Now})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, lis, svc, ServerOptions{Transport: Transport(transport), ShutdownGrace: time.Second})
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := serveSvc(t, svc, ServerOptions{Transport: Transport(transport)}, nil, "")
 	hs := httptest.NewServer(svc.JSONHandler())
-	t.Cleanup(func() {
-		hs.Close()
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve = %v", err)
-		}
-	})
+	t.Cleanup(hs.Close)
 	d.client, d.json = pb.NewRateLimitServiceClient(conn), hs.URL+"/json"
 	return d
 }

@@ -3,13 +3,10 @@ package rls
 import (
 	"context"
 	"math"
-	"net"
 	"testing"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
@@ -273,24 +270,7 @@ func TestExtensionCompatOverGRPC(t *testing.T) {
 			// windows, so theirs is the time to the period's end, or until
 			// the look-back window is whole.
 			svc := NewService(descriptor.NewCompiler(c, descriptor.Options{Envoyproxy: true}), eng, ServiceOptions{Compat: &Compat{Headers: HeadersEnvoyproxy}, Now: clk.Now})
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- Serve(ctx, lis, svc, ServerOptions{ShutdownGrace: time.Second}) }()
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				conn.Close()
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Serve = %v", err)
-				}
-			})
+			conn := serveSvc(t, svc, ServerOptions{}, nil, "")
 			e := &env{client: pb.NewRateLimitServiceClient(conn), conn: conn, clock: clk}
 			key := desc("api_key", "k1")
 			for i := 1; i <= 3; i++ {

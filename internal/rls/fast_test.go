@@ -9,6 +9,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/portero-rl/portero"
@@ -43,7 +44,7 @@ func TestPooledRequestIsCleared(t *testing.T) {
 	ctx := context.Background()
 	call := func(d *commonv3.RateLimitDescriptor) *pb.RateLimitResponse {
 		t.Helper()
-		resp, err := svc.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d}})
+		resp, err := svc.shouldRateLimitProto(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,12 +85,16 @@ func TestBeyondInlineStorage(t *testing.T) {
 		in.Descriptors = append(in.Descriptors, d)
 		want.Descriptors = append(want.Descriptors, wd)
 	}
-	got, err := new(requestBlock).fromProto(in)
+	msg, err := proto.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := new(requestBlock).decode(msg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Domain != want.Domain || got.Hits != want.Hits || len(got.Descriptors) != len(want.Descriptors) {
-		t.Fatalf("fromProto = %+v, want %+v", got, want)
+		t.Fatalf("decode = %+v, want %+v", got, want)
 	}
 	for i, d := range got.Descriptors {
 		w := want.Descriptors[i]
@@ -99,7 +104,7 @@ func TestBeyondInlineStorage(t *testing.T) {
 	}
 
 	svc := directService(t)
-	resp, err := svc.ShouldRateLimit(context.Background(), in)
+	resp, err := svc.shouldRateLimitProto(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +135,7 @@ func TestBeyondInlineStorage(t *testing.T) {
 // duration_until_reset is built in place as durationpb.New builds it.
 func TestDurationUntilReset(t *testing.T) {
 	svc := directService(t)
-	resp, err := svc.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("api_key", "x", "plan", "gold")}})
+	resp, err := svc.shouldRateLimitProto(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("api_key", "x", "plan", "gold")}})
 	if err != nil {
 		t.Fatal(err)
 	}

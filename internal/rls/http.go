@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"expvar"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portero-rl/portero/descriptor"
 )
@@ -39,7 +41,7 @@ func (s *Service) JSONHandler() http.Handler {
 			badRequest(w)
 			return
 		}
-		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		resp, err := s.shouldRateLimitProto(r.Context(), &req)
 		if err != nil {
 			s.opts.Logger.Debug("rls: /json", "err", err)
 			badRequest(w)
@@ -56,6 +58,21 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		w.Write(out)
 	})
+}
+
+// shouldRateLimitProto is ShouldRateLimit on the generated types, through
+// their bytes: /json is rare, and one codec serves every door.
+func (s *Service) shouldRateLimitProto(ctx context.Context, in *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	msg, err := proto.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.ShouldRateLimit(ctx, msg, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp := new(pb.RateLimitResponse)
+	return resp, proto.Unmarshal(out, resp)
 }
 
 func badRequest(w http.ResponseWriter) {

@@ -25,16 +25,16 @@ const (
 	methodHealthCheck     = "/grpc.health.v1.Health/Check"
 )
 
-// LeanHealth is the health state the lean transport answers Check with.
-type LeanHealth struct{ notServing, namedNotServing atomic.Bool }
+// leanHealthState is the health state the lean transport answers Check with.
+type leanHealthState struct{ notServing, namedNotServing atomic.Bool }
 
 // Shutdown makes every Check answer NOT_SERVING.
-func (h *LeanHealth) Shutdown() { h.notServing.Store(true) }
+func (h *leanHealthState) Shutdown() { h.notServing.Store(true) }
 
 // setNamed sets the status of ServiceName and HealthName (Server.SetServing).
-func (h *LeanHealth) setNamed(serving bool) { h.namedNotServing.Store(!serving) }
+func (h *leanHealthState) setNamed(serving bool) { h.namedNotServing.Store(!serving) }
 
-func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
+func (h *leanHealthState) check(_ context.Context, msg, out []byte) ([]byte, error) {
 	var in healthpb.HealthCheckRequest
 	if err := proto.Unmarshal(msg, &in); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "malformed HealthCheckRequest: %v", err)
@@ -49,30 +49,13 @@ func (h *LeanHealth) check(_ context.Context, msg, out []byte) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(out, &healthpb.HealthCheckResponse{Status: st})
 }
 
-// shouldRateLimitWire is ShouldRateLimit on protobuf bytes, decoded and
-// encoded without the generated types (wire.go).
-func (s *Service) shouldRateLimitWire(ctx context.Context, msg, out []byte) ([]byte, error) {
-	rb := requestPool.Get().(*requestBlock)
-	defer rb.release()
-	req, err := rb.decode(msg)
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.decide(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	defer a.release()
-	return appendResponse(out, a), nil
-}
-
-// NewLeanServer returns an h2grpc server with ShouldRateLimit and the
+// newLeanServer returns an h2grpc server with ShouldRateLimit and the
 // health Check (SERVING for "", ServiceName and HealthName) registered, and the health
 // state so that the caller can flip it on shutdown.
-func NewLeanServer(svc *Service, o h2grpc.Options) (*h2grpc.Server, *LeanHealth) {
+func newLeanServer(svc *Service, o h2grpc.Options) (*h2grpc.Server, *leanHealthState) {
 	srv := h2grpc.NewServer(o)
-	hs := new(LeanHealth)
-	srv.Handle(methodShouldRateLimit, svc.shouldRateLimitWire)
+	hs := new(leanHealthState)
+	srv.Handle(methodShouldRateLimit, svc.ShouldRateLimit)
 	srv.Handle(methodHealthCheck, hs.check)
 	return srv, hs
 }

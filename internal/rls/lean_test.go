@@ -29,7 +29,7 @@ func TestLeanHealthGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	comp, eng := newDoor(t, newMemStore(t), c, descriptor.Options{}, "")
-	srv, hs := NewLeanServer(NewService(comp, eng, ServiceOptions{}), h2grpc.Options{})
+	srv, hs := newLeanServer(NewService(comp, eng, ServiceOptions{}), h2grpc.Options{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -96,6 +96,44 @@ func forEachTransport(t *testing.T, f func(t *testing.T, transport string)) {
 	}
 }
 
+// serveSvc serves svc with options o (ShutdownGrace 1s unless set) on
+// lis, or on a loopback port when lis is nil, until the test ends, and
+// returns a grpc-go connection to target (the listener's address when
+// empty; plaintext unless dial says otherwise).
+func serveSvc(t *testing.T, svc *Service, o ServerOptions, lis net.Listener, target string, dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = time.Second
+	}
+	if target == "" {
+		target = lis.Addr().String()
+	}
+	if len(dial) == 0 {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, lis, svc, o) }()
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	return conn
+}
+
 // start runs the service on a real server of s.transport on 127.0.0.1:0
 // and dials it with grpc-go's client.
 func start(t *testing.T, s setup) *env {
@@ -115,27 +153,7 @@ func start(t *testing.T, s setup) *env {
 	if s.svc.Now == nil {
 		s.svc.Now = clk.Now
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	svc := NewService(comp, eng, s.svc)
-	go func() {
-		done <- Serve(ctx, lis, svc, ServerOptions{Transport: Transport(s.transport), ShutdownGrace: time.Second})
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve = %v", err)
-		}
-	})
+	conn := serveSvc(t, NewService(comp, eng, s.svc), ServerOptions{Transport: Transport(s.transport)}, nil, "")
 	return &env{client: pb.NewRateLimitServiceClient(conn), conn: conn, clock: clk, compiler: comp}
 }
 

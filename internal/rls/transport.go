@@ -192,7 +192,7 @@ type Server struct {
 	grpc       *grpc.Server
 	health     *health.Server
 	lean       *h2grpc.Server
-	leanHealth *LeanHealth
+	leanHealth *leanHealthState
 }
 
 // NewServer returns the server of svc with options o: ShouldRateLimit,
@@ -209,7 +209,7 @@ func NewServer(svc *Service, o ServerOptions) (*Server, error) {
 		s.conns = make(chan struct{}, o.MaxConnections)
 	}
 	if o.Transport == TransportLean {
-		s.lean, s.leanHealth = NewLeanServer(svc, h2grpc.Options{
+		s.lean, s.leanHealth = newLeanServer(svc, h2grpc.Options{
 			MaxConcurrentStreams:  o.MaxConcurrentStreams,
 			MaxRecvMsgSize:        o.MaxRecvMsgSize,
 			MaxHeaderListSize:     maxHeaderListSize,

@@ -556,21 +556,7 @@ func serveOn(t *testing.T, lis net.Listener, o ServerOptions, target string, dia
 	}
 	comp, eng := newDoor(t, newMemStore(t), c, descriptor.Options{}, "")
 	o.ShutdownGrace = time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, lis, NewService(comp, eng, ServiceOptions{Logger: quietLogger()}), o) }()
-	cc, err := grpc.NewClient(target, dial...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve = %v", err)
-		}
-	})
-	return pb.NewRateLimitServiceClient(cc)
+	return pb.NewRateLimitServiceClient(serveSvc(t, NewService(comp, eng, ServiceOptions{Logger: quietLogger()}), o, lis, target, dial...))
 }
 
 // The lean transport refuses any TCP address but loopback.

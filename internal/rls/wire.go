@@ -13,13 +13,13 @@ import (
 	"github.com/portero-rl/portero/descriptor"
 )
 
-// The lean transport reads RateLimitRequest and writes RateLimitResponse
-// with protowire (the protobuf module's own wire primitives) straight
-// from and into the compiler's types: generic proto.Unmarshal, the
-// conversion and proto.Marshal cost a sixth of that server's CPU per call
-// and most of its allocations. The result is the same as proto.Unmarshal
-// followed by fromProto, and as proto.Marshal of toProto, which
-// wire_test.go checks on random and fuzzed messages.
+// Both transports read RateLimitRequest and write RateLimitResponse with
+// protowire (the protobuf module's own wire primitives) straight from and
+// into the compiler's types, without the generated types: their
+// proto.Unmarshal, the conversions and their marshalling cost a third more
+// server CPU per call on the lean transport and a sixth more on grpc-go
+// (docs/benchmarks-rls.md). wire_test.go holds the result equal, byte for
+// byte, to the generated types' on random and fuzzed messages.
 
 // Field numbers, from envoy/service/ratelimit/v3/rls.proto and
 // envoy/extensions/common/ratelimit/v3/ratelimit.proto.
@@ -322,8 +322,8 @@ func decodeVarints(b []byte, set func(num protowire.Number, x uint64)) error {
 	return nil
 }
 
-// appendResponse appends a serialized as the RateLimitResponse toProto
-// would build, fields in number order as proto.Marshal writes them.
+// appendResponse appends a serialized as a RateLimitResponse, fields in
+// number order as proto.Marshal writes them.
 func appendResponse(b []byte, a *answer) []byte {
 	if a.code != 0 {
 		b = protowire.AppendTag(b, respOverallCode, protowire.VarintType)
@@ -366,7 +366,8 @@ func appendResponse(b []byte, a *answer) []byte {
 	return b
 }
 
-// The status as toProto converts it.
+// statusFields are a DescriptorStatus's limit_remaining (clamped to
+// uint32) and duration_until_reset (as durationpb.New splits it).
 func statusFields(st *descriptor.Status) (remaining uint64, seconds int64, nanos int32) {
 	remaining = uint64(min(max(st.Remaining, 0), math.MaxUint32))
 	seconds, nanos = int64(st.ResetAfter/time.Second), int32(st.ResetAfter%time.Second)

@@ -13,6 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -281,8 +282,7 @@ func TestWireInterceptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	dec := func(v any) error {
-		c := v.(*wireCall)
-		c.req, c.err = c.rb.decode(in)
+		v.(*wireCall).in = mem.SliceBuffer(in)
 		return nil
 	}
 	remaining := func(out any, err error) uint32 {

@@ -39,15 +39,8 @@ package rls
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
@@ -88,20 +81,17 @@ type Tracer interface {
 	Start(ctx context.Context, req *descriptor.Request) (context.Context, func())
 }
 
-// Service implements RateLimitServiceServer: it translates each request
-// into a descriptor.Request, compiles it (c), has the engine (e) decide,
-// and translates the verdict back. What happens when the store fails is
+// Service is ShouldRateLimit on protobuf bytes: it decodes each request
+// into a descriptor.Request (wire.go), compiles it (c), has the engine (e)
+// decide, and encodes the verdict. What happens when the store fails is
 // the engine's failure policy: under portero.FailError the call is
 // answered UNAVAILABLE, so that Envoy's failure_mode_deny decides; under
 // FailAllow, FailDeny or FailLocal the engine answers.
 type Service struct {
-	pb.UnimplementedRateLimitServiceServer
 	compiler *descriptor.Compiler
 	engine   *engine.Engine
 	opts     ServiceOptions
 }
-
-var _ pb.RateLimitServiceServer = (*Service)(nil)
 
 // NewService returns the gRPC door over compiler c and engine e (which the
 // HTTP check API may share: the same counters, the same answers).
@@ -121,15 +111,16 @@ func NewService(c *descriptor.Compiler, e *engine.Engine, o ServiceOptions) *Ser
 	return &Service{compiler: c, engine: e, opts: o}
 }
 
-// ShouldRateLimit implements RateLimitServiceServer. Bad input is
-// INVALID_ARGUMENT, an unknown domain NOT_FOUND (unless the compiler allows
-// unknown domains), a store failure UNAVAILABLE under portero.FailError,
-// and an expired deadline DEADLINE_EXCEEDED; none of them is ever answered
-// OK.
-func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+// ShouldRateLimit answers the serialized RateLimitRequest msg, appending
+// the serialized RateLimitResponse to out: both transports and /json call
+// it. Bad input is INVALID_ARGUMENT, an unknown domain NOT_FOUND (unless
+// the compiler allows unknown domains), a store failure UNAVAILABLE under
+// portero.FailError, and an expired deadline DEADLINE_EXCEEDED; none of
+// them is ever answered OK.
+func (s *Service) ShouldRateLimit(ctx context.Context, msg, out []byte) ([]byte, error) {
 	rb := requestPool.Get().(*requestBlock)
 	defer rb.release()
-	req, err := rb.fromProto(in)
+	req, err := rb.decode(msg)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +129,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *pb.RateLimitRequest) 
 		return nil, err
 	}
 	defer a.release()
-	return toProto(a), nil
+	return appendResponse(out, a), nil
 }
 
 // Requests with at most inlineDescriptors descriptors of at most
@@ -167,111 +158,4 @@ var requestPool = sync.Pool{New: func() any { return new(requestBlock) }}
 func (rb *requestBlock) release() {
 	*rb = requestBlock{}
 	requestPool.Put(rb)
-}
-
-// fromProto converts the generated request into rb's, the compiler's form.
-func (rb *requestBlock) fromProto(in *pb.RateLimitRequest) (*descriptor.Request, error) {
-	req := &rb.req
-	req.Domain, req.Hits = in.GetDomain(), in.GetHitsAddend()
-	pds := in.GetDescriptors()
-	n := 0
-	for _, d := range pds {
-		n += len(d.GetEntries())
-	}
-	if len(pds) <= inlineDescriptors {
-		req.Descriptors = rb.descs[:len(pds)]
-	} else {
-		req.Descriptors = make([]descriptor.Descriptor, len(pds))
-	}
-	entries := rb.entries[:0:inlineEntries]
-	if n > inlineEntries {
-		entries = make([]descriptor.Entry, 0, n)
-	}
-	for i, d := range pds {
-		if d == nil {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: empty", i)
-		}
-		out := &req.Descriptors[i]
-		out.Negative = d.GetIsNegativeHits()
-		start := len(entries)
-		for _, e := range d.GetEntries() {
-			entries = append(entries, descriptor.Entry{Key: e.GetKey(), Value: e.GetValue()})
-		}
-		out.Entries = entries[start:len(entries):len(entries)]
-		if l := d.GetLimit(); l != nil {
-			out.Override = &descriptor.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: descriptor.Unit(l.GetUnit())}
-		}
-		if h := d.GetHitsAddend(); h != nil {
-			v := h.GetValue()
-			if i < inlineDescriptors {
-				rb.hits[i] = v
-				out.Hits = &rb.hits[i]
-			} else {
-				out.Hits = &v
-			}
-		}
-	}
-	return req, nil
-}
-
-// responseBlock holds a protobuf response with up to inlineStatuses
-// statuses and its headers: one allocation for the whole answer.
-type responseBlock struct {
-	out      pb.RateLimitResponse
-	statuses [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
-	sts      [inlineStatuses]pb.RateLimitResponse_DescriptorStatus
-	limits   [inlineStatuses]pb.RateLimitResponse_RateLimit
-	durs     [inlineStatuses]durationpb.Duration
-	headers  [maxHeaders]*corev3.HeaderValue
-	hvs      [maxHeaders]corev3.HeaderValue
-}
-
-func toProto(a *answer) *pb.RateLimitResponse {
-	n := len(a.statuses)
-	blk := new(responseBlock)
-	out := &blk.out
-	out.OverallCode = pb.RateLimitResponse_Code(a.code)
-	var (
-		sts    []pb.RateLimitResponse_DescriptorStatus
-		limits []pb.RateLimitResponse_RateLimit
-		durs   []durationpb.Duration
-	)
-	if n <= inlineStatuses {
-		out.Statuses, sts, limits, durs = blk.statuses[:n], blk.sts[:n], blk.limits[:n], blk.durs[:n]
-	} else {
-		out.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
-		sts = make([]pb.RateLimitResponse_DescriptorStatus, n)
-		limits = make([]pb.RateLimitResponse_RateLimit, n)
-		durs = make([]durationpb.Duration, n)
-	}
-	for i := range a.statuses {
-		st := &a.statuses[i]
-		ps := &sts[i]
-		ps.Code = pb.RateLimitResponse_Code(st.Code)
-		ps.LimitRemaining = uint32(min(max(st.Remaining, 0), math.MaxUint32))
-		if announced(st) {
-			l := st.Limit
-			cl := &limits[i]
-			cl.Name, cl.RequestsPerUnit, cl.Unit = a.limitName(l), l.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(l.Unit)
-			ps.CurrentLimit = cl
-			// As durationpb.New: whole seconds and the nanoseconds left.
-			d := &durs[i]
-			d.Seconds, d.Nanos = int64(st.ResetAfter/time.Second), int32(st.ResetAfter%time.Second)
-			ps.DurationUntilReset = d
-		}
-		out.Statuses[i] = ps
-	}
-	if len(a.fields) > 0 {
-		hs, hvs := blk.headers[:0], blk.hvs[:0]
-		if len(a.fields) > maxHeaders {
-			hs, hvs = make([]*corev3.HeaderValue, 0, len(a.fields)), make([]corev3.HeaderValue, 0, len(a.fields))
-		}
-		for _, f := range a.fields {
-			hvs = append(hvs, corev3.HeaderValue{Key: f.Name, Value: f.Value(a.buf)})
-			hs = append(hs, &hvs[len(hvs)-1])
-		}
-		out.ResponseHeadersToAdd = hs
-	}
-	out.DynamicMetadata = a.metadata
-	return out
 }
