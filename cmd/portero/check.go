@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -237,23 +238,16 @@ func checkGRPC(ctx context.Context, w io.Writer, target string, tc *tls.Config, 
 		return fmt.Errorf("%s: %w", target, err)
 	}
 	out := answerJSON(req, a)
+	var raw []byte
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return err
-		}
-	} else {
-		var hdr [][2]string
-		for _, h := range a.Headers {
-			hdr = append(hdr, [2]string{h.Name, h.Value})
-		}
-		printAnswer(w, &out, hdr)
+		raw, _ = json.MarshalIndent(out, "", "  ")
+		raw = append(raw, '\n')
 	}
-	if !out.Allowed {
-		return errRefused
+	var hdr [][2]string
+	for _, h := range a.Headers {
+		hdr = append(hdr, [2]string{h.Name, h.Value})
 	}
-	return nil
+	return printAnswer(w, &out, raw, hdr)
 }
 
 // answerJSON is a gRPC answer in the shape of POST /v1/check's, with the
@@ -346,26 +340,26 @@ func checkHTTP(ctx context.Context, w io.Writer, server string, tc *tls.Config, 
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return fmt.Errorf("%s: malformed answer: %w", server, err)
 	}
-	if asJSON {
-		w.Write(raw)
-	} else {
-		var hdr [][2]string
-		for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
-			if v := resp.Header.Get(name); v != "" {
-				hdr = append(hdr, [2]string{name, v})
-			}
+	if !asJSON {
+		raw = nil
+	}
+	var hdr [][2]string
+	for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
+		if v := resp.Header.Get(name); v != "" {
+			hdr = append(hdr, [2]string{name, v})
 		}
-		printAnswer(w, &out, hdr)
 	}
-	if !out.Allowed {
-		return errRefused
-	}
-	return nil
+	return printAnswer(w, &out, raw, hdr)
 }
 
-// printAnswer prints an answer for people: its code, the deciding rule,
-// each descriptor, the header fields that came with it.
-func printAnswer(w io.Writer, out *checkapi.CheckResponse, hdr [][2]string) {
+// printAnswer prints an answer: asJSON, when not nil, as is; otherwise
+// for people: its code, the deciding rule, each descriptor, the header
+// fields that came with it. A refusal is errRefused.
+func printAnswer(w io.Writer, out *checkapi.CheckResponse, asJSON []byte, hdr [][2]string) error {
+	if asJSON != nil {
+		_, err := w.Write(asJSON)
+		return cmp.Or(err, refusedUnless(out.Allowed))
+	}
 	fmt.Fprintln(w, out.Code)
 	if out.Rule != "" {
 		fmt.Fprintf(w, "  rule %q: limit %d, remaining %d, retry after %.3gs, reset after %.3gs\n", out.Rule, out.Limit, out.Remaining, out.RetryAfter, out.ResetAfter)
@@ -383,4 +377,12 @@ func printAnswer(w io.Writer, out *checkapi.CheckResponse, hdr [][2]string) {
 	if out.Degraded != "" {
 		fmt.Fprintf(w, "  degraded: %s\n", out.Degraded)
 	}
+	return refusedUnless(out.Allowed)
+}
+
+func refusedUnless(allowed bool) error {
+	if allowed {
+		return nil
+	}
+	return errRefused
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -227,16 +228,10 @@ func runRLS(ctx context.Context, cmd *cobra.Command, f rlsFlags) error {
 			return usageErr(err)
 		}
 	}
-	statsd, err := f.ecosystem.statsdOptions()
-	if err != nil {
-		return usageErr(err)
-	}
-	xds, err := f.ecosystem.xdsOptions()
-	if err != nil {
-		return usageErr(err)
-	}
-	tracing, err := f.ecosystem.tracingOptions()
-	if err != nil {
+	statsd, err1 := f.ecosystem.statsdOptions()
+	xds, err2 := f.ecosystem.xdsOptions()
+	tracing, err3 := f.ecosystem.tracingOptions()
+	if err := cmp.Or(err1, err2, err3); err != nil {
 		return usageErr(err)
 	}
 	redisTLS, err := f.redis.options(f.store, f.redisURL, envoyproxy.Counting, &f.compat)

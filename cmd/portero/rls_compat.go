@@ -82,6 +82,24 @@ func (c *compatFlags) misplaced(flag, why string, changesAnswers bool) error {
 	return nil
 }
 
+// setFlag is a flag, whether it is set, and whether it changes answers.
+type setFlag struct {
+	flag                string
+	set, changesAnswers bool
+}
+
+// misplacedAll is misplaced's first error among the flags that are set.
+func (c *compatFlags) misplacedAll(why string, flags []setFlag) error {
+	for _, x := range flags {
+		if x.set {
+			if err := c.misplaced(x.flag, why, x.changesAnswers); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // options checks the flags and returns what they stand for, and whether
 // the RLS sends no rate limit headers (Portero's own mode's NoHeaders).
 func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool, error) {
@@ -97,17 +115,10 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 	if !on {
 		// What applies only to envoyproxy/ratelimit's answers; from the
 		// environment, what only names its files or keys is dropped.
-		for _, x := range []struct {
-			flag                string
-			set, changesAnswers bool
-		}{{"reset", c.reset != "", true}, {"shadow-mode", c.shadow, true}, {"dynamic-metadata", c.metadata, true},
-			{"cache-key-prefix", c.keyPrefix != "", false}, {"ignore-dotfiles", c.ignoreDotFiles, false}} {
-			if !x.set {
-				continue
-			}
-			if err := c.misplaced(x.flag, "applies with --compat envoyproxy", x.changesAnswers); err != nil {
-				return o, false, err
-			}
+		if err := c.misplacedAll("applies with --compat envoyproxy", []setFlag{{"reset", c.reset != "", true},
+			{"shadow-mode", c.shadow, true}, {"dynamic-metadata", c.metadata, true},
+			{"cache-key-prefix", c.keyPrefix != "", false}, {"ignore-dotfiles", c.ignoreDotFiles, false}}); err != nil {
+			return o, false, err
 		}
 		c.keyPrefix, c.ignoreDotFiles = "", false
 	}
@@ -135,16 +146,9 @@ func (c *compatFlags) options(noHeaderFlag bool) (server.EnvoyproxyOptions, bool
 	} else {
 		// All-or-nothing counts nothing over a limit and keeps no such
 		// counters: neither changes an answer there.
-		for _, x := range []struct {
-			flag string
-			set  bool
-		}{{"stop-increment-over-limit", c.stopIncrement}, {"expiration-jitter", c.jitter != 0}, {"local-cache-size", c.localCache != 0}} {
-			if !x.set {
-				continue
-			}
-			if err := c.misplaced(x.flag, "applies with --counting each", false); err != nil {
-				return o, false, err
-			}
+		if err := c.misplacedAll("applies with --counting each", []setFlag{{"stop-increment-over-limit", c.stopIncrement, false},
+			{"expiration-jitter", c.jitter != 0, false}, {"local-cache-size", c.localCache != 0, false}}); err != nil {
+			return o, false, err
 		}
 	}
 	headers := rls.HeadersIETF

@@ -202,11 +202,8 @@ func ecosystemEnv(e *envReader, set func(flag, value string, from ...string)) {
 		set("dogstatsd", "true", "USE_DOG_STATSD")
 	}
 	dogstatsdEnv(e, set, useDog)
-	switch p := strings.ToLower(e.str("STATSD_PROTOCOL", "tcp")); p {
-	case "tcp", "udp":
+	if p, ok := e.oneOf("STATSD_PROTOCOL", "tcp", "udp"); ok {
 		set("statsd-protocol", p, "STATSD_PROTOCOL")
-	default:
-		e.fail("STATSD_PROTOCOL", fmt.Errorf("%q: want tcp or udp", p))
 	}
 	tags := e.str("EXTRA_TAGS", "")
 	if _, err := parseTags(tags); err != nil {
@@ -259,11 +256,8 @@ func xdsEnv(e *envReader, set func(flag, value string, from ...string)) {
 // are read by the exporter itself, as there).
 func tracingEnv(e *envReader, set func(flag, value string, from ...string)) {
 	set("tracing", strconv.FormatBool(e.boolean("TRACING_ENABLED", false)), "TRACING_ENABLED")
-	switch p := strings.ToLower(e.str("TRACING_EXPORTER_PROTOCOL", "http")); p {
-	case "http", "grpc":
+	if p, ok := e.oneOf("TRACING_EXPORTER_PROTOCOL", "http", "grpc"); ok {
 		set("tracing-protocol", p, "TRACING_EXPORTER_PROTOCOL")
-	default:
-		e.fail("TRACING_EXPORTER_PROTOCOL", fmt.Errorf("%q: want http or grpc", p))
 	}
 	set("tracing-service-name", e.str("TRACING_SERVICE_NAME", "RateLimit"), "TRACING_SERVICE_NAME")
 	set("tracing-service-namespace", e.str("TRACING_SERVICE_NAMESPACE", ""), "TRACING_SERVICE_NAMESPACE")

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,39 +47,30 @@ func envoyproxyEnvSet(lookup func(string) (string, bool)) bool {
 // notHonoured are the variables Portero accepts and does not act on, with
 // the reason. Setting one is logged at start-up, never an error: none of
 // them changes an answer envoyproxy/ratelimit sends.
-var notHonoured = map[string]string{
-	"REDIS_POOL_SIZE":                              "rueidis multiplexes every call over one to four auto-pipelined connections; there is no pool to size",
-	"REDIS_PIPELINE_WINDOW":                        "rueidis pipelines automatically (the Redis store's MaxFlushDelay)",
-	"REDIS_PIPELINE_LIMIT":                         "rueidis pipelines automatically",
-	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           "rueidis sends each cluster node its commands in parallel",
-	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 "there is no pool",
-	"REDIS_STARTUP_INITIAL_INTERVAL":               "Portero starts at once and dials Redis in the background (100ms to 2s apart), answering by --on-store-error meanwhile",
-	"REDIS_STARTUP_MAX_INTERVAL":                   "see REDIS_STARTUP_INITIAL_INTERVAL",
-	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "see REDIS_STARTUP_INITIAL_INTERVAL",
-	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "readiness does not follow Redis: while Redis is down the failure policy answers",
-	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads",
-	"USE_PROMETHEUS":                               "Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide",
-	"PROMETHEUS_ADDR":                              "see USE_PROMETHEUS",
-	"PROMETHEUS_PATH":                              "see USE_PROMETHEUS",
-	"PROMETHEUS_MAPPER_YAML":                       "see USE_PROMETHEUS",
-	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "see USE_PROMETHEUS",
-	"REDIS_PERSECOND_POOL_SIZE":                    "see REDIS_POOL_SIZE",
-	"REDIS_PERSECOND_PIPELINE_WINDOW":              "see REDIS_PIPELINE_WINDOW",
-	"REDIS_PERSECOND_PIPELINE_LIMIT":               "see REDIS_PIPELINE_LIMIT",
-	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "see REDIS_POOL_ON_EMPTY_BEHAVIOR",
-	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "see REDIS_CLUSTER_PIPELINE_PARALLELISM",
-	// Settings of a backend Portero refuses (BACKEND_TYPE=memcache):
-	// inert without it.
-	"MEMCACHE_MAX_IDLE_CONNS":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"MEMCACHE_SRV_REFRESH":                          "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"MEMCACHE_TLS":                                  "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"MEMCACHE_TLS_CACERT":                           "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"MEMCACHE_TLS_CLIENT_CERT":                      "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"MEMCACHE_TLS_CLIENT_KEY":                       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION":       "applies only with BACKEND_TYPE=memcache, which Portero refuses",
-	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-	"XDS_CLIENT_BACKOFF_JITTER":                     "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              "the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+var notHonoured = map[string]string{}
+
+func init() {
+	for why, vars := range map[string][]string{
+		"rueidis multiplexes every call over one to four auto-pipelined connections; there is no pool to size": {"REDIS_POOL_SIZE", "REDIS_PERSECOND_POOL_SIZE"},
+		"rueidis pipelines automatically (the Redis store's MaxFlushDelay)":                                    {"REDIS_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_WINDOW"},
+		"rueidis pipelines automatically":                          {"REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND_PIPELINE_LIMIT"},
+		"rueidis sends each cluster node its commands in parallel": {"REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"},
+		"there is no pool":                                         {"REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"},
+		"Portero starts at once and dials Redis in the background (100ms to 2s apart), answering by --on-store-error meanwhile": {
+			"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"},
+		"readiness does not follow Redis: while Redis is down the failure policy answers":                       {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"},
+		"Portero always starts, and answers as envoyproxy/ratelimit does with no configuration until one loads": {"FORCE_START_WITHOUT_INITIAL_CONFIG"},
+		"Portero's metrics are Prometheus metrics on its admin listener (/metrics, 127.0.0.1:9091 unless --admin-listen), which also serves pprof and the configuration: where to expose it is not the environment's to decide": {
+			"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"},
+		"applies only with BACKEND_TYPE=memcache, which Portero refuses": {"MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
+			"MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"},
+		"the xDS stream is retried from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling with jitter up to XDS_CLIENT_BACKOFF_MAX_INTERVAL": {
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
+	} {
+		for _, v := range vars {
+			notHonoured[v] = why
+		}
+	}
 }
 
 // refused are the variables Portero cannot honour and will not run
@@ -118,8 +110,13 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 		set("config", filepath.Join(root, sub, app), "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
 	}
 	set("watch", "true", "RUNTIME_WATCH_ROOT")
-	set("ignore-dotfiles", strconv.FormatBool(e.boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
-	set("merge-domains", strconv.FormatBool(e.boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
+	// The switches, all off by default there.
+	for _, b := range [][2]string{{"ignore-dotfiles", "RUNTIME_IGNOREDOTFILES"}, {"merge-domains", "MERGE_DOMAIN_CONFIG"},
+		{"stop-increment-over-limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, {"shadow-mode", "SHADOW_MODE"},
+		{"quota-mode", "QUOTA_MODE"}, {"dynamic-metadata", "RESPONSE_DYNAMIC_METADATA"},
+		{"healthy-with-config", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}} {
+		set(b[0], strconv.FormatBool(e.boolean(b[1], false)), b[1])
+	}
 
 	listenEnv(&e, set)
 
@@ -127,7 +124,6 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 	redisEnv(&e, set)
 	set("cache-key-prefix", e.str("CACHE_KEY_PREFIX", ""), "CACHE_KEY_PREFIX")
 	set("expiration-jitter", (time.Duration(e.integer("EXPIRATION_JITTER_MAX_SECONDS", 300, 0)) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
-	set("stop-increment-over-limit", strconv.FormatBool(e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	set("local-cache-size", strconv.FormatInt(e.integer("LOCAL_CACHE_SIZE_IN_BYTES", 0, 0), 10), "LOCAL_CACHE_SIZE_IN_BYTES")
 	if near := e.float("NEAR_LIMIT_RATIO", 0.8); near > 0 && near <= 1 {
 		set("near-limit-ratio", strconv.FormatFloat(near, 'g', -1, 64), "NEAR_LIMIT_RATIO")
@@ -135,11 +131,6 @@ func envoyproxyEnv(lookup func(string) (string, bool)) ([]envFlag, []envNote, er
 		e.fail("NEAR_LIMIT_RATIO", fmt.Errorf("%v: want a share in (0, 1]", near))
 	}
 
-	// Answers.
-	set("shadow-mode", strconv.FormatBool(e.boolean("SHADOW_MODE", false)), "SHADOW_MODE")
-	set("quota-mode", strconv.FormatBool(e.boolean("QUOTA_MODE", false)), "QUOTA_MODE")
-	set("dynamic-metadata", strconv.FormatBool(e.boolean("RESPONSE_DYNAMIC_METADATA", false)), "RESPONSE_DYNAMIC_METADATA")
-	set("healthy-with-config", strconv.FormatBool(e.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)), "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	if e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
 		set("headers", "envoyproxy", "LIMIT_RESPONSE_HEADERS_ENABLED")
 	} else {
@@ -377,56 +368,52 @@ func (e *envReader) str(v, def string) string {
 	return def
 }
 
-func (e *envReader) boolean(v string, def bool) bool {
+// oneOf reads v, case-insensitive, as one of want (the first is its
+// default); another value is an error.
+func (e *envReader) oneOf(v string, want ...string) (string, bool) {
+	x := strings.ToLower(e.str(v, want[0]))
+	if !slices.Contains(want, x) {
+		e.fail(v, fmt.Errorf("%q: want %s", x, strings.Join(want, " or ")))
+		return "", false
+	}
+	return x, true
+}
+
+// parsed reads v with parse: unset or empty is def, a value parse refuses
+// an error saying what it wants.
+func parsed[T any](e *envReader, v string, def T, parse func(string) (T, error), want string) T {
 	x, ok := e.lookup(v)
 	if !ok || x == "" {
 		return def
 	}
-	b, err := strconv.ParseBool(x)
+	t, err := parse(x)
 	if err != nil {
-		e.fail(v, fmt.Errorf("%q: want true or false", x))
+		e.fail(v, fmt.Errorf("%q: %s", x, want))
 		return def
 	}
-	return b
+	return t
+}
+
+func (e *envReader) boolean(v string, def bool) bool {
+	return parsed(e, v, def, strconv.ParseBool, "want true or false")
 }
 
 func (e *envReader) integer(v string, def, min int64) int64 {
-	x, ok := e.lookup(v)
-	if !ok || x == "" {
-		return def
-	}
-	n, err := strconv.ParseInt(x, 0, 64)
-	if err != nil || n < min {
-		e.fail(v, fmt.Errorf("%q: want a whole number from %d", x, min))
-		return def
-	}
-	return n
+	return parsed(e, v, def, func(x string) (int64, error) {
+		n, err := strconv.ParseInt(x, 0, 64)
+		if err == nil && n < min {
+			err = errors.New("too small")
+		}
+		return n, err
+	}, fmt.Sprintf("want a whole number from %d", min))
 }
 
 func (e *envReader) float(v string, def float64) float64 {
-	x, ok := e.lookup(v)
-	if !ok || x == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(x, 64)
-	if err != nil {
-		e.fail(v, fmt.Errorf("%q: want a number", x))
-		return def
-	}
-	return f
+	return parsed(e, v, def, func(x string) (float64, error) { return strconv.ParseFloat(x, 64) }, "want a number")
 }
 
 func (e *envReader) duration(v string, def time.Duration) time.Duration {
-	x, ok := e.lookup(v)
-	if !ok || x == "" {
-		return def
-	}
-	d, err := time.ParseDuration(x)
-	if err != nil {
-		e.fail(v, fmt.Errorf("%q: want a duration such as 24h or 30m", x))
-		return def
-	}
-	return d
+	return parsed(e, v, def, time.ParseDuration, "want a duration such as 24h or 30m")
 }
 
 func (e *envReader) hostPort(hv, hdef, pv string, pdef int64) string {

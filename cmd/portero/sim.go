@@ -20,9 +20,6 @@ func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Experiments on a virtual clock: replay traces, compare algorithms",
-		// A group runs to reject unknown subcommands (Args) and otherwise
-		// shows its help.
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().String("store", "memory", `where the simulated state lives: "memory", the in-process store, or redis://HOST:PORT[/DB] (caller clock)`)
 
@@ -109,7 +106,7 @@ printed.`,
 			if err != nil {
 				return err
 			}
-			store, err := openStore(mustString(cmd, "store"))
+			store, err := storeOpener(cmd)()
 			if err != nil {
 				return err
 			}
@@ -184,12 +181,4 @@ func joinAlgorithms(algs []portero.Algorithm) string {
 		s[i] = string(a)
 	}
 	return strings.Join(s, ", ")
-}
-
-func mustString(cmd *cobra.Command, name string) string {
-	s, err := cmd.Flags().GetString(name)
-	if err != nil {
-		panic(err) // a programming error: the flag is defined above
-	}
-	return s
 }

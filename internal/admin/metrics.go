@@ -1,7 +1,9 @@
 package admin
 
 import (
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -52,24 +54,68 @@ func NewFallbackGauge(flag *atomic.Bool, help string) prometheus.GaugeFunc {
 	})
 }
 
-// ReadLatency fills a dashboard snapshot's store latency and request
-// count from the portero_store_latency_seconds family (one series).
-func ReadLatency(snap *dashboard.Snapshot, mf *dto.MetricFamily) {
-	ms := mf.GetMetric()
-	if len(ms) != 1 {
-		return
-	}
-	h := ms[0].GetHistogram()
-	snap.Store.Latency.Count, snap.Store.Latency.Sum = h.GetSampleCount(), h.GetSampleSum()
-	for _, b := range h.GetBucket() {
-		snap.Store.Latency.Bounds = append(snap.Store.Latency.Bounds, b.GetUpperBound())
-		snap.Store.Latency.Counts = append(snap.Store.Latency.Counts, b.GetCumulativeCount())
-	}
-	snap.Requests = float64(h.GetSampleCount())
+// DashMetrics are the series a command's dashboard reads: the reloads,
+// the store's errors and fallback, the decision counters (the family
+// Decisions, whose Labels name a rule, and FailurePolicy), the store
+// latency, and the lists of keys refused most and closest to their limits.
+type DashMetrics struct {
+	Registry                 *prometheus.Registry
+	Reloads                  *prometheus.CounterVec
+	StoreErrors              prometheus.Counter
+	Fallback                 *atomic.Bool
+	Refused                  *dashboard.Refused
+	Usage                    *dashboard.Usage
+	Decisions, FailurePolicy string
+	Labels                   []string
 }
 
-// ReadCounter returns a counter's value.
-func ReadCounter(c prometheus.Counter) float64 {
+// Snapshot is what d knows of the dashboard at now, and the decision
+// counts by rule (its Labels' values joined by "\x00") and outcome.
+func (d DashMetrics) Snapshot(now time.Time) (dashboard.Snapshot, map[string]map[string]float64) {
+	snap := dashboard.Snapshot{
+		Config: dashboard.Config{Reloads: int64(readCounter(d.Reloads.WithLabelValues("ok"))),
+			ReloadErrors: int64(readCounter(d.Reloads.WithLabelValues("error")))},
+		TopRefused:       d.Refused.Top(now, 5, 20),
+		TopRefusedWindow: "5 min",
+		Usage:            d.Usage.Top(now),
+		Store:            dashboard.Store{Fallback: d.Fallback.Load(), Errors: readCounter(d.StoreErrors)},
+	}
+	counts := map[string]map[string]float64{}
+	mfs, _ := d.Registry.Gather()
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case d.Decisions:
+			for _, x := range mf.GetMetric() {
+				rule := make([]string, len(d.Labels))
+				for i, l := range d.Labels {
+					rule[i] = Label(x, l)
+				}
+				k := strings.Join(rule, "\x00")
+				if counts[k] == nil {
+					counts[k] = map[string]float64{}
+				}
+				counts[k][Label(x, "outcome")] = x.GetCounter().GetValue()
+			}
+		case d.FailurePolicy:
+			for _, x := range mf.GetMetric() {
+				snap.Store.FallbackDecisions += x.GetCounter().GetValue()
+			}
+		case "portero_store_latency_seconds":
+			if ms := mf.GetMetric(); len(ms) == 1 {
+				h := ms[0].GetHistogram()
+				snap.Store.Latency.Count, snap.Store.Latency.Sum = h.GetSampleCount(), h.GetSampleSum()
+				for _, b := range h.GetBucket() {
+					snap.Store.Latency.Bounds = append(snap.Store.Latency.Bounds, b.GetUpperBound())
+					snap.Store.Latency.Counts = append(snap.Store.Latency.Counts, b.GetCumulativeCount())
+				}
+				snap.Requests = float64(h.GetSampleCount())
+			}
+		}
+	}
+	return snap, counts
+}
+
+func readCounter(c prometheus.Counter) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		return 0

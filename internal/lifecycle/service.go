@@ -358,7 +358,10 @@ func (s *Service) Run(ctx context.Context, h Hooks) error {
 		h.Serving()
 	}
 
-	reload := s.opts.Reload
+	reload, apply := s.opts.Reload, h.Reload
+	if apply == nil {
+		apply = func(string) {}
+	}
 	var runErr error
 loop:
 	for {
@@ -372,21 +375,15 @@ loop:
 				reload = nil
 				continue
 			}
-			if h.Reload != nil {
-				h.Reload("signal")
-			}
+			apply("signal")
 		case _, ok := <-s.changes:
 			if !ok {
 				s.changes = nil
 				continue
 			}
-			if h.Reload != nil {
-				h.Reload("file change")
-			}
+			apply("file change")
 		case why := <-s.triggers:
-			if h.Reload != nil {
-				h.Reload(why)
-			}
+			apply(why)
 		}
 	}
 	s.stopWatch()

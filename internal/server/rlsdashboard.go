@@ -1,12 +1,14 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
-	"github.com/portero-rl/portero/internal/admin"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/portero-rl/portero/descriptor"
+	"github.com/portero-rl/portero/internal/admin"
 	"github.com/portero-rl/portero/internal/dashboard"
 )
 
@@ -23,73 +25,27 @@ type rlsDashSource struct{ r *rlsServer }
 func (d rlsDashSource) Snapshot() dashboard.Snapshot {
 	r := d.r
 	m := r.metrics
-	storeType := r.opts.Store
-	if storeType == "" {
-		storeType = "memory"
-	}
-	onError := r.engine.OnError().String()
-	snap := dashboard.Snapshot{
-		Service:          "portero rls",
-		TopRefusedWindow: "5 min",
-		Config: dashboard.Config{Source: r.opts.ConfigPath,
-			Reloads: int64(admin.ReadCounter(m.reloads.WithLabelValues("ok"))), ReloadErrors: int64(admin.ReadCounter(m.reloads.WithLabelValues("error")))},
-		Store: dashboard.Store{Type: storeType, OnError: onError, Connected: r.connected() == 1, Fallback: m.fallback.Load(),
-			Errors: admin.ReadCounter(m.storeErrors)},
-	}
+	snap, counts := admin.DashMetrics{Registry: m.reg, Reloads: m.reloads, StoreErrors: m.storeErrors, Fallback: &m.fallback,
+		Refused: &m.refused, Usage: m.usage, Decisions: "portero_rls_decisions_total",
+		FailurePolicy: "portero_rls_failure_policy_decisions_total", Labels: []string{"domain", "key"}}.Snapshot(m.now())
+	snap.Service, snap.Config.Source = "portero rls", r.opts.ConfigPath
+	snap.Store.Type, snap.Store.OnError, snap.Store.Connected = cmp.Or(r.opts.Store, "memory"), r.engine.OnError().String(), r.connected() == 1
 	if src := r.source.Load(); src != nil {
 		snap.Config.Loaded = src.at
-	}
-	type ruleKey struct{ domain, key string }
-	counts := map[ruleKey]map[string]float64{}
-	if mfs, err := m.reg.Gather(); err == nil {
-		for _, mf := range mfs {
-			switch mf.GetName() {
-			case "portero_rls_decisions_total":
-				for _, x := range mf.GetMetric() {
-					k := ruleKey{admin.Label(x, "domain"), admin.Label(x, "key")}
-					if counts[k] == nil {
-						counts[k] = map[string]float64{}
-					}
-					counts[k][admin.Label(x, "outcome")] = x.GetCounter().GetValue()
-				}
-			case "portero_rls_failure_policy_decisions_total":
-				for _, x := range mf.GetMetric() {
-					snap.Store.FallbackDecisions += x.GetCounter().GetValue()
-				}
-			case "portero_store_latency_seconds":
-				admin.ReadLatency(&snap, mf)
-			}
-		}
-	}
-	if src := r.source.Load(); src != nil {
 		src.limits.Walk(func(dom *descriptor.Domain, n *descriptor.Node) {
-			l := n.Limit
-			if l == nil {
-				return
+			if l := n.Limit; l != nil {
+				key := strings.TrimPrefix(l.FullKey, dom.Name+".")
+				snap.Rules = append(snap.Rules, dashRule(dom.Name, key, l, counts[dom.Name+"\x00"+key]))
+				delete(counts, dom.Name+"\x00"+key)
 			}
-			k := ruleKey{dom.Name, strings.TrimPrefix(l.FullKey, dom.Name+".")}
-			snap.Rules = append(snap.Rules, dashRule(k.domain, k.key, l, counts[k]))
-			delete(counts, k)
 		})
 	}
 	// Series of no configured limit: overrides, detailed_metric values, a
-	// limit a reload removed.
-	keys := make([]ruleKey, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
+	// limit a reload removed; by domain, then key ("\x00" sorts first).
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		domain, key, _ := strings.Cut(k, "\x00")
+		snap.Rules = append(snap.Rules, dashRule(domain, key, nil, counts[k]))
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].domain != keys[j].domain {
-			return keys[i].domain < keys[j].domain
-		}
-		return keys[i].key < keys[j].key
-	})
-	for _, k := range keys {
-		snap.Rules = append(snap.Rules, dashRule(k.domain, k.key, nil, counts[k]))
-	}
-	now := m.now()
-	snap.Usage = m.usage.Top(now)
-	snap.TopRefused = m.refused.Top(now, 5, 20)
 	return snap
 }
 

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/portero-rl/portero/internal/admin"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/portero-rl/portero"
 	"github.com/portero-rl/portero/descriptor"
 	"github.com/portero-rl/portero/engine"
+	"github.com/portero-rl/portero/internal/admin"
 	"github.com/portero-rl/portero/internal/dashboard"
 	"github.com/portero-rl/portero/store/budget"
 )
@@ -157,7 +157,7 @@ func (m *rlsMetrics) plain(domain string, l *descriptor.Limit) *keySeries {
 func (m *rlsMetrics) withValues(domain string, l *descriptor.Limit, entries []descriptor.Entry) *keySeries {
 	key := descriptor.Key(entries)
 	if len(key) <= maxDetailedKey {
-		if ks := m.detailed.get(m, domain, key); ks != nil {
+		if ks := m.detailed.get(m, domain, key, true); ks != nil {
 			return ks
 		}
 	}
@@ -178,16 +178,11 @@ const overflowKey = "(override)"
 // maxDetailedKey.
 func (m *rlsMetrics) override(domain string, l *descriptor.Limit) *keySeries {
 	if key := strings.TrimPrefix(l.FullKey, domain+"."); len(key) <= maxDetailedKey {
-		if ks := m.overrides.get(m, domain, key); ks != nil {
+		if ks := m.overrides.get(m, domain, key, true); ks != nil {
 			return ks
 		}
 	}
-	sk := domain + "\x00" + overflowKey
-	if v, ok := m.overrides.m.Load(sk); ok {
-		return v.(*keySeries)
-	}
-	v, _ := m.overrides.m.LoadOrStore(sk, m.newSeries(domain, overflowKey))
-	return v.(*keySeries)
+	return m.overrides.get(m, domain, overflowKey, false)
 }
 
 // seriesSet holds series by domain and key (domain + "\x00" + key →
@@ -198,19 +193,19 @@ type seriesSet struct {
 	max int64
 }
 
-// get returns the series of (domain, key), made if the set has room; nil
-// when it has none.
-func (s *seriesSet) get(m *rlsMetrics, domain, key string) *keySeries {
+// get returns the series of (domain, key), made if the set has room or it
+// is not capped (an overflow key, outside the count); nil when it has none.
+func (s *seriesSet) get(m *rlsMetrics, domain, key string, capped bool) *keySeries {
 	sk := domain + "\x00" + key
 	if v, ok := s.m.Load(sk); ok {
 		return v.(*keySeries)
 	}
-	if s.n.Add(1) > s.max {
+	if capped && s.n.Add(1) > s.max {
 		s.n.Add(-1)
 		return nil
 	}
 	v, loaded := s.m.LoadOrStore(sk, m.newSeries(domain, key))
-	if loaded {
+	if loaded && capped {
 		s.n.Add(-1) // another call made it first
 	}
 	return v.(*keySeries)

@@ -1,14 +1,9 @@
-// Package server runs `portero serve`: the gateway listener, the admin
-// listener (package admin, with serve's /config, /api/refused and
-// /api/keys, the dashboard), the access log (package gatewaylog), the
-// metrics (package servemetrics), configuration reloads on SIGHUP and on
-// file change, and the drain and graceful shutdown of package lifecycle.
-// Run owns every goroutine it starts and returns only after they have
-// stopped.
-//
-// The files rls*.go run `portero rls` on the same lifecycle; rlsseam.go is
-// what they take from the shared packages until they move to a package of
-// their own.
+// Package server wires Portero's two serving commands onto package
+// lifecycle: Run is `portero serve` (the gateway, its admin listener with
+// /config, /api/refused, /api/keys and the dashboard, the access log, the
+// metrics of package servemetrics, reloads), and RunRLS, in the files
+// rls*.go, is `portero rls`. Each returns only after every goroutine it
+// started has stopped.
 package server
 
 import (
