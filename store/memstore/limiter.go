@@ -48,9 +48,9 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 // clock's. For a one-word algorithm and a key the array holds, the
 // decision is a compare-and-swap of the key's state word, without the lock
 // (table.go).
-func (t *table) allow(key string, now time.Time, cost int64, clock bool) (portero.Decision, error) {
+func (t *table) allow(key string, now time.Time, cost int64, clock bool) (d portero.Decision, err error) {
 	if cost <= 0 || cost > t.max || t.store.closed.Load() {
-		return portero.Decision{}, t.badCall(cost)
+		return d, t.badCall(cost)
 	}
 	var ns int64
 	if s := t.store; !clock {
@@ -69,8 +69,9 @@ func (t *table) allow(key string, now time.Time, cost int64, clock bool) (porter
 			// retired (the key deleted, moved or taken by AllowAll) sends
 			// the decision to the lock.
 			if g := t.gcra; g != nil {
-				// Scalars only until the Decision is returned (see
-				// algorithm.GCRA.Next).
+				// Scalars only until the decision is written, in
+				// place, into the named result (see
+				// algorithm.GCRA.SetDecision).
 				for {
 					v := int64(atomic.LoadUint64(p))
 					if v == retired {
@@ -78,7 +79,8 @@ func (t *table) allow(key string, now time.Time, cost int64, clock bool) (porter
 					}
 					nv, retry := g.Next(v, true, ns, cost)
 					if retry != 0 || atomic.CompareAndSwapUint64(p, uint64(v), uint64(word(nv))) {
-						return g.Decision(nv-ns, retry), nil
+						g.SetDecision(&d, nv-ns, retry)
+						return
 					}
 				}
 			} else {
@@ -87,9 +89,9 @@ func (t *table) allow(key string, now time.Time, cost int64, clock bool) (porter
 					if v == retired {
 						break
 					}
-					nv, d := t.word.DecideWord(v, true, ns, cost)
-					if !d.Allowed || atomic.CompareAndSwapUint64(p, uint64(v), uint64(word(nv))) {
-						return d, nil
+					nv, wd := t.word.DecideWord(v, true, ns, cost)
+					if !wd.Allowed || atomic.CompareAndSwapUint64(p, uint64(v), uint64(word(nv))) {
+						return wd, nil
 					}
 				}
 			}
