@@ -52,8 +52,8 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 // The key is hashed and its slot found before the clock is read: the read
 // (RDTSCP) waits for the instructions before it, but what comes after it
 // waits for the read, so work that does not need the instant is cheaper
-// before it (about 6 ns of a hot-key decision on the machine of
-// docs/benchmarks.md). The state word itself is loaded after the read.
+// before it (bench/'s TestHotKeyCPU measures the clock-read decision). The
+// state word itself is loaded after the read.
 func (t *table) allow(key string, now time.Time, cost int64, clock bool) (d portero.Decision, err error) {
 	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return d, t.badCall(cost)
