@@ -127,19 +127,19 @@ func (a *GCRA) Decide(s State, found bool, now, cost int64) (State, portero.Deci
 }
 
 // DecideWord implements WordDecider: the state is the TAT. It is Next and
-// Decision, both small enough for the compiler to inline.
-func (a *GCRA) DecideWord(tat int64, found bool, now, cost int64) (int64, portero.Decision) {
+// SetDecision, both small enough for the compiler to inline.
+func (a *GCRA) DecideWord(tat int64, found bool, now, cost int64) (next int64, d portero.Decision) {
 	next, retry := a.Next(tat, found, now, cost)
-	return next, a.Decision(next-now, retry)
+	a.SetDecision(&d, next-now, retry)
+	return
 }
 
 // Next is DecideWord without the Decision: it returns the new TAT and how
 // long the request would have to wait to fit, in ns, 0 exactly when it is
 // admitted (a refusal returns max(tat, now), which is tat unless the TAT
 // had passed). A store that keeps the TAT in a word it swaps uses it to
-// decide with scalars only and builds the Decision once, with Decision
-// (a Decision is too large for the compiler to keep in registers, so every
-// copy of one costs a dozen moves).
+// decide with scalars only and then writes the Decision once, with
+// SetDecision.
 func (a *GCRA) Next(tat int64, found bool, now, cost int64) (next, retry int64) {
 	if !found || tat < now {
 		tat = now
@@ -156,9 +156,13 @@ func (a *GCRA) Next(tat int64, found bool, now, cost int64) (next, retry int64) 
 	return now + level, retry
 }
 
-// Decision returns the decision whose Next left the level next − now and
-// the wait retry.
-func (a *GCRA) Decision(level, retry int64) portero.Decision {
+// SetDecision writes into d the decision whose Next left the level
+// next − now and the wait retry, one field at a time. A Decision is too
+// large for the compiler to keep in registers: a composite literal is built
+// in a temporary and copied, 16 bytes at a time, over the field stores just
+// made, which the CPU cannot forward and waits for, while fields written
+// into a caller's named result are returned from where they were stored.
+func (a *GCRA) SetDecision(d *portero.Decision, level, retry int64) {
 	// Less than one interval of room (every refusal of cost 1, and after a
 	// clock step back a level above the bucket) leaves nothing: no
 	// division, the slowest instruction of the decision.
@@ -166,8 +170,12 @@ func (a *GCRA) Decision(level, retry int64) portero.Decision {
 	if r := a.tau - level; r >= a.interval {
 		remaining = int64(uint64(r) / uint64(a.interval))
 	}
-	return portero.Decision{Allowed: retry == 0, Limit: a.capacity, Remaining: remaining,
-		RetryAfter: time.Duration(retry), ResetAfter: time.Duration(level)}
+	d.Allowed = retry == 0
+	d.Limit = a.capacity
+	d.Remaining = remaining
+	d.RetryAfter = time.Duration(retry)
+	d.ResetAfter = time.Duration(level)
+	d.Delay, d.Quota, d.PeriodLeft = 0, false, 0
 }
 
 // Expiry implements Decider: the TAT.

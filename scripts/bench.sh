@@ -246,8 +246,9 @@ $(if [ -n "$wait_load" ]; then echo "  Each round waited for a 1-minute load ave
   \`github.com/ulule/limiter/v3\` with its memory store; \`httprate-local\` is
   \`github.com/go-chi/httprate\`'s \`OnLimit\` logic over its local counter, without
   the HTTP request and headers. Only Portero and x/time/rate take the instant
-  as a parameter; the others always read the clock (sethvargo's with
-  \`runtime.nanotime\`, one read; the rest with \`time.Now\`).
+  as a parameter; the others always read the clock (sethvargo's with the
+  runtime's \`time.now\`, the wall and the monotonic clock as \`time.Now\`
+  reads them; the rest with \`time.Now\`).
 - Benchmarks: \`HotKey\`, one key, one goroutine; \`HotKeyParallel\`, one key,
   \`b.RunParallel\` on both CPUs; \`Algorithms\`, every algorithm of the memory
   store on a hot key, with the instant passed in and with the store's clock;
