@@ -360,7 +360,7 @@ store costs what it costs" below. The other algorithms take
 the shard's mutex (a compare-and-swap and an atomic add) around the same
 steps. The store's exact clock is one read of the runtime's monotonic
 clock (\`runtime.nanotime\`, added to a wall-clock base taken once, at
-\`New\`); it costs about 20 ns on this VM when it is quiet, as much as the
+\`New\`); it costs tens of nanoseconds on this VM (portero-clock less portero-now above), as much as the
 rest of the decision. The peers that read the clock read two: go-limiter
 (\`sethvargo-memorystore\`) calls \`time.now\`, the wall and the monotonic
 clock, as \`time.Now\` does (\`Clock\`) for x/time/rate. With C the read and
@@ -409,7 +409,7 @@ the other; with the coarse clock they overlap, which is why
   advanced by the monotonic clock), or an atomic load with
   \`Config.ClockResolution\`.
 - **Where a hot-key decision's instructions go.** \`BenchmarkHotKey/portero-now\`
-  counts 341.5 instructions per decision (callgrind, collected in the timed
+  counts about 327 instructions per decision (callgrind, collected in the timed
   loop only, as \`scripts/bench-ir.sh\` does);
   \`noop-now\`, the loop with \`time.Time.Add\` and the call, is 106 of them, and
   Portero's closure adds a few (it passes a context and drops a Decision).
@@ -417,13 +417,13 @@ the other; with the coarse clock they overlap, which is why
   it has no stack frame), 11 are \`time.Time.UnixNano\`, 10 check the cost and
   that the store is open, about 40 find the slot (the shard from the hash's
   high bits, the shard's array, the probe: three loads that depend on each
-  other), about 40 are GCRA itself (inlined), and the 76 counted on
-  \`AllowN\`'s own lines are its frame (about 300 bytes, for the locked path),
-  the registers saved around the hash's call, and, some 35 of them, the
-  price of the interface's shape: a \`portero.Decision\` has eight fields,
-  more than the compiler keeps in registers, so \`AllowN\` zeroes its result
-  in memory on entry, builds the Decision in memory, copies it to the result
-  and loads that into the eight result registers. The admitting quarter of
+  other), about 40 are GCRA itself (inlined), and the rest, counted on
+  \`AllowN\`'s own lines, are its frame (about 300 bytes, for the locked path),
+  the registers saved around the hash's call, and the price of the
+  interface's shape: a \`portero.Decision\` has eight fields, more than the
+  compiler keeps in registers, so \`AllowN\` zeroes its result in memory on
+  entry, GCRA writes the fields into it (\`algorithm.GCRA.SetDecision\`), and
+  \`AllowN\` loads them into the eight result registers. The admitting quarter of
   the decisions adds the compare-and-swap. What is left is the interface (a
   \`time.Time\` in, a Decision and an error out) and dependent loads; a 2× lead
   with the instant passed in is about where this design ends.
