@@ -378,8 +378,9 @@ misses per decision for \`portero-now\` against $noop_d1 for the loop alone
 (\`noop-now\`, which reads the key and its bytes and decides nothing): the
 difference is Portero's, the slot's line; $ll of them miss the LL ($noop_ll
 for the loop alone).
-A clock read per decision costs more here than its 20 ns: RDTSC is preceded by
-an LFENCE, which keeps the next decision's loads from starting before this
+A clock read per decision costs more here than the read alone: Linux reads the
+TSC with RDTSCP (LFENCE then RDTSC where RDTSCP is missing), which keeps the
+next decision's loads from starting before this
 one's have finished, so that misses that could overlap are paid one after
 the other; with the coarse clock they overlap, which is why
 \`portero-coarse\` is far ahead of the subjects that read a clock.

@@ -10,8 +10,9 @@ import (
 // the monotonic clock: one read of the runtime's monotonic clock per
 // decision, added to a base taken once (time.Now reads two clocks). Where
 // that read is slow (some VMs), it costs as much as the rest of a hot-key
-// decision, and it orders the CPU (an LFENCE before RDTSC), so that the
-// cache misses of consecutive decisions on cold keys cannot overlap.
+// decision, and it orders the CPU (Linux reads the TSC with RDTSCP, or
+// LFENCE then RDTSC where RDTSCP is missing), so that the cache misses of
+// consecutive decisions on cold keys cannot overlap.
 //
 // With Config.ClockResolution the forms that read the clock take a reading
 // that a goroutine of the store refreshes every ClockResolution instead:

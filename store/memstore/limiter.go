@@ -50,10 +50,10 @@ func (l *Limiter) AllowN(_ context.Context, key string, now time.Time, cost int6
 // (table.go).
 //
 // The key is hashed and its slot found before the clock is read: the read
-// (RDTSCP) waits for the instructions before it, but what comes after it
-// waits for the read, so work that does not need the instant is cheaper
-// before it (bench/'s TestHotKeyCPU measures the clock-read decision). The
-// state word itself is loaded after the read.
+// (an ordered TSC read, see clock.go) waits for the instructions before
+// it, but what comes after it waits for the read, so work that does not
+// need the instant is cheaper before it (bench/'s TestHotKeyCPU measures
+// the clock-read decision). The state word itself is loaded after the read.
 func (t *table) allow(key string, now time.Time, cost int64, clock bool) (d portero.Decision, err error) {
 	if cost <= 0 || cost > t.max || t.store.closed.Load() {
 		return d, t.badCall(cost)
